@@ -1,0 +1,3 @@
+from repens.cli import main
+
+raise SystemExit(main())

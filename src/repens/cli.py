@@ -1,0 +1,91 @@
+"""Command-line entry point: ``python -m repens <command>``.
+
+The Snakemake rules call these commands; everything also runs without Snakemake.
+
+* ``train --spec JSON --out FILE``: one training job (spec from ``repens.config.resolve_job``).
+* ``synthetic-table --out-csv F --out-tex F NPZ...``: metrics table of the synthetic runs.
+* ``synthetic-figure --target T --out-png F --out-pdf F NPZ...``: Figure 2 / Figure F.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _setup_logging(path: str | None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(path, mode="a"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        handlers=handlers, force=True)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from repens.experiments import RUNNERS
+    from repens.train import Interrupted, NonFiniteError
+
+    job = json.loads(args.spec)
+    if job.get("experiment") not in RUNNERS:
+        raise SystemExit(f"error: spec.experiment {job.get('experiment')!r} has no runner; known: {sorted(RUNNERS)}")
+    out = Path(args.out)
+    checkpoint = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".ckpt")
+    try:
+        RUNNERS[job["experiment"]](job, out, checkpoint)
+    except NonFiniteError as err:
+        logging.getLogger("repens").error("%s", err)
+        return 3
+    except Interrupted as err:
+        logging.getLogger("repens").warning("%s", err)
+        return 143
+    return 0
+
+
+def _synthetic_table(args: argparse.Namespace) -> int:
+    from repens.report.synthetic import write_metrics_table
+
+    write_metrics_table([Path(p) for p in args.inputs], Path(args.out_csv), Path(args.out_tex))
+    return 0
+
+
+def _synthetic_figure(args: argparse.Namespace) -> int:
+    from repens.report.synthetic import plot_target_panels
+
+    plot_target_panels(args.target, [Path(p) for p in args.inputs], Path(args.out_png), Path(args.out_pdf))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="repens", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log", help="also append the log to this file")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="run one training job")
+    p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_job)")
+    p.add_argument("--out", required=True, help="results file to write")
+    p.add_argument("--checkpoint", help="checkpoint file (default: OUT.ckpt)")
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser("synthetic-table", help="metrics of the synthetic runs as CSV and LaTeX")
+    p.add_argument("--out-csv", required=True)
+    p.add_argument("--out-tex", required=True)
+    p.add_argument("inputs", nargs="+", help="particle files (.npz) written by 'train'")
+    p.set_defaults(func=_synthetic_table)
+
+    p = sub.add_parser("synthetic-figure", help="Figure 2 (gaussian) or Figure F.1 (funnel)")
+    p.add_argument("--target", required=True)
+    p.add_argument("--out-png", required=True)
+    p.add_argument("--out-pdf", required=True)
+    p.add_argument("inputs", nargs="+", help="particle files (.npz), one per method, in panel order")
+    p.set_defaults(func=_synthetic_figure)
+
+    args = parser.parse_args(argv)
+    _setup_logging(args.log)
+    return args.func(args)

@@ -1,0 +1,175 @@
+"""Resolve and cross-check the pipeline configuration (``config.yaml``).
+
+This module imports neither torch nor Snakemake: the workflow imports it to turn
+one (experiment, dataset, method, seed) into a flat job specification, and to
+check what a JSON schema cannot (references between sections).
+
+Settings are layered, later layers winning:
+
+1. the method entry (``methods.<name>``),
+2. ``experiments.<exp>.settings``, 3. ``experiments.<exp>.datasets.<dataset>``,
+4. ``experiments.<exp>.method_settings.<method>``,
+5. the same three layers under ``experiments.<exp>.quick`` when ``scale: quick``.
+
+So ``paper`` is Appendix G as written and ``quick`` only patches what it must.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+__all__ = [
+    "ConfigError",
+    "METHOD_KEYS",
+    "check_config",
+    "resolve_job",
+    "method_options",
+    "experiment_seeds",
+    "method_label",
+]
+
+#: keys that describe the algorithm; the rest of a resolved job are training settings
+METHOD_KEYS = (
+    "rule",
+    "space",
+    "estimator",
+    "eta",
+    "num_eigs",
+    "function_prior",
+    "prior_samples",
+    "prior_eta",
+    "gp_lengthscale",
+    "gp_variance",
+    "temperature",
+    "mmd_weight",
+)
+
+_RULE_OPTIONS = {
+    "ensemble": set(),
+    "anchored": set(),
+    "svgd": set(),
+    "wgd": {"estimator", "eta", "num_eigs"},
+    "langevin": {"temperature", "mmd_weight", "prior_samples"},
+}
+_FUNCTION_OPTIONS = {"function_prior", "prior_samples", "prior_eta", "gp_lengthscale", "gp_variance"}
+_ESTIMATOR_OPTIONS = {"kde": set(), "sge": {"eta"}, "ssge": {"eta", "num_eigs"}}
+
+
+class ConfigError(ValueError):
+    """A configuration mistake, with the offending key in the message."""
+
+
+def _merge(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for layer in layers:
+        if layer:
+            out.update(copy.deepcopy(dict(layer)))
+    return out
+
+
+def method_label(config: Mapping[str, Any], method: str) -> str:
+    """The label tables and figures show for ``method`` (the paper's name)."""
+    return config["methods"][method].get("label", method)
+
+
+def experiment_seeds(config: Mapping[str, Any], experiment: str) -> list[int]:
+    """The experiment's own ``seeds`` if it has them, else the global list."""
+    return list(config["experiments"][experiment].get("seeds", config["seeds"]))
+
+
+def _allowed_options(rule: str, space: str, estimator: str | None) -> set[str]:
+    allowed = set(_RULE_OPTIONS[rule])
+    if space == "function":
+        allowed |= _FUNCTION_OPTIONS
+    if rule == "wgd":
+        allowed = (allowed - {"eta", "num_eigs"}) | _ESTIMATOR_OPTIONS.get(estimator, set()) | {"estimator"}
+    return allowed
+
+
+def method_options(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of a resolved job that its update rule accepts (keyword arguments).
+
+    Experiment-wide settings may set an option (say ``prior_samples``) for every
+    method; each rule receives only the options it uses.
+    """
+    allowed = _allowed_options(job["rule"], job.get("space", "weight"), job.get("estimator"))
+    return {k: job[k] for k in METHOD_KEYS if k in allowed and k in job and job[k] is not None}
+
+
+def _check_method(name: str, entry: Mapping[str, Any]) -> None:
+    where = f"methods.{name}"
+    rule, space = entry.get("rule"), entry.get("space", "weight")
+    if rule not in _RULE_OPTIONS:
+        raise ConfigError(f"{where}.rule: unknown rule {rule!r}; known: {sorted(_RULE_OPTIONS)}")
+    if space == "function" and rule not in ("svgd", "wgd"):
+        raise ConfigError(f"{where}.space: rule {rule!r} has no function-space form (only svgd, wgd)")
+    estimator = entry.get("estimator")
+    if rule == "wgd" and estimator not in _ESTIMATOR_OPTIONS:
+        raise ConfigError(
+            f"{where}.estimator: rule 'wgd' needs an estimator, one of {sorted(_ESTIMATOR_OPTIONS)}; got {estimator!r}"
+        )
+    allowed = _allowed_options(rule, space, estimator)
+    for key in entry:
+        if key in METHOD_KEYS and key not in ("rule", "space") and key not in allowed:
+            raise ConfigError(f"{where}.{key}: option not used by rule {rule!r} in {space} space")
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` naming the key for mistakes a schema cannot see."""
+    methods = config.get("methods") or {}
+    for name, entry in methods.items():
+        _check_method(name, entry)
+    if not config.get("seeds"):
+        raise ConfigError("seeds: the seed list is empty")
+    scale = config.get("scale")
+    if scale not in ("quick", "paper"):
+        raise ConfigError(f"scale: must be 'quick' or 'paper', got {scale!r}")
+    for exp, spec in (config.get("experiments") or {}).items():
+        where = f"experiments.{exp}"
+        if "seeds" in spec and not spec["seeds"]:
+            raise ConfigError(f"{where}.seeds: the seed list is empty")
+        for i, method in enumerate(spec.get("methods", [])):
+            if method not in methods:
+                raise ConfigError(
+                    f"{where}.methods[{i}]: unknown method {method!r}; defined under 'methods': {sorted(methods)}"
+                )
+        datasets = spec.get("datasets") or {}
+        if not datasets:
+            raise ConfigError(f"{where}.datasets: no dataset listed")
+        for layer_name, layer in (("", spec), ("quick.", spec.get("quick") or {})):
+            for ds in layer.get("datasets") or {}:
+                if ds not in datasets:
+                    raise ConfigError(f"{where}.{layer_name}datasets.{ds}: not a dataset of this experiment")
+            for m in layer.get("method_settings") or {}:
+                if m not in spec.get("methods", []):
+                    raise ConfigError(f"{where}.{layer_name}method_settings.{m}: method not run by this experiment")
+
+
+def resolve_job(
+    config: Mapping[str, Any], experiment: str, dataset: str, method: str, seed: int
+) -> dict[str, Any]:
+    """Flat specification of one training job (see module docstring for the layers).
+
+    Returns a dict with the method keys (``rule``, ``space``, options), the training
+    settings, and ``experiment``, ``dataset``, ``method``, ``seed``, ``scale``.
+    """
+    exp = config["experiments"][experiment]
+    layers = [
+        config["methods"][method],
+        exp.get("settings"),
+        (exp.get("datasets") or {}).get(dataset),
+        (exp.get("method_settings") or {}).get(method),
+    ]
+    if config["scale"] == "quick":
+        quick = exp.get("quick") or {}
+        layers += [
+            quick.get("settings"),
+            (quick.get("datasets") or {}).get(dataset),
+            (quick.get("method_settings") or {}).get(method),
+        ]
+    job = _merge(*layers)
+    job.pop("label", None)
+    job.setdefault("space", "weight")
+    job.update(experiment=experiment, dataset=dataset, method=method, seed=int(seed), scale=config["scale"])
+    return job

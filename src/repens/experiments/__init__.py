@@ -1,0 +1,18 @@
+"""One runner per experiment: a resolved job spec in, a results file out.
+
+Runners are looked up by the job's ``experiment`` key in :data:`RUNNERS`; later
+experiments (BNN toys, images, UCI) add an entry here and nothing else changes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from repens.experiments.synthetic import run_synthetic
+
+Runner = Callable[[dict[str, Any], Path, Path | None], None]
+
+RUNNERS: dict[str, Runner] = {"synthetic": run_synthetic}
+
+__all__ = ["RUNNERS", "Runner"]

@@ -1,0 +1,120 @@
+"""Unnormalised posteriors seen by the update rules.
+
+An update rule needs, for stacked particles ``params`` (n, D) and a minibatch:
+the log-likelihood (scaled to the whole data set, N / B times the batch sum),
+the log-prior, prior draws, and for function-space rules the network outputs and
+the likelihood as a function of those outputs. :class:`TargetPosterior` wraps a
+synthetic density (no data, no prior); :class:`NetworkPosterior` a Bayesian
+neural network with an isotropic Gaussian prior.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from repens.particles import StackedModel
+from repens.targets import Target
+
+__all__ = [
+    "Batch",
+    "Posterior",
+    "TargetPosterior",
+    "NetworkPosterior",
+    "gaussian_log_likelihood",
+    "categorical_log_likelihood",
+    "LIKELIHOODS",
+]
+
+
+@dataclass(frozen=True)
+class Batch:
+    x: Tensor
+    y: Tensor
+
+
+class Posterior(Protocol):
+    def log_likelihood(self, params: Tensor, batch: Batch | None) -> Tensor: ...
+
+    def log_prior(self, params: Tensor) -> Tensor: ...
+
+    def sample_prior(self, n: int, generator: torch.Generator) -> Tensor: ...
+
+
+@dataclass(frozen=True)
+class TargetPosterior:
+    """A synthetic density treated as the 'likelihood' with a flat prior."""
+
+    target: Target
+
+    def log_likelihood(self, params: Tensor, batch: Batch | None = None) -> Tensor:
+        return self.target.log_prob(params)
+
+    def log_prior(self, params: Tensor) -> Tensor:
+        return params.new_zeros(params.shape[0])
+
+    def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
+        raise NotImplementedError("a synthetic target has no prior; use a weight-space rule without one")
+
+
+def gaussian_log_likelihood(outputs: Tensor, y: Tensor, noise_std: float) -> Tensor:
+    """Sum over the batch of log N(y | f, noise_std^2); outputs (n, B, 1), y (B,) or (B, 1)."""
+    resid = outputs.squeeze(-1) - y.reshape(1, -1)
+    return (-0.5 * (resid / noise_std) ** 2 - math.log(noise_std) - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+def categorical_log_likelihood(outputs: Tensor, y: Tensor, noise_std: float | None = None) -> Tensor:
+    """Sum over the batch of the softmax log-probability of the labels; outputs (n, B, C) logits."""
+    logp = F.log_softmax(outputs, dim=-1)
+    return logp.gather(-1, y.long().view(1, -1, 1).expand(outputs.shape[0], -1, 1)).squeeze(-1).sum(-1)
+
+
+LIKELIHOODS = {"gaussian": gaussian_log_likelihood, "categorical": categorical_log_likelihood}
+
+
+@dataclass(frozen=True)
+class NetworkPosterior:
+    """p(w | D) for a network with likelihood ``likelihood`` and prior N(0, prior_std^2 I).
+
+    Args:
+        model: the stacked network.
+        likelihood: ``"gaussian"`` (regression, noise sd ``noise_std``) or ``"categorical"``.
+        num_train: N, used to scale a batch log-likelihood by N / B.
+        prior_std: standard deviation of the isotropic Gaussian weight prior.
+        noise_std: observation noise sd of the Gaussian likelihood.
+    """
+
+    model: StackedModel
+    likelihood: str
+    num_train: int
+    prior_std: float = 1.0
+    noise_std: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.likelihood not in LIKELIHOODS:
+            raise ValueError(f"unknown likelihood {self.likelihood!r}; known: {sorted(LIKELIHOODS)}")
+
+    def predict(self, params: Tensor, x: Tensor) -> Tensor:
+        return self.model(params, x)
+
+    def log_likelihood_outputs(self, outputs: Tensor, batch: Batch) -> Tensor:
+        """Full-data-scaled log-likelihood from network outputs (n, B, ...)."""
+        scale = self.num_train / batch.x.shape[0]
+        return scale * LIKELIHOODS[self.likelihood](outputs, batch.y, self.noise_std)
+
+    def log_likelihood(self, params: Tensor, batch: Batch) -> Tensor:
+        return self.log_likelihood_outputs(self.predict(params, batch.x), batch)
+
+    def log_prior(self, params: Tensor) -> Tensor:
+        d = params.shape[-1]
+        return -0.5 * (params / self.prior_std).pow(2).sum(-1) - d * (
+            math.log(self.prior_std) + 0.5 * math.log(2 * math.pi)
+        )
+
+    def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
+        return self.model.sample_gaussian(n, self.prior_std, generator)

@@ -1,0 +1,150 @@
+"""The training loop shared by every experiment.
+
+Particles are one leaf tensor (n, D) moved by a standard optimizer fed ``-phi``
+(Adam is elementwise, so one Adam over the stack equals one Adam per member).
+The loop logs progress (steps/s, ETA), checkpoints periodically and on SIGTERM,
+resumes from its checkpoint, and stops on a non-finite update with a clear error.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from repens.posteriors import Batch
+from repens.updates import StepContext, Update
+
+__all__ = ["TrainSettings", "TrainState", "train", "OPTIMIZERS", "NonFiniteError", "Interrupted"]
+
+OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+
+log = logging.getLogger("repens.train")
+
+
+class NonFiniteError(FloatingPointError):
+    """The update produced NaN or inf: training stops and writes no result."""
+
+
+class Interrupted(RuntimeError):
+    """SIGTERM arrived; a checkpoint was written and the job can be resumed."""
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int
+    lr: float
+    optimizer: str = "adam"
+    log_every: int = 500
+    checkpoint_seconds: float = 300.0
+
+
+@dataclass
+class TrainState:
+    params: Tensor
+    anchors: Tensor | None = None
+
+
+def _save_atomic(obj: dict, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def train(
+    state: TrainState,
+    update: Callable[[Tensor, StepContext], Update],
+    make_context: Callable[[Batch | None, Tensor | None], StepContext],
+    settings: TrainSettings,
+    generator: torch.Generator,
+    next_batch: Callable[[torch.Generator], Batch | None] = lambda g: None,
+    checkpoint: Path | None = None,
+    on_log: Callable[[int, Tensor], dict] | None = None,
+) -> TrainState:
+    """Run ``settings.steps`` updates, resuming from ``checkpoint`` if it exists.
+
+    Args:
+        state: initial particles (and anchors for anchored ensembles).
+        update: a bound update rule from :func:`repens.updates.make_update`.
+        make_context: builds the rule's context from a batch and the anchors.
+        settings: steps, learning rate, optimizer, logging and checkpoint cadence.
+        generator: the one random stream (batches, prior draws, Langevin noise);
+            its state is checkpointed so a resumed run equals an uninterrupted one.
+        next_batch: draws the next minibatch from ``generator`` (``None`` if no data).
+        checkpoint: file for checkpoints; removed when training completes.
+        on_log: optional extra figures (name -> value) added to each progress line.
+    """
+    if settings.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {settings.optimizer!r}; known: {sorted(OPTIMIZERS)}")
+    params = state.params.detach().clone().requires_grad_(True)
+    optimizer = OPTIMIZERS[settings.optimizer]([params], lr=settings.lr)
+    start = 0
+    if checkpoint is not None and checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=False)
+        with torch.no_grad():
+            params.copy_(saved["params"])
+        optimizer.load_state_dict(saved["optimizer"])
+        generator.set_state(saved["generator"])
+        start = saved["step"]
+        log.info("resumed from %s at step %d/%d", checkpoint, start, settings.steps)
+
+    def snapshot(step: int) -> None:
+        if checkpoint is not None:
+            _save_atomic(
+                {"step": step, "params": params.detach(), "optimizer": optimizer.state_dict(),
+                 "generator": generator.get_state()},
+                checkpoint,
+            )
+
+    stop = {"flag": False}
+    previous = None
+    if checkpoint is not None:
+        def handler(signum, frame):  # noqa: ARG001
+            stop["flag"] = True
+        try:
+            previous = signal.signal(signal.SIGTERM, handler)
+        except ValueError:  # not the main thread
+            previous = None
+
+    t0, last_ckpt = time.perf_counter(), time.perf_counter()
+    try:
+        for step in range(start, settings.steps):
+            batch = next_batch(generator)
+            result = update(params.detach(), make_context(batch, state.anchors))
+            if not torch.isfinite(result.direction).all():
+                raise NonFiniteError(
+                    f"non-finite update at step {step + 1}/{settings.steps} "
+                    f"(lr={settings.lr}); no result was written"
+                )
+            optimizer.zero_grad(set_to_none=True)
+            params.grad = -result.direction
+            optimizer.step()
+            if result.temperature:
+                noise_std = math.sqrt(2.0 * settings.lr * result.temperature)
+                with torch.no_grad():
+                    params.add_(noise_std * torch.randn(params.shape, generator=generator, dtype=params.dtype))
+            done = step + 1
+            if done % settings.log_every == 0 or done == settings.steps:
+                rate = (done - start) / max(time.perf_counter() - t0, 1e-9)
+                extra = on_log(done, params.detach()) if on_log else {}
+                fields = " ".join(f"{k}={v:.4g}" for k, v in extra.items())
+                log.info("step %d/%d  %.1f steps/s  ETA %.0fs  %s", done, settings.steps, rate,
+                         (settings.steps - done) / rate, fields)
+            if stop["flag"]:
+                snapshot(done)
+                raise Interrupted(f"SIGTERM at step {done}; checkpoint written to {checkpoint}")
+            if checkpoint is not None and time.perf_counter() - last_ckpt > settings.checkpoint_seconds:
+                snapshot(done)
+                last_ckpt = time.perf_counter()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return TrainState(params.detach(), state.anchors)

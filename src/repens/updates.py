@@ -1,0 +1,269 @@
+"""Update rules: one pure function per rule, picked by name from :data:`UPDATE_RULES`.
+
+Each rule maps stacked particles ``params`` (n, D) and a :class:`StepContext` to an
+:class:`Update` whose ``direction`` is the ascent direction ``phi`` of the paper
+(particles move as ``w <- w + eps * phi``). The training loop feeds ``-phi`` to a
+standard optimizer (Adam in the paper) and, for Langevin rules, adds Gaussian
+noise of variance ``2 * lr * temperature`` after the optimizer step.
+
+Equation numbers: D'Angelo & Fortuin (2021) unless stated; anchored ensembles:
+Pearce et al. (2020), Eq. 11; DLE / DRLE: Wild et al. (2023).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from repens.kernels import RBF, kernel_grad_sum, squared_distances
+from repens.posteriors import Batch, Posterior
+from repens.scores import SCORE_ESTIMATORS, ssge_score
+
+__all__ = [
+    "Update",
+    "StepContext",
+    "UPDATE_RULES",
+    "FUNCTION_SPACE_RULES",
+    "resolve_rule",
+    "make_update",
+    "ensemble",
+    "svgd",
+    "wgd",
+    "fsvgd",
+    "fwgd",
+    "anchored",
+    "langevin",
+]
+
+
+@dataclass(frozen=True)
+class Update:
+    """Ascent direction (n, D) and the Langevin temperature (0: deterministic)."""
+
+    direction: Tensor
+    temperature: float = 0.0
+
+
+@dataclass
+class StepContext:
+    """Everything a rule may read besides the particles; rules never mutate it."""
+
+    posterior: Posterior
+    kernel: RBF
+    generator: torch.Generator
+    batch: Batch | None = None
+    anchors: Tensor | None = None
+
+
+UpdateRule = Callable[..., Update]
+
+
+# ---------------------------------------------------------------- gradients
+def _grad(fn: Callable[[Tensor], Tensor], params: Tensor) -> Tensor:
+    """Gradient of ``fn(params).sum()``; particles are independent so row i is grad_i."""
+    with torch.enable_grad():
+        p = params.detach().requires_grad_(True)
+        return torch.autograd.grad(fn(p).sum(), p)[0]
+
+
+def grad_log_likelihood(params: Tensor, ctx: StepContext) -> Tensor:
+    return _grad(lambda p: ctx.posterior.log_likelihood(p, ctx.batch), params)
+
+
+def grad_log_prior(params: Tensor, ctx: StepContext) -> Tensor:
+    return _grad(ctx.posterior.log_prior, params)
+
+
+def grad_log_posterior(params: Tensor, ctx: StepContext) -> Tensor:
+    return _grad(lambda p: ctx.posterior.log_likelihood(p, ctx.batch) + ctx.posterior.log_prior(p), params)
+
+
+# ------------------------------------------------------------- weight space
+def ensemble(params: Tensor, ctx: StepContext) -> Update:
+    """Deep ensemble, Eq. 2: ``phi_i = grad log p(w_i | D)`` (MAP per member)."""
+    return Update(grad_log_posterior(params, ctx))
+
+
+def svgd(params: Tensor, ctx: StepContext) -> Update:
+    """SVGD, Eq. 6: ``phi_i = 1/n sum_j [k(w_j, w_i) grad log p(w_j|D) + grad_{w_j} k(w_j, w_i)]``.
+
+    For the RBF kernel ``sum_j grad_{w_j} k(w_j, w_i) = -sum_j grad_{w_i} k(w_i, w_j)``.
+    """
+    score = grad_log_posterior(params, ctx)
+    gram, h = ctx.kernel.self_gram(params.detach())
+    repulsion = kernel_grad_sum(params, params, gram, h)
+    return Update((gram @ score - repulsion) / params.shape[0])
+
+
+def wgd(params: Tensor, ctx: StepContext, estimator: str = "kde", **estimator_options) -> Update:
+    """Weight-space WGD, Eq. 13: ``phi_i = grad log p(w_i|D) - grad log rho(w_i)``.
+
+    ``grad log rho`` from KDE (Eq. 15), SGE (Eq. 16) or SSGE (Eq. 17).
+    """
+    score = grad_log_posterior(params, ctx)
+    density_score = SCORE_ESTIMATORS[estimator](params.detach(), ctx.kernel, **estimator_options)
+    return Update(score - density_score)
+
+
+def anchored(params: Tensor, ctx: StepContext) -> Update:
+    """Anchored ensemble (Pearce et al. 2020, Eq. 11): MAP with the prior recentred on each
+    member's own prior draw ``w0_i`` (``ctx.anchors``).
+
+    For the zero-mean Gaussian prior, ``grad log N(w; w0, S) = grad log p(w - w0)``.
+    """
+    if ctx.anchors is None:
+        raise ValueError("the anchored rule needs anchors (one prior draw per member)")
+    lik = grad_log_likelihood(params, ctx)
+    return Update(lik + grad_log_prior(params - ctx.anchors, ctx))
+
+
+def langevin(
+    params: Tensor,
+    ctx: StepContext,
+    temperature: float = 1.0,
+    mmd_weight: float = 0.0,
+    prior_samples: int | None = None,
+) -> Update:
+    """Deep (repulsive) Langevin ensemble, Wild et al. (2023).
+
+    Discretised SDE ``w <- w - eta (grad V + lambda_1/n sum_j grad_1 k(w, w_j)) + sqrt(2 eta lambda_2) Z``
+    with ``V = l - lambda' log p - 2 lambda mu_P``, ``lambda_1 = 2 lambda``,
+    ``lambda_2 = lambda'``, ``l`` the negative log-likelihood and
+    ``mu_P(w) = E_{w'~p} k(w, w')`` the prior's kernel mean embedding, estimated
+    with ``prior_samples`` fresh prior draws (default n).
+
+    * DLE: ``mmd_weight = lambda = 0``, ``temperature = lambda' `` (1 is the posterior);
+    * DRLE: ``mmd_weight = lambda > 0`` (MMD^2 repulsion towards the prior).
+
+    The kernel's median-heuristic bandwidth is computed on particles and prior
+    draws together, so both terms of the MMD use one kernel.
+    """
+    direction = grad_log_likelihood(params, ctx) + temperature * grad_log_prior(params, ctx)
+    if mmd_weight:
+        w = params.detach()
+        draws = ctx.posterior.sample_prior(prior_samples or w.shape[0], ctx.generator).to(w)
+        both = torch.cat([w, draws])
+        h = ctx.kernel.bandwidth_for(both, squared_distances(both, both))
+        to_prior = kernel_grad_sum(w, draws, ctx.kernel.gram(w, draws, h), h) / draws.shape[0]
+        to_self = kernel_grad_sum(w, w, ctx.kernel.gram(w, w, h), h) / w.shape[0]
+        direction = direction + 2.0 * mmd_weight * (to_prior - to_self)
+    return Update(direction, temperature)
+
+
+# ----------------------------------------------------------- function space
+def function_prior_score(
+    outputs: Tensor,
+    ctx: StepContext,
+    function_prior: str = "ssge",
+    prior_samples: int | None = None,
+    prior_eta: float = 0.01,
+    gp_lengthscale: float = 1.0,
+    gp_variance: float = 1.0,
+) -> Tensor:
+    """``grad_f log p(f)`` at the particles' outputs ``outputs`` (n, B*C) on the batch inputs.
+
+    * ``ssge`` (Sec. 3.3): SSGE fitted on the outputs of ``prior_samples`` networks
+      drawn from the weight prior, evaluated out of sample at the particles;
+    * ``gp``: analytic GP prior with RBF covariance
+      ``gp_variance * exp(-|x-x'|^2 / (2 gp_lengthscale^2))`` per output, score
+      ``-K_X^{-1} f`` (jitter 1e-6 * variance).
+    """
+    x = ctx.batch.x
+    if function_prior == "ssge":
+        m = prior_samples or outputs.shape[0]
+        draws = ctx.posterior.sample_prior(m, ctx.generator).to(outputs.dtype)
+        with torch.no_grad():
+            prior_outputs = ctx.posterior.predict(draws, x).reshape(m, -1)
+        return ssge_score(prior_outputs, RBF(), eta=prior_eta, query=outputs)
+    if function_prior == "gp":
+        flat_x = x.reshape(x.shape[0], -1).to(outputs.dtype)
+        cov = gp_variance * torch.exp(-squared_distances(flat_x, flat_x) / (2 * gp_lengthscale**2))
+        cov = cov + 1e-6 * gp_variance * torch.eye(cov.shape[0], dtype=cov.dtype)
+        f = outputs.reshape(outputs.shape[0], x.shape[0], -1)  # (n, B, C)
+        return -torch.linalg.solve(cov, f).reshape(outputs.shape)
+    raise ValueError(f"unknown function prior {function_prior!r}; known: ['gp', 'ssge']")
+
+
+def _function_space(params: Tensor, ctx: StepContext, prior_options: dict):
+    """Network outputs on the batch (with graph), and ``grad_f log p(f | D)`` there."""
+    if ctx.batch is None or not hasattr(ctx.posterior, "predict"):
+        raise ValueError("function-space rules need a network posterior and a data batch")
+    p = params.detach().requires_grad_(True)
+    with torch.enable_grad():
+        outputs = ctx.posterior.predict(p, ctx.batch.x)
+        flat = outputs.reshape(outputs.shape[0], -1)
+        f = flat.detach().requires_grad_(True)
+        ll = ctx.posterior.log_likelihood_outputs(f.view_as(outputs), ctx.batch).sum()
+        lik_score = torch.autograd.grad(ll, f)[0]
+    score = lik_score + function_prior_score(flat.detach(), ctx, **prior_options)
+    return p, flat, score
+
+
+def _pull_back(p: Tensor, flat: Tensor, direction_f: Tensor) -> Tensor:
+    """``(df_i / dw_i)^T direction_f_i`` for every particle: one vector-Jacobian product."""
+    return torch.autograd.grad(flat, p, grad_outputs=direction_f)[0]
+
+
+def fsvgd(params: Tensor, ctx: StepContext, **prior_options) -> Update:
+    """Function-space SVGD, Eq. 7, on outputs over the batch, pulled back with the Jacobian."""
+    p, flat, score = _function_space(params, ctx, prior_options)
+    f = flat.detach()
+    gram, h = ctx.kernel.self_gram(f)
+    phi_f = (gram @ score - kernel_grad_sum(f, f, gram, h)) / f.shape[0]
+    return Update(_pull_back(p, flat, phi_f))
+
+
+def fwgd(params: Tensor, ctx: StepContext, estimator: str = "kde", eta: float | None = None,
+         num_eigs: int | None = None, **prior_options) -> Update:
+    """Function-space WGD, Eq. 5 with Eq. 20 (KDE) or the SGE/SSGE analogues:
+    ``phi_f = grad_f log p(f|D) - grad_f log rho(f)``, pulled back with the Jacobian."""
+    p, flat, score = _function_space(params, ctx, prior_options)
+    density_score = SCORE_ESTIMATORS[estimator](flat.detach(), ctx.kernel, **_estimator_options(eta, num_eigs))
+    return Update(_pull_back(p, flat, score - density_score))
+
+
+def _estimator_options(eta: float | None, num_eigs: int | None) -> dict:
+    options = {} if eta is None else {"eta": eta}
+    if num_eigs is not None:
+        options["num_eigs"] = num_eigs
+    return options
+
+
+UPDATE_RULES: dict[str, UpdateRule] = {
+    "ensemble": ensemble,
+    "svgd": svgd,
+    "wgd": wgd,
+    "fsvgd": fsvgd,
+    "fwgd": fwgd,
+    "anchored": anchored,
+    "langevin": langevin,
+}
+
+#: config ``rule`` + ``space: function`` -> registry name
+FUNCTION_SPACE_RULES = {"svgd": "fsvgd", "wgd": "fwgd"}
+
+
+def resolve_rule(rule: str, space: str = "weight") -> str:
+    """Registry name for a config entry's ``rule`` and ``space``."""
+    if space == "weight":
+        name = rule
+    elif space == "function":
+        if rule not in FUNCTION_SPACE_RULES:
+            raise ValueError(
+                f"rule {rule!r} has no function-space form; only {sorted(FUNCTION_SPACE_RULES)} do"
+            )
+        name = FUNCTION_SPACE_RULES[rule]
+    else:
+        raise ValueError(f"unknown space {space!r}; use 'weight' or 'function'")
+    if name not in UPDATE_RULES:
+        raise ValueError(f"unknown update rule {rule!r}; known: {sorted(UPDATE_RULES)}")
+    return name
+
+
+def make_update(rule: str, space: str = "weight", **options) -> Callable[[Tensor, StepContext], Update]:
+    """The update function for a method entry: the registered rule with its options bound."""
+    return partial(UPDATE_RULES[resolve_rule(rule, space)], **options)
