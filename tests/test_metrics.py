@@ -93,3 +93,12 @@ def test_mmd_identical_is_zero_and_two_point_hand_case():
     assert mmd_rbf([0.0, 1.0], [0.0], 1.0) == pytest.approx(expected2)
     with pytest.raises(ValueError):
         mmd_rbf(x, x, 0.0)
+
+
+def test_mean_pairwise_distance_self_term_uses_all_pairs():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2500, 2))  # more than one row block
+    sub = x[:700]
+    direct = np.linalg.norm(sub[:, None] - sub[None], axis=-1).mean()
+    assert mean_pairwise_distance(sub) == pytest.approx(direct)
+    assert mean_pairwise_distance(x) == pytest.approx(mean_pairwise_distance(x, x))
