@@ -1,0 +1,33 @@
+"""repens: reproduce "Repulsive Deep Ensembles are Bayesian" (D'Angelo & Fortuin 2021).
+
+    snakemake -c2                        # quick scale on a CPU (config.yaml: scale)
+    snakemake -c2 --config scale=paper   # Appendix G settings
+
+One experiment per file under workflow/rules/. To add one: write
+workflow/rules/<experiment>.smk (its training rule and its aggregate localrules,
+plus a list of its final outputs), include it below and add that list to `all`.
+"""
+
+from snakemake.utils import min_version, validate
+
+min_version("8.0")
+
+
+configfile: "config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/synthetic.smk"
+
+
+localrules:
+    all,
+
+
+rule all:
+    default_target: True
+    input:
+        SYNTHETIC_OUTPUTS,

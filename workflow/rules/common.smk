@@ -1,0 +1,88 @@
+# Shared helpers: config cross-checks, the job shells' environment, paths, job specs.
+#
+# The package is imported from this checkout's src/ (first on sys.path), so the
+# workflow also runs where repens is not pip-installed (for example a snakemake-only
+# environment with --use-conda); job shells get the same src/ through PYTHONPATH.
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import DeploymentMethod
+
+SRC = str(Path(workflow.basedir) / "src")
+if SRC not in sys.path:
+    sys.path.insert(0, SRC)
+
+from repens.config import ConfigError, check_config, experiment_seeds, resolve_job
+
+# The schema (validate in the Snakefile) has checked types and keys and filled the
+# defaults. What it cannot see, such as an experiment naming an undefined method or
+# an option its update rule ignores, is checked here, still before any job runs.
+try:
+    check_config(config)
+except ConfigError as err:
+    raise WorkflowError(f"config key {err}") from None
+
+# Job shells run `python -m repens` from this checkout (PYTHONPATH is src/).
+# Without --use-conda, `python` is the interpreter that runs Snakemake (a bare
+# `python` on PATH may be another one); with it, the `python` of envs/repens.yaml.
+# This is a shell prefix and not a param, because where the interpreter lives is
+# no reason to rerun a job.
+_PREFIX = f"set -euo pipefail; export PYTHONPATH={shlex.quote(SRC)}; "
+if DeploymentMethod.CONDA not in workflow.deployment_settings.deployment_method:
+    _PREFIX += f'export PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"; '
+shell.prefix(_PREFIX)
+
+NAME = "[a-z0-9]+(-[a-z0-9]+)*"
+
+
+wildcard_constraints:
+    method=NAME,
+    target=NAME,
+    dataset=NAME,
+    seed=r"\d+",
+
+
+def experiment_methods(experiment):
+    """The experiment's methods in config order (the order of panels and table rows)."""
+    return list(config["experiments"][experiment]["methods"])
+
+
+def experiment_datasets(experiment):
+    return list(config["experiments"][experiment]["datasets"])
+
+
+def run_files(experiment, dataset, filename, seeds=None):
+    """``results/<experiment>/<dataset>/<method>/seed<seed>/<filename>`` of every run.
+
+    Methods in config order, then seeds (default: the experiment's seeds).
+    """
+    seeds = experiment_seeds(config, experiment) if seeds is None else seeds
+    return [
+        f"results/{experiment}/{dataset}/{method}/seed{seed}/{filename}"
+        for method in experiment_methods(experiment)
+        for seed in seeds
+    ]
+
+
+def first_seed_files(experiment, dataset, filename):
+    """One file per method, from the experiment's first seed (the panels of a figure)."""
+    seeds = experiment_seeds(config, experiment)[:1]
+    return run_files(experiment, dataset, filename, seeds=seeds)
+
+
+def job_spec(wildcards, output):
+    """One training job as JSON (repens.config.resolve_job), for ``--spec``.
+
+    Experiment and dataset are read from the output path, which follows
+    ``results/<experiment>/<dataset>/<method>/seed<seed>/...``. As a param, the spec
+    makes Snakemake rerun exactly the jobs whose settings (or scale) changed.
+    """
+    experiment, dataset = Path(output[0]).parts[1:3]
+    job = resolve_job(
+        config, experiment, dataset, wildcards.method, int(wildcards.seed)
+    )
+    return json.dumps(job, sort_keys=True)
