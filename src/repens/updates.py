@@ -67,7 +67,10 @@ def _grad(fn: Callable[[Tensor], Tensor], params: Tensor) -> Tensor:
     """Gradient of ``fn(params).sum()``; particles are independent so row i is grad_i."""
     with torch.enable_grad():
         p = params.detach().requires_grad_(True)
-        return torch.autograd.grad(fn(p).sum(), p)[0]
+        value = fn(p).sum()
+        if not value.requires_grad:  # a constant (e.g. the flat prior of a synthetic target)
+            return torch.zeros_like(p)
+        return torch.autograd.grad(value, p)[0]
 
 
 def grad_log_likelihood(params: Tensor, ctx: StepContext) -> Tensor:

@@ -1,0 +1,250 @@
+"""Defining properties of every update rule."""
+
+import math
+
+import pytest
+import torch
+
+from repens.kernels import RBF
+from repens.models import mlp
+from repens.particles import StackedModel
+from repens.posteriors import Batch, NetworkPosterior, TargetPosterior
+from repens.scores import ssge_score
+from repens.targets import Gaussian
+from repens.train import TrainSettings, TrainState, train
+from repens.updates import (
+    UPDATE_RULES,
+    StepContext,
+    anchored,
+    ensemble,
+    function_prior_score,
+    fsvgd,
+    fwgd,
+    langevin,
+    make_update,
+    resolve_rule,
+    svgd,
+    wgd,
+)
+
+TARGET = Gaussian()
+
+
+def gaussian_ctx(seed=0, bandwidth=None):
+    return StepContext(TargetPosterior(TARGET), RBF(bandwidth), torch.Generator().manual_seed(seed))
+
+
+def analytic_target_score(x):
+    mean, cov = TARGET.moments()
+    return -(x - mean) @ torch.linalg.inv(cov)
+
+
+def network_setup(n=4, seed=0):
+    torch.manual_seed(seed)
+    model = StackedModel(mlp(1, [10], 1))
+    x = torch.linspace(-1, 1, 16).unsqueeze(-1)
+    batch = Batch(x, torch.sin(3 * x).squeeze(-1))
+    posterior = NetworkPosterior(model, "gaussian", num_train=16, prior_std=1.0, noise_std=0.5)
+    g = torch.Generator().manual_seed(seed)
+    params = posterior.sample_prior(n, g)
+    ctx = StepContext(posterior, RBF(), torch.Generator().manual_seed(seed + 1), batch)
+    return params, ctx
+
+
+# ------------------------------------------------------- one particle = gradient ascent
+@pytest.mark.parametrize(
+    "rule", [svgd, lambda p, c: wgd(p, c, "kde"), lambda p, c: wgd(p, c, "sge"), lambda p, c: wgd(p, c, "ssge")],
+    ids=["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"],
+)
+@pytest.mark.parametrize("bandwidth", [None, 0.5])
+def test_single_particle_reduces_to_gradient_ascent_on_log_p(rule, bandwidth):
+    x = torch.tensor([[0.3, -1.2]], dtype=torch.float64)
+    direction = rule(x, gaussian_ctx(bandwidth=bandwidth)).direction
+    torch.testing.assert_close(direction, analytic_target_score(x))
+
+
+def test_single_network_particle_fwgd_is_pulled_back_posterior_score():
+    params, ctx = network_setup(n=1)
+    options = dict(function_prior="gp", gp_lengthscale=0.5)
+    direction = fwgd(params, ctx, estimator="kde", **options).direction
+    # explicit Jacobian of the outputs on the batch with respect to the weights
+    model = ctx.posterior.model
+    jac = torch.autograd.functional.jacobian(lambda w: model(w.unsqueeze(0), ctx.batch.x).reshape(-1), params[0])
+    f = model(params, ctx.batch.x).reshape(1, -1)
+    lik = (ctx.batch.y - f) / 0.5**2  # N / B = 1 here
+    prior = function_prior_score(f, ctx, **options)
+    torch.testing.assert_close(direction[0], jac.T @ (lik + prior)[0], rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------- Langevin family
+def test_drle_with_zero_mmd_weight_is_dle():
+    params, ctx = network_setup()
+    dle = langevin(params, ctx, temperature=1.0)
+    drle = langevin(params, ctx, temperature=1.0, mmd_weight=0.0)
+    torch.testing.assert_close(dle.direction, drle.direction)
+    assert dle.temperature == drle.temperature == 1.0
+
+
+def test_drle_repulsion_differs_and_pushes_towards_prior_when_collapsed():
+    params, ctx = network_setup()
+    collapsed = params[:1].repeat(4, 1) * 0.01  # all members at nearly one point
+    dle = langevin(collapsed, ctx, temperature=1.0).direction
+    drle = langevin(collapsed, ctx, temperature=1.0, mmd_weight=1.0).direction
+    assert not torch.allclose(dle, drle)
+
+
+def test_dle_drift_is_the_deep_ensemble_map_update():
+    params, ctx = network_setup()
+    torch.testing.assert_close(langevin(params, ctx, temperature=1.0).direction, ensemble(params, ctx).direction)
+
+
+class FlatPosterior:
+    """log p = 0 everywhere: only the injected noise moves the particles."""
+
+    def log_likelihood(self, params, batch=None):
+        return (params * 0).sum(-1)
+
+    def log_prior(self, params):
+        return (params * 0).sum(-1)
+
+
+@pytest.mark.parametrize("lr,temperature", [(0.01, 1.0), (0.1, 0.5)])
+def test_dle_noise_has_variance_two_lr_temperature(lr, temperature):
+    g = torch.Generator().manual_seed(0)
+    start = torch.zeros(400, 50, dtype=torch.float64)
+    ctx = StepContext(FlatPosterior(), RBF(), g)
+    out = train(
+        TrainState(start),
+        make_update("langevin", temperature=temperature),
+        lambda batch, anchors: ctx,
+        TrainSettings(steps=1, lr=lr, optimizer="sgd"),
+        g,
+    )
+    moved = out.params.flatten()
+    expected = 2 * lr * temperature
+    # 20,000 draws: the sample variance has relative sd sqrt(2 / 20000) = 1%
+    assert abs(float(moved.var()) / expected - 1) < 0.05
+    assert abs(float(moved.mean())) < 4 * math.sqrt(expected / moved.numel())
+
+
+def test_dle_with_sgd_samples_a_gaussian():
+    """Unadjusted Langevin on the G.1 Gaussian: 4000 independent chains, 1500 steps."""
+    g = torch.Generator().manual_seed(3)
+    start = 1.7 * torch.randn(4000, 2, generator=g, dtype=torch.float64)
+    ctx = gaussian_ctx()
+    ctx.generator = g
+    out = train(TrainState(start), make_update("langevin", temperature=1.0), lambda b, a: ctx,
+                TrainSettings(steps=1500, lr=0.01, optimizer="sgd"), g).params
+    mean, cov = TARGET.moments()
+    assert float((out.mean(0) - mean).norm()) < 0.1
+    emp = torch.cov(out.T)
+    assert torch.all(((emp - cov).abs() / cov.abs()) < 0.1)
+
+
+# ------------------------------------------------------------- anchored
+def test_anchored_member_rests_at_its_anchor_without_data_gradient():
+    params, ctx = network_setup()
+    anchors = ctx.posterior.sample_prior(4, torch.Generator().manual_seed(7))
+    ctx.anchors = anchors
+    flat_ctx = StepContext(FlatPosterior(), ctx.kernel, ctx.generator, ctx.batch, anchors)
+    flat_ctx.posterior.log_prior = ctx.posterior.log_prior  # the real prior, no likelihood
+    torch.testing.assert_close(anchored(anchors, flat_ctx).direction, torch.zeros_like(anchors))
+    # and with data: likelihood gradient plus pull towards the member's own anchor
+    lik = ensemble(params, ctx).direction + params / ctx.posterior.prior_std**2
+    torch.testing.assert_close(anchored(params, ctx).direction, lik - (params - anchors), rtol=1e-5, atol=1e-5)
+
+
+def test_anchored_without_anchors_is_an_error():
+    params, ctx = network_setup()
+    with pytest.raises(ValueError, match="anchors"):
+        anchored(params, ctx)
+
+
+# ------------------------------------------------------------- collapse
+def run_on_gaussian(rule, steps=600, **options):
+    g = torch.Generator().manual_seed(42)
+    start = 1.7 * torch.randn(100, 2, generator=g, dtype=torch.float64)
+    ctx = gaussian_ctx()
+    return train(TrainState(start), make_update(rule, **options), lambda b, a: ctx,
+                 TrainSettings(steps=steps, lr=0.1), g).params
+
+
+def test_deep_ensemble_collapses_on_a_unimodal_target():
+    out = run_on_gaussian("ensemble")
+    mean, _ = TARGET.moments()
+    assert float((out - mean).norm(dim=-1).max()) < 1e-2
+
+
+@pytest.mark.parametrize("estimator", ["kde", "sge", "ssge"])
+def test_wgd_particles_do_not_collapse(estimator):
+    out = run_on_gaussian("wgd", estimator=estimator)
+    spread = out.std(0)
+    assert torch.all(spread > 0.5), spread
+
+
+def test_svgd_particles_do_not_collapse():
+    assert torch.all(run_on_gaussian("svgd").std(0) > 0.5)
+
+
+# ------------------------------------------------------------- function space
+def test_fsvgd_and_fwgd_give_finite_per_particle_updates():
+    params, ctx = network_setup(n=6)
+    for rule in (lambda: fsvgd(params, ctx), lambda: fwgd(params, ctx, "kde"),
+                 lambda: fwgd(params, ctx, "sge", eta=0.01), lambda: fwgd(params, ctx, "ssge")):
+        direction = rule().direction
+        assert direction.shape == params.shape and torch.isfinite(direction).all()
+
+
+def test_function_space_rules_need_data():
+    params, ctx = network_setup()
+    ctx.batch = None
+    with pytest.raises(ValueError, match="batch"):
+        fwgd(params, ctx)
+
+
+def test_gp_function_prior_score_is_minus_inverse_covariance_times_f():
+    _, ctx = network_setup(n=3)
+    ctx.batch = Batch(ctx.batch.x.double(), ctx.batch.y.double())
+    f = torch.randn(3, 16, dtype=torch.float64)
+    x = ctx.batch.x
+    cov = 2.0 * torch.exp(-torch.cdist(x, x) ** 2 / (2 * 0.3**2)) + 2e-6 * torch.eye(16, dtype=torch.float64)
+    expected = -torch.linalg.solve(cov, f.T).T
+    got = function_prior_score(f, ctx, function_prior="gp", gp_lengthscale=0.3, gp_variance=2.0)
+    torch.testing.assert_close(got, expected)
+    # and it is the gradient of the GP log-density
+    fr = f.clone().requires_grad_(True)
+    logp = torch.distributions.MultivariateNormal(torch.zeros(16, dtype=torch.float64), cov).log_prob(fr).sum()
+    torch.testing.assert_close(got, torch.autograd.grad(logp, fr)[0])
+
+
+def test_ssge_function_prior_is_ssge_on_fresh_prior_function_draws():
+    params, ctx = network_setup(n=5)
+    with torch.no_grad():
+        f = ctx.posterior.predict(params, ctx.batch.x).reshape(5, -1)
+    seed_state = ctx.generator.get_state()
+    got = function_prior_score(f, ctx, prior_samples=64, prior_eta=0.05)
+    ctx.generator.set_state(seed_state)
+    draws = ctx.posterior.sample_prior(64, ctx.generator)
+    prior_f = ctx.posterior.predict(draws, ctx.batch.x).reshape(64, -1).detach()
+    torch.testing.assert_close(got, ssge_score(prior_f, RBF(), eta=0.05, query=f))
+
+
+def test_ssge_function_prior_pulls_inflated_functions_back():
+    params, ctx = network_setup(n=50)
+    with torch.no_grad():
+        f = ctx.posterior.predict(params, ctx.batch.x).reshape(50, -1)
+    inflated = 1.5 * f  # functions with 1.5x the prior's amplitude
+    score = function_prior_score(inflated, ctx, prior_samples=500, prior_eta=0.1)
+    inward = (score * (f - inflated)).sum(-1) > 0
+    assert float(inward.float().mean()) > 0.7
+
+
+# ------------------------------------------------------------- registry
+def test_registry_resolves_config_rules():
+    assert resolve_rule("svgd", "function") == "fsvgd" and resolve_rule("wgd", "function") == "fwgd"
+    assert resolve_rule("langevin") == "langevin"
+    assert set(UPDATE_RULES) >= {"ensemble", "svgd", "wgd", "fsvgd", "fwgd", "anchored", "langevin"}
+    with pytest.raises(ValueError, match="function-space"):
+        resolve_rule("anchored", "function")
+    with pytest.raises(ValueError, match="unknown update rule"):
+        resolve_rule("hmc")
