@@ -143,8 +143,8 @@ def mean_pairwise_distance(x: Any, y: Any = None) -> float:
     Returns:
         The mean pairwise distance.
     """
-    a = torch.from_numpy(_samples(x, "x"))
-    b = a if y is None else torch.from_numpy(_samples(y, "y"))
+    a = torch.tensor(_samples(x, "x"))  # a copy: inputs may be read-only arrays
+    b = a if y is None else torch.tensor(_samples(y, "y"))
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"x has dimension {a.shape[1]}, y has {b.shape[1]}")
     block = _ROW_BLOCK

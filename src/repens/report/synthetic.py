@@ -1,0 +1,639 @@
+"""Figure 2, Figure F.1 and a metrics table for the synthetic experiments (Appendix G.1, F).
+
+Inputs are the ``.npz`` files written by ``repens.experiments.synthetic.run_synthetic``:
+``particles`` (n, 2) float64, ``initial`` (n, 2) and ``job`` (0-d string array
+holding the JSON job spec, with ``dataset`` = target name, ``method``, ``seed``,
+``scale``, ``particles``, ``steps``, ``lr``, ``bandwidth``, ...).
+
+* :func:`compute_metrics`: mean error, covariance errors and energy distance of
+  one particle set against the exact target, plus an exact-i.i.d. noise floor.
+* :func:`write_metrics_table`: CSV + booktabs LaTeX table over many runs.
+* :func:`plot_target_panels`: one joint plot per method, left to right in input
+  order (the paper's layout: SVGD, kde-WGD, sge-WGD, ssge-WGD): target
+  log-density contours, particles (blue) and the one-dimensional marginals as
+  KDEs of exact target samples (red) and of the particles (blue).
+
+Everything random here (the exact reference samples, the i.i.d. baseline draws)
+uses fixed ``torch.Generator`` seeds, so tables and figures are reproducible.
+Metric definitions are documented in :mod:`repens.metrics`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from repens.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
+from repens.targets import make_target
+
+log = logging.getLogger("repens.report")
+
+__all__ = [
+    "LABELS",
+    "TARGET_TITLES",
+    "COLUMNS",
+    "Run",
+    "load_run",
+    "compute_metrics",
+    "iid_baseline",
+    "metrics_frame",
+    "write_metrics_table",
+    "plot_target_panels",
+]
+
+#: Display labels of the method keys (as in ``config.yaml``); unknown keys show as themselves.
+LABELS: dict[str, str] = {
+    "de": "Deep ensemble",
+    "svgd": "SVGD",
+    "fsvgd": "f-SVGD",
+    "kde-wgd": "kde-WGD",
+    "sge-wgd": "sge-WGD",
+    "ssge-wgd": "ssge-WGD",
+    "kde-fwgd": "kde-fWGD",
+    "sge-fwgd": "sge-fWGD",
+    "ssge-fwgd": "ssge-fWGD",
+    "anchored": "Anchored ensemble",
+    "dle": "DLE",
+    "drle": "DRLE",
+}
+
+#: Figure titles of the targets and the paper figure each one reproduces.
+TARGET_TITLES: dict[str, str] = {"gaussian": "Single Gaussian", "funnel": "Neal's funnel"}
+PAPER_FIGURES: dict[str, str] = {"gaussian": "Figure 2", "funnel": "Figure F.1"}
+_SHORT_NAMES: dict[str, str] = {"gaussian": "Gaussian", "funnel": "funnel"}
+
+#: Columns of the metrics CSV, in order.
+COLUMNS: list[str] = [
+    "target", "method", "label", "seed", "scale", "n", "steps",
+    "mean_error", "cov_rel_err_xx", "cov_xy_err", "cov_rel_err_yy", "max_cov_rel_err",
+    "energy_distance", "cov_xy_err_kind", "source",
+]
+
+METRIC_KEYS: tuple[str, ...] = (
+    "mean_error", "cov_rel_err_xx", "cov_xy_err", "cov_rel_err_yy", "max_cov_rel_err", "energy_distance",
+)
+
+#: Number of independent exact i.i.d. draws averaged in the baseline row.
+IID_REPEATS = 10
+#: Seed of the exact reference samples (energy distance, red marginal KDEs).
+REFERENCE_SEED = 0
+REFERENCE_SAMPLES = 20000
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training job's result file."""
+
+    path: Path
+    particles: np.ndarray
+    initial: np.ndarray | None
+    job: dict[str, Any]
+
+    @property
+    def target(self) -> str:
+        return str(self.job.get("dataset"))
+
+    @property
+    def method(self) -> str:
+        return str(self.job.get("method", "?"))
+
+    @property
+    def label(self) -> str:
+        return str(self.job.get("label") or LABELS.get(self.method, self.method))
+
+    @property
+    def scale(self) -> str:
+        return str(self.job.get("scale", "?"))
+
+
+def load_run(path: Path | str) -> Run:
+    """Read a synthetic result file and check its format.
+
+    Args:
+        path: ``.npz`` written by ``run_synthetic``.
+
+    Returns:
+        The parsed :class:`Run`.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the file is not an ``.npz`` with ``particles`` (n, 2) and a JSON
+            ``job`` naming its ``dataset``; the message names the file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such result file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable .npz result file ({err})") from err
+    missing = [key for key in ("particles", "job") if key not in arrays]
+    if missing:
+        raise ValueError(f"{path}: missing array(s) {missing}; has {sorted(arrays)} "
+                         "(expected the output of 'repens train' for a synthetic job)")
+    particles = np.asarray(arrays["particles"], dtype=np.float64)
+    if particles.ndim != 2 or particles.shape[1] != 2 or particles.shape[0] < 2:
+        raise ValueError(f"{path}: 'particles' must have shape (n >= 2, 2), got {particles.shape}")
+    try:
+        job = json.loads(str(arrays["job"][()]))
+    except (json.JSONDecodeError, TypeError, IndexError) as err:
+        raise ValueError(f"{path}: 'job' is not a JSON job spec ({err})") from err
+    if not isinstance(job, dict) or "dataset" not in job:
+        raise ValueError(f"{path}: the job spec has no 'dataset' (target name)")
+    initial = arrays.get("initial")
+    return Run(path, particles, None if initial is None else np.asarray(initial, dtype=np.float64), job)
+
+
+def _load_runs(inputs: Iterable[Path | str]) -> list[Run]:
+    runs = [load_run(p) for p in inputs]
+    if not runs:
+        raise ValueError("no input files")
+    return runs
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+@functools.lru_cache(maxsize=8)
+def _reference(target_name: str, reference_samples: int, seed: int) -> tuple[np.ndarray, float]:
+    """Exact target samples (fixed seed) and their mean pairwise distance, cached."""
+    target = make_target(target_name)
+    samples = target.sample(int(reference_samples), torch.Generator().manual_seed(int(seed))).numpy()
+    samples.setflags(write=False)
+    return samples, mean_pairwise_distance(samples)
+
+
+def _point_metrics(x: np.ndarray, target_name: str, reference_samples: int, seed: int) -> dict[str, Any]:
+    """The metrics of one sample set (no baseline)."""
+    target = make_target(target_name)
+    mean, cov = (t.numpy() for t in target.moments())
+    nan = float("nan")
+    xy_kind = "relative" if cov[0, 1] != 0 else "absolute"
+    out: dict[str, Any] = {"n": int(x.shape[0]), "cov_xy_err_kind": xy_kind}
+    if not np.all(np.isfinite(x)):
+        log.warning("non-finite particles for target %s; metrics are NaN", target_name)
+        out.update({key: nan for key in METRIC_KEYS})
+        return out
+    errors = covariance_relative_errors(x, cov)  # ddof=0: covariance of the particle measure
+    reference, ref_self = _reference(target_name, reference_samples, seed)
+    energy = 2.0 * mean_pairwise_distance(x, reference) - mean_pairwise_distance(x) - ref_self
+    out.update({
+        "mean_error": mean_error(x, mean),
+        "cov_rel_err_xx": float(errors[0, 0]),
+        "cov_xy_err": float(errors[0, 1]),
+        "cov_rel_err_yy": float(errors[1, 1]),
+        # relative errors only: entries whose exact value is 0 have no relative error
+        "max_cov_rel_err": float(errors[cov != 0].max()),
+        "energy_distance": max(float(energy), 0.0),
+    })
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _iid_baseline_cached(target_name: str, n: int, reference_samples: int, seed: int,
+                         repeats: int) -> tuple[tuple[str, Any], ...]:
+    target = make_target(target_name)
+    # seed + 1: the baseline draws must be independent of the reference samples
+    generator = torch.Generator().manual_seed(int(seed) + 1)
+    draws = [_point_metrics(target.sample(n, generator).numpy(), target_name, reference_samples, seed)
+             for _ in range(repeats)]
+    out: dict[str, Any] = {"n": n, "cov_xy_err_kind": draws[0]["cov_xy_err_kind"], "repeats": repeats}
+    for key in METRIC_KEYS:
+        out[key] = float(np.mean([d[key] for d in draws]))
+        out[key + "_sd"] = float(np.std([d[key] for d in draws], ddof=1)) if repeats > 1 else 0.0
+    return tuple(out.items())
+
+
+def iid_baseline(target_name: str, n: int, reference_samples: int | None = None,
+                 seed: int | None = None, repeats: int | None = None) -> dict[str, Any]:
+    """Noise floor: the metrics of ``n`` exact i.i.d. target samples, averaged over draws.
+
+    Args:
+        target_name: ``"gaussian"`` or ``"funnel"``.
+        n: Sample size (the number of particles being compared).
+        reference_samples: Size of the exact reference set for the energy distance
+            (default :data:`REFERENCE_SAMPLES`).
+        seed: Seed of the reference set (default :data:`REFERENCE_SEED`); the i.i.d.
+            draws use ``seed + 1``.
+        repeats: Number of independent draws of ``n`` samples averaged (default
+            :data:`IID_REPEATS`).
+
+    Returns:
+        Dict with the same metric keys as :func:`compute_metrics` (means over the
+        draws), their standard deviations under ``<key>_sd``, ``n`` and ``repeats``.
+    """
+    if n < 2:
+        raise ValueError(f"n must be >= 2, got {n}")
+    reference_samples = REFERENCE_SAMPLES if reference_samples is None else reference_samples
+    seed = REFERENCE_SEED if seed is None else seed
+    repeats = IID_REPEATS if repeats is None else repeats
+    return dict(_iid_baseline_cached(target_name, int(n), int(reference_samples), int(seed), int(repeats)))
+
+
+def compute_metrics(particles: Any, target_name: str, reference_samples: int = REFERENCE_SAMPLES,
+                    seed: int = REFERENCE_SEED, baseline: bool = True) -> dict[str, Any]:
+    """Sample-quality metrics of a particle set against the exact target.
+
+    Metrics (see :mod:`repens.metrics` for the estimators):
+
+    * ``mean_error``: ``||mean(particles) - E[target]||_2``.
+    * ``cov_rel_err_xx`` / ``cov_rel_err_yy``: ``|hat S_ii - S_ii| / |S_ii|`` with
+      ``hat S`` the population covariance (ddof=0) of the particles.
+    * ``cov_xy_err``: relative error of the off-diagonal entry when its exact value
+      is nonzero (Gaussian), absolute error when it is 0 (funnel);
+      ``cov_xy_err_kind`` says which.
+    * ``max_cov_rel_err``: the largest relative error over entries with nonzero
+      exact value.
+    * ``energy_distance``: Szekely's ``2E||X-Y|| - E||X-X'|| - E||Y-Y'||`` between
+      the particle measure and ``reference_samples`` exact samples drawn with
+      ``torch.Generator().manual_seed(seed)`` (V-statistic).
+
+    Args:
+        particles: (n, 2) particles (numpy array or torch tensor).
+        target_name: ``"gaussian"`` or ``"funnel"``.
+        reference_samples: Number of exact reference samples.
+        seed: Seed of the reference samples.
+        baseline: Also compute the exact-i.i.d. noise floor (:func:`iid_baseline`
+            for the same ``n``; cached) under the key ``"iid_baseline"``.
+
+    Returns:
+        Dict of the metrics above plus ``n`` (and ``iid_baseline`` if requested).
+        Non-finite particles give NaN metrics.
+    """
+    x = as_array(particles)
+    if x.ndim != 2 or x.shape[1] != 2 or x.shape[0] < 2:
+        raise ValueError(f"particles must have shape (n >= 2, 2), got {x.shape}")
+    out = _point_metrics(x, target_name, int(reference_samples), int(seed))
+    if baseline:
+        out["iid_baseline"] = iid_baseline(target_name, x.shape[0], reference_samples, seed)
+    return out
+
+
+def metrics_frame(inputs: Sequence[Path | str], reference_samples: int | None = None,
+                  seed: int | None = None):
+    """The metrics table as a pandas DataFrame (see :func:`write_metrics_table`).
+
+    ``reference_samples`` and ``seed`` default to :data:`REFERENCE_SAMPLES` and
+    :data:`REFERENCE_SEED`.
+    """
+    import pandas as pd
+
+    reference_samples = REFERENCE_SAMPLES if reference_samples is None else reference_samples
+    seed = REFERENCE_SEED if seed is None else seed
+
+    runs = _load_runs(inputs)
+    seen: dict[tuple, Path] = {}
+    by_target: dict[str, list[Run]] = {}
+    for run in runs:
+        key = (run.target, run.method, run.job.get("seed"), run.scale, run.particles.shape[0], run.job.get("steps"))
+        if key in seen:
+            raise ValueError(f"{run.path}: duplicate run (target, method, seed, scale, n, steps) = {key}, "
+                             f"also in {seen[key]}")
+        seen[key] = run.path
+        by_target.setdefault(run.target, []).append(run)
+
+    rows: list[dict[str, Any]] = []
+    for target_name, target_runs in by_target.items():
+        for run in target_runs:
+            metrics = compute_metrics(run.particles, target_name, reference_samples, seed, baseline=False)
+            rows.append({
+                "target": target_name, "method": run.method, "label": run.label,
+                "seed": run.job.get("seed"), "scale": run.scale, "n": metrics["n"],
+                "steps": run.job.get("steps"),
+                **{key: metrics[key] for key in METRIC_KEYS},
+                "cov_xy_err_kind": metrics["cov_xy_err_kind"], "source": run.path.name,
+            })
+        scales = "+".join(sorted({run.scale for run in target_runs}))
+        for n in sorted({run.particles.shape[0] for run in target_runs}):
+            base = iid_baseline(target_name, n, reference_samples, seed)
+            rows.append({
+                "target": target_name, "method": "iid", "label": f"exact iid (n={n})",
+                "seed": None, "scale": scales, "n": n, "steps": None,
+                **{key: base[key] for key in METRIC_KEYS},
+                "cov_xy_err_kind": base["cov_xy_err_kind"],
+                "source": f"mean of {base['repeats']} draws of n exact samples",
+            })
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame["seed"] = frame["seed"].astype("Int64")
+    frame["steps"] = frame["steps"].astype("Int64")
+    return frame
+
+
+# --------------------------------------------------------------------------- LaTeX
+
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _tex_escape(text: Any) -> str:
+    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(text))
+
+
+def _tex_number(value: Any) -> str:
+    """A metric for the table: 3 decimals, scientific below 1e-3 or from 1e4, ``--`` for NaN."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "--"
+    v = float(value)
+    if v != 0.0 and (abs(v) < 1e-3 or abs(v) >= 1e4):
+        mantissa, exponent = f"{v:.2e}".split("e")
+        return rf"${mantissa}\times 10^{{{int(exponent)}}}$"
+    return f"{v:.3f}"
+
+
+def _fmt_moment(value: float) -> str:
+    return f"{value:.4g}".replace("-", "$-$")
+
+
+def _moments_text(target_name: str) -> str:
+    mean, cov = (t.numpy() for t in make_target(target_name).moments())
+    mean_s = "(" + ", ".join(_fmt_moment(v) for v in mean) + ")"
+    cov_s = "(" + ", ".join("(" + ", ".join(_fmt_moment(v) for v in row) + ")" for row in cov) + ")"
+    extra = r" ($\Sigma_{xx} = e^{4.5}$)" if target_name == "funnel" else ""
+    return f"{TARGET_TITLES.get(target_name, target_name)}: mean {mean_s}, covariance {cov_s}{extra}"
+
+
+def _latex_table(frame, reference_samples: int, seed: int) -> str:
+    import pandas as pd
+
+    scales = sorted({str(s) for s in frame.loc[frame["method"] != "iid", "scale"]})
+    targets = list(dict.fromkeys(frame["target"]))
+    scale_text = ", ".join(f"\\texttt{{{_tex_escape(s)}}}" for s in scales)
+    kinds = {t: frame.loc[frame["target"] == t, "cov_xy_err_kind"].iloc[0] for t in targets}
+    xy_text = "; ".join(f"{kinds[t]} for the {_SHORT_NAMES.get(t, t)}" for t in targets)
+    caption = (
+        f"Sample quality of the particle methods on the synthetic targets (Appendix G.1/F), "
+        f"run scale{'s' if len(scales) != 1 else ''}: {scale_text}. "
+        r"One row per training run; the \emph{exact iid} rows average the same metrics over "
+        f"{IID_REPEATS} independent sets of $n$ exact target samples (the noise floor for $n$ points). "
+        r"Mean: $\lVert\hat\mu-\mu\rVert_2$. "
+        r"$\Sigma_{xx}$, $\Sigma_{yy}$: relative error $\lvert\hat\Sigma_{ii}-\Sigma_{ii}\rvert/\lvert\Sigma_{ii}\rvert$ "
+        r"of the particle covariance (population form, divided by $n$). "
+        f"$\\Sigma_{{xy}}$: relative error where the exact value is nonzero, absolute where it is 0 ({xy_text}). "
+        r"Max: largest relative error over covariance entries with nonzero exact value. "
+        r"ED: energy distance $2\mathbb{E}\lVert X-Y\rVert-\mathbb{E}\lVert X-X'\rVert-\mathbb{E}\lVert Y-Y'\rVert$ "
+        f"(V-statistic) to {reference_samples} exact samples (seed {seed}). "
+        "Exact moments: " + "; ".join(_moments_text(t) for t in targets) + "."
+    )
+    header = (r"Target & Method & Seed & $n$ & Steps & Mean & $\Sigma_{xx}$ & $\Sigma_{xy}$ & "
+              r"$\Sigma_{yy}$ & Max & ED \\")
+    lines = [
+        "% Generated by repens.report.synthetic.write_metrics_table; do not edit.",
+        r"% Needs \usepackage{booktabs} and \usepackage{amssymb} (for \mathbb).",
+        r"\begin{table}[ht]",
+        r"\centering",
+        r"\small",
+        rf"\caption{{{caption}}}",
+        r"\label{tab:synthetic-metrics}",
+        r"\begin{tabular}{llrrrrrrrrr}",
+        r"\toprule",
+        header,
+        r"\midrule",
+    ]
+    for i, target_name in enumerate(targets):
+        if i:
+            lines.append(r"\midrule")
+        for _, row in frame[frame["target"] == target_name].iterrows():
+            is_base = row["method"] == "iid"
+            label = _tex_escape(row["label"])
+            cells = [
+                _tex_escape(TARGET_TITLES.get(target_name, target_name)),
+                rf"\emph{{{label}}}" if is_base else label,
+                "--" if is_base or pd.isna(row["seed"]) else str(row["seed"]),
+                str(row["n"]),
+                "--" if is_base else str(row["steps"]),
+                *(_tex_number(row[key]) for key in METRIC_KEYS),
+            ]
+            lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- output helpers
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path) -> None:
+    """Write the synthetic metrics table as CSV and as a booktabs LaTeX table.
+
+    One row per input run (target, method, seed) in input order, grouped by
+    target, followed by one ``exact iid (n=...)`` baseline row per target and
+    particle count. Columns: see :data:`COLUMNS` (``cov_xy_err_kind`` says whether
+    ``cov_xy_err`` is relative or absolute; ``source`` is the input file name).
+    The LaTeX caption states the scale(s) of the runs, the meaning of each
+    column and the targets' exact moments. If the inputs mix scales, all of them
+    are listed and the ``scale`` column tells the rows apart.
+
+    Args:
+        inputs: Result files (``.npz``) of synthetic jobs.
+        out_csv: CSV path (parent directories are created).
+        out_tex: LaTeX path.
+
+    Raises:
+        ValueError: an input is malformed or two inputs are the same run.
+    """
+    frame = metrics_frame(inputs)
+    out_csv, out_tex = Path(out_csv), Path(out_tex)
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(out_csv)
+    frame.to_csv(tmp, index=False)
+    os.replace(tmp, out_csv)
+    _write_text_atomic(out_tex, _latex_table(frame, REFERENCE_SAMPLES, REFERENCE_SEED))
+    log.info("wrote %s and %s (%d rows)", out_csv, out_tex, len(frame))
+
+
+# --------------------------------------------------------------------------- figure
+
+_PARTICLE_COLOR = "tab:blue"
+_EXACT_COLOR = "tab:red"
+#: Contour levels as drops below the maximum log density: 0.5 r^2 for r = 0.5, 1, ..., 4.5
+#: (for a Gaussian these are the Mahalanobis-radius-r ellipses; for the funnel they
+#: trace the neck and the mouth down to ~10 nats below the mode).
+_LOG_DENSITY_DROPS = tuple(0.5 * r**2 for r in np.arange(0.5, 4.51, 0.5))
+
+
+def _view_window(exact: np.ndarray, particle_sets: Sequence[np.ndarray]) -> list[tuple[float, float]]:
+    """Axis limits per coordinate: the exact samples' central 95% and the particles' extent.
+
+    The particles' 0.5%/99.5% quantiles count, but only up to the exact 0.1%/99.9%
+    interval widened by half its width, so that a few diverged particles do not
+    squash the plot (they are counted in the panel instead).
+    """
+    pooled = np.concatenate([p[np.all(np.isfinite(p), axis=1)] for p in particle_sets])
+    limits = []
+    for d in range(exact.shape[1]):
+        lo, hi = np.quantile(exact[:, d], [0.025, 0.975])
+        cap_lo, cap_hi = np.quantile(exact[:, d], [0.001, 0.999])
+        width = cap_hi - cap_lo
+        cap_lo, cap_hi = cap_lo - 0.5 * width, cap_hi + 0.5 * width
+        if pooled.size:
+            plo, phi = np.quantile(pooled[:, d], [0.005, 0.995])
+            lo, hi = min(lo, max(plo, cap_lo)), max(hi, min(phi, cap_hi))
+        pad = 0.05 * (hi - lo)
+        limits.append((float(lo - pad), float(hi + pad)))
+    return limits
+
+
+def _kde(values: np.ndarray, grid: np.ndarray) -> np.ndarray | None:
+    """1-D Gaussian KDE (scipy, Scott's rule) on ``grid``; None if it cannot be formed."""
+    from scipy.stats import gaussian_kde
+
+    values = values[np.isfinite(values)]
+    if values.size < 2 or np.ptp(values) == 0:
+        return None
+    try:
+        return gaussian_kde(values)(grid)
+    except (np.linalg.LinAlgError, ValueError):
+        return None
+
+
+def _settings_text(job: dict[str, Any]) -> dict[str, str]:
+    return {
+        "particles": f"n={job.get('particles', '?')}",
+        "steps": f"{job.get('steps', '?')} steps",
+        "lr": f"{job.get('optimizer', 'adam').capitalize()} lr {job.get('lr', '?')}",
+        "bandwidth": f"bandwidth {job.get('bandwidth', 'median')}",
+        "seed": f"seed {job.get('seed', '?')}",
+    }
+
+
+def _save_figure(fig, path: Path, fmt: str, **kwargs: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    fig.savefig(tmp, format=fmt, **kwargs)
+    os.replace(tmp, path)
+
+
+def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: Path) -> None:
+    """Draw Figure 2 (``gaussian``) or Figure F.1 (``funnel``): one joint plot per method.
+
+    Panels run left to right in input order, each titled with the method label.
+    The main axes show the target's log-density contours (levels 0.5 r^2 below
+    the maximum, r = 0.5 ... 4.5) and the particles (blue); the top and right axes
+    show the marginals as KDEs of exact target samples (red) and of the particles
+    (blue), as in the paper's caption. All panels share one view window, chosen
+    from the exact samples' central 95% and the particles' extent; particles
+    outside it are counted in the panel. The suptitle states the scale and the
+    settings (n, steps, optimizer, bandwidth, seed) read from the jobs.
+
+    Args:
+        target: ``"gaussian"`` or ``"funnel"``; every input must be a run on it.
+        inputs: Result files, one per panel.
+        out_png: PNG path (150 dpi); parent directories are created.
+        out_pdf: PDF path.
+
+    Raises:
+        ValueError: an input is malformed or belongs to another target (the
+            message names the file).
+    """
+    from matplotlib.figure import Figure  # Agg canvas, no pyplot / global backend state
+
+    runs = _load_runs(inputs)
+    for run in runs:
+        if run.target != target:
+            raise ValueError(f"{run.path}: a run on target {run.target!r}, but the figure is for {target!r}")
+    target_obj = make_target(target)
+    exact, _ = _reference(target, REFERENCE_SAMPLES, REFERENCE_SEED)
+    (x_lo, x_hi), (y_lo, y_hi) = _view_window(exact, [r.particles for r in runs])
+
+    gx, gy = np.linspace(x_lo, x_hi, 300), np.linspace(y_lo, y_hi, 300)
+    mesh_x, mesh_y = np.meshgrid(gx, gy)
+    grid = torch.from_numpy(np.stack([mesh_x.ravel(), mesh_y.ravel()], axis=1))
+    with torch.no_grad():
+        logp = target_obj.log_prob(grid).numpy().reshape(mesh_x.shape)
+    levels = sorted(float(logp.max()) - drop for drop in _LOG_DENSITY_DROPS)
+    exact_kde_x, exact_kde_y = _kde(exact[:, 0], gx), _kde(exact[:, 1], gy)
+
+    settings = [_settings_text(run.job) for run in runs]
+    common = [key for key in settings[0] if all(s[key] == settings[0][key] for s in settings)]
+    varying = [key for key in settings[0] if key not in common]
+    scales = sorted({run.scale for run in runs})
+
+    k = len(runs)
+    fig = Figure(figsize=(3.6 * k, 4.3))
+    outer = fig.add_gridspec(1, k, left=0.05, right=0.99, bottom=0.17, top=0.82, wspace=0.22)
+    for i, run in enumerate(runs):
+        cell = outer[i].subgridspec(2, 2, width_ratios=(4, 1), height_ratios=(1, 4), wspace=0.04, hspace=0.04)
+        ax = fig.add_subplot(cell[1, 0])
+        top = fig.add_subplot(cell[0, 0], sharex=ax)
+        right = fig.add_subplot(cell[1, 1], sharey=ax)
+
+        ax.contourf(mesh_x, mesh_y, logp, levels=levels + [float(logp.max()) + 1e-9], cmap="Greys", alpha=0.25)
+        ax.contour(mesh_x, mesh_y, logp, levels=levels, colors="0.45", linewidths=0.5)
+        p = run.particles
+        ax.scatter(p[:, 0], p[:, 1], s=7, color=_PARTICLE_COLOR, alpha=0.75, edgecolors="none", zorder=3)
+        ax.set_xlim(x_lo, x_hi)
+        ax.set_ylim(y_lo, y_hi)
+        ax.set_xlabel("$x$")
+        if i == 0:
+            ax.set_ylabel("$y$")
+        finite = np.all(np.isfinite(p), axis=1)
+        outside = int((~finite).sum() + ((p[finite, 0] < x_lo) | (p[finite, 0] > x_hi)
+                                         | (p[finite, 1] < y_lo) | (p[finite, 1] > y_hi)).sum())
+        if outside:
+            ax.text(0.02, 0.02, f"{outside} of {len(p)} particles outside view", transform=ax.transAxes,
+                    fontsize=7, color="0.2", va="bottom")
+
+        for values, grid_1d, exact_kde, axis, vertical in (
+            (p[:, 0], gx, exact_kde_x, top, False), (p[:, 1], gy, exact_kde_y, right, True)
+        ):
+            for density, color in ((exact_kde, _EXACT_COLOR), (_kde(values, grid_1d), _PARTICLE_COLOR)):
+                if density is None:
+                    continue
+                if vertical:
+                    axis.fill_betweenx(grid_1d, 0, density, color=color, alpha=0.15, linewidth=0)
+                    axis.plot(density, grid_1d, color=color, linewidth=1.2)
+                else:
+                    axis.fill_between(grid_1d, 0, density, color=color, alpha=0.15, linewidth=0)
+                    axis.plot(grid_1d, density, color=color, linewidth=1.2)
+            axis.tick_params(labelbottom=False, labelleft=False, bottom=not vertical, left=vertical, length=0)
+            for side in ("top", "right", "left" if not vertical else "bottom"):
+                axis.spines[side].set_visible(False)
+            if vertical:
+                axis.set_xlim(left=0)
+            else:
+                axis.set_ylim(bottom=0)
+        top.tick_params(axis="x", labelbottom=False)
+        right.tick_params(axis="y", labelleft=False)
+
+        title = run.label
+        if varying:
+            title += "\n" + ", ".join(settings[i][key] for key in varying)
+        top.set_title(title, fontsize=11)
+
+    name = TARGET_TITLES.get(target, target)
+    figure = PAPER_FIGURES.get(target)
+    head = f"{name}" + (f" (paper {figure})" if figure else "")
+    head += f" \u2014 scale: {', '.join(scales)}"
+    if common:
+        head += "; " + ", ".join(settings[0][key] for key in common)
+    fig.suptitle(head, fontsize=11)
+    fig.text(0.5, 0.012, "grey: target log-density contours; blue dots: particles; marginals: KDE of "
+             "exact target samples (red) and of the particles (blue)", ha="center", fontsize=8, color="0.25")
+
+    _save_figure(fig, out_png, "png", dpi=150)
+    _save_figure(fig, out_pdf, "pdf", metadata={"CreationDate": None})
+    log.info("wrote %s and %s (%d panels)", out_png, out_pdf, k)

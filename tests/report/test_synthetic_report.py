@@ -1,0 +1,150 @@
+"""Tests of repens.report.synthetic on tiny result files in the real format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from repens.report import synthetic as rep
+from repens.targets import make_target
+
+METHODS = ["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"]
+
+
+def _write_run(path: Path, particles: np.ndarray, **job_overrides) -> Path:
+    job = {"experiment": "synthetic", "dataset": "gaussian", "method": "svgd", "seed": 42, "scale": "quick",
+           "particles": int(particles.shape[0]), "steps": 10, "lr": 0.1, "bandwidth": "median", "rule": "svgd"}
+    job.update(job_overrides)
+    np.savez(path, particles=particles, initial=np.zeros_like(particles),
+             job=np.array(json.dumps(job, sort_keys=True)))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _small_reference(monkeypatch):
+    # keep the tests fast: a 2000-point reference set instead of 20000
+    monkeypatch.setattr(rep, "REFERENCE_SAMPLES", 2000)
+    monkeypatch.setattr(rep, "IID_REPEATS", 3)
+
+
+@pytest.fixture
+def gaussian_runs(tmp_path):
+    target = make_target("gaussian")
+    paths = []
+    for i, method in enumerate(METHODS):
+        x = target.sample(60, torch.Generator().manual_seed(100 + i)).numpy()
+        paths.append(_write_run(tmp_path / f"gaussian_{method}.npz", x, method=method))
+    return paths
+
+
+def test_compute_metrics_exact_samples_are_near_the_noise_floor():
+    x = make_target("gaussian").sample(200, torch.Generator().manual_seed(7))
+    m = rep.compute_metrics(x, "gaussian", reference_samples=2000)
+    for key in rep.METRIC_KEYS:
+        assert np.isfinite(m[key]) and m[key] >= 0
+    assert m["cov_xy_err_kind"] == "relative"
+    assert m["energy_distance"] < 0.1
+    base = m["iid_baseline"]
+    assert base["n"] == 200 and set(rep.METRIC_KEYS) <= set(base)
+    shifted = rep.compute_metrics(x + 2.0, "gaussian", reference_samples=2000, baseline=False)
+    mean = make_target("gaussian").moments()[0].numpy()
+    assert shifted["mean_error"] == pytest.approx(np.linalg.norm(x.numpy().mean(0) + 2.0 - mean))
+    assert shifted["energy_distance"] > 10 * m["energy_distance"]
+    assert "iid_baseline" not in shifted
+
+
+def test_compute_metrics_funnel_reports_absolute_xy_error():
+    x = make_target("funnel").sample(100, torch.Generator().manual_seed(3)).numpy()
+    m = rep.compute_metrics(x, "funnel", reference_samples=2000, baseline=False)
+    assert m["cov_xy_err_kind"] == "absolute"
+    cov_xy = np.cov(x, rowvar=False, ddof=0)[0, 1]
+    assert m["cov_xy_err"] == pytest.approx(abs(cov_xy))
+    assert m["max_cov_rel_err"] == pytest.approx(max(m["cov_rel_err_xx"], m["cov_rel_err_yy"]))
+
+
+def test_write_metrics_table(tmp_path, gaussian_runs):
+    out_csv, out_tex = tmp_path / "out" / "metrics.csv", tmp_path / "out" / "metrics.tex"
+    rep.write_metrics_table(gaussian_runs, out_csv, out_tex)
+    frame = pd.read_csv(out_csv)
+    expected = ["target", "method", "label", "seed", "scale", "n", "steps", "mean_error", "cov_rel_err_xx",
+                "cov_xy_err", "cov_rel_err_yy", "max_cov_rel_err", "energy_distance"]
+    assert list(frame.columns[: len(expected)]) == expected
+    assert len(frame) == len(METHODS) + 1
+    assert list(frame["method"]) == METHODS + ["iid"]
+    assert list(frame["label"][:4]) == ["SVGD", "kde-WGD", "sge-WGD", "ssge-WGD"]
+    base = frame[frame["method"] == "iid"].iloc[0]
+    assert base["label"] == "exact iid (n=60)" and base["n"] == 60 and base["target"] == "gaussian"
+    assert (frame["scale"] == "quick").all()
+    assert frame[expected[7:]].notna().all().all()
+    tex = out_tex.read_text()
+    assert r"\toprule" in tex and r"\bottomrule" in tex and r"\midrule" in tex
+    assert "quick" in tex and "exact iid" in tex and "SVGD" in tex
+    assert "0.6871" in tex and "3.389" in tex  # exact moments in the caption
+    assert not list((tmp_path / "out").glob(".*tmp*"))  # no temp files left behind
+
+
+def test_write_metrics_table_two_targets_and_mixed_scales(tmp_path, gaussian_runs):
+    x = make_target("funnel").sample(40, torch.Generator().manual_seed(5)).numpy()
+    funnel = _write_run(tmp_path / "funnel_svgd.npz", x, dataset="funnel", scale="paper", bandwidth=0.5)
+    out_csv, out_tex = tmp_path / "m.csv", tmp_path / "m.tex"
+    rep.write_metrics_table(gaussian_runs[:2] + [funnel], out_csv, out_tex)
+    frame = pd.read_csv(out_csv)
+    assert list(frame["target"]) == ["gaussian"] * 3 + ["funnel"] * 2
+    assert frame.loc[frame["target"] == "funnel", "cov_xy_err_kind"].eq("absolute").all()
+    tex = out_tex.read_text()
+    assert "paper" in tex and "quick" in tex and "funnel" in tex
+
+
+def test_duplicate_runs_are_rejected(tmp_path, gaussian_runs):
+    copy = tmp_path / "copy.npz"
+    copy.write_bytes(gaussian_runs[0].read_bytes())
+    with pytest.raises(ValueError, match="copy.npz"):
+        rep.write_metrics_table([gaussian_runs[0], copy], tmp_path / "a.csv", tmp_path / "a.tex")
+
+
+def test_plot_target_panels(tmp_path, gaussian_runs):
+    out_png, out_pdf = tmp_path / "fig" / "gaussian.png", tmp_path / "fig" / "gaussian.pdf"
+    rep.plot_target_panels("gaussian", gaussian_runs, out_png, out_pdf)
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out_png.stat().st_size > 10_000
+    assert out_pdf.read_bytes()[:5] == b"%PDF-"
+    assert not list((tmp_path / "fig").glob(".*tmp*"))
+
+
+def test_wrong_target_names_the_file(tmp_path, gaussian_runs):
+    x = make_target("funnel").sample(30, torch.Generator().manual_seed(1)).numpy()
+    funnel = _write_run(tmp_path / "a_funnel_run.npz", x, dataset="funnel")
+    with pytest.raises(ValueError, match="a_funnel_run.npz"):
+        rep.plot_target_panels("gaussian", gaussian_runs + [funnel], tmp_path / "f.png", tmp_path / "f.pdf")
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_bad_inputs_name_the_file(tmp_path):
+    no_job = tmp_path / "no_job.npz"
+    np.savez(no_job, particles=np.zeros((5, 2)))
+    with pytest.raises(ValueError, match="no_job.npz.*job"):
+        rep.load_run(no_job)
+    no_particles = tmp_path / "no_particles.npz"
+    np.savez(no_particles, job=np.array(json.dumps({"dataset": "gaussian"})))
+    with pytest.raises(ValueError, match="no_particles.npz.*particles"):
+        rep.write_metrics_table([no_particles], tmp_path / "a.csv", tmp_path / "a.tex")
+    bad_shape = _write_run(tmp_path / "bad_shape.npz", np.zeros((5, 3)))
+    with pytest.raises(ValueError, match="bad_shape.npz"):
+        rep.load_run(bad_shape)
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        rep.load_run(tmp_path / "missing.npz")
+
+
+def test_label_fallbacks(tmp_path):
+    x = np.random.default_rng(0).normal(size=(10, 2))
+    run = rep.load_run(_write_run(tmp_path / "r.npz", x, method="my-new-method"))
+    assert run.label == "my-new-method"
+    run = rep.load_run(_write_run(tmp_path / "s.npz", x, method="sge-wgd"))
+    assert run.label == "sge-WGD"
+    run = rep.load_run(_write_run(tmp_path / "t.npz", x, method="sge-wgd", label="Custom"))
+    assert run.label == "Custom"
