@@ -74,15 +74,19 @@ def first_seed_files(experiment, dataset, filename):
     return run_files(experiment, dataset, filename, seeds=seeds)
 
 
-def job_spec(wildcards, output):
-    """One training job as JSON (repens.config.resolve_job), for ``--spec``.
+def job_spec(experiment):
+    """Params function of ``experiment``'s training rule: the job as JSON, for ``--spec``.
 
-    Experiment and dataset are read from the output path, which follows
-    ``results/<experiment>/<dataset>/<method>/seed<seed>/...``. As a param, the spec
-    makes Snakemake rerun exactly the jobs whose settings (or scale) changed.
+    The job (repens.config.resolve_job) comes from the wildcards ``dataset`` (or
+    ``target``), ``method`` and ``seed``. As a param, the spec makes Snakemake rerun
+    exactly the jobs whose settings or scale changed. (The returned function takes
+    only ``wildcards``: Snakemake does not track params computed from output files.)
     """
-    experiment, dataset = Path(output[0]).parts[1:3]
-    job = resolve_job(
-        config, experiment, dataset, wildcards.method, int(wildcards.seed)
-    )
-    return json.dumps(job, sort_keys=True)
+
+    def spec(wildcards):
+        dataset = wildcards.get("dataset") or wildcards.get("target")
+        seed = int(wildcards.seed)
+        job = resolve_job(config, experiment, dataset, wildcards.method, seed)
+        return json.dumps(job, sort_keys=True)
+
+    return spec

@@ -31,7 +31,7 @@ rule train_synthetic:
         mem_mb=2000,
         runtime=30,
     params:
-        spec=job_spec,
+        spec=job_spec("synthetic"),
     shell:
         "python -m repens train --spec {params.spec:q} --out {output.particles:q} > {log:q} 2>&1"
 

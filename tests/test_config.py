@@ -1,0 +1,272 @@
+"""config.yaml, its JSON schema and repens.config: checked before any job runs."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from repens.config import ConfigError, check_config, experiment_seeds, method_label, resolve_job
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "config.yaml"
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def load_config() -> dict:
+    return yaml.safe_load(CONFIG.read_text())
+
+
+def load_schema() -> dict:
+    return yaml.safe_load(SCHEMA.read_text())
+
+
+def validate_like_snakemake(config: dict) -> dict:
+    """snakemake.utils.validate: the same schema, Draft 2020-12, defaults filled in."""
+    from snakemake.utils import validate
+
+    validate(config, str(SCHEMA))
+    return config
+
+
+def problems(config: dict) -> list[str]:
+    """Every schema error as ``key.path: message``, then check_config's error, if any."""
+    validator = jsonschema.Draft202012Validator(load_schema())
+    found = [
+        f"{'.'.join(str(p) for p in err.absolute_path)}: {err.message}"
+        for err in validator.iter_errors(config)
+    ]
+    if not found:
+        try:
+            check_config(config)
+        except ConfigError as err:
+            found.append(str(err))
+    return found
+
+
+def test_schema_is_valid_draft_2020_12():
+    schema = load_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def test_schema_rejects_unknown_keys_everywhere():
+    """Every object in the schema says additionalProperties: false."""
+
+    def objects(node, where="schema"):
+        if isinstance(node, dict):
+            if node.get("type") == "object":
+                yield where, node
+            for key, value in node.items():
+                yield from objects(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                yield from objects(value, f"{where}[{i}]")
+
+    found = list(objects(load_schema()))
+    assert len(found) >= 6
+    for where, node in found:
+        assert node.get("additionalProperties") is False, where
+
+
+def test_shipped_config_passes():
+    config = load_config()
+    assert problems(config) == []
+    validate_like_snakemake(config)
+    check_config(config)
+
+
+def test_schema_fills_defaults():
+    config = load_config()
+    del config["scale"], config["device"]
+    validate_like_snakemake(config)
+    assert config["scale"] == "quick"
+    assert config["device"] == "auto"
+    assert config["methods"]["svgd"]["space"] == "weight"
+    assert config["methods"]["fsvgd"]["space"] == "function"
+
+
+def test_shipped_config_matches_appendix_g1():
+    config = load_config()
+    assert config["scale"] == "quick"
+    assert config["seeds"] == [38, 39, 40, 41, 42]
+    assert config["experiments"]["synthetic"]["methods"] == ["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"]
+    assert experiment_seeds(config, "synthetic") == [42]
+    assert method_label(config, "kde-wgd") == "kde-WGD"
+    paper = dict(config, scale="paper")
+    gauss = resolve_job(paper, "synthetic", "gaussian", "svgd", 42)
+    assert (gauss["particles"], gauss["steps"], gauss["lr"], gauss["bandwidth"]) == (100, 5000, 0.1, "median")
+    assert gauss["init_std"] ** 2 == pytest.approx(3.0)
+    funnel = resolve_job(paper, "synthetic", "funnel", "ssge-wgd", 42)
+    assert (funnel["particles"], funnel["steps"], funnel["bandwidth"]) == (500, 2000, 0.5)
+    assert funnel["estimator"] == "ssge" and funnel["num_eigs"] is None
+
+
+def _set(path: str, value):
+    """A mutation of the config: set the dotted ``path`` to ``value``."""
+
+    def mutate(config):
+        *parents, last = path.split(".")
+        node = config
+        for key in parents:
+            node = node[key]
+        node[last] = value
+
+    return mutate
+
+
+def _rename(path: str, old: str, new: str):
+    def mutate(config):
+        node = config
+        for key in path.split("."):
+            node = node[key]
+        node[new] = node.pop(old)
+
+    return mutate
+
+
+# (mutation, text the message must contain: the offending key)
+BAD = {
+    "unknown method in an experiment": (
+        _set("experiments.synthetic.methods", ["svgd", "kde-wdg"]),
+        "experiments.synthetic.methods[1]",
+    ),
+    "misspelled setting": (
+        _rename("experiments.synthetic.datasets.gaussian", "steps", "stpes"),
+        "stpes",
+    ),
+    "misspelled quick setting": (
+        _rename("experiments.synthetic.quick.datasets.funnel", "particles", "particle"),
+        "particle",
+    ),
+    "misspelled method key": (_set("methods.svgd.lable", "SVGD"), "lable"),
+    "misspelled top-level key": (_set("seed", [1]), "seed"),
+    "string for a number (method)": (_set("methods.svgd.lr", "abc"), "methods.svgd.lr"),
+    "string for a number (settings)": (
+        _set("experiments.synthetic.settings.lr", "0.1"),
+        "experiments.synthetic.settings.lr",
+    ),
+    "string for an integer": (
+        _set("experiments.synthetic.datasets.funnel.particles", "500"),
+        "experiments.synthetic.datasets.funnel.particles",
+    ),
+    "float for an integer": (
+        _set("experiments.synthetic.datasets.funnel.steps", 10.5),
+        "experiments.synthetic.datasets.funnel.steps",
+    ),
+    "bad bandwidth": (
+        _set("experiments.synthetic.datasets.gaussian.bandwidth", "mean"),
+        "experiments.synthetic.datasets.gaussian.bandwidth",
+    ),
+    "negative lr": (_set("experiments.synthetic.settings.lr", -0.1), "experiments.synthetic.settings.lr"),
+    "empty seed list": (_set("seeds", []), "seeds"),
+    "empty experiment seed list": (_set("experiments.synthetic.seeds", []), "experiments.synthetic.seeds"),
+    "string seed": (_set("seeds", ["42"]), "seeds.0"),
+    "unknown rule": (_set("methods.svgd.rule", "svgdd"), "methods.svgd.rule"),
+    "unknown estimator": (_set("methods.kde-wgd.estimator", "kdee"), "methods.kde-wgd.estimator"),
+    "unknown space": (_set("methods.fsvgd.space", "functional"), "methods.fsvgd.space"),
+    "unknown optimizer": (_set("experiments.synthetic.settings.optimizer", "adamw"), "optimizer"),
+    "unknown scale": (_set("scale", "full"), "scale"),
+    "method name not wildcard-safe": (_set("methods.Kde_WGD", {"rule": "svgd"}), "Kde_WGD"),
+    "wgd without estimator": (
+        lambda c: c["methods"]["kde-wgd"].pop("estimator"),
+        "methods.kde-wgd.estimator",
+    ),
+    "option the rule ignores": (_set("methods.svgd.eta", 0.1), "methods.svgd.eta"),
+    "dataset patch for no dataset": (
+        _set("experiments.synthetic.quick.datasets.gausian", {"steps": 10}),
+        "gausian",
+    ),
+    "method settings for a method not run": (
+        _set("experiments.synthetic.method_settings", {"de": {"lr": 0.1}}),
+        "experiments.synthetic.method_settings.de",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_config_is_rejected_naming_the_key(case):
+    mutate, key = BAD[case]
+    config = load_config()
+    mutate(config)
+    found = problems(config)
+    assert found, f"{case}: accepted"
+    assert any(key in message for message in found), found
+
+
+def _layered_config():
+    config = load_config()
+    exp = config["experiments"]["synthetic"]
+    exp["method_settings"] = {"svgd": {"steps": 7, "lr": 0.5}}
+    exp["quick"]["method_settings"] = {"svgd": {"steps": 3}}
+    exp["quick"]["settings"] = {"lr": 0.2}
+    assert problems(config) == []
+    return config
+
+
+def test_resolve_job_quick_patches_paper():
+    config = load_config()
+    quick = resolve_job(config, "synthetic", "gaussian", "kde-wgd", 42)
+    paper = resolve_job(dict(config, scale="paper"), "synthetic", "gaussian", "kde-wgd", 42)
+    assert paper["steps"] == 5000 and quick["steps"] == 2000
+    assert quick["particles"] == paper["particles"] == 100
+    assert quick["scale"] == "quick" and paper["scale"] == "paper"
+    funnel = resolve_job(config, "synthetic", "funnel", "svgd", 42)
+    assert (funnel["particles"], funnel["steps"], funnel["lr"], funnel["bandwidth"]) == (250, 1000, 0.1, 0.5)
+
+
+def test_resolve_job_layer_order():
+    config = _layered_config()
+    paper = dict(config, scale="paper")
+    # method_settings wins over datasets and settings
+    job = resolve_job(paper, "synthetic", "gaussian", "svgd", 42)
+    assert (job["steps"], job["lr"]) == (7, 0.5)
+    assert resolve_job(paper, "synthetic", "gaussian", "kde-wgd", 42)["steps"] == 5000
+    # quick layers win over all paper layers; quick.method_settings over quick.datasets
+    job = resolve_job(config, "synthetic", "gaussian", "svgd", 42)
+    assert (job["steps"], job["lr"]) == (3, 0.2)
+    job = resolve_job(config, "synthetic", "gaussian", "kde-wgd", 42)
+    assert (job["steps"], job["lr"]) == (2000, 0.2)
+    assert job["rule"] == "wgd" and job["estimator"] == "kde" and "label" not in job
+
+
+def test_resolve_job_does_not_mutate_config():
+    config = load_config()
+    before = copy.deepcopy(config)
+    resolve_job(config, "synthetic", "funnel", "sge-wgd", 42)
+    assert config == before
+
+
+@pytest.mark.parametrize(
+    ("case", "key"),
+    [
+        ("misspelled setting", "stpes"),
+        ("string for a number (method)", "lr"),
+        ("empty seed list", "seeds"),
+        ("unknown method in an experiment", "experiments.synthetic.methods[1]"),
+        ("unknown estimator", "estimator"),
+    ],
+)
+def test_snakemake_stops_before_any_job(tmp_path, case, key):
+    """A real (not dry) run on a bad config fails at parse time, naming the key."""
+    mutate, _ = BAD[case]
+    config = load_config()
+    mutate(config)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "-c1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert key in output, output
+    assert not (tmp_path / "results").exists()
+    assert not (tmp_path / "logs").exists()
