@@ -1,0 +1,1 @@
+"""Data sets: toy generators (Appendix G.2/G.3); image and UCI loaders come later."""
