@@ -1,0 +1,722 @@
+"""Figure 1, Figure 3 and the distance-to-HMC table for the BNN toys (Appendix G.2, G.3).
+
+Inputs are the prediction files ``results/toy/<dataset>/<method>/seed<seed>/predictions.npz``
+written by the training jobs and by the HMC job:
+
+* every file: ``x_train`` (N, d), ``y_train`` (N,), ``x_test`` (T, d), ``job`` (0-d
+  string array, the JSON job spec with ``dataset``, ``method``, ``seed``, ``scale``
+  and ``particles``/``steps``, or an ``hmc`` dict for the HMC job) and ``label``
+  (0-d string array, the display name);
+* regression (d = 1): ``f_test`` (S, T), the function value of each particle or
+  posterior sample at the test inputs, and ``noise_std`` (0-d). The predictive
+  at x is the mixture ``(1/S) sum_s N(f_s(x), noise_std^2)``;
+* classification (d = 2, test inputs a y-major square grid): ``probs_test``
+  (T, C), the predictive class probabilities.
+
+Functions:
+
+* :func:`load_predictions`: read and check one file.
+* :func:`plot_regression_panels`: Figure 1, one panel per input (predictive mean,
+  +-1/2/3 sd bands of the predictive mixture, training points, ``x sin x``).
+* :func:`plot_classification_panels`: Figure 3, predictive entropy over the grid.
+* :func:`distance_frame` / :func:`write_distance_table`: each method's predictive
+  against HMC's (Wasserstein-2 per region for regression, KL near/far from the
+  data for classification), CSV + booktabs LaTeX.
+
+Distances are defined in :mod:`repens.distances`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from repens.data.toy import REGRESSION_CLUSTERS
+from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
+from repens.report.synthetic import LABELS, _save_figure, _tex_escape, _tex_number, _tmp_name, _write_text_atomic
+
+log = logging.getLogger("repens.report")
+
+__all__ = [
+    "DATASETS",
+    "NEAR_RADIUS",
+    "COLUMNS",
+    "ToyPredictions",
+    "ToyInputs",
+    "load_predictions",
+    "regression_regions",
+    "near_mask",
+    "distance_frame",
+    "write_distance_table",
+    "plot_regression_panels",
+    "plot_classification_panels",
+]
+
+DATASETS = ("regression", "classification")
+
+#: Classification grid points within this Euclidean distance of a training point are "near".
+NEAR_RADIUS = 2.0
+
+_COMMON_KEYS = ("x_train", "y_train", "x_test", "job", "label")
+_DATASET_KEYS = {"regression": ("f_test", "noise_std"), "classification": ("probs_test",)}
+
+#: Columns of the distance CSV, in order (one row per method; NaN where a dataset is absent).
+REGRESSION_COLUMNS = [
+    "w2_data", "w2_gap", "w2_outside",
+    "gap_sd", "hmc_gap_sd", "gap_sd_ratio",
+    "gap_sd_epistemic", "hmc_gap_sd_epistemic", "gap_sd_epistemic_ratio",
+]
+CLASSIFICATION_COLUMNS = [
+    "kl_near", "kl_far", "entropy_near", "entropy_far", "hmc_entropy_near", "hmc_entropy_far",
+]
+COLUMNS = (["method", "label", "seed", "scale"] + REGRESSION_COLUMNS + CLASSIFICATION_COLUMNS
+           + ["regression_source", "classification_source"])
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class ToyPredictions:
+    """One prediction file (a method's job or the HMC reference)."""
+
+    path: Path
+    dataset: str  # "regression" | "classification"
+    method: str  # config key or "hmc"
+    label: str
+    job: dict[str, Any]
+    x_train: np.ndarray  # (N, d) float64
+    y_train: np.ndarray  # (N,) float64 targets or int64 labels
+    x_test: np.ndarray  # (T, d) float64
+    f_test: np.ndarray | None = None  # regression: (S, T) float64
+    noise_std: float | None = None  # regression
+    probs_test: np.ndarray | None = None  # classification: (T, C) float64
+
+    @property
+    def seed(self) -> Any:
+        return self.job.get("seed")
+
+    @property
+    def scale(self) -> str:
+        return str(self.job.get("scale", "?"))
+
+    @property
+    def is_hmc(self) -> bool:
+        return self.method == "hmc"
+
+    def predictive(self, noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Regression: (mean, sd) of the predictive mixture at ``x_test``; ``noise=False``
+        gives the epistemic sd (spread of f alone)."""
+        if self.f_test is None:
+            raise ValueError(f"{self.path}: not a regression prediction file")
+        return mixture_moments(self.f_test, self.noise_std if noise else 0.0)
+
+
+def _grid_axes(path: Path, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The axes (xs, ys) of a y-major square grid; ValueError naming ``path`` otherwise."""
+    t = x_test.shape[0]
+    n = math.isqrt(t)
+    if n * n != t or n < 2:
+        raise ValueError(f"{path}: x_test has {t} points, not a square grid")
+    grid = x_test.reshape(n, n, 2)
+    xs, ys = grid[0, :, 0], grid[:, 0, 1]
+    expected = np.stack(np.broadcast_arrays(xs[None, :], ys[:, None]), axis=-1)
+    if not (np.allclose(grid, expected, atol=1e-5) and np.all(np.diff(xs) > 0) and np.all(np.diff(ys) > 0)):
+        raise ValueError(f"{path}: x_test is not a y-major grid "
+                         "(expected x_test.reshape(n, n, 2)[i, j] = (xs[j], ys[i]), both increasing)")
+    return xs, ys
+
+
+def load_predictions(path: Path | str) -> ToyPredictions:
+    """Read a toy prediction file and check its format.
+
+    Args:
+        path: ``predictions.npz`` of a toy training job or of the HMC job.
+
+    Returns:
+        The parsed :class:`ToyPredictions` (arrays as float64; classification labels int64).
+        The method key is the job's ``method``, else ``"hmc"`` for a job with an ``hmc``
+        block, else the name of the file's grandparent folder (``<method>/seed<s>/``).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: unreadable, a required array is missing (the message names the file
+            and the key), the job has no known ``dataset``, or shapes do not fit.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such prediction file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable .npz prediction file ({err})") from err
+    for key in _COMMON_KEYS:
+        if key not in arrays:
+            raise ValueError(f"{path}: missing array {key!r}; has {sorted(arrays)}")
+    try:
+        job = json.loads(str(arrays["job"][()]))
+    except (json.JSONDecodeError, TypeError, IndexError) as err:
+        raise ValueError(f"{path}: 'job' is not a JSON job spec ({err})") from err
+    if not isinstance(job, dict):
+        raise ValueError(f"{path}: 'job' is not a JSON object")
+    dataset = job.get("dataset")
+    if dataset not in DATASETS:
+        raise ValueError(f"{path}: job 'dataset' is {dataset!r}, expected one of {list(DATASETS)}")
+    for key in _DATASET_KEYS[dataset]:
+        if key not in arrays:
+            raise ValueError(f"{path}: missing array {key!r} (required for {dataset}); has {sorted(arrays)}")
+
+    method = job.get("method") or ("hmc" if "hmc" in job else path.parent.parent.name)
+    label = str(arrays["label"][()]) or LABELS.get(method, method)
+    x_train = np.asarray(arrays["x_train"], dtype=np.float64)
+    x_test = np.asarray(arrays["x_test"], dtype=np.float64)
+    y_train = np.asarray(arrays["y_train"])
+    d = 1 if dataset == "regression" else 2
+    if x_train.ndim != 2 or x_train.shape[1] != d or x_train.shape[0] < 1:
+        raise ValueError(f"{path}: 'x_train' must have shape (N, {d}), got {x_train.shape}")
+    if y_train.shape != (x_train.shape[0],):
+        raise ValueError(f"{path}: 'y_train' must have shape ({x_train.shape[0]},), got {y_train.shape}")
+    if x_test.ndim != 2 or x_test.shape[1] != d or x_test.shape[0] < 2:
+        raise ValueError(f"{path}: 'x_test' must have shape (T, {d}), got {x_test.shape}")
+    t = x_test.shape[0]
+    fields: dict[str, Any] = {}
+    if dataset == "regression":
+        f_test = np.asarray(arrays["f_test"], dtype=np.float64)
+        if f_test.ndim != 2 or f_test.shape[1] != t or f_test.shape[0] < 1:
+            raise ValueError(f"{path}: 'f_test' must have shape (S, {t}), got {f_test.shape}")
+        noise = np.asarray(arrays["noise_std"], dtype=np.float64)
+        if noise.shape != () or not noise >= 0:
+            raise ValueError(f"{path}: 'noise_std' must be a non-negative scalar, got {noise!r}")
+        fields.update(f_test=f_test, noise_std=float(noise), y_train=y_train.astype(np.float64))
+    else:
+        probs = np.asarray(arrays["probs_test"], dtype=np.float64)
+        if probs.ndim != 2 or probs.shape[0] != t or probs.shape[1] < 2:
+            raise ValueError(f"{path}: 'probs_test' must have shape ({t}, C >= 2), got {probs.shape}")
+        if np.any(probs < 0) or not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):
+            raise ValueError(f"{path}: 'probs_test' rows are not probability vectors")
+        labels = y_train.astype(np.int64)
+        if not np.array_equal(labels, y_train) or labels.min() < 0 or labels.max() >= probs.shape[1]:
+            raise ValueError(f"{path}: 'y_train' must hold integer labels in [0, {probs.shape[1]})")
+        _grid_axes(path, x_test)
+        fields.update(probs_test=probs, y_train=labels)
+    return ToyPredictions(path=path, dataset=dataset, method=str(method), label=label, job=job,
+                          x_train=x_train, x_test=x_test, **fields)
+
+
+def _load_all(inputs: Sequence[Path | str], dataset: str | None) -> list[ToyPredictions]:
+    preds = [load_predictions(p) for p in inputs]
+    if not preds:
+        raise ValueError("no input files")
+    if dataset is not None:
+        for p in preds:
+            if p.dataset != dataset:
+                raise ValueError(f"{p.path}: a {p.dataset!r} prediction file, but {dataset!r} inputs are expected")
+    _check_same_run(preds)
+    return preds
+
+
+def _check_same_run(preds: Sequence[ToyPredictions]) -> None:
+    """All inputs must come from one seed and one scale; the error lists every file."""
+    if len({(str(p.seed), p.scale) for p in preds}) > 1:
+        listing = "; ".join(f"{p.path}: seed={p.seed}, scale={p.scale}" for p in preds)
+        raise ValueError(f"inputs mix seeds/scales (expected one seed and one scale): {listing}")
+
+
+# --------------------------------------------------------------------------- regions
+
+
+def regression_regions(x: Any) -> dict[str, np.ndarray]:
+    """Boolean masks of the 1-D test inputs ``x`` (T,) or (T, 1).
+
+    * ``data``: inside a training interval, ``[1.5, 2.5]`` or ``[4.5, 6.0]`` (closed);
+    * ``gap``: between them, ``(2.5, 4.5)``;
+    * ``outside``: the rest (``[0, 1.5)`` and ``(6, 7]`` on the G.2 test grid).
+    """
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    (lo1, hi1), (lo2, hi2) = REGRESSION_CLUSTERS
+    data = ((x >= lo1) & (x <= hi1)) | ((x >= lo2) & (x <= hi2))
+    gap = (x > hi1) & (x < lo2)
+    return {"data": data, "gap": gap, "outside": ~(data | gap)}
+
+
+def near_mask(x_test: Any, x_train: Any, radius: float = NEAR_RADIUS) -> np.ndarray:
+    """Grid points within Euclidean distance ``radius`` (inclusive) of some training point."""
+    a, b = np.asarray(x_test, dtype=np.float64), np.asarray(x_train, dtype=np.float64)
+    d2 = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    return d2.min(axis=1) <= radius**2
+
+
+def _masked_mean(values: np.ndarray, mask: np.ndarray, what: str) -> float:
+    if not mask.any():
+        log.warning("no test points in %s; its columns are NaN", what)
+        return float("nan")
+    return float(values[mask].mean())
+
+
+# --------------------------------------------------------------------------- distance table
+
+
+def _check_reference(hmc: ToyPredictions, methods: Sequence[ToyPredictions], dataset: str) -> None:
+    if not hmc.is_hmc:
+        raise ValueError(f"{hmc.path}: passed as the HMC reference for {dataset}, "
+                         f"but it is a {hmc.method!r} run")
+    seen: dict[str, Path] = {}
+    for m in methods:
+        if m.method in seen:
+            raise ValueError(f"{m.path}: method {m.method!r} appears twice for {dataset} (also {seen[m.method]})")
+        seen[m.method] = m.path
+        for name in ("x_test", "x_train"):
+            a, b = getattr(hmc, name), getattr(m, name)
+            if a.shape != b.shape or not np.allclose(a, b, atol=1e-5):
+                raise ValueError(f"{m.path}: {name} differs from the HMC reference {hmc.path} "
+                                 f"(shapes {b.shape} vs {a.shape}); the files are not for the same data")
+
+
+def _regression_rows(hmc: ToyPredictions, methods: Sequence[ToyPredictions]) -> dict[str, dict[str, Any]]:
+    regions = regression_regions(hmc.x_test)
+    gap = regions["gap"]
+    h_mean, h_sd = hmc.predictive(noise=True)
+    _, h_sd_f = hmc.predictive(noise=False)
+    h_gap_sd = _masked_mean(h_sd, gap, "the gap")
+    h_gap_sd_f = _masked_mean(h_sd_f, gap, "the gap")
+    rows = {}
+    for m in methods:
+        mean, sd = m.predictive(noise=True)
+        _, sd_f = m.predictive(noise=False)
+        w2 = gaussian_w2(mean, sd, h_mean, h_sd)
+        gap_sd, gap_sd_f = _masked_mean(sd, gap, "the gap"), _masked_mean(sd_f, gap, "the gap")
+        rows[m.method] = {
+            **{f"w2_{name}": _masked_mean(w2, mask, f"region {name}") for name, mask in regions.items()},
+            "gap_sd": gap_sd, "hmc_gap_sd": h_gap_sd,
+            "gap_sd_ratio": gap_sd / h_gap_sd if h_gap_sd > 0 else float("nan"),
+            "gap_sd_epistemic": gap_sd_f, "hmc_gap_sd_epistemic": h_gap_sd_f,
+            "gap_sd_epistemic_ratio": gap_sd_f / h_gap_sd_f if h_gap_sd_f > 0 else float("nan"),
+            "regression_source": str(m.path),
+        }
+    return rows
+
+
+def _classification_rows(hmc: ToyPredictions, methods: Sequence[ToyPredictions]) -> dict[str, dict[str, Any]]:
+    near = near_mask(hmc.x_test, hmc.x_train)
+    far = ~near
+    h_entropy = predictive_entropy(hmc.probs_test)
+    rows = {}
+    for m in methods:
+        if m.probs_test.shape != hmc.probs_test.shape:
+            raise ValueError(f"{m.path}: probs_test has shape {m.probs_test.shape}, "
+                             f"the HMC reference {hmc.path} has {hmc.probs_test.shape}")
+        kl = categorical_kl(hmc.probs_test, m.probs_test)
+        entropy = predictive_entropy(m.probs_test)
+        rows[m.method] = {
+            "kl_near": _masked_mean(kl, near, "near"), "kl_far": _masked_mean(kl, far, "far"),
+            "entropy_near": _masked_mean(entropy, near, "near"), "entropy_far": _masked_mean(entropy, far, "far"),
+            "hmc_entropy_near": _masked_mean(h_entropy, near, "near"),
+            "hmc_entropy_far": _masked_mean(h_entropy, far, "far"),
+            "classification_source": str(m.path),
+        }
+    return rows
+
+
+#: ``(hmc_path, method_paths)`` of one dataset.
+ToyInputs = tuple["Path | str", "Sequence[Path | str]"]
+
+
+def _load_pair(pair: ToyInputs | None, dataset: str) -> tuple[ToyPredictions, list[ToyPredictions]] | None:
+    if pair is None:
+        return None
+    hmc_path, method_paths = pair
+    if not method_paths:
+        raise ValueError(f"no method files for {dataset} (HMC reference {hmc_path})")
+    preds = _load_all([hmc_path, *method_paths], dataset)
+    hmc, methods = preds[0], preds[1:]
+    _check_reference(hmc, methods, dataset)
+    return hmc, methods
+
+
+def _distance_data(regression: ToyInputs | None, classification: ToyInputs | None):
+    import pandas as pd
+
+    if regression is None and classification is None:
+        raise ValueError("write_distance_table needs the regression or the classification inputs (both are None)")
+    loaded = {"regression": _load_pair(regression, "regression"),
+              "classification": _load_pair(classification, "classification")}
+    present = {k: v for k, v in loaded.items() if v is not None}
+    everything = [p for hmc, methods in present.values() for p in (hmc, *methods)]
+    _check_same_run(everything)
+
+    order: dict[str, ToyPredictions] = {}
+    for _, methods in present.values():
+        for m in methods:
+            order.setdefault(m.method, m)
+    rows = {key: {"method": key, "label": m.label, "seed": m.seed, "scale": m.scale} for key, m in order.items()}
+    if loaded["regression"] is not None:
+        for key, values in _regression_rows(*loaded["regression"]).items():
+            rows[key].update(values)
+    if loaded["classification"] is not None:
+        for key, values in _classification_rows(*loaded["classification"]).items():
+            rows[key].update(values)
+    frame = pd.DataFrame(list(rows.values()), columns=COLUMNS)
+    for col in REGRESSION_COLUMNS + CLASSIFICATION_COLUMNS:
+        frame[col] = frame[col].astype(float)
+    frame["seed"] = frame["seed"].astype("Int64")
+    return frame, present
+
+
+def distance_frame(regression: ToyInputs | None = None, classification: ToyInputs | None = None):
+    """The distance-to-HMC table as a pandas DataFrame (see :func:`write_distance_table`)."""
+    return _distance_data(regression, classification)[0]
+
+
+#: The HMC settings named in footers and captions (when the job's ``hmc`` block has them).
+_HMC_KEYS = ("chains", "warmup", "samples", "thin")
+
+
+def _fmt_setting(job: dict[str, Any], members: int) -> str:
+    if "hmc" in job and isinstance(job["hmc"], dict):
+        hmc = job["hmc"]
+        keys = [k for k in _HMC_KEYS if k in hmc] or sorted(hmc)
+        items = [f"{k} {hmc[k]}" for k in keys if isinstance(hmc[k], (int, float, str, bool))]
+        return ", ".join(items + ([f"{members} draws used"] if members else []))
+    parts = []
+    if "particles" in job:
+        parts.append(f"{job['particles']} particles")
+    if "steps" in job:
+        parts.append(f"{job['steps']} steps")
+    return ", ".join(parts) or "?"
+
+
+def _members(p: ToyPredictions) -> int:
+    """Number of stored functions (regression); 0 when the file does not tell (classification)."""
+    return p.f_test.shape[0] if p.f_test is not None else 0
+
+
+def _settings_detail(preds: Sequence[ToyPredictions]) -> tuple[list[str], list[str | None]]:
+    """The settings read from the jobs: text parts (methods' settings when they are shared,
+    else one part per method; the HMC block) and per-input extra title lines where the
+    methods' settings differ (None for HMC and when shared)."""
+    others = [p for p in preds if not p.is_hmc]
+    method_settings = {p.path: _fmt_setting(p.job, _members(p)) for p in others}
+    shared = len(set(method_settings.values())) <= 1
+    parts: list[str] = []
+    if others and shared:
+        parts.append(f"methods: {next(iter(method_settings.values()))}")
+    elif others:
+        parts += [f"{p.label}: {method_settings[p.path]}" for p in others]
+    parts += [f"HMC: {_fmt_setting(p.job, _members(p))}" for p in preds if p.is_hmc]
+    extra = [None if p.is_hmc or shared else method_settings[p.path] for p in preds]
+    return parts, extra
+
+
+def _settings_summary(preds: Sequence[ToyPredictions]) -> tuple[str, list[str | None]]:
+    """Figure footer (scale, seed, settings; per-method settings go into the titles) and title extras."""
+    parts, extra = _settings_detail(preds)
+    if any(extra):
+        parts = [part for part in parts if part.startswith("HMC:")]
+    return "; ".join([f"scale: {preds[0].scale}", f"seed {preds[0].seed}", *parts]), extra
+
+
+def _latex_table(frame, present: dict[str, Any]) -> str:
+    has_reg, has_cls = "regression" in present, "classification" in present
+    any_pred = next(iter(present.values()))[0]
+    settings = "; ".join(f"{dataset}: " + "; ".join(_settings_detail([hmc, *methods])[0])
+                         for dataset, (hmc, methods) in present.items())
+    parts = [
+        r"Distance of each method's predictive distribution to that of the HMC reference posterior "
+        f"(HMC is the reference; scale \\texttt{{{_tex_escape(any_pred.scale)}}}, seed {_tex_escape(any_pred.seed)}; "
+        f"{_tex_escape(settings)}).",
+    ]
+    if has_reg:
+        parts.append(
+            r"Regression (G.2): the predictive at $x$ is the mixture $\frac1S\sum_s\mathcal N(f_s(x),\sigma^2)$, "
+            r"approximated by the Gaussian with its mean and standard deviation "
+            r"(sd; $\mathrm{sd}^2 = \mathrm{Var}_s f_s(x) + \sigma^2$); "
+            r"$W_2 = \sqrt{(m_1-m_2)^2+(s_1-s_2)^2}$ between the method's and HMC's Gaussian, averaged over "
+            r"the test points in the data region ($x\in[1.5,2.5]\cup[4.5,6]$), the gap ($2.5<x<4.5$) "
+            r"and outside ($[0,1.5)\cup(6,7]$). Gap sd: mean predictive sd over the gap, total (with the "
+            r"noise $\sigma$) and epistemic ($f$ only, $\sqrt{\mathrm{Var}_s f_s(x)}$); ratio = method / HMC."
+        )
+    if has_cls:
+        hmc_cls = present["classification"][0]
+        n_grid, n_classes = math.isqrt(hmc_cls.x_test.shape[0]), hmc_cls.probs_test.shape[1]
+        parts.append(
+            r"Classification (G.3): $\mathrm{KL}(p_{\mathrm{HMC}}\,\|\,p_{\mathrm{method}})$ of the predictive "
+            f"class probabilities, averaged over the ${n_grid}\\times{n_grid}$ grid points within distance "
+            f"{NEAR_RADIUS:g} of a training point (near) and over the rest (far); "
+            f"$H$: mean predictive entropy (nats, at most $\\log {n_classes}$) of the method, HMC's in the first row."
+        )
+    caption = " ".join(parts)
+
+    reg_cols = ["w2_data", "w2_gap", "w2_outside", "gap_sd", "gap_sd_ratio", "gap_sd_epistemic",
+                "gap_sd_epistemic_ratio"]
+    cls_cols = ["kl_near", "kl_far", "entropy_near", "entropy_far"]
+    group_head, sub_head, rules, spec = [], [], [], "l"
+    col = 2
+    if has_reg:
+        group_head.append(r"\multicolumn{7}{c}{Regression}")
+        sub_head += [r"$W_2$ data", r"$W_2$ gap", r"$W_2$ out", "gap sd", "ratio", r"gap sd$_f$", "ratio$_f$"]
+        rules.append(rf"\cmidrule(lr){{{col}-{col + 6}}}")
+        spec += "r" * 7
+        col += 7
+    if has_cls:
+        group_head.append(r"\multicolumn{4}{c}{Classification}")
+        sub_head += ["KL near", "KL far", "$H$ near", "$H$ far"]
+        rules.append(rf"\cmidrule(lr){{{col}-{col + 3}}}")
+        spec += "r" * 4
+
+    def cells(values: dict[str, Any], reference: bool) -> list[str]:
+        out = []
+        if has_reg:
+            out += [("--" if reference and (c.startswith("w2") or c.endswith("ratio"))
+                     else _tex_number(values.get(c))) for c in reg_cols]
+        if has_cls:
+            out += [("--" if reference and c.startswith("kl") else _tex_number(values.get(c))) for c in cls_cols]
+        return out
+
+    hmc_values = {}  # HMC's own values, repeated in every row that has the dataset
+    for key in ("gap_sd", "gap_sd_epistemic", "entropy_near", "entropy_far"):
+        values = frame["hmc_" + key].dropna()
+        hmc_values[key] = float(values.iloc[0]) if len(values) else float("nan")
+
+    lines = [
+        "% Generated by repens.report.toy.write_distance_table; do not edit.",
+        r"% Needs \usepackage{booktabs} and \usepackage{amsmath}.",
+        r"\begin{table}[ht]",
+        r"\centering",
+        r"\footnotesize",
+        r"\setlength{\tabcolsep}{4pt}",
+        rf"\caption{{{caption}}}",
+        r"\label{tab:toy-distance-to-hmc}",
+        rf"\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & " + " & ".join(group_head) + r" \\",
+        " ".join(rules),
+        "Method & " + " & ".join(sub_head) + r" \\",
+        r"\midrule",
+        r"\emph{HMC (reference)} & " + " & ".join(cells(hmc_values, True)) + r" \\",
+        r"\midrule",
+    ]
+    for _, row in frame.iterrows():
+        lines.append(_tex_escape(row["label"]) + " & " + " & ".join(cells(row.to_dict(), False)) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+def write_distance_table(regression: ToyInputs | None, classification: ToyInputs | None,
+                         out_csv: Path | str, out_tex: Path | str) -> None:
+    """Write the distance-to-HMC table of the toys as CSV and booktabs LaTeX.
+
+    One row per method, in input order (the regression methods first, then any
+    classification-only ones); columns (see :data:`COLUMNS`, NaN where a dataset
+    is absent):
+
+    * regression, with the predictive at x summarised by the Gaussian with the
+      mixture's mean and sd (:func:`repens.distances.mixture_moments`):
+      ``w2_data``, ``w2_gap``, ``w2_outside``: mean over the test points of a
+      region (:func:`regression_regions`) of ``W2(method, HMC) =
+      sqrt((m - m_HMC)^2 + (s - s_HMC)^2)``; ``gap_sd`` / ``hmc_gap_sd``: mean total
+      predictive sd (with the noise) over the gap, ``gap_sd_ratio`` their ratio
+      (method / HMC); ``gap_sd_epistemic`` / ``hmc_gap_sd_epistemic`` /
+      ``gap_sd_epistemic_ratio``: the same for the sd of f alone (no noise; the
+      sharper test of in-between uncertainty, since the noise floor is shared);
+    * classification: ``kl_near`` / ``kl_far``: mean over grid points of
+      ``KL(p_HMC || p_method)`` (:func:`repens.distances.categorical_kl`) within
+      :data:`NEAR_RADIUS` of a training point / farther; ``entropy_near`` /
+      ``entropy_far`` and ``hmc_entropy_near`` / ``hmc_entropy_far``: mean
+      predictive entropies (nats);
+    * ``method``, ``label``, ``seed``, ``scale``, and the source files.
+
+    Args:
+        regression: ``(hmc_path, method_paths)`` for the regression toy, or None.
+        classification: ``(hmc_path, method_paths)`` for the classification toy, or None.
+        out_csv: CSV path (parent directories are created).
+        out_tex: LaTeX path.
+
+    Raises:
+        ValueError: both are None; a file is malformed, is for the other dataset,
+            the reference is not an HMC file, a method appears twice, the inputs mix
+            seeds or scales, or a method's test/training inputs differ from the
+            reference's (messages name the files).
+    """
+    frame, present = _distance_data(regression, classification)
+    out_csv, out_tex = Path(out_csv), Path(out_tex)
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(out_csv)
+    frame.to_csv(tmp, index=False)
+    os.replace(tmp, out_csv)
+    _write_text_atomic(out_tex, _latex_table(frame, present))
+    log.info("wrote %s and %s (%d methods)", out_csv, out_tex, len(frame))
+
+
+# --------------------------------------------------------------------------- figures
+
+_BAND_COLOR = "tab:blue"
+_MEAN_COLOR = "navy"
+_NCOLS = 4
+
+
+def _panel_grid(k: int, panel_w: float, panel_h: float, top_in: float, bottom_in: float,
+                left_in: float, right_in: float, wspace: float, hspace: float):
+    from matplotlib.figure import Figure  # Agg canvas, no pyplot / global backend state
+
+    ncols = min(_NCOLS, k)
+    nrows = math.ceil(k / ncols)
+    width = left_in + right_in + ncols * panel_w * (1 + wspace)
+    height = top_in + bottom_in + nrows * panel_h * (1 + hspace)
+    fig = Figure(figsize=(width, height))
+    grid = fig.add_gridspec(nrows, ncols, left=left_in / width, right=1 - right_in / width,
+                            bottom=bottom_in / height, top=1 - top_in / height, wspace=wspace, hspace=hspace)
+    axes = [fig.add_subplot(grid[i // ncols, i % ncols]) for i in range(k)]
+    return fig, axes, ncols, nrows, width, height
+
+
+def _title(p: ToyPredictions, extra: str | None) -> str:
+    return p.label + (f"\n{extra}" if extra else "")
+
+
+def _regression_ylim(preds: Sequence[ToyPredictions], truth: np.ndarray) -> tuple[float, float]:
+    """Shared y-limits: every panel's mean +- 3 sd, the data and the truth; a diverged method
+    may widen them by at most 1.5 times the data's span on either side."""
+    data = np.concatenate([truth] + [p.y_train for p in preds])
+    lo, hi = float(data.min()), float(data.max())
+    span = hi - lo if hi > lo else 1.0
+    for p in preds:
+        mean, sd = p.predictive()
+        band_lo, band_hi = mean - 3 * sd, mean + 3 * sd
+        ok = np.isfinite(band_lo) & np.isfinite(band_hi)
+        if ok.any():
+            lo, hi = min(lo, float(band_lo[ok].min())), max(hi, float(band_hi[ok].max()))
+    lo, hi = max(lo, float(data.min()) - 1.5 * span), min(hi, float(data.max()) + 1.5 * span)
+    pad = 0.03 * (hi - lo)
+    return lo - pad, hi + pad
+
+
+def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str) -> None:
+    """Draw Figure 1: the 1-D regression predictive of each input, one panel per input.
+
+    Panels follow the input order in a grid of up to four columns, each titled with
+    the file's label. A panel shows the predictive mean (line), shaded bands of
+    +-1, 2 and 3 standard deviations of the predictive mixture (sd including the
+    observation noise), the training points and the true function ``x sin x``
+    (thin dashed). All panels share the y-limits. The suptitle names the paper
+    figure; the footer gives scale, seed and the settings read from the jobs
+    (particles and steps, and the HMC block); where methods' settings differ they
+    go into the panel titles instead.
+
+    Raises:
+        ValueError: no inputs, an input is malformed or is not a regression file, or
+            the inputs mix seeds/scales (messages name the files).
+    """
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    preds = _load_all(inputs, "regression")
+    footer, extra = _settings_summary(preds)
+    x_lo = min(float(p.x_test.min()) for p in preds)
+    x_hi = max(float(p.x_test.max()) for p in preds)
+    xx = np.linspace(x_lo, x_hi, 400)
+    truth = xx * np.sin(xx)
+    y_lo, y_hi = _regression_ylim(preds, truth)
+
+    title_lines = 2 if any(extra) else 1
+    fig, axes, ncols, nrows, _, height = _panel_grid(
+        len(preds), 3.0, 2.1 + 0.15 * (title_lines - 1), top_in=0.6 + 0.15 * title_lines, bottom_in=0.95,
+        left_in=0.55, right_in=0.15, wspace=0.12, hspace=0.3 + 0.1 * title_lines)
+    for i, (ax, p) in enumerate(zip(axes, preds)):
+        x = p.x_test[:, 0]
+        mean, sd = p.predictive()
+        for k, alpha in ((3, 0.12), (2, 0.16), (1, 0.22)):
+            ax.fill_between(x, mean - k * sd, mean + k * sd, color=_BAND_COLOR, alpha=alpha, linewidth=0)
+        ax.plot(xx, truth, color="0.2", linestyle="--", linewidth=0.7, zorder=2)
+        ax.plot(x, mean, color=_MEAN_COLOR, linewidth=1.3, zorder=3)
+        ax.scatter(p.x_train[:, 0], p.y_train, s=4, color="black", edgecolors="none", zorder=4)
+        ax.set_xlim(x_lo, x_hi)
+        ax.set_ylim(y_lo, y_hi)
+        ax.set_title(_title(p, extra[i]), fontsize=10)
+        ax.tick_params(labelsize=8)
+        if i % ncols:
+            ax.tick_params(labelleft=False)
+        else:
+            ax.set_ylabel("$y$")
+        if i + ncols >= len(preds):  # nothing below this panel
+            ax.set_xlabel("$x$")
+        else:
+            ax.tick_params(labelbottom=False)
+
+    handles = [Line2D([], [], color=_MEAN_COLOR, linewidth=1.3, label="predictive mean"),
+               *(Patch(color=_BAND_COLOR, alpha=a, linewidth=0, label=f"$\\pm{k}$ sd")
+                 for k, a in ((1, 0.5), (2, 0.3), (3, 0.15))),
+               Line2D([], [], color="black", marker=".", linestyle="none", label="training data"),
+               Line2D([], [], color="0.2", linestyle="--", linewidth=0.7, label=r"$x\,\sin x$")]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 0.03))
+    fig.suptitle("1-D regression (paper Figure 1): predictive mean and $\\pm$1/2/3 sd of the predictive",
+                 fontsize=11, y=1 - 0.12 / height, va="top")
+    fig.text(0.5, 0.008, footer, ha="center", va="bottom", fontsize=7.5, color="0.25", wrap=True)
+    _save_figure(fig, Path(out_png), "png", dpi=150)
+    _save_figure(fig, Path(out_pdf), "pdf", metadata={"CreationDate": None})
+    log.info("wrote %s and %s (%d panels)", out_png, out_pdf, len(preds))
+
+
+def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str) -> None:
+    """Draw Figure 3: predictive entropy of each input over the 2-D grid, one panel per input.
+
+    Panels follow the input order in a grid of up to four columns, each titled
+    with the file's label. The entropy (nats) is an image on one shared colour
+    scale from 0 to ``log C`` (``log 5``) with one colorbar; the training points are
+    overlaid, coloured by class. Suptitle and footer as in
+    :func:`plot_regression_panels`.
+
+    Raises:
+        ValueError: no inputs, an input is malformed or is not a classification file,
+            or the inputs mix seeds/scales (messages name the files).
+    """
+    from matplotlib import colormaps
+
+    preds = _load_all(inputs, "classification")
+    footer, extra = _settings_summary(preds)
+    num_classes = max(p.probs_test.shape[1] for p in preds)
+    vmax = math.log(num_classes)
+    class_colors = colormaps["tab10"]
+
+    title_lines = 2 if any(extra) else 1
+    top_in, bottom_in = 0.6 + 0.15 * title_lines, 0.5
+    fig, axes, ncols, nrows, width, height = _panel_grid(
+        len(preds), 2.5, 2.5 + 0.15 * (title_lines - 1), top_in=top_in, bottom_in=bottom_in,
+        left_in=0.5, right_in=1.1, wspace=0.1, hspace=0.1 + 0.1 * title_lines)
+    image = None
+    for i, (ax, p) in enumerate(zip(axes, preds)):
+        xs, ys = _grid_axes(p.path, p.x_test)
+        entropy = predictive_entropy(p.probs_test).reshape(len(ys), len(xs))
+        dx, dy = (xs[1] - xs[0]) / 2, (ys[1] - ys[0]) / 2
+        image = ax.imshow(entropy, origin="lower", extent=(xs[0] - dx, xs[-1] + dx, ys[0] - dy, ys[-1] + dy),
+                          cmap="viridis", vmin=0.0, vmax=vmax, interpolation="nearest", aspect="equal")
+        ax.scatter(p.x_train[:, 0], p.x_train[:, 1], s=5, c=[class_colors(int(c) % 10) for c in p.y_train],
+                   edgecolors="white", linewidths=0.25, zorder=3)
+        ax.set_title(_title(p, extra[i]), fontsize=10)
+        ax.tick_params(labelsize=8)
+        if i % ncols:
+            ax.tick_params(labelleft=False)
+        if i + ncols < len(preds):
+            ax.tick_params(labelbottom=False)
+
+    grid_top, grid_bottom = 1 - top_in / height, bottom_in / height
+    cax = fig.add_axes((1 - 0.95 / width, grid_bottom, 0.14 / width, grid_top - grid_bottom))
+    bar = fig.colorbar(image, cax=cax)
+    bar.set_label("predictive entropy (nats)", fontsize=9)
+    ticks = [0.0, 0.5, 1.0, 1.5, vmax]
+    bar.set_ticks([t for t in ticks if t <= vmax])
+    bar.set_ticklabels([f"{t:g}" for t in ticks[:-1] if t <= vmax] + [f"log {num_classes}"], fontsize=8)
+    fig.suptitle("2-D classification (paper Figure 3): predictive entropy; dots: training points by class",
+                 fontsize=11, y=1 - 0.12 / height, va="top")
+    fig.text(0.5, 0.008, footer, ha="center", va="bottom", fontsize=7.5, color="0.25", wrap=True)
+    _save_figure(fig, Path(out_png), "png", dpi=150)
+    _save_figure(fig, Path(out_pdf), "pdf", metadata={"CreationDate": None})
+    log.info("wrote %s and %s (%d panels)", out_png, out_pdf, len(preds))
