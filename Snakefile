@@ -21,6 +21,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/synthetic.smk"
+include: "workflow/rules/toy.smk"
 
 
 localrules:
@@ -31,3 +32,4 @@ rule all:
     default_target: True
     input:
         SYNTHETIC_OUTPUTS,
+        TOY_OUTPUTS,

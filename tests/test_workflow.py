@@ -17,6 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SYNTHETIC_METHODS = ["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"]
+CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
 def snakemake(workdir: Path, *args: str, config: dict | None = None, timeout: int = 180):
@@ -55,14 +56,21 @@ def test_dry_run_figure2(tmp_path):
 def test_dry_run_default_target(tmp_path):
     rc, out = snakemake(tmp_path, "-n")
     assert rc == 0, out
+    toy_methods = len(CONFIG["experiments"]["toy"]["methods"])
     assert jobs(out) == {
         "train_synthetic": 8,
         "summarize_synthetic": 1,
         "plot_gaussian": 1,
         "plot_funnel": 1,
+        "train_toy": 2 * toy_methods,
+        "sample_hmc": 2,
+        "plot_regression": 1,
+        "plot_classification": 1,
+        "summarize_toy": 1,
         "all": 1,
     }
-    for name in ("fig2_gaussian", "figF1_funnel"):
+    assert "results/toy/distance_to_hmc.csv" in out
+    for name in ("fig2_gaussian", "figF1_funnel", "fig1_regression", "fig3_classification"):
         for ext in ("png", "pdf"):
             assert f"results/figures/{name}.{ext}" in out
     assert "results/synthetic/metrics.csv" in out and "results/synthetic/metrics.tex" in out

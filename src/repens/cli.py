@@ -3,8 +3,10 @@
 The Snakemake rules call these commands; everything also runs without Snakemake.
 
 * ``train --spec JSON --out FILE``: one training job (spec from ``repens.config.resolve_job``).
+* ``hmc --spec JSON --out FILE``: the HMC reference of a toy problem (``resolve_hmc_job``).
 * ``synthetic-table --out-csv F --out-tex F NPZ...``: metrics table of the synthetic runs.
 * ``synthetic-figure --target T --out-png F --out-pdf F NPZ...``: Figure 2 / Figure F.1.
+* ``toy-figure --dataset D ...`` and ``toy-table ...``: Figures 1 and 3, distance to HMC.
 """
 
 from __future__ import annotations
@@ -47,6 +49,18 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hmc(args: argparse.Namespace) -> int:
+    from repens.experiments.hmc import run_hmc
+    from repens.hmc import HMCDiagnosticsError
+
+    try:
+        run_hmc(json.loads(args.spec), Path(args.out))
+    except HMCDiagnosticsError as err:
+        logging.getLogger("repens").error("%s", err)
+        return 4
+    return 0
+
+
 def _synthetic_table(args: argparse.Namespace) -> int:
     from repens.report.synthetic import write_metrics_table
 
@@ -58,6 +72,25 @@ def _synthetic_figure(args: argparse.Namespace) -> int:
     from repens.report.synthetic import plot_target_panels
 
     plot_target_panels(args.target, [Path(p) for p in args.inputs], Path(args.out_png), Path(args.out_pdf))
+    return 0
+
+
+def _toy_figure(args: argparse.Namespace) -> int:
+    from repens.report.toy import plot_classification_panels, plot_regression_panels
+
+    plot = {"regression": plot_regression_panels, "classification": plot_classification_panels}[args.dataset]
+    plot([Path(p) for p in args.inputs], Path(args.out_png), Path(args.out_pdf), labels=json.loads(args.labels))
+    return 0
+
+
+def _toy_table(args: argparse.Namespace) -> int:
+    from repens.report.toy import write_distance_table
+
+    def pair(hmc: str | None, methods: list[str] | None):
+        return None if hmc is None else (Path(hmc), [Path(m) for m in methods or []])
+
+    write_distance_table(pair(args.regression_hmc, args.regression), pair(args.classification_hmc, args.classification),
+                         Path(args.out_csv), Path(args.out_tex), labels=json.loads(args.labels))
     return 0
 
 
@@ -73,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", help="checkpoint file (default: OUT.ckpt)")
     p.set_defaults(func=_train)
 
+    p = sub.add_parser("hmc", help="sample the HMC reference posterior of a toy problem")
+    p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_hmc_job)")
+    p.add_argument("--out", required=True, help="predictions file to write (.npz)")
+    p.set_defaults(func=_hmc)
+
     p = sub.add_parser("synthetic-table", help="metrics of the synthetic runs as CSV and LaTeX")
     p.add_argument("--out-csv", required=True)
     p.add_argument("--out-tex", required=True)
@@ -85,6 +123,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-pdf", required=True)
     p.add_argument("inputs", nargs="+", help="particle files (.npz), one per method, in panel order")
     p.set_defaults(func=_synthetic_figure)
+
+    p = sub.add_parser("toy-figure", help="Figure 1 (regression) or Figure 3 (classification)")
+    p.add_argument("--dataset", required=True, choices=["regression", "classification"])
+    p.add_argument("--out-png", required=True)
+    p.add_argument("--out-pdf", required=True)
+    p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
+    p.add_argument("inputs", nargs="+", help="prediction files (.npz), one per panel, in order")
+    p.set_defaults(func=_toy_figure)
+
+    p = sub.add_parser("toy-table", help="distance of each method's predictive to HMC's")
+    p.add_argument("--out-csv", required=True)
+    p.add_argument("--out-tex", required=True)
+    p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
+    p.add_argument("--regression-hmc")
+    p.add_argument("--regression", nargs="+")
+    p.add_argument("--classification-hmc")
+    p.add_argument("--classification", nargs="+")
+    p.set_defaults(func=_toy_table)
 
     args = parser.parse_args(argv)
     _setup_logging(args.log)

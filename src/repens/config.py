@@ -27,6 +27,7 @@ __all__ = [
     "method_options",
     "experiment_seeds",
     "method_label",
+    "resolve_hmc_job",
 ]
 
 #: keys that describe the algorithm; the rest of a resolved job are training settings
@@ -54,6 +55,10 @@ _RULE_OPTIONS = {
 }
 _FUNCTION_OPTIONS = {"function_prior", "prior_samples", "prior_eta", "gp_lengthscale", "gp_variance"}
 _ESTIMATOR_OPTIONS = {"kde": set(), "sge": {"eta"}, "ssge": {"eta", "num_eigs"}}
+
+
+#: names the pipeline uses for outputs that are not methods
+RESERVED_METHODS = {"hmc": "HMC reference posterior", "iid": "exact-sample baseline of the synthetic table"}
 
 
 class ConfigError(ValueError):
@@ -119,6 +124,8 @@ def check_config(config: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` naming the key for mistakes a schema cannot see."""
     methods = config.get("methods") or {}
     for name, entry in methods.items():
+        if name in RESERVED_METHODS:
+            raise ConfigError(f"methods.{name}: the name is reserved for the {RESERVED_METHODS[name]}")
         _check_method(name, entry)
     if not config.get("seeds"):
         raise ConfigError("seeds: the seed list is empty")
@@ -169,7 +176,25 @@ def resolve_job(
             (quick.get("method_settings") or {}).get(method),
         ]
     job = _merge(*layers)
-    job.pop("label", None)
+    job.pop("label", None)  # display only: changing it must not retrain (figures get labels separately)
     job.setdefault("space", "weight")
     job.update(experiment=experiment, dataset=dataset, method=method, seed=int(seed), scale=config["scale"])
+    return job
+
+
+def resolve_hmc_job(config: Mapping[str, Any], experiment: str, dataset: str, seed: int) -> dict[str, Any]:
+    """Job of the HMC reference of ``experiment`` on ``dataset``: the experiment's and
+    dataset's settings (no method layer) plus the merged ``hmc`` block (quick patches it)."""
+    exp = config["experiments"][experiment]
+    layers = [exp.get("settings"), (exp.get("datasets") or {}).get(dataset)]
+    hmc_layers = [exp.get("hmc")]
+    if config["scale"] == "quick":
+        quick = exp.get("quick") or {}
+        layers += [quick.get("settings"), (quick.get("datasets") or {}).get(dataset)]
+        hmc_layers.append(quick.get("hmc"))
+    job = _merge(*layers)
+    for key in METHOD_KEYS + ("particles", "steps", "lr", "optimizer", "init_std", "bandwidth", "batch_size"):
+        job.pop(key, None)  # training settings of the particle methods
+    job.update(hmc=_merge(*hmc_layers), experiment=experiment, dataset=dataset, method="hmc",
+               seed=int(seed), scale=config["scale"])
     return job

@@ -2,6 +2,7 @@
 
 Particles are one leaf tensor (n, D) moved by a standard optimizer fed ``-phi``
 (Adam is elementwise, so one Adam over the stack equals one Adam per member).
+Langevin rules get Gaussian noise after the step (see :func:`langevin_noise_std`).
 The loop logs progress (steps/s, ETA), checkpoints periodically and on SIGTERM,
 resumes from its checkpoint, and stops on a non-finite update with a clear error.
 """
@@ -23,7 +24,7 @@ from torch import Tensor
 from repens.posteriors import Batch
 from repens.updates import StepContext, Update
 
-__all__ = ["TrainSettings", "TrainState", "train", "OPTIMIZERS", "NonFiniteError", "Interrupted"]
+__all__ = ["TrainSettings", "TrainState", "train", "OPTIMIZERS", "NonFiniteError", "Interrupted", "langevin_noise_std"]
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
@@ -51,6 +52,25 @@ class TrainSettings:
 class TrainState:
     params: Tensor
     anchors: Tensor | None = None
+
+
+def langevin_noise_std(optimizer: torch.optim.Optimizer, params: Tensor, lr: float, temperature: float) -> Tensor | float:
+    """Standard deviation of the Langevin noise added after an optimizer step.
+
+    SGD: ``sqrt(2 lr T)``, the unadjusted Langevin algorithm (Wild et al. 2023).
+    Adam: ``sqrt(2 lr T g)`` with Adam's own diagonal preconditioner
+    ``g = 1 / (sqrt(v_hat) + eps)``, so noise and drift are preconditioned alike as in
+    preconditioned SGLD (Li et al. 2016; the drift keeps Adam's momentum and the
+    divergence term of the preconditioner is dropped). Plain ULA noise next to an
+    Adam drift would be orders of magnitude too large for a network.
+    """
+    if isinstance(optimizer, torch.optim.Adam):
+        state = optimizer.state[params]
+        beta2 = optimizer.param_groups[0]["betas"][1]
+        eps = optimizer.param_groups[0]["eps"]
+        v_hat = state["exp_avg_sq"] / (1.0 - beta2 ** float(state["step"]))
+        return torch.sqrt(2.0 * lr * temperature / (v_hat.sqrt() + eps))
+    return math.sqrt(2.0 * lr * temperature)
 
 
 def _save_atomic(obj: dict, path: Path) -> None:
@@ -128,9 +148,9 @@ def train(
             params.grad = -result.direction
             optimizer.step()
             if result.temperature:
-                noise_std = math.sqrt(2.0 * settings.lr * result.temperature)
+                noise = torch.randn(params.shape, generator=generator, dtype=params.dtype)
                 with torch.no_grad():
-                    params.add_(noise_std * torch.randn(params.shape, generator=generator, dtype=params.dtype))
+                    params.add_(langevin_noise_std(optimizer, params, settings.lr, result.temperature) * noise)
             done = step + 1
             if done % settings.log_every == 0 or done == settings.steps:
                 rate = (done - start) / max(time.perf_counter() - t0, 1e-9)

@@ -16,7 +16,13 @@ SRC = str(Path(workflow.basedir) / "src")
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from repens.config import ConfigError, check_config, experiment_seeds, resolve_job
+from repens.config import (
+    ConfigError,
+    check_config,
+    experiment_seeds,
+    resolve_hmc_job,
+    resolve_job,
+)
 
 # The schema (validate in the Snakefile) has checked types and keys and filled the
 # defaults. What it cannot see, such as an experiment naming an undefined method or
@@ -90,3 +96,34 @@ def job_spec(experiment):
         return json.dumps(job, sort_keys=True)
 
     return spec
+
+
+def hmc_spec(experiment):
+    """Params function of ``experiment``'s HMC rule: the reference job as JSON."""
+
+    def spec(wildcards):
+        job = resolve_hmc_job(
+            config, experiment, wildcards.dataset, int(wildcards.seed)
+        )
+        return json.dumps(job, sort_keys=True)
+
+    return spec
+
+
+def method_labels():
+    """Display names of every method (and of the HMC reference), as JSON for the plots."""
+    labels = {
+        name: entry.get("label", name) for name, entry in config["methods"].items()
+    }
+    return json.dumps({**labels, "hmc": "HMC"}, sort_keys=True)
+
+
+def toy_hmc(dataset):
+    """The HMC reference of the experiment's first seed."""
+    seed = experiment_seeds(config, "toy")[0]
+    return f"results/toy/{dataset}/hmc/seed{seed}/predictions.npz"
+
+
+def toy_panels(dataset):
+    """HMC first, then the methods in config order (the paper's panel order)."""
+    return [toy_hmc(dataset), *first_seed_files("toy", dataset, "predictions.npz")]

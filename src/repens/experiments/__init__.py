@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from repens.experiments.synthetic import run_synthetic
+from repens.experiments.toy import run_toy
 
 Runner = Callable[[dict[str, Any], Path, Path | None], None]
 
-RUNNERS: dict[str, Runner] = {"synthetic": run_synthetic}
+RUNNERS: dict[str, Runner] = {"synthetic": run_synthetic, "toy": run_toy}
 
 __all__ = ["RUNNERS", "Runner"]

@@ -32,9 +32,9 @@ import json
 import logging
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -211,8 +211,13 @@ def load_predictions(path: Path | str) -> ToyPredictions:
                           x_train=x_train, x_test=x_test, **fields)
 
 
-def _load_all(inputs: Sequence[Path | str], dataset: str | None) -> list[ToyPredictions]:
+def _load_all(inputs: Sequence[Path | str], dataset: str | None,
+              labels: Mapping[str, str] | None = None) -> list[ToyPredictions]:
+    """Load and cross-check ``inputs``; ``labels`` (method key -> display name, e.g. from
+    ``config.yaml``) overrides the labels stored in the files."""
     preds = [load_predictions(p) for p in inputs]
+    if labels:
+        preds = [replace(p, label=labels.get(p.method, p.label)) for p in preds]
     if not preds:
         raise ValueError("no input files")
     if dataset is not None:
@@ -329,25 +334,26 @@ def _classification_rows(hmc: ToyPredictions, methods: Sequence[ToyPredictions])
 ToyInputs = tuple["Path | str", "Sequence[Path | str]"]
 
 
-def _load_pair(pair: ToyInputs | None, dataset: str) -> tuple[ToyPredictions, list[ToyPredictions]] | None:
+def _load_pair(pair: ToyInputs | None, dataset: str, labels: Mapping[str, str] | None = None) -> tuple[ToyPredictions, list[ToyPredictions]] | None:
     if pair is None:
         return None
     hmc_path, method_paths = pair
     if not method_paths:
         raise ValueError(f"no method files for {dataset} (HMC reference {hmc_path})")
-    preds = _load_all([hmc_path, *method_paths], dataset)
+    preds = _load_all([hmc_path, *method_paths], dataset, labels)
     hmc, methods = preds[0], preds[1:]
     _check_reference(hmc, methods, dataset)
     return hmc, methods
 
 
-def _distance_data(regression: ToyInputs | None, classification: ToyInputs | None):
+def _distance_data(regression: ToyInputs | None, classification: ToyInputs | None,
+                   labels: Mapping[str, str] | None = None):
     import pandas as pd
 
     if regression is None and classification is None:
         raise ValueError("write_distance_table needs the regression or the classification inputs (both are None)")
-    loaded = {"regression": _load_pair(regression, "regression"),
-              "classification": _load_pair(classification, "classification")}
+    loaded = {"regression": _load_pair(regression, "regression", labels),
+              "classification": _load_pair(classification, "classification", labels)}
     present = {k: v for k, v in loaded.items() if v is not None}
     everything = [p for hmc, methods in present.values() for p in (hmc, *methods)]
     _check_same_run(everything)
@@ -510,7 +516,8 @@ def _latex_table(frame, present: dict[str, Any]) -> str:
 
 
 def write_distance_table(regression: ToyInputs | None, classification: ToyInputs | None,
-                         out_csv: Path | str, out_tex: Path | str) -> None:
+                         out_csv: Path | str, out_tex: Path | str,
+                         labels: Mapping[str, str] | None = None) -> None:
     """Write the distance-to-HMC table of the toys as CSV and booktabs LaTeX.
 
     One row per method, in input order (the regression methods first, then any
@@ -545,7 +552,7 @@ def write_distance_table(regression: ToyInputs | None, classification: ToyInputs
             seeds or scales, or a method's test/training inputs differ from the
             reference's (messages name the files).
     """
-    frame, present = _distance_data(regression, classification)
+    frame, present = _distance_data(regression, classification, labels)
     out_csv, out_tex = Path(out_csv), Path(out_tex)
     out_csv.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_name(out_csv)
@@ -598,7 +605,8 @@ def _regression_ylim(preds: Sequence[ToyPredictions], truth: np.ndarray) -> tupl
     return lo - pad, hi + pad
 
 
-def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str) -> None:
+def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
+                           labels: Mapping[str, str] | None = None) -> None:
     """Draw Figure 1: the 1-D regression predictive of each input, one panel per input.
 
     Panels follow the input order in a grid of up to four columns, each titled with
@@ -617,7 +625,7 @@ def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, ou
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    preds = _load_all(inputs, "regression")
+    preds = _load_all(inputs, "regression", labels)
     footer, extra = _settings_summary(preds)
     x_lo = min(float(p.x_test.min()) for p in preds)
     x_hi = max(float(p.x_test.max()) for p in preds)
@@ -665,7 +673,8 @@ def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, ou
     log.info("wrote %s and %s (%d panels)", out_png, out_pdf, len(preds))
 
 
-def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str) -> None:
+def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
+                               labels: Mapping[str, str] | None = None) -> None:
     """Draw Figure 3: predictive entropy of each input over the 2-D grid, one panel per input.
 
     Panels follow the input order in a grid of up to four columns, each titled
@@ -680,7 +689,7 @@ def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str
     """
     from matplotlib import colormaps
 
-    preds = _load_all(inputs, "classification")
+    preds = _load_all(inputs, "classification", labels)
     footer, extra = _settings_summary(preds)
     num_classes = max(p.probs_test.shape[1] for p in preds)
     vmax = math.log(num_classes)

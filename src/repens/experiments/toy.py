@@ -1,0 +1,119 @@
+"""Appendix G.2 / G.3: BNN posteriors on the 1-D regression and 2-D classification toys.
+
+One job trains one method's particles on one toy data set and writes its predictions
+on the test inputs (the format the HMC reference shares, read by the figures and the
+distance-to-HMC table):
+
+* ``x_train`` (N, d), ``y_train`` (N,), ``x_test`` (T, d), all float32 (labels int64);
+* regression: ``f_test`` (S, T), f(x_test) per particle, and ``noise_std``;
+* classification: ``probs_test`` (T, C), the ensemble's predictive probabilities;
+* ``job`` (the JSON spec) and ``label`` (display name).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from repens.config import method_options
+from repens.data.toy import ToyData, make_toy
+from repens.experiments.synthetic import kernel_from_job, save_npz_atomic
+from repens.models import mlp
+from repens.particles import StackedModel
+from repens.posteriors import Batch, NetworkPosterior
+from repens.train import TrainSettings, TrainState, train
+from repens.updates import StepContext, make_update
+
+log = logging.getLogger("repens.toy")
+
+__all__ = ["run_toy", "toy_posterior", "toy_predictions", "batch_sampler"]
+
+
+def toy_posterior(job: dict[str, Any], data: ToyData) -> NetworkPosterior:
+    """MLP (``hidden`` ReLU layers, default 2 x 50) with N(0, prior_std^2 I) on all weights."""
+    net = mlp(data.x_train.shape[-1], list(job.get("hidden", [50, 50])), data.num_outputs)
+    likelihood = "gaussian" if data.task == "regression" else "categorical"
+    return NetworkPosterior(
+        StackedModel(net),
+        likelihood,
+        num_train=data.x_train.shape[0],
+        prior_std=float(job.get("prior_std", 1.0)),
+        noise_std=float(job.get("noise_std", 0.5)),
+    )
+
+
+def batch_sampler(data: ToyData, batch_size: int):
+    """Minibatches of ``batch_size`` distinct training points, drawn from the run's generator."""
+    n = data.x_train.shape[0]
+    size = min(int(batch_size), n)
+
+    def next_batch(generator: torch.Generator) -> Batch:
+        idx = torch.randperm(n, generator=generator)[:size]
+        return Batch(data.x_train[idx], data.y_train[idx])
+
+    return next_batch
+
+
+@torch.no_grad()
+def toy_predictions(posterior: NetworkPosterior, params: torch.Tensor, data: ToyData) -> dict[str, np.ndarray]:
+    """The prediction arrays of the shared format (see module docstring)."""
+    outputs = posterior.predict(params, data.x_test)  # (S, T, C)
+    arrays = {
+        "x_train": data.x_train.numpy().astype(np.float32),
+        "y_train": data.y_train.numpy(),
+        "x_test": data.x_test.numpy().astype(np.float32),
+    }
+    if data.task == "regression":
+        arrays["f_test"] = outputs.squeeze(-1).numpy().astype(np.float32)
+        arrays["noise_std"] = np.array(posterior.noise_std)
+    else:
+        arrays["probs_test"] = torch.softmax(outputs, dim=-1).mean(0).numpy().astype(np.float32)
+    return arrays
+
+
+def run_toy(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> None:
+    """Train one method on one toy data set (G.2 / G.3) and save its predictions to ``out``."""
+    data = make_toy(job["dataset"], int(job["seed"]))
+    posterior = toy_posterior(job, data)
+    generator = torch.Generator().manual_seed(int(job["seed"]))
+    init = posterior.sample_prior(int(job["particles"]), generator)  # G.2/G.3: from the prior
+    anchors = init.clone() if job["rule"] == "anchored" else None  # Pearce et al.: anchor = init
+    kernel = kernel_from_job(job)
+    update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
+    steps = int(job["steps"])
+    settings = TrainSettings(
+        steps=steps,
+        lr=float(job["lr"]),
+        optimizer=job.get("optimizer", "adam"),
+        log_every=int(job.get("log_every", max(1, steps // 20))),
+    )
+    full = Batch(data.x_train, data.y_train)
+    log.info("job %s", json.dumps(job, sort_keys=True))
+
+    def progress(step: int, params: torch.Tensor) -> dict[str, float]:
+        with torch.no_grad():
+            nll = -posterior.log_likelihood(params, full).mean() / data.x_train.shape[0]
+        return {"train_nll": float(nll)}
+
+    state = train(
+        TrainState(init, anchors),
+        update,
+        lambda batch, anchors_: StepContext(posterior, kernel, generator, batch, anchors_),
+        settings,
+        generator,
+        next_batch=batch_sampler(data, job.get("batch_size", 64)),
+        checkpoint=checkpoint,
+        on_log=progress,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    arrays = toy_predictions(posterior, state.params, data)
+    save_npz_atomic(out, **arrays, job=np.array(json.dumps(job, sort_keys=True)),
+                    label=np.array(""))  # display names come from the config at plot time
+    if checkpoint is not None and checkpoint.exists():
+        checkpoint.unlink()
+    log.info("wrote %s", out)

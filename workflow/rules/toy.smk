@@ -1,0 +1,131 @@
+# Appendix G.2 / G.3: BNN posteriors on the 1-D regression and 2-D classification
+# toys (Figures 1 and 3) and how far each method's predictive is from HMC's.
+
+TOY_OUTPUTS = [
+    "results/figures/fig1_regression.png",
+    "results/figures/fig1_regression.pdf",
+    "results/figures/fig3_classification.png",
+    "results/figures/fig3_classification.pdf",
+    "results/toy/distance_to_hmc.csv",
+    "results/toy/distance_to_hmc.tex",
+]
+
+
+ruleorder: sample_hmc > train_toy
+
+
+localrules:
+    plot_regression,
+    plot_classification,
+    summarize_toy,
+
+
+rule train_toy:
+    output:
+        predictions="results/toy/{dataset}/{method}/seed{seed}/predictions.npz",
+    log:
+        "logs/toy/{dataset}/{method}/seed{seed}.log",
+    benchmark:
+        "results/toy/{dataset}/{method}/seed{seed}/benchmark.tsv"
+    conda:
+        "../../envs/repens.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=120,
+    params:
+        spec=job_spec("toy"),
+    shell:
+        "python -m repens train --spec {params.spec:q} --out {output.predictions:q} > {log:q} 2>&1"
+
+
+rule sample_hmc:
+    output:
+        predictions="results/toy/{dataset}/hmc/seed{seed}/predictions.npz",
+        diagnostics="results/toy/{dataset}/hmc/seed{seed}/diagnostics.json",
+    log:
+        "logs/toy/{dataset}/hmc/seed{seed}.log",
+    benchmark:
+        "results/toy/{dataset}/hmc/seed{seed}/benchmark.tsv"
+    conda:
+        "../../envs/repens.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=240,
+    params:
+        spec=hmc_spec("toy"),
+    shell:
+        "python -m repens hmc --spec {params.spec:q} --out {output.predictions:q} > {log:q} 2>&1"
+
+
+rule plot_regression:
+    input:
+        toy_panels("regression"),
+    output:
+        png=report(
+            "results/figures/fig1_regression.png",
+            caption="../report/fig1_regression.rst",
+            category="BNN toys",
+        ),
+        pdf="results/figures/fig1_regression.pdf",
+    log:
+        "logs/toy/plot_regression.log",
+    conda:
+        "../../envs/repens.yaml"
+    params:
+        scale=config["scale"],
+        labels=method_labels(),
+    shell:
+        "python -m repens toy-figure --dataset regression --labels {params.labels:q}"
+        " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+
+
+rule plot_classification:
+    input:
+        toy_panels("classification"),
+    output:
+        png=report(
+            "results/figures/fig3_classification.png",
+            caption="../report/fig3_classification.rst",
+            category="BNN toys",
+        ),
+        pdf="results/figures/fig3_classification.pdf",
+    log:
+        "logs/toy/plot_classification.log",
+    conda:
+        "../../envs/repens.yaml"
+    params:
+        scale=config["scale"],
+        labels=method_labels(),
+    shell:
+        "python -m repens toy-figure --dataset classification --labels {params.labels:q}"
+        " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+
+
+rule summarize_toy:
+    input:
+        regression_hmc=toy_hmc("regression"),
+        regression=first_seed_files("toy", "regression", "predictions.npz"),
+        classification_hmc=toy_hmc("classification"),
+        classification=first_seed_files("toy", "classification", "predictions.npz"),
+    output:
+        csv=report(
+            "results/toy/distance_to_hmc.csv",
+            caption="../report/toy_distance_to_hmc.rst",
+            category="BNN toys",
+        ),
+        tex="results/toy/distance_to_hmc.tex",
+    log:
+        "logs/toy/summarize_toy.log",
+    conda:
+        "../../envs/repens.yaml"
+    params:
+        scale=config["scale"],
+        labels=method_labels(),
+    shell:
+        "python -m repens toy-table --labels {params.labels:q}"
+        " --out-csv {output.csv:q} --out-tex {output.tex:q}"
+        " --regression-hmc {input.regression_hmc:q} --regression {input.regression:q}"
+        " --classification-hmc {input.classification_hmc:q}"
+        " --classification {input.classification:q} > {log:q} 2>&1"
