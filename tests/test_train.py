@@ -97,3 +97,17 @@ def test_same_seed_same_result():
         outs.append(train(TrainState(start), make_update("wgd", estimator="ssge"), lambda b, a: ctx,
                           TrainSettings(steps=20, lr=0.1), g).params)
     assert torch.equal(outs[0], outs[1])
+
+
+def test_langevin_noise_is_preconditioned_like_adam():
+    from repens.train import langevin_noise_std
+
+    params = torch.zeros(3, requires_grad=True)
+    adam = torch.optim.Adam([params], lr=0.01)
+    params.grad = torch.tensor([1.0, 4.0, 100.0])
+    adam.step()  # after one step the bias-corrected second moment is grad^2
+    std = langevin_noise_std(adam, params, 0.01, 0.5)
+    expected = torch.sqrt(2 * 0.01 * 0.5 / (torch.tensor([1.0, 4.0, 100.0]) + 1e-8))
+    torch.testing.assert_close(std, expected)
+    sgd = torch.optim.SGD([params], lr=0.01)
+    assert langevin_noise_std(sgd, params, 0.01, 0.5) == pytest.approx((2 * 0.01 * 0.5) ** 0.5)
