@@ -192,6 +192,25 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def _log_density_summary(log_density: Callable[[Tensor], Tensor], draws: Tensor) -> dict[str, Any]:
+    """Log posterior density of the kept draws, per chain: a chain still drifting (mean of its
+    second half above its first) or chains at different levels point to too short a warmup.
+    Reported, not checked (modes of a BNN may differ in density yet give similar f)."""
+    with torch.no_grad():
+        lp = torch.stack([torch.stack([log_density(w) for w in chain]) for chain in draws]).double()
+    half = lp.shape[1] // 2
+    out: dict[str, Any] = {
+        "mean_per_chain": lp.mean(1).tolist(),
+        "first_half_mean_per_chain": lp[:, :half].mean(1).tolist(),
+        "second_half_mean_per_chain": lp[:, half:].mean(1).tolist(),
+        "sd_per_chain": lp.std(1).tolist() if lp.shape[1] > 1 else None,
+    }
+    if lp.shape[0] >= 2 and lp.shape[1] >= 4:
+        d = predictive_diagnostics(lp.unsqueeze(-1))
+        out.update(rhat=d["rhat_max"], ess=d["ess_min"])
+    return out
+
+
 def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> None:
     """NUTS reference posterior of a toy BNN job; predictions on ``x_test`` to ``out`` (.npz).
 
@@ -258,6 +277,7 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
         probs = torch.softmax(outputs.double(), dim=-1)  # (S, T, C)
         diag_input = probs.reshape(chains, kept, *probs.shape[1:])
     diag = predictive_diagnostics(diag_input)
+    lp_diag = _log_density_summary(log_density, draws)
     wall = time.perf_counter() - start
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -269,6 +289,7 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
         "quantity": "f(x_test)" if data.task == "regression" else "softmax(f(x_test)), worst class per input",
         "diagnostics": diag,
         "passed": bool(diag["rhat_max"] <= settings.rhat_max and diag["ess_min"] >= settings.ess_min),
+        "log_density": lp_diag,
         "divergences": int(sum(st.divergences for st in stats)),
         "wall_time_s": wall,
         "sampling_time_s": float(sum(st.seconds for st in stats)),
@@ -277,8 +298,9 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     if checkpoint is not None and checkpoint.exists():
         checkpoint.unlink()
     log.info("diagnostics: split R-hat max %.4f (mean %.4f), ESS min %.1f (mean %.1f) over %d draws, "
-             "%d divergences, %.1f s", diag["rhat_max"], diag["rhat_mean"], diag["ess_min"], diag["ess_mean"],
-             diag["draws"], sum(st.divergences for st in stats), wall)
+             "%d divergences, %.1f s; log density per chain %s (R-hat %.3g)", diag["rhat_max"], diag["rhat_mean"],
+             diag["ess_min"], diag["ess_mean"], diag["draws"], sum(st.divergences for st in stats), wall,
+             ", ".join(f"{v:.1f}" for v in lp_diag["mean_per_chain"]), lp_diag.get("rhat", float("nan")))
     check_diagnostics(diag, settings)
 
     arrays: dict[str, Any] = {
