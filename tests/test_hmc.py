@@ -227,3 +227,23 @@ def test_run_hmc_resumes_from_checkpoint(tmp_path, monkeypatch):
     with np.load(full) as a, np.load(out) as b:
         np.testing.assert_array_equal(a["f_test"], b["f_test"])
     assert not ckpt.exists()
+
+
+def test_diagnostics_and_predictions_do_not_depend_on_chunking():
+    g = torch.Generator().manual_seed(2)
+    f = torch.randn(3, 40, 11, 2, generator=g).cumsum(1)
+    a, b = predictive_diagnostics(f, chunk=3), predictive_diagnostics(f, chunk=100)
+    np.testing.assert_allclose(a["rhat"], b["rhat"])
+    np.testing.assert_allclose(a["ess"], b["ess"])
+    assert a["rhat_max"] == pytest.approx(b["rhat_max"]) and a["ess_mean"] == pytest.approx(b["ess_mean"])
+
+    from repens.experiments.hmc import predict_and_diagnose
+
+    data = make_toy("classification", 0)
+    post = toy_posterior({"hidden": [6]}, data)
+    draws = post.sample_prior(2 * 8, g).reshape(2, 8, -1)
+    p1, d1 = predict_and_diagnose(post.model, draws, data.x_test[:50], "classification", points=7)
+    p2, d2 = predict_and_diagnose(post.model, draws, data.x_test[:50], "classification", points=1000)
+    assert p1.shape == (50, 5)
+    torch.testing.assert_close(p1, p2)
+    np.testing.assert_allclose(d1["rhat"], d2["rhat"])

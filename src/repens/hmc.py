@@ -41,6 +41,7 @@ __all__ = [
     "sample_nuts",
     "sample_nuts_with_stats",
     "predictive_diagnostics",
+    "summarise_diagnostics",
     "check_diagnostics",
 ]
 
@@ -287,15 +288,16 @@ def _run_chain(
     return draws, st
 
 
-def predictive_diagnostics(f: Tensor) -> dict[str, Any]:
+def predictive_diagnostics(f: Tensor, chunk: int = 256) -> dict[str, Any]:
     """Split R-hat and ESS of predictions f: (chains, samples, T, ...) -> dict.
 
-    Each quantity f[..., t, ...] is diagnosed separately (pyro's
-    ``split_gelman_rubin`` and ``effective_sample_size``); a test input t with
-    several outputs (e.g. class probabilities) reports its worst output. Returns
-    ``rhat_max``, ``rhat_mean``, ``ess_min``, ``ess_mean`` (floats; NaN when a
-    quantity never moves, which then fails :func:`check_diagnostics`) and the per-input
-    arrays ``rhat`` and ``ess`` (numpy, length T), plus ``chains`` and ``draws``.
+    Each quantity f[:, :, t, ...] is diagnosed separately (pyro's
+    ``split_gelman_rubin`` and ``effective_sample_size``, in float64, ``chunk`` test
+    inputs at a time to bound memory); a test input with several outputs (e.g. class
+    probabilities) reports its worst output. Returns the per-input arrays ``rhat``
+    and ``ess`` (numpy, length T), their summaries ``rhat_max``, ``rhat_mean``,
+    ``ess_min``, ``ess_mean`` (floats over the inputs; NaN when a quantity never
+    moves, which then fails :func:`check_diagnostics`), ``chains`` and ``draws``.
     """
     if f.dim() < 3:
         raise ValueError(f"f must be (chains, samples, T, ...), got shape {tuple(f.shape)}")
@@ -304,25 +306,35 @@ def predictive_diagnostics(f: Tensor) -> dict[str, Any]:
         raise ValueError("R-hat needs at least 2 chains")
     if samples < 4:
         raise ValueError("split R-hat needs at least 4 draws per chain")
-    g = f.detach().to(torch.float64).reshape(chains, samples, f.shape[2], -1)
-    rhat = split_gelman_rubin(g, chain_dim=0, sample_dim=1)  # (T, K)
-    ess = effective_sample_size(g, chain_dim=0, sample_dim=1)
-    # the worst output of each input; NaN propagates (a quantity that never moves)
-    rhat_t = torch.where(torch.isnan(rhat).any(-1), torch.nan, rhat.amax(-1))
-    ess_t = torch.where(torch.isnan(ess).any(-1), torch.nan, ess.amin(-1))
+    rhats, esss = [], []
+    for i in range(0, f.shape[2], chunk):
+        g = f[:, :, i : i + chunk].detach().to(torch.float64)
+        g = g.reshape(chains, samples, g.shape[2], -1)
+        rhat = split_gelman_rubin(g, chain_dim=0, sample_dim=1)  # (t, K)
+        ess = effective_sample_size(g, chain_dim=0, sample_dim=1)
+        # the worst output of each input; NaN propagates (a quantity that never moves)
+        rhats.append(torch.where(torch.isnan(rhat).any(-1), torch.nan, rhat.amax(-1)))
+        esss.append(torch.where(torch.isnan(ess).any(-1), torch.nan, ess.amin(-1)))
+    return summarise_diagnostics(torch.cat(rhats).numpy(), torch.cat(esss).numpy(), chains, chains * samples)
 
-    def reduce(x: Tensor, op: Callable[[Tensor], Tensor]) -> float:
-        return float("nan") if torch.isnan(x).any() else float(op(x))
+
+def summarise_diagnostics(rhat: np.ndarray, ess: np.ndarray, chains: int, draws: int) -> dict[str, Any]:
+    """The dict of :func:`predictive_diagnostics` from per-input ``rhat`` and ``ess``
+    (e.g. concatenated over chunks of test inputs)."""
+    rhat, ess = np.asarray(rhat, dtype=np.float64), np.asarray(ess, dtype=np.float64)
+
+    def reduce(x: np.ndarray, op: Callable[[np.ndarray], Any]) -> float:
+        return float("nan") if np.isnan(x).any() else float(op(x))
 
     return {
-        "rhat_max": reduce(rhat_t, torch.max),
-        "rhat_mean": reduce(rhat, torch.mean),
-        "ess_min": reduce(ess_t, torch.min),
-        "ess_mean": reduce(ess, torch.mean),
+        "rhat_max": reduce(rhat, np.max),
+        "rhat_mean": reduce(rhat, np.mean),
+        "ess_min": reduce(ess, np.min),
+        "ess_mean": reduce(ess, np.mean),
         "chains": int(chains),
-        "draws": int(chains * samples),
-        "rhat": rhat_t.numpy(),
-        "ess": ess_t.numpy(),
+        "draws": int(draws),
+        "rhat": rhat,
+        "ess": ess,
     }
 
 

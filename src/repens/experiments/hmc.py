@@ -29,6 +29,7 @@ from repens.hmc import (
     check_diagnostics,
     predictive_diagnostics,
     sample_nuts_with_stats,
+    summarise_diagnostics,
 )
 from repens.models import mlp
 from repens.particles import StackedModel
@@ -36,7 +37,7 @@ from repens.posteriors import Batch, NetworkPosterior
 
 log = logging.getLogger("repens.hmc")
 
-__all__ = ["run_hmc", "toy_posterior", "evaluate_samples", "DEFAULT_HIDDEN", "LABEL"]
+__all__ = ["run_hmc", "toy_posterior", "evaluate_samples", "predict_and_diagnose", "DEFAULT_HIDDEN", "LABEL"]
 
 DEFAULT_HIDDEN = (50, 50)
 LABEL = "HMC"
@@ -157,6 +158,35 @@ def evaluate_samples(model: StackedModel, params: Tensor, x: Tensor, chunk: int 
     return torch.cat([model(params[i : i + chunk], x) for i in range(0, params.shape[0], chunk)])
 
 
+def predict_and_diagnose(
+    model: StackedModel, draws: Tensor, x_test: Tensor, task: str, points: int = 400
+) -> tuple[Tensor, dict[str, Any]]:
+    """Predictive of the draws (chains, kept, D) on ``x_test`` and its diagnostics.
+
+    Regression: f(x_test) of every draw, (chains * kept, T), diagnosed as is.
+    Classification: the mean over draws of softmax(f(x_test)), (T, C), with the
+    diagnostics of the per-draw class probabilities. Works through ``points`` test
+    inputs at a time so that memory stays bounded (4000 draws x 3600 grid points x 5
+    classes would otherwise be a few GB with the FFTs of the ESS).
+    """
+    chains, kept, dim = draws.shape
+    flat = draws.reshape(chains * kept, dim)
+    parts, rhat, ess = [], [], []
+    for i in range(0, x_test.shape[0], points):
+        out = evaluate_samples(model, flat, x_test[i : i + points])  # (S, t, out)
+        if task == "regression":
+            value = out[..., 0]  # (S, t)
+            parts.append(value)
+        else:
+            value = torch.softmax(out.double(), dim=-1)  # (S, t, C)
+            parts.append(value.mean(0))
+        d = predictive_diagnostics(value.reshape(chains, kept, *value.shape[1:]))
+        rhat.append(d["rhat"])
+        ess.append(d["ess"])
+    predictive = torch.cat(parts, dim=1 if task == "regression" else 0)
+    return predictive, summarise_diagnostics(np.concatenate(rhat), np.concatenate(ess), chains, chains * kept)
+
+
 def _load_checkpoint(path: Path | None, key: str) -> dict[int, tuple[Tensor, ChainStats]]:
     if path is None or not path.exists():
         return {}
@@ -269,14 +299,7 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     draws, stats = sample_nuts_with_stats(log_density, init, settings, seed, done=done, on_chain=on_chain)
     chains, kept, _ = draws.shape
 
-    outputs = evaluate_samples(model, draws.reshape(chains * kept, -1), data.x_test.to(dtype))
-    if data.task == "regression":
-        f_test = outputs[..., 0]  # (S, T)
-        diag_input = f_test.reshape(chains, kept, -1)
-    else:
-        probs = torch.softmax(outputs.double(), dim=-1)  # (S, T, C)
-        diag_input = probs.reshape(chains, kept, *probs.shape[1:])
-    diag = predictive_diagnostics(diag_input)
+    predictive, diag = predict_and_diagnose(model, draws, data.x_test.to(dtype), data.task)
     lp_diag = _log_density_summary(log_density, draws)
     wall = time.perf_counter() - start
 
@@ -311,9 +334,9 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
         "label": np.array(LABEL),
     }
     if data.task == "regression":
-        arrays["f_test"] = f_test.float().numpy()
+        arrays["f_test"] = predictive.float().numpy()
         arrays["noise_std"] = np.array(float(posterior.noise_std))
     else:
-        arrays["probs_test"] = probs.mean(0).float().numpy()
+        arrays["probs_test"] = predictive.float().numpy()
     save_npz_atomic(out, **arrays)
     log.info("wrote %s", out)
