@@ -288,12 +288,18 @@ def _run_chain(
     return draws, st
 
 
+#: memory budget of one chunk of :func:`predictive_diagnostics`: pyro's ESS takes a
+#: cumulative minimum through an (N/2, N/2, quantities) float64 tensor
+_DIAGNOSTICS_BYTES = 2**28
+
+
 def predictive_diagnostics(f: Tensor, chunk: int = 256) -> dict[str, Any]:
     """Split R-hat and ESS of predictions f: (chains, samples, T, ...) -> dict.
 
     Each quantity f[:, :, t, ...] is diagnosed separately (pyro's
-    ``split_gelman_rubin`` and ``effective_sample_size``, in float64, ``chunk`` test
-    inputs at a time to bound memory); a test input with several outputs (e.g. class
+    ``split_gelman_rubin`` and ``effective_sample_size``, in float64, at most ``chunk``
+    test inputs at a time, fewer when needed to keep pyro's O(samples^2) ESS
+    temporaries near 256 MB); a test input with several outputs (e.g. class
     probabilities) reports its worst output. Returns the per-input arrays ``rhat``
     and ``ess`` (numpy, length T), their summaries ``rhat_max``, ``rhat_mean``,
     ``ess_min``, ``ess_mean`` (floats over the inputs; NaN when a quantity never
@@ -306,6 +312,8 @@ def predictive_diagnostics(f: Tensor, chunk: int = 256) -> dict[str, Any]:
         raise ValueError("R-hat needs at least 2 chains")
     if samples < 4:
         raise ValueError("split R-hat needs at least 4 draws per chain")
+    per_input = math.prod(f.shape[3:]) * 2 * (samples // 2 + 1) ** 2 * 8
+    chunk = max(1, min(chunk, _DIAGNOSTICS_BYTES // per_input))
     rhats, esss = [], []
     for i in range(0, f.shape[2], chunk):
         g = f[:, :, i : i + chunk].detach().to(torch.float64)
