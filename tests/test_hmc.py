@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from repens.data.toy import make_toy
-from repens.experiments.hmc import _log_density, run_hmc, toy_posterior
+from repens.experiments.hmc import _log_density, run_hmc
+from repens.experiments.toy import toy_posterior
 from repens.hmc import (
     HMCDiagnosticsError,
     HMCSettings,
@@ -197,6 +198,30 @@ def test_run_hmc_failed_diagnostics_leave_no_predictions(tmp_path):
     assert not out.exists()
     diag = json.loads(out.with_name("diagnostics.json").read_text())
     assert diag["passed"] is False and diag["settings"]["ess_min"] == 1e6
+
+
+def test_failed_run_keeps_checkpoint_for_looser_thresholds(tmp_path, monkeypatch):
+    import repens.experiments.hmc as exp
+
+    job = {"experiment": "hmc", "dataset": "regression", "seed": 0, "scale": "quick", "hidden": [4],
+           "hmc": dict(TINY_HMC, warmup=10, samples=8, ess_min=1e6)}
+    out, ckpt = tmp_path / "predictive.npz", tmp_path / "ckpt.pt"
+    with pytest.raises(HMCDiagnosticsError):
+        run_hmc(job, out, ckpt)
+    assert ckpt.exists() and not out.exists()
+    first = json.loads(out.with_name("diagnostics.json").read_text())
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("chains should come from the checkpoint")
+
+    monkeypatch.setattr(exp, "_run_chain", no_sampling)
+    looser = {**job, "hmc": {**job["hmc"], "ess_min": 0.0}}
+    run_hmc(looser, out, ckpt)
+    assert out.exists() and not ckpt.exists()
+    second = json.loads(out.with_name("diagnostics.json").read_text())
+    assert second["diagnostics"]["rhat"] == first["diagnostics"]["rhat"]
+    with np.load(out) as z:
+        assert json.loads(str(z["job"])) == looser
 
 
 def test_run_hmc_resumes_from_checkpoint(tmp_path, monkeypatch):

@@ -23,6 +23,7 @@ from torch.func import functional_call
 
 from repens.data.toy import ToyData, make_toy
 from repens.experiments.synthetic import save_npz_atomic
+from repens.experiments.toy import toy_posterior
 from repens.hmc import (
     ChainStats,
     HMCSettings,
@@ -31,32 +32,15 @@ from repens.hmc import (
     sample_nuts_with_stats,
     summarise_diagnostics,
 )
-from repens.models import mlp
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
 
 log = logging.getLogger("repens.hmc")
 
-__all__ = ["run_hmc", "toy_posterior", "evaluate_samples", "predict_and_diagnose", "DEFAULT_HIDDEN", "LABEL"]
+__all__ = ["run_hmc", "evaluate_samples", "predict_and_diagnose", "LABEL"]
 
-DEFAULT_HIDDEN = (50, 50)
 LABEL = "HMC"
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def toy_posterior(job: dict[str, Any], data: ToyData, dtype: torch.dtype = torch.float32) -> NetworkPosterior:
-    """The BNN posterior of a toy job: MLP ``hidden``, prior N(0, prior_std^2 I) on all
-    weights and biases, Gaussian (sd ``noise_std``) or softmax likelihood."""
-    hidden = [int(h) for h in job.get("hidden", DEFAULT_HIDDEN)]
-    net = mlp(data.x_train.shape[1], hidden, data.num_outputs).to(dtype)
-    likelihood = "gaussian" if data.task == "regression" else "categorical"
-    return NetworkPosterior(
-        StackedModel(net),
-        likelihood,
-        num_train=data.x_train.shape[0],
-        prior_std=float(job.get("prior_std", 1.0)),
-        noise_std=float(job.get("noise_std", 0.5)),
-    )
 
 
 def _log_density(posterior: NetworkPosterior, batch: Batch) -> Callable[[Tensor], Tensor]:
@@ -265,7 +249,9 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     * ``job``: 0-d string array, ``json.dumps(job, sort_keys=True)``; ``label``: "HMC".
 
     ``checkpoint`` (optional) keeps finished chains, so an interrupted run resumes
-    at the chain it was in; it is removed once the diagnostics are written.
+    at the chain it was in. It is removed after a passed check and kept after a
+    failed one: its key leaves out ``hmc.rhat_max`` / ``hmc.ess_min``, so rerunning
+    with looser thresholds reuses the draws instead of sampling again.
     """
     start = time.perf_counter()
     out = Path(out)
@@ -288,13 +274,17 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
              job["dataset"], model.dim, batch.x.shape[0], settings.chains, settings.warmup,
              settings.samples, settings.thin, dtype)
 
-    done = _load_checkpoint(checkpoint, job_json)
+    # the acceptance thresholds do not change the draws: a run that failed its check
+    # can be accepted with looser thresholds without sampling again
+    sampling_job = {**job, "hmc": {k: v for k, v in (job.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
+    key = json.dumps(sampling_job, sort_keys=True)
+    done = _load_checkpoint(checkpoint, key)
     finished = dict(done)
 
     def on_chain(i: int, draws: Tensor, st: ChainStats) -> None:
         finished[i] = (draws, st)
         if checkpoint is not None:
-            _save_checkpoint(checkpoint, job_json, finished)
+            _save_checkpoint(checkpoint, key, finished)
 
     draws, stats = sample_nuts_with_stats(log_density, init, settings, seed, done=done, on_chain=on_chain)
     chains, kept, _ = draws.shape
@@ -318,13 +308,13 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
         "sampling_time_s": float(sum(st.seconds for st in stats)),
         "chains": [st.to_dict() for st in stats],
     })
-    if checkpoint is not None and checkpoint.exists():
-        checkpoint.unlink()
     log.info("diagnostics: split R-hat max %.4f (mean %.4f), ESS min %.1f (mean %.1f) over %d draws, "
              "%d divergences, %.1f s; log density per chain %s (R-hat %.3g)", diag["rhat_max"], diag["rhat_mean"],
              diag["ess_min"], diag["ess_mean"], diag["draws"], sum(st.divergences for st in stats), wall,
              ", ".join(f"{v:.1f}" for v in lp_diag["mean_per_chain"]), lp_diag.get("rhat", float("nan")))
-    check_diagnostics(diag, settings)
+    check_diagnostics(diag, settings)  # on failure the checkpoint stays (see above)
+    if checkpoint is not None and checkpoint.exists():
+        checkpoint.unlink()
 
     arrays: dict[str, Any] = {
         "x_train": data.x_train.float().numpy(),

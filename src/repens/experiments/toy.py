@@ -34,9 +34,11 @@ log = logging.getLogger("repens.toy")
 __all__ = ["run_toy", "toy_posterior", "toy_predictions", "batch_sampler"]
 
 
-def toy_posterior(job: dict[str, Any], data: ToyData) -> NetworkPosterior:
-    """MLP (``hidden`` ReLU layers, default 2 x 50) with N(0, prior_std^2 I) on all weights."""
-    net = mlp(data.x_train.shape[-1], list(job.get("hidden", [50, 50])), data.num_outputs)
+def toy_posterior(job: dict[str, Any], data: ToyData, dtype: torch.dtype = torch.float32) -> NetworkPosterior:
+    """MLP (``hidden`` ReLU layers, default 2 x 50) with N(0, prior_std^2 I) on all weights,
+    Gaussian (sd ``noise_std``, default 0.5) or softmax likelihood. Shared with the HMC job."""
+    hidden = [int(h) for h in job.get("hidden", [50, 50])]
+    net = mlp(data.x_train.shape[-1], hidden, data.num_outputs).to(dtype)
     likelihood = "gaussian" if data.task == "regression" else "categorical"
     return NetworkPosterior(
         StackedModel(net),
