@@ -161,7 +161,9 @@ def test_run_hmc_end_to_end(tmp_path, dataset):
            "hmc": dict(TINY_HMC)}
     out = tmp_path / "hmc" / "predictive.npz"
     ckpt = tmp_path / "hmc" / "ckpt.pt"
+    threads = torch.get_num_threads()
     run_hmc(job, out, ckpt)
+    assert torch.get_num_threads() == threads  # runs single-threaded, restores the caller's setting
     assert not ckpt.exists()
     data = make_toy(dataset, 3)
     with np.load(out) as z:
@@ -201,7 +203,7 @@ def test_run_hmc_failed_diagnostics_leave_no_predictions(tmp_path):
 
 
 def test_failed_run_keeps_checkpoint_for_looser_thresholds(tmp_path, monkeypatch):
-    import repens.experiments.hmc as exp
+    import repens.hmc
 
     job = {"experiment": "hmc", "dataset": "regression", "seed": 0, "scale": "quick", "hidden": [4],
            "hmc": dict(TINY_HMC, warmup=10, samples=8, ess_min=1e6)}
@@ -214,7 +216,7 @@ def test_failed_run_keeps_checkpoint_for_looser_thresholds(tmp_path, monkeypatch
     def no_sampling(*args, **kwargs):
         raise AssertionError("chains should come from the checkpoint")
 
-    monkeypatch.setattr(exp, "_run_chain", no_sampling)
+    monkeypatch.setattr(repens.hmc, "_run_chain", no_sampling)
     looser = {**job, "hmc": {**job["hmc"], "ess_min": 0.0}}
     run_hmc(looser, out, ckpt)
     assert out.exists() and not ckpt.exists()

@@ -231,8 +231,11 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     Job keys: ``dataset`` ("regression" | "classification"), ``seed`` (data, initial
     points and sampler), ``scale`` (recorded only), ``prior_std`` (1.0),
     ``noise_std`` (regression, 0.5), ``hidden`` ([50, 50]), ``hmc`` (fields of
-    :class:`~repens.hmc.HMCSettings`; missing keys take the defaults) and
-    ``dtype`` ("float32", the default, or "float64").
+    :class:`~repens.hmc.HMCSettings`; missing keys take the defaults),
+    ``dtype`` ("float32", the default, or "float64") and ``threads`` (torch
+    intra-op threads while running, default 1: NUTS on these small networks is a
+    long chain of tiny operations, which extra threads only slow down, badly so
+    on a busy machine; the caller's setting is restored afterwards).
 
     Chains start from prior draws. First ``out.with_name("diagnostics.json")`` is
     written (settings, R-hat / ESS of the predictive, per-chain step size,
@@ -253,8 +256,16 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     failed one: its key leaves out ``hmc.rhat_max`` / ``hmc.ess_min``, so rerunning
     with looser thresholds reuses the draws instead of sampling again.
     """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(job.get("threads", 1)))
+    try:
+        _run_hmc(job, Path(out), checkpoint)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
     start = time.perf_counter()
-    out = Path(out)
     job_json = json.dumps(job, sort_keys=True)
     log.info("job %s", job_json)
     settings = HMCSettings.from_dict(job.get("hmc"))
