@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="repens", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", help="also append the log to this file")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (the rule's threads; default: torch's)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="run one training job")
@@ -144,4 +145,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     _setup_logging(args.log)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     return args.func(args)

@@ -33,7 +33,7 @@ rule train_synthetic:
     params:
         spec=job_spec("synthetic"),
     shell:
-        "python -m repens train --spec {params.spec:q} --out {output.particles:q} > {log:q} 2>&1"
+        "python -m repens --threads {threads} train --spec {params.spec:q} --out {output.particles:q} > {log:q} 2>&1"
 
 
 rule summarize_synthetic:

@@ -36,7 +36,7 @@ rule train_toy:
     params:
         spec=job_spec("toy"),
     shell:
-        "python -m repens train --spec {params.spec:q} --out {output.predictions:q} > {log:q} 2>&1"
+        "python -m repens --threads {threads} train --spec {params.spec:q} --out {output.predictions:q} > {log:q} 2>&1"
 
 
 rule sample_hmc:
@@ -56,7 +56,7 @@ rule sample_hmc:
     params:
         spec=hmc_spec("toy"),
     shell:
-        "python -m repens hmc --spec {params.spec:q} --out {output.predictions:q} > {log:q} 2>&1"
+        "python -m repens --threads {threads} hmc --spec {params.spec:q} --out {output.predictions:q} > {log:q} 2>&1"
 
 
 rule plot_regression:
