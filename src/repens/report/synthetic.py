@@ -118,6 +118,17 @@ class Run:
         return str(self.job.get("scale", "?"))
 
 
+def read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
+    """All arrays of an ``.npz`` result file (no pickles), with errors that name the file."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such {what} file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable .npz {what} file ({err})") from err
+
+
 def load_run(path: Path | str) -> Run:
     """Read a synthetic result file and check its format.
 
@@ -133,13 +144,7 @@ def load_run(path: Path | str) -> Run:
             ``job`` naming its ``dataset``; the message names the file.
     """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such result file")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: not a readable .npz result file ({err})") from err
+    arrays = read_npz(path, "result")
     missing = [key for key in ("particles", "job") if key not in arrays]
     if missing:
         raise ValueError(f"{path}: missing array(s) {missing}; has {sorted(arrays)} "

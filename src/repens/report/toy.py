@@ -40,7 +40,7 @@ import numpy as np
 
 from repens.data.toy import REGRESSION_CLUSTERS
 from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
-from repens.report.synthetic import LABELS, _save_figure, _tex_escape, _tex_number, _tmp_name, _write_text_atomic
+from repens.report.synthetic import LABELS, read_npz, _save_figure, _tex_escape, _tex_number, _tmp_name, _write_text_atomic
 
 log = logging.getLogger("repens.report")
 
@@ -151,13 +151,7 @@ def load_predictions(path: Path | str) -> ToyPredictions:
             and the key), the job has no known ``dataset``, or shapes do not fit.
     """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such prediction file")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: not a readable .npz prediction file ({err})") from err
+    arrays = read_npz(path, "prediction")
     for key in _COMMON_KEYS:
         if key not in arrays:
             raise ValueError(f"{path}: missing array {key!r}; has {sorted(arrays)}")
