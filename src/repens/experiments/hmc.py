@@ -4,6 +4,14 @@ The gold standard that Figures 1 and 3 compare the ensembles with: the same
 network, prior and likelihood as the method runs, but sampled by NUTS on the full
 training set. Writes the predictive on the test inputs in the format the method
 runs and the plotting code share (see :func:`run_hmc`).
+
+Cost (measured on one core of a 2-core CPU, MLP 2 x 50, float32): one leapfrog step
+(one gradient plus pyro's bookkeeping) takes about 0.6 ms on the regression toy and
+0.73 ms on the classification toy, and NUTS uses nearly all of its 2**max_tree_depth - 1
+steps per iteration on these posteriors. A chain of 1000 warmup + 1000 sampling
+iterations thus takes about 20 min at max_tree_depth 10 and 5-6 min at depth 8; the
+depth-10 chains mix far better per gradient (regression, 2 chains x 1000 draws: split
+R-hat of f <= 1.05 and ESS >= 97 at depth 10 against 1.20 and 8 at depth 8).
 """
 
 from __future__ import annotations
