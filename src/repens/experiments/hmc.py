@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from repens.data.toy import ToyData, make_toy
+from repens.data.toy import make_toy
 from repens.experiments.synthetic import save_npz_atomic
 from repens.experiments.toy import toy_posterior
 from repens.hmc import (
