@@ -54,7 +54,8 @@ def _hmc(args: argparse.Namespace) -> int:
     from repens.hmc import HMCDiagnosticsError
 
     try:
-        run_hmc(json.loads(args.spec), Path(args.out))
+        out = Path(args.out)
+        run_hmc(json.loads(args.spec), out, out.with_name(out.name + ".ckpt"))
     except HMCDiagnosticsError as err:
         logging.getLogger("repens").error("%s", err)
         return 4
