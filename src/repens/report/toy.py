@@ -599,6 +599,16 @@ def _regression_ylim(preds: Sequence[ToyPredictions], truth: np.ndarray) -> tupl
     return lo - pad, hi + pad
 
 
+def _finish_figure(fig, title: str, footer: str, height: float, out_png: Path | str, out_pdf: Path | str,
+                   panels: int) -> None:
+    """Suptitle, settings footer, and the PNG + PDF written atomically (both toy figures)."""
+    fig.suptitle(title, fontsize=11, y=1 - 0.12 / height, va="top")
+    fig.text(0.5, 0.008, footer, ha="center", va="bottom", fontsize=7.5, color="0.25", wrap=True)
+    _save_figure(fig, Path(out_png), "png", dpi=150)
+    _save_figure(fig, Path(out_pdf), "pdf", metadata={"CreationDate": None})
+    log.info("wrote %s and %s (%d panels)", out_png, out_pdf, panels)
+
+
 def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
                            labels: Mapping[str, str] | None = None) -> None:
     """Draw Figure 1: the 1-D regression predictive of each input, one panel per input.
@@ -659,12 +669,8 @@ def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, ou
                Line2D([], [], color="0.2", linestyle="--", linewidth=0.7, label=r"$x\,\sin x$")]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 0.03))
-    fig.suptitle("1-D regression (paper Figure 1): predictive mean and $\\pm$1/2/3 sd of the predictive",
-                 fontsize=11, y=1 - 0.12 / height, va="top")
-    fig.text(0.5, 0.008, footer, ha="center", va="bottom", fontsize=7.5, color="0.25", wrap=True)
-    _save_figure(fig, Path(out_png), "png", dpi=150)
-    _save_figure(fig, Path(out_pdf), "pdf", metadata={"CreationDate": None})
-    log.info("wrote %s and %s (%d panels)", out_png, out_pdf, len(preds))
+    _finish_figure(fig, "1-D regression (paper Figure 1): predictive mean and $\\pm$1/2/3 sd of the predictive",
+                   footer, height, out_png, out_pdf, len(preds))
 
 
 def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
@@ -717,9 +723,5 @@ def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str
     ticks = [0.0, 0.5, 1.0, 1.5, vmax]
     bar.set_ticks([t for t in ticks if t <= vmax])
     bar.set_ticklabels([f"{t:g}" for t in ticks[:-1] if t <= vmax] + [f"log {num_classes}"], fontsize=8)
-    fig.suptitle("2-D classification (paper Figure 3): predictive entropy; dots: training points by class",
-                 fontsize=11, y=1 - 0.12 / height, va="top")
-    fig.text(0.5, 0.008, footer, ha="center", va="bottom", fontsize=7.5, color="0.25", wrap=True)
-    _save_figure(fig, Path(out_png), "png", dpi=150)
-    _save_figure(fig, Path(out_pdf), "pdf", metadata={"CreationDate": None})
-    log.info("wrote %s and %s (%d panels)", out_png, out_pdf, len(preds))
+    _finish_figure(fig, "2-D classification (paper Figure 3): predictive entropy; dots: training points by class",
+                   footer, height, out_png, out_pdf, len(preds))
