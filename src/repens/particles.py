@@ -74,10 +74,15 @@ class StackedModel:
         return std * torch.randn(n, self.dim, generator=generator, dtype=dtype)
 
     def sample_he(self, n: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> Tensor:
-        """``n`` rows with He (Kaiming-normal) weights and zero biases (He et al. 2015)."""
+        """``n`` rows with He (Kaiming-normal) weights and zero biases (He et al. 2015).
+
+        1-D ``weight`` s (the affine scales of normalisation layers) start at one.
+        """
         rows = torch.zeros(n, self.dim, dtype=dtype)
         for s in self.slots:
             if len(s.shape) < 2:
+                if s.name.endswith("weight"):
+                    rows[:, s.start : s.stop] = 1.0
                 continue
             fan_in = math.prod(s.shape[1:])
             size = s.stop - s.start
