@@ -22,6 +22,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/synthetic.smk"
 include: "workflow/rules/toy.smk"
+include: "workflow/rules/image.smk"
 
 
 localrules:
@@ -33,3 +34,4 @@ rule all:
     input:
         SYNTHETIC_OUTPUTS,
         TOY_OUTPUTS,
+        IMAGE_OUTPUTS,

@@ -148,7 +148,7 @@ def train(
             params.grad = -result.direction
             optimizer.step()
             if result.temperature:
-                noise = torch.randn(params.shape, generator=generator, dtype=params.dtype)
+                noise = torch.randn(params.shape, generator=generator, dtype=params.dtype).to(params.device)
                 with torch.no_grad():
                     params.add_(langevin_noise_std(optimizer, params, settings.lr, result.temperature) * noise)
             done = step + 1

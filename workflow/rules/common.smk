@@ -20,6 +20,7 @@ from repens.config import (
     ConfigError,
     check_config,
     experiment_seeds,
+    report_datasets,
     resolve_hmc_job,
     resolve_job,
 )
@@ -127,3 +128,21 @@ def toy_hmc(dataset):
 def toy_panels(dataset):
     """HMC first, then the methods in config order (the paper's panel order)."""
     return [toy_hmc(dataset), *first_seed_files("toy", dataset, "predictions.npz")]
+
+
+def image_data_file(dataset):
+    return f"{config['image_data']}/{dataset}.npz"
+
+
+def image_ood(dataset):
+    """The OOD data set of an in-distribution data set (its ``ood`` setting)."""
+    return config["experiments"]["image"]["datasets"][dataset]["ood"]
+
+
+def image_metrics():
+    """metrics.json of every run the table shows (report_datasets x methods x seeds)."""
+    return [
+        path
+        for ds in report_datasets(config, "image")
+        for path in run_files("image", ds, "metrics.json")
+    ]
