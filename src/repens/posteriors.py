@@ -114,7 +114,8 @@ class NetworkPosterior:
     def log_prior(self, params: Tensor) -> Tensor:
         d = params.shape[-1]
         std = torch.as_tensor(self.prior_std, dtype=params.dtype, device=params.device)
-        return -0.5 * (params / std).pow(2).sum(-1) - d * (std.log().reshape(-1) + 0.5 * math.log(2 * math.pi))
+        log_std = std.log() if std.dim() == 0 else std.log().reshape(-1)  # per-particle scales: (n,)
+        return -0.5 * (params / std).pow(2).sum(-1) - d * (log_std + 0.5 * math.log(2 * math.pi))
 
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
         std = self.prior_std

@@ -67,7 +67,7 @@ rule train_image:
 rule summarize_image:
     input:
         metrics=image_metrics(),
-        reference="workflow/resources/table1_paper.csv",
+        reference=f"{workflow.basedir}/workflow/resources/table1_paper.csv",
     output:
         tex=report(
             "results/table1.tex",
