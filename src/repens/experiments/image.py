@@ -155,13 +155,18 @@ def _train_stack(job, data_x, data_y, model, prior_std, init, generator, steps, 
     kernel = kernel_from_job(job)
     update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
     eval_x, eval_y = monitor
+    fit_x, fit_y = data_x[:1000], data_y[:1000]
 
     def progress(step: int, params: Tensor) -> dict[str, float]:
-        probs, _ = predict_summary(model, params, eval_x)
-        labels = eval_y.cpu()
-        p_true = probs.gather(-1, labels.view(-1, 1)).clamp_min(1e-12)
-        return {"monitor_acc": float((probs.argmax(-1) == labels).double().mean()),
-                "monitor_nll": float(-p_true.log().mean())}
+        """Loss on 1000 fixed training images, accuracy and NLL on 1000 held-out ones."""
+        figures = {}
+        for name, x, y in (("train", fit_x, fit_y), ("monitor", eval_x, eval_y)):
+            probs, _ = predict_summary(model, params, x)
+            labels = y.cpu()
+            p_true = probs.gather(-1, labels.view(-1, 1)).clamp_min(1e-12)
+            figures[f"{name}_nll"] = float(-p_true.log().mean())
+            figures[f"{name}_acc"] = float((probs.argmax(-1) == labels).double().mean())
+        return figures
 
     state = train(
         TrainState(init.to(device), None if anchors is None else anchors.to(device)),
