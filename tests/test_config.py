@@ -183,8 +183,8 @@ BAD = {
         "gausian",
     ),
     "method settings for a method not run": (
-        _set("experiments.synthetic.method_settings", {"de": {"lr": 0.1}}),
-        "experiments.synthetic.method_settings.de",
+        _set("experiments.synthetic.method_settings", {"dee": {"lr": 0.1}}),
+        "experiments.synthetic.method_settings.dee",
     ),
 }
 

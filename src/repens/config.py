@@ -151,14 +151,16 @@ def check_config(config: Mapping[str, Any]) -> None:
             for ds in layer.get("datasets") or {}:
                 if ds not in datasets:
                     raise ConfigError(f"{where}.{layer_name}datasets.{ds}: not a dataset of this experiment")
+            # settings of a defined method the experiment does not run are kept (so a
+            # method can be dropped from `methods` alone); an undefined name is a typo
             for m in layer.get("method_settings") or {}:
-                if m not in spec.get("methods", []):
-                    raise ConfigError(f"{where}.{layer_name}method_settings.{m}: method not run by this experiment")
+                if m not in methods:
+                    raise ConfigError(f"{where}.{layer_name}method_settings.{m}: no method {m!r} under 'methods'")
             for ds, ds_layer in (layer.get("datasets") or {}).items():
                 for m in (ds_layer or {}).get("method_settings") or {}:
-                    if m not in spec.get("methods", []):
+                    if m not in methods:
                         raise ConfigError(
-                            f"{where}.{layer_name}datasets.{ds}.method_settings.{m}: method not run by this experiment"
+                            f"{where}.{layer_name}datasets.{ds}.method_settings.{m}: no method {m!r} under 'methods'"
                         )
             for i, ds in enumerate(layer.get("report_datasets") or []):
                 if ds not in datasets:
