@@ -8,13 +8,12 @@ Methods the paper's table has are the main rows; any other method goes below a r
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from repens.report.tables import Column, build_blocks, write_table, write_text_atomic
+from repens.report.tables import Column, build_blocks, csv_text, write_table, write_text_atomic
 
 __all__ = ["TABLE1_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows"]
 
@@ -91,15 +90,6 @@ def vs_paper_rows(records: Sequence[Mapping[str, Any]], reference: Mapping[tuple
     return rows
 
 
-def _csv(rows: Sequence[Mapping[str, Any]]) -> str:
-    buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    return buf.getvalue()
-
-
 def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Mapping[str, str],
                  datasets: Sequence[str], methods: Sequence[str], out_tex: Path, out_png: Path, out_csv: Path,
                  out_vs_paper: Path) -> None:
@@ -130,4 +120,4 @@ def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Ma
     write_table(blocks, TABLE1_COLUMNS, out_tex=out_tex, out_csv=out_csv, out_png=out_png, caption=caption,
                 label="tab:table1", title="Table 1: BNN image classification (mean ± s.e. over seeds)",
                 footer=footer)
-    write_text_atomic(Path(out_vs_paper), _csv(vs_paper_rows(records, ref, datasets, [r[0] for r in rows])))
+    write_text_atomic(Path(out_vs_paper), csv_text(vs_paper_rows(records, ref, datasets, [r[0] for r in rows])))

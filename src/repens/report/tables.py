@@ -31,6 +31,7 @@ __all__ = [
     "csv_rows",
     "write_table",
     "write_text_atomic",
+    "csv_text",
 ]
 
 
@@ -212,7 +213,8 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _csv_text(records: Sequence[Mapping[str, Any]]) -> str:
+def csv_text(records: Sequence[Mapping[str, Any]]) -> str:
+    """Records (dicts with the same keys) as CSV text with a header line."""
     buf = io.StringIO()
     if records:
         writer = csv.DictWriter(buf, fieldnames=list(records[0]), lineterminator="\n")
@@ -306,7 +308,7 @@ def write_table(
 ) -> None:
     """Write whichever of the CSV, LaTeX and PNG forms are asked for (each atomically)."""
     if out_csv is not None:
-        write_text_atomic(Path(out_csv), _csv_text(csv_rows(blocks, columns)))
+        write_text_atomic(Path(out_csv), csv_text(csv_rows(blocks, columns)))
     if out_tex is not None:
         write_text_atomic(Path(out_tex), latex_table(blocks, columns, caption, label))
     if out_png is not None:
