@@ -33,3 +33,7 @@ rule all:
     input:
         SYNTHETIC_OUTPUTS,
         TOY_OUTPUTS,
+
+
+# Profile mistakes (profiles/slurm) stop the run here, once every rule is defined.
+check_profile()
