@@ -35,3 +35,7 @@ rule all:
         SYNTHETIC_OUTPUTS,
         TOY_OUTPUTS,
         IMAGE_OUTPUTS,
+
+
+# Profile mistakes (profiles/slurm) stop the run here, once every rule is defined.
+check_profile()

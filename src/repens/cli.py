@@ -205,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     _setup_logging(args.log)
+    if os.environ.get("SLURM_JOB_ID"):  # a cluster job: record where it ran
+        logging.getLogger("repens").info(
+            "SLURM_JOB_ID=%s SLURM_ARRAY_JOB_ID=%s SLURM_ARRAY_TASK_ID=%s host=%s CUDA_VISIBLE_DEVICES=%s",
+            *(os.environ.get(k, "-") for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+                                             "SLURMD_NODENAME", "CUDA_VISIBLE_DEVICES")))
     if args.threads:
         import torch
 

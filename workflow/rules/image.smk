@@ -52,9 +52,9 @@ rule train_image:
         "../../envs/repens.yaml"
     threads: 1
     resources:
-        mem_mb=lambda wc, attempt: 6000 * attempt,
-        runtime=lambda wc, attempt: (60 if config["scale"] == "quick" else 720)
-        * attempt,
+        mem_mb=grows_with_attempt(6000),
+        # minutes; paper-scale ResNet32 jobs are the long ones (hours on a GPU)
+        runtime=grows_with_attempt(60 if config["scale"] == "quick" else 1440),
     params:
         spec=job_spec("image"),
         device=config["device"],
