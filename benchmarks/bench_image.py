@@ -8,9 +8,11 @@ CIFAR-10 config (ResNet32, 20 particles, batch 128) it measures, per method:
 * the same update with the network evaluated member by member in a Python loop
   (same rule, same kernel, same optimizer step);
 
-and prints the ratios batched/loop and method/DE, all from one run. Each
-(config, method, mode) runs in a fresh subprocess, so the peak resident memory
-(CPU) or ``torch.cuda.max_memory_allocated`` (GPU) is that measurement's alone.
+and prints the ratios batched/loop and method/DE, all from one run. Timing is
+round-robin over every (method, mode) in one process, ``--rounds`` times, and the
+median is kept, so load that drifts on a shared machine hits all of them alike.
+Peak memory comes from a separate pass with each (method, mode) alone in a fresh
+subprocess: peak resident memory (CPU) or ``torch.cuda.max_memory_allocated`` (GPU).
 
     python benchmarks/bench_image.py                    # both configs, CPU or GPU (auto)
     python benchmarks/bench_image.py --configs fashionmnist --steps 20 --threads 2
@@ -41,8 +43,8 @@ METHODS = ["de", "svgd", "fsvgd", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", 
            "anchored", "dle", "drle"]
 
 
-def measure(config_name: str, method: str, mode: str, steps: int, warmup: int, device: str) -> dict:
-    """Time ``steps`` optimizer steps of ``method`` (after ``warmup``); runs in a child process."""
+def build_step(config_name: str, method: str, mode: str, device: str):
+    """One training step of ``method`` (batched or per-member loop) as a closure, and the device."""
     import torch
     import yaml
     from torch.func import functional_call
@@ -89,20 +91,34 @@ def measure(config_name: str, method: str, mode: str, steps: int, warmup: int, d
         opt.zero_grad(set_to_none=True)
         params.grad = -result.direction
         opt.step()
+        if result.temperature:  # as train(): Langevin noise after the step
+            with torch.no_grad():
+                params.add_(torch.randn(params.shape, generator=g).to(dev), alpha=1e-3)
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
+    return step, dev, model.dim
 
+
+def _sync(dev) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(config_name: str, method: str, mode: str, steps: int, warmup: int, device: str) -> dict:
+    """Peak memory (and a first timing) of ``steps`` steps; runs alone in a child process."""
+    import torch
+
+    step, dev, dim = build_step(config_name, method, mode, device)
     for _ in range(warmup):
         step()
-    sync()
+    _sync(dev)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
-    sync()
+    _sync(dev)
     seconds = (time.perf_counter() - t0) / steps
     if dev.type == "cuda":
         peak_mb = torch.cuda.max_memory_allocated() / 2**20
@@ -111,7 +127,29 @@ def measure(config_name: str, method: str, mode: str, steps: int, warmup: int, d
     return {"config": config_name, "method": method, "mode": mode, "seconds_per_step": seconds,
             "steps_per_s": 1.0 / seconds, "peak_mb": peak_mb, "device": str(dev),
             "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            "threads": torch.get_num_threads(), "parameters": model.dim}
+            "threads": torch.get_num_threads(), "parameters": dim}
+
+
+def interleaved_times(config_name: str, methods: list[str], modes: tuple[str, ...], steps: int, rounds: int,
+                      device: str) -> dict[tuple[str, str], float]:
+    """Median seconds per step of every (method, mode), measured round-robin in one
+    process (``rounds`` rounds of ``steps`` steps each), so a machine whose load drifts
+    affects all of them alike and the ratios stay fair."""
+    import statistics
+
+    setups = {(m, mode): build_step(config_name, m, mode, device) for m in methods for mode in modes}
+    for step, dev, _ in setups.values():
+        step()
+        _sync(dev)
+    samples: dict[tuple[str, str], list[float]] = {k: [] for k in setups}
+    for _ in range(rounds):
+        for key, (step, dev, _) in setups.items():
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            _sync(dev)
+            samples[key].append((time.perf_counter() - t0) / steps)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def _child(args) -> int:
@@ -128,6 +166,7 @@ def main() -> int:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 20 MLP, 3 ResNet on CPU)")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5, help="round-robin timing rounds (median taken)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--no-loop", action="store_true", help="skip the per-member loop baseline")
@@ -142,11 +181,13 @@ def main() -> int:
 
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     rows = []
+    modes = ("batched",) + (() if args.no_loop else ("loop",))
     for config in args.configs.split(","):
         steps = args.steps or (20 if config == "fashionmnist" or cuda else 3)
+        print(f"{config}: peak memory, each (method, mode) alone in a subprocess", flush=True)
         for method in args.methods.split(","):
-            for mode in ("batched",) + (() if args.no_loop else ("loop",)):
-                cmd = [sys.executable, __file__, "--child", config, method, mode, "--steps", str(steps),
+            for mode in modes:
+                cmd = [sys.executable, __file__, "--child", config, method, mode, "--steps", "1",
                        "--warmup", str(args.warmup), "--threads", str(args.threads), "--device", args.device]
                 out = subprocess.run(cmd, capture_output=True, text=True)
                 if out.returncode:
@@ -154,8 +195,14 @@ def main() -> int:
                     return out.returncode
                 row = json.loads(out.stdout.strip().splitlines()[-1])
                 rows.append(row)
-                print(f"{config:13s} {method:10s} {mode:8s} {row['steps_per_s']:8.2f} steps/s "
-                      f"{row['peak_mb']:9.0f} MB peak", flush=True)
+                print(f"  {method:10s} {mode:8s} {row['peak_mb']:9.0f} MB peak", flush=True)
+        torch.set_num_threads(args.threads)
+        print(f"{config}: timing, {args.rounds} rounds x {steps} steps, round-robin in one process", flush=True)
+        times = interleaved_times(config, args.methods.split(","), modes, steps, args.rounds, args.device)
+        for row in rows:
+            if row["config"] == config:
+                row["seconds_per_step"] = times[(row["method"], row["mode"])]
+                row["steps_per_s"] = 1.0 / row["seconds_per_step"]
     print()
     print(f"device: {rows[0]['device_name']}, torch threads: {rows[0]['threads']}")
     header = f"{'config':13s} {'method':10s} {'steps/s':>9s} {'peak MB':>8s} {'x DE time':>10s}"

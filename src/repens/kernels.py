@@ -31,9 +31,12 @@ _MIN_BANDWIDTH = 1e-12
 
 def squared_distances(x: Tensor, y: Tensor) -> Tensor:
     """Pairwise squared Euclidean distances between rows of ``x`` (n, d) and ``y`` (m, d)."""
-    x2 = (x * x).sum(-1, keepdim=True)
-    y2 = (y * y).sum(-1, keepdim=True)
-    return (x2 + y2.transpose(-1, -2) - 2.0 * x @ y.transpose(-1, -2)).clamp_min(0.0)
+    if x.dim() != 2 or y.dim() != 2:
+        raise ValueError(f"expected (n, d) and (m, d) particles, got {tuple(x.shape)} and {tuple(y.shape)}")
+    # one GEMM and no (n, d) temporaries: these run every step on (n, ~1e5) particles
+    x2 = torch.linalg.vector_norm(x, dim=-1).pow(2).unsqueeze(-1)
+    y2 = x2 if y is x else torch.linalg.vector_norm(y, dim=-1).pow(2).unsqueeze(-1)
+    return torch.addmm(x2 + y2.transpose(-1, -2), x, y.transpose(-1, -2), alpha=-2.0).clamp_min(0.0)
 
 
 def median_bandwidth(sq_dists: Tensor, n: int) -> Tensor:
@@ -48,7 +51,9 @@ def kernel_grad_sum(x: Tensor, y: Tensor, gram: Tensor, h: Tensor | float) -> Te
     Uses ``grad_x k(x, y) = -(2 / h) (x - y) k(x, y)``, so the sum is a matrix
     product rather than an (n, m, d) tensor.
     """
-    return -(2.0 / h) * (x * gram.sum(-1, keepdim=True) - gram @ y)
+    scale = 2.0 / float(h)
+    # (2/h) (K y - diag(K 1) x) with one GEMM and one elementwise pass over (n, d)
+    return torch.addmm(x * gram.sum(-1, keepdim=True), gram, y, beta=-scale, alpha=scale)
 
 
 @dataclass(frozen=True)

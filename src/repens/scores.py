@@ -47,8 +47,11 @@ def sge_score(x: Tensor, kernel: RBF, eta: float = 0.01) -> Tensor:
     """
     gram, h = kernel.self_gram(x)
     grads = kernel_grad_sum(x, x, gram, h)
-    eye = torch.eye(x.shape[0], dtype=x.dtype, device=x.device)
-    return torch.linalg.solve(gram + eta * eye, grads)
+    eye = torch.eye(x.shape[0], dtype=torch.float64, device=x.device)
+    # the n x n system in float64, then one GEMM: solve() with d ~ 1e5 right-hand
+    # sides was 4x slower than inverse-times-matrix on a CPU
+    inverse = torch.linalg.inv(gram.double() + eta * eye).to(x.dtype)
+    return inverse @ grads
 
 
 def ssge_score(
@@ -79,8 +82,9 @@ def ssge_score(
     if num_eigs is not None:
         eigvals, eigvecs = eigvals[-num_eigs:], eigvecs[:, -num_eigs:]
     cross = gram if query is None else kernel.gram(query, x, h)
-    coeffs = (eigvecs.transpose(-1, -2) @ grads) / eigvals.unsqueeze(-1) ** 2
-    return cross @ eigvecs @ coeffs
+    # the (N, M) weights first, then a single product with the (M, d) gradients
+    weights = ((cross @ eigvecs) / eigvals.pow(2)) @ eigvecs.transpose(-1, -2)
+    return weights @ grads
 
 
 SCORE_ESTIMATORS: dict[str, Callable[..., Tensor]] = {

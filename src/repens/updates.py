@@ -150,10 +150,13 @@ def langevin(
         w = params.detach()
         draws = ctx.posterior.sample_prior(prior_samples or w.shape[0], ctx.generator).to(w)
         both = torch.cat([w, draws])
-        h = ctx.kernel.bandwidth_for(both, squared_distances(both, both))
-        to_prior = kernel_grad_sum(w, draws, ctx.kernel.gram(w, draws, h), h) / draws.shape[0]
-        to_self = kernel_grad_sum(w, w, ctx.kernel.gram(w, w, h), h) / w.shape[0]
-        direction = direction + 2.0 * mmd_weight * (to_prior - to_self)
+        sq = squared_distances(both, both)
+        h = ctx.kernel.bandwidth_for(both, sq)
+        n, m = w.shape[0], draws.shape[0]
+        # to_prior - to_self = sum_j grad_1 k(w_i, .) weighted +1/m on draws, -1/n on particles:
+        # one kernel-gradient product over both sets (the sum is linear in the weights)
+        weights = torch.cat([-torch.exp(-sq[:n, :n] / h) / n, torch.exp(-sq[:n, n:] / h) / m], dim=1)
+        direction = direction + 2.0 * mmd_weight * kernel_grad_sum(w, both, weights, h)
     return Update(direction, temperature)
 
 
