@@ -11,9 +11,11 @@ from typing import Any, Callable
 
 from repens.experiments.synthetic import run_synthetic
 from repens.experiments.toy import run_toy
+from repens.experiments.uci import run_uci
 
 Runner = Callable[[dict[str, Any], Path, Path | None], None]
 
 RUNNERS: dict[str, Runner] = {"synthetic": run_synthetic, "toy": run_toy}
+RUNNERS["uci"] = run_uci
 
 __all__ = ["RUNNERS", "Runner"]
