@@ -105,8 +105,15 @@ def check_dataset(root: Path | str, name: str) -> int:
 
 
 @lru_cache(maxsize=4)
+def _cached_table(path: str, mtime_ns: int, size: int) -> np.ndarray:
+    return np.loadtxt(path, dtype=np.float64, ndmin=2)
+
+
 def _table(folder: str) -> np.ndarray:
-    return np.loadtxt(Path(folder) / "data.txt", dtype=np.float64, ndmin=2)
+    """``data.txt`` as a float64 array, parsed once per process while the file is unchanged."""
+    path = Path(folder) / "data.txt"
+    stat = path.stat()
+    return _cached_table(str(path), stat.st_mtime_ns, stat.st_size)
 
 
 def _indices(path: Path) -> np.ndarray:
