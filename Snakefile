@@ -23,6 +23,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/synthetic.smk"
 include: "workflow/rules/toy.smk"
 include: "workflow/rules/uci.smk"
+include: "workflow/rules/image.smk"
 
 
 localrules:
@@ -34,3 +35,8 @@ rule all:
     input:
         SYNTHETIC_OUTPUTS,
         TOY_OUTPUTS,
+        IMAGE_OUTPUTS,
+
+
+# Profile mistakes (profiles/slurm) stop the run here, once every rule is defined.
+check_profile()

@@ -183,8 +183,8 @@ BAD = {
         "gausian",
     ),
     "method settings for a method not run": (
-        _set("experiments.synthetic.method_settings", {"de": {"lr": 0.1}}),
-        "experiments.synthetic.method_settings.de",
+        _set("experiments.synthetic.method_settings", {"dee": {"lr": 0.1}}),
+        "experiments.synthetic.method_settings.dee",
     ),
 }
 
@@ -270,3 +270,43 @@ def test_snakemake_stops_before_any_job(tmp_path, case, key):
     assert key in output, output
     assert not (tmp_path / "results").exists()
     assert not (tmp_path / "logs").exists()
+
+
+def test_shipped_config_matches_appendix_g4_g5():
+    paper = dict(load_config(), scale="paper")
+    lr = {m: resolve_job(paper, "image", "fashionmnist", m, 38)["lr"] for m in paper["experiments"]["image"]["methods"]}
+    assert {m for m, v in lr.items() if v == 0.001} == {"kde-wgd", "sge-wgd", "ssge-wgd"}
+    assert all(lr[m] == 0.0025 for m in ("de", "svgd", "fsvgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd"))
+    fm = resolve_job(paper, "image", "fashionmnist", "de", 38)
+    assert (fm["particles"], fm["steps"], fm["batch_size"], fm["prior_std"], fm["init"]) == (50, 50000, 256, 1.0, "prior")
+    assert fm["hidden"] == [100, 100, 100] and fm["ood"] == "mnist"
+    cifar = {m: resolve_job(paper, "image", "cifar10", m, 38) for m in ("de", "svgd", "kde-wgd", "fsvgd", "ssge-fwgd")}
+    assert [cifar[m]["lr"] for m in ("de", "svgd", "kde-wgd")] == [0.0005] * 3
+    assert [cifar[m]["lr"] for m in ("fsvgd", "ssge-fwgd")] == [0.00025] * 2
+    c = cifar["de"]
+    assert (c["particles"], c["steps"], c["batch_size"], c["depth"], c["init"]) == (20, 50000, 128, 32, "he")
+    assert c["prior_std"] ** 2 == pytest.approx(0.1)
+    hyper = resolve_job(paper, "image", "fashionmnist", "hyper-de", 38)
+    assert hyper["l2_search"] and hyper["l2_range"] == [0.001, 1000.0] and hyper["search_top"] == 5
+
+
+def test_dataset_method_settings_layer_and_report_datasets():
+    from repens.config import report_datasets
+
+    config = load_config()
+    exp = config["experiments"]["image"]
+    exp["datasets"]["fashionmnist"]["method_settings"]["de"] = {"lr": 0.123}
+    exp["method_settings"] = {"de": {"lr": 0.5, "steps": 9}}
+    paper = dict(config, scale="paper")
+    job = resolve_job(paper, "image", "fashionmnist", "de", 38)
+    assert (job["lr"], job["steps"]) == (0.123, 9) and "method_settings" not in job
+    assert resolve_job(paper, "image", "cifar10", "de", 38)["lr"] == 0.5
+    assert report_datasets(paper, "image") == ["fashionmnist", "cifar10"]
+    assert report_datasets(config, "image") == ["fashionmnist"]
+    exp["datasets"]["fashionmnist"]["method_settings"]["nope"] = {"lr": 1.0}
+    with pytest.raises(ConfigError, match="datasets.fashionmnist.method_settings.nope"):
+        check_config(config)
+    del exp["datasets"]["fashionmnist"]["method_settings"]["nope"]
+    exp["report_datasets"] = ["imagenet"]
+    with pytest.raises(ConfigError, match="report_datasets"):
+        check_config(config)

@@ -67,6 +67,9 @@ def test_dry_run_default_target(tmp_path):
         "plot_regression": 1,
         "plot_classification": 1,
         "summarize_toy": 1,
+        "prepare_images": 2,
+        "train_image": len(CONFIG["experiments"]["image"]["methods"]) * len(CONFIG["seeds"]),
+        "summarize_image": 1,
         "all": 1,
     }
     assert "results/toy/distance_to_hmc.csv" in out
@@ -74,6 +77,19 @@ def test_dry_run_default_target(tmp_path):
         for ext in ("png", "pdf"):
             assert f"results/figures/{name}.{ext}" in out
     assert "results/synthetic/metrics.csv" in out and "results/synthetic/metrics.tex" in out
+
+
+def test_dry_run_table1_builds_exactly_what_it_needs(tmp_path):
+    rc, out = snakemake(tmp_path, "-n", "results/table1.tex")
+    assert rc == 0, out
+    methods = CONFIG["experiments"]["image"]["methods"]
+    assert jobs(out) == {"prepare_images": 2, "train_image": len(methods) * 5, "summarize_image": 1}
+    trained = set(re.findall(r"wildcards: dataset=(\w+), method=([\w-]+), seed=(\d+)", out))
+    assert trained == {("fashionmnist", m, str(s)) for m in methods for s in range(38, 43)}
+    # paper scale adds the CIFAR-10 block (and its data)
+    rc, out = snakemake(tmp_path, "-n", "results/table1.tex", "--config", "scale=paper")
+    assert rc == 0, out
+    assert jobs(out)["train_image"] == 2 * len(methods) * 5 and jobs(out)["prepare_images"] == 4
 
 
 def test_dry_run_specs_follow_scale(tmp_path):

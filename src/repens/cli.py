@@ -4,6 +4,8 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 
 * ``train --spec JSON --out FILE``: one training job (spec from ``repens.config.resolve_job``).
 * ``hmc --spec JSON --out FILE``: the HMC reference of a toy problem (``resolve_hmc_job``).
+* ``prepare-images --dataset D --root DIR [--mirror DIR] --out NPZ``: an image data set, verified.
+* ``image-table ... METRICS...``: Table 1 and its comparison with the paper.
 * ``synthetic-table --out-csv F --out-tex F NPZ...``: metrics table of the synthetic runs.
 * ``synthetic-figure --target T --out-png F --out-pdf F NPZ...``: Figure 2 / Figure F.1.
 * ``toy-figure --dataset D ...`` and ``toy-table ...``: Figures 1 and 3, distance to HMC.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -40,8 +43,18 @@ def _train(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: spec.experiment {job.get('experiment')!r} has no runner; known: {sorted(RUNNERS)}")
     out = Path(args.out)
     checkpoint = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".ckpt")
+    runtime: dict = {}
+    if args.input:
+        bad = [item for item in args.input if "=" not in item]
+        if bad:
+            raise SystemExit(f"error: --input takes KEY=PATH, got {bad}")
+        runtime["inputs"] = dict(item.split("=", 1) for item in args.input)
+    if args.device:
+        runtime["device"] = args.device
+    if os.environ.get("SLURM_JOB_ID"):
+        logging.getLogger("repens").info("SLURM_JOB_ID=%s", os.environ["SLURM_JOB_ID"])
     try:
-        RUNNERS[job["experiment"]](job, out, checkpoint)
+        RUNNERS[job["experiment"]](job, out, checkpoint, **runtime)
     except NonFiniteError as err:
         logging.getLogger("repens").error("%s", err)
         return 3
@@ -61,6 +74,29 @@ def _hmc(args: argparse.Namespace) -> int:
     except HMCDiagnosticsError as err:
         logging.getLogger("repens").error("%s", err)
         return 4
+    return 0
+
+
+def _prepare_images(args: argparse.Namespace) -> int:
+    from repens.data.images import DataUnavailableError, prepare, save_arrays
+
+    try:
+        prepare(args.dataset, Path(args.root), Path(args.mirror) if args.mirror else None,
+                download=not args.offline)
+    except DataUnavailableError as err:
+        logging.getLogger("repens").error("%s", err)
+        return 2
+    save_arrays(args.dataset, Path(args.root), Path(args.out))
+    logging.getLogger("repens").info("wrote %s", args.out)
+    return 0
+
+
+def _image_table(args: argparse.Namespace) -> int:
+    from repens.report.image import write_table1
+
+    write_table1([Path(p) for p in args.inputs], Path(args.reference), json.loads(args.labels),
+                 args.datasets.split(","), args.methods.split(","), Path(args.out_tex), Path(args.out_png),
+                 Path(args.out_csv), Path(args.out_vs_paper))
     return 0
 
 
@@ -124,12 +160,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_job)")
     p.add_argument("--out", required=True, help="results file to write")
     p.add_argument("--checkpoint", help="checkpoint file (default: OUT.ckpt)")
+    p.add_argument("--input", action="append", metavar="KEY=PATH",
+                   help="an input file of the job (image jobs: train=DATA.npz, ood=OOD.npz)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to train (image jobs)")
     p.set_defaults(func=_train)
 
     p = sub.add_parser("hmc", help="sample the HMC reference posterior of a toy problem")
     p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_hmc_job)")
     p.add_argument("--out", required=True, help="predictions file to write (.npz)")
     p.set_defaults(func=_hmc)
+
+    p = sub.add_parser("prepare-images", help="fetch/verify an image data set and save it as one .npz")
+    p.add_argument("--dataset", required=True, help="fashionmnist, mnist, cifar10 or svhn")
+    p.add_argument("--root", required=True, help="data folder (a torchvision root)")
+    p.add_argument("--mirror", help="folder with the original files, laid out as a torchvision root")
+    p.add_argument("--offline", action="store_true", help="never download")
+    p.add_argument("--out", required=True, help=".npz to write")
+    p.set_defaults(func=_prepare_images)
+
+    p = sub.add_parser("image-table", help="Table 1 (LaTeX, PNG, CSV) and its comparison with the paper")
+    p.add_argument("--reference", required=True, help="the paper's values (CSV)")
+    p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
+    p.add_argument("--datasets", required=True, help="comma-separated, in block order")
+    p.add_argument("--methods", required=True, help="comma-separated, in row order")
+    p.add_argument("--out-tex", required=True)
+    p.add_argument("--out-png", required=True)
+    p.add_argument("--out-csv", required=True)
+    p.add_argument("--out-vs-paper", required=True)
+    p.add_argument("inputs", nargs="+", help="metrics.json files written by image training jobs")
+    p.set_defaults(func=_image_table)
 
     p = sub.add_parser("synthetic-table", help="metrics of the synthetic runs as CSV and LaTeX")
     p.add_argument("--out-csv", required=True)
@@ -182,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     _setup_logging(args.log)
+    if os.environ.get("SLURM_JOB_ID"):  # a cluster job: record where it ran
+        logging.getLogger("repens").info(
+            "SLURM_JOB_ID=%s SLURM_ARRAY_JOB_ID=%s SLURM_ARRAY_TASK_ID=%s host=%s CUDA_VISIBLE_DEVICES=%s",
+            *(os.environ.get(k, "-") for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+                                             "SLURMD_NODENAME", "CUDA_VISIBLE_DEVICES")))
     if args.threads:
         import torch
 

@@ -9,7 +9,9 @@ Settings are layered, later layers winning:
 1. the method entry (``methods.<name>``),
 2. ``experiments.<exp>.settings``, 3. ``experiments.<exp>.datasets.<dataset>``,
 4. ``experiments.<exp>.method_settings.<method>``,
-5. the same three layers under ``experiments.<exp>.quick`` when ``scale: quick``.
+5. ``experiments.<exp>.datasets.<dataset>.method_settings.<method>`` (a method's
+   setting on one dataset only, e.g. Appendix G's learning rates),
+6. the same four layers under ``experiments.<exp>.quick`` when ``scale: quick``.
 
 So ``paper`` is Appendix G as written and ``quick`` only patches what it must.
 """
@@ -28,6 +30,7 @@ __all__ = [
     "experiment_seeds",
     "method_label",
     "resolve_hmc_job",
+    "report_datasets",
 ]
 
 #: keys that describe the algorithm; the rest of a resolved job are training settings
@@ -148,9 +151,20 @@ def check_config(config: Mapping[str, Any]) -> None:
             for ds in layer.get("datasets") or {}:
                 if ds not in datasets:
                     raise ConfigError(f"{where}.{layer_name}datasets.{ds}: not a dataset of this experiment")
+            # settings of a defined method the experiment does not run are kept (so a
+            # method can be dropped from `methods` alone); an undefined name is a typo
             for m in layer.get("method_settings") or {}:
-                if m not in spec.get("methods", []):
-                    raise ConfigError(f"{where}.{layer_name}method_settings.{m}: method not run by this experiment")
+                if m not in methods:
+                    raise ConfigError(f"{where}.{layer_name}method_settings.{m}: no method {m!r} under 'methods'")
+            for ds, ds_layer in (layer.get("datasets") or {}).items():
+                for m in (ds_layer or {}).get("method_settings") or {}:
+                    if m not in methods:
+                        raise ConfigError(
+                            f"{where}.{layer_name}datasets.{ds}.method_settings.{m}: no method {m!r} under 'methods'"
+                        )
+            for i, ds in enumerate(layer.get("report_datasets") or []):
+                if ds not in datasets:
+                    raise ConfigError(f"{where}.{layer_name}report_datasets[{i}]: {ds!r} is not a dataset of this experiment")
 
 
 def resolve_job(
@@ -162,24 +176,31 @@ def resolve_job(
     settings, and ``experiment``, ``dataset``, ``method``, ``seed``, ``scale``.
     """
     exp = config["experiments"][experiment]
-    layers = [
-        config["methods"][method],
-        exp.get("settings"),
-        (exp.get("datasets") or {}).get(dataset),
-        (exp.get("method_settings") or {}).get(method),
-    ]
-    if config["scale"] == "quick":
-        quick = exp.get("quick") or {}
+    blocks = [exp] + ([exp.get("quick") or {}] if config["scale"] == "quick" else [])
+    layers: list[Mapping[str, Any] | None] = [config["methods"][method]]
+    for block in blocks:
+        on_dataset = dict((block.get("datasets") or {}).get(dataset) or {})
+        per_method = on_dataset.pop("method_settings", None) or {}
         layers += [
-            quick.get("settings"),
-            (quick.get("datasets") or {}).get(dataset),
-            (quick.get("method_settings") or {}).get(method),
+            block.get("settings"),
+            on_dataset,
+            (block.get("method_settings") or {}).get(method),
+            per_method.get(method),
         ]
     job = _merge(*layers)
     job.pop("label", None)  # display only: changing it must not retrain (figures get labels separately)
     job.setdefault("space", "weight")
     job.update(experiment=experiment, dataset=dataset, method=method, seed=int(seed), scale=config["scale"])
     return job
+
+
+def report_datasets(config: Mapping[str, Any], experiment: str) -> list[str]:
+    """Datasets the experiment's table shows: ``report_datasets`` (quick patches it), else all."""
+    exp = config["experiments"][experiment]
+    chosen = exp.get("report_datasets")
+    if config["scale"] == "quick":
+        chosen = (exp.get("quick") or {}).get("report_datasets", chosen)
+    return list(chosen or exp["datasets"])
 
 
 def resolve_hmc_job(config: Mapping[str, Any], experiment: str, dataset: str, seed: int) -> dict[str, Any]:

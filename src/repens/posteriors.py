@@ -85,14 +85,15 @@ class NetworkPosterior:
         model: the stacked network.
         likelihood: ``"gaussian"`` (regression, noise sd ``noise_std``) or ``"categorical"``.
         num_train: N, used to scale a batch log-likelihood by N / B.
-        prior_std: standard deviation of the isotropic Gaussian weight prior.
+        prior_std: standard deviation of the isotropic Gaussian weight prior; a tensor
+            (n, 1) gives each particle its own (hyper-deep ensembles' L2 strengths).
         noise_std: observation noise sd of the Gaussian likelihood.
     """
 
     model: StackedModel
     likelihood: str
     num_train: int
-    prior_std: float = 1.0
+    prior_std: float | Tensor = 1.0
     noise_std: float = 1.0
 
     def __post_init__(self) -> None:
@@ -112,9 +113,12 @@ class NetworkPosterior:
 
     def log_prior(self, params: Tensor) -> Tensor:
         d = params.shape[-1]
-        return -0.5 * (params / self.prior_std).pow(2).sum(-1) - d * (
-            math.log(self.prior_std) + 0.5 * math.log(2 * math.pi)
-        )
+        std = torch.as_tensor(self.prior_std, dtype=params.dtype, device=params.device)
+        log_std = std.log() if std.dim() == 0 else std.log().reshape(-1)  # per-particle scales: (n,)
+        return -0.5 * (params / std).pow(2).sum(-1) - d * (log_std + 0.5 * math.log(2 * math.pi))
 
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
-        return self.model.sample_gaussian(n, self.prior_std, generator)
+        std = self.prior_std
+        if isinstance(std, Tensor) and std.numel() > 1 and std.shape[0] != n:
+            raise ValueError(f"{std.shape[0]} per-particle prior scales but {n} draws requested")
+        return self.model.sample_gaussian(n, std.cpu() if isinstance(std, Tensor) else std, generator)

@@ -14,7 +14,7 @@ import math
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -45,7 +45,8 @@ class TrainSettings:
     lr: float
     optimizer: str = "adam"
     log_every: int = 500
-    checkpoint_seconds: float = 300.0
+    #: seconds between periodic checkpoints (env REPENS_CHECKPOINT_SECONDS, default 300)
+    checkpoint_seconds: float = field(default_factory=lambda: float(os.environ.get("REPENS_CHECKPOINT_SECONDS", 300)))
 
 
 @dataclass
@@ -148,7 +149,7 @@ def train(
             params.grad = -result.direction
             optimizer.step()
             if result.temperature:
-                noise = torch.randn(params.shape, generator=generator, dtype=params.dtype)
+                noise = torch.randn(params.shape, generator=generator, dtype=params.dtype).to(params.device)
                 with torch.no_grad():
                     params.add_(langevin_noise_std(optimizer, params, settings.lr, result.temperature) * noise)
             done = step + 1

@@ -178,7 +178,7 @@ def function_prior_score(
     x = ctx.batch.x
     if function_prior == "ssge":
         m = prior_samples or outputs.shape[0]
-        draws = ctx.posterior.sample_prior(m, ctx.generator).to(outputs.dtype)
+        draws = ctx.posterior.sample_prior(m, ctx.generator).to(outputs)
         with torch.no_grad():
             prior_outputs = ctx.posterior.predict(draws, x).reshape(m, -1)
         return ssge_score(prior_outputs, RBF(), eta=prior_eta, query=outputs)

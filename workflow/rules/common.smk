@@ -4,8 +4,12 @@
 # workflow also runs where repens is not pip-installed (for example a snakemake-only
 # environment with --use-conda); job shells get the same src/ through PYTHONPATH.
 
+import ast
 import json
+import os
 import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from repens.config import (
     ConfigError,
     check_config,
     experiment_seeds,
+    report_datasets,
     resolve_hmc_job,
     resolve_job,
 )
@@ -127,3 +132,126 @@ def toy_hmc(dataset):
 def toy_panels(dataset):
     """HMC first, then the methods in config order (the paper's panel order)."""
     return [toy_hmc(dataset), *first_seed_files("toy", dataset, "predictions.npz")]
+
+
+def image_data_file(dataset):
+    return f"{config['image_data']}/{dataset}.npz"
+
+
+def image_ood(dataset):
+    """The OOD data set of an in-distribution data set (its ``ood`` setting)."""
+    return config["experiments"]["image"]["datasets"][dataset]["ood"]
+
+
+def image_metrics():
+    """metrics.json of every run the table shows (report_datasets x methods x seeds)."""
+    return [
+        path
+        for ds in report_datasets(config, "image")
+        for path in run_files("image", ds, "metrics.json")
+    ]
+
+
+# Cluster resources. A rule declares what one job needs; cluster specifics (GPU,
+# partition, account, warning signal) live in profiles/slurm/config.yaml.
+
+
+def grows_with_attempt(first):
+    """A resource (``mem_mb``, ``runtime`` in minutes) of ``first`` on the first attempt
+    and ``first * attempt`` on retries, so a job killed for memory or time (or
+    preempted) gets more on its next submission (profiles/slurm: ``retries``)."""
+
+    def value(wildcards, attempt):
+        return first * attempt
+
+    return value
+
+
+def check_profile():
+    """Stop with a clear message on profile mistakes, before any job is submitted.
+
+    Call once, after every rule is defined (end of the Snakefile). Checks
+    ``set-resources`` / ``set-threads`` (profiles/slurm or the command line) name only
+    rules of this workflow, and, where SLURM's ``sinfo`` is at hand (a cluster's login
+    node), that every rule asking for a GPU names a partition whose nodes have GPUs.
+    """
+    settings = workflow.resource_settings
+    named = set(settings.overwrite_resources) | set(settings.overwrite_threads)
+    known = {rule.name for rule in workflow.rules}
+    unknown = sorted(named - known)
+    if unknown:
+        raise WorkflowError(
+            f"set-resources/set-threads name rules this workflow does not have: "
+            f"{', '.join(unknown)}. Rules: {', '.join(sorted(known))}. Fix or remove "
+            "those entries in the profile (profiles/slurm/config.yaml) or on the "
+            "command line."
+        )
+    if "SLURM_JOB_ID" not in os.environ and shutil.which("sinfo"):
+        check_gpu_partitions(settings)
+
+
+def _static(resource):
+    """The value of a resource set as a constant (None if unset or computed per job)."""
+    value = getattr(resource, "raw", resource)
+    if isinstance(value, str):
+        try:  # profile and command-line values arrive as Python literals ("'gpu'")
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return value if value.isidentifier() else None  # bare word, or expression
+    return value if isinstance(value, (int, str)) else None
+
+
+def gpu_partitions():
+    """``{partition: has GPUs}`` from ``sinfo`` (GRES of each partition's nodes);
+    None if no cluster answers."""
+    try:
+        out = subprocess.run(
+            ["sinfo", "--noheader", "--format=%R|%G"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    partitions = {}
+    for line in out.stdout.split():
+        name, _, gres = line.partition("|")
+        partitions[name] = partitions.get(name, False) or "gpu" in gres
+    return partitions
+
+
+def check_gpu_partitions(settings):
+    defaults = settings.default_resources or {}
+    default_partition = _static(defaults.get("slurm_partition"))
+    partitions = None
+    for name, resources in settings.overwrite_resources.items():
+        gpus = _static(resources.get("gpu")) or _static(resources.get("gpus"))
+        gres = _static(resources.get("gres")) or ""
+        if not gpus and "gpu" not in str(gres):
+            continue
+        partition = _static(resources.get("slurm_partition")) or default_partition
+        if partition is None:
+            continue  # the cluster's default partition: SLURM decides
+        partitions = gpu_partitions() if partitions is None else partitions
+        if partitions is None:
+            print(
+                "note: no SLURM cluster answered `sinfo`; GPU partitions not checked",
+                file=sys.stderr,
+            )
+            return
+        if partition not in partitions:
+            raise WorkflowError(
+                f"rule {name} asks for partition {partition!r}, which this cluster does "
+                f"not have (sinfo lists: {', '.join(sorted(partitions))}). Set "
+                f"slurm_partition of {name} in profiles/slurm/config.yaml to one of them."
+            )
+        if not partitions[partition]:
+            with_gpus = sorted(p for p, has in partitions.items() if has)
+            raise WorkflowError(
+                f"rule {name} asks for a GPU on partition {partition!r}, whose nodes "
+                f"have no GPUs (sinfo lists no gpu GRES there). Set slurm_partition of "
+                f"{name} in profiles/slurm/config.yaml to a GPU partition "
+                f"({', '.join(with_gpus) or 'none found'}), or remove its `gpu`."
+            )

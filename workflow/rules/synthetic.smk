@@ -28,8 +28,8 @@ rule train_synthetic:
         "../../envs/repens.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(30),
     params:
         spec=job_spec("synthetic"),
     shell:

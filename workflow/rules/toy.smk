@@ -31,8 +31,8 @@ rule train_toy:
         "../../envs/repens.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=120,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(120),
     params:
         spec=job_spec("toy"),
     shell:
@@ -51,8 +51,8 @@ rule sample_hmc:
         "../../envs/repens.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=240,
+        mem_mb=grows_with_attempt(4000),
+        runtime=grows_with_attempt(240),
     params:
         spec=hmc_spec("toy"),
     shell:

@@ -9,13 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from repens.experiments.image import run_image
 from repens.experiments.synthetic import run_synthetic
 from repens.experiments.toy import run_toy
 from repens.experiments.uci import run_uci
 
-Runner = Callable[[dict[str, Any], Path, Path | None], None]
+#: ``runner(job, out, checkpoint, **runtime)``; runtime keywords (``inputs``, ``device``)
+#: come from the command line and are passed only when given.
+Runner = Callable[..., None]
 
-RUNNERS: dict[str, Runner] = {"synthetic": run_synthetic, "toy": run_toy}
+RUNNERS: dict[str, Runner] = {"synthetic": run_synthetic, "toy": run_toy, "image": run_image}
 RUNNERS["uci"] = run_uci
 
 __all__ = ["RUNNERS", "Runner"]

@@ -31,6 +31,7 @@ __all__ = [
     "csv_rows",
     "write_table",
     "write_text_atomic",
+    "csv_text",
 ]
 
 
@@ -212,7 +213,8 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _csv_text(records: Sequence[Mapping[str, Any]]) -> str:
+def csv_text(records: Sequence[Mapping[str, Any]]) -> str:
+    """Records (dicts with the same keys) as CSV text with a header line."""
     buf = io.StringIO()
     if records:
         writer = csv.DictWriter(buf, fieldnames=list(records[0]), lineterminator="\n")
@@ -223,50 +225,72 @@ def _csv_text(records: Sequence[Mapping[str, Any]]) -> str:
 
 def render_png(path: Path, blocks: Sequence[Block], columns: Sequence[Column], title: str,
                footer: str = "") -> None:
-    """The same table as an image (bold best per block and column)."""
+    """The same table as an image: bold best per block and column, a rule under the
+    header and between blocks, a grey rule above the extra rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     header = ["", ""] + [c.name for c in columns]
-    body, weights, separators = [], [], []
+    body, bold_cells, block_starts, extra_starts = [], [], set(), set()
     for block in blocks:
         bold = {c.key: best_rows(block, c) for c in columns}
+        block_starts.add(len(body))
+        seen_extra = False
         for i, row in enumerate(block.rows):
+            if row.extra and not seen_extra:
+                extra_starts.add(len(body))
+                seen_extra = True
             body.append([block.label if i == 0 else "", row.label]
                         + [format_cell(row.cells[c.key], c) for c in columns])
-            weights.append([False, False] + [row.key in bold[c.key] for c in columns])
-        separators.append(len(body))
-    nrows = len(body) + 1
-    width = 2.2 + 1.55 * len(columns) + 1.4
-    fig, ax = plt.subplots(figsize=(width, 0.9 + 0.28 * nrows))
+            bold_cells.append([False, False] + [row.key in bold[c.key] for c in columns])
+    body = body or [[""] * len(header)]
+    widths = [max(len(str(r[j])) for r in body + [header]) for j in range(len(header))]
+    total = sum(widths)
+    row_h = 0.26
+    fig_w = max(6.0, 0.085 * total + 0.6)
+    fig_h = row_h * (len(body) + 1) + 0.75 + (0.25 if footer else 0.0)
+    fig = plt.figure(figsize=(fig_w, fig_h))
+    top = 1.0 - 0.5 / fig_h
+    bottom = (0.3 if footer else 0.1) / fig_h
+    ax = fig.add_axes([0.01, bottom, 0.98, top - bottom])
     ax.axis("off")
-    table = ax.table(cellText=body or [[""] * len(header)], colLabels=header, loc="upper center",
-                     cellLoc="center")
+    table = ax.table(cellText=body, colLabels=header, cellLoc="center", bbox=[0, 0, 1, 1],
+                     colWidths=[w / total for w in widths])
     table.auto_set_font_size(False)
     table.set_fontsize(8)
     for (r, c), cell in table.get_celld().items():
-        cell.set_edgecolor("white")
-        if r == 0:
-            cell.set_text_props(weight="bold")
-            cell.visible_edges = "B"
-            cell.set_edgecolor("black")
-        elif r - 1 < len(weights) and weights[r - 1][c]:
-            cell.set_text_props(weight="bold")
-        if r in separators and r < nrows - 1:
-            cell.visible_edges = "B"
-            cell.set_edgecolor("0.5")
+        cell.set_linewidth(0)
+        cell.visible_edges = ""
         if c < 2:
             cell.set_text_props(ha="left")
-    table.auto_set_column_width(list(range(len(header))))
-    ax.set_title(title, fontsize=10)
+            cell.PAD = 0.02
+        if r == 0:
+            cell.set_text_props(weight="bold")
+        elif bold_cells and bold_cells[r - 1][c]:
+            cell.set_text_props(weight="bold")
+    # rules: top, under the header, between blocks, above extra rows, bottom
+    n = len(body) + 1
+
+    def hline(row_index: int, color: str = "black", lw: float = 0.8) -> None:
+        y = 1.0 - row_index / n
+        ax.plot([0, 1], [y, y], color=color, lw=lw, transform=ax.transAxes, clip_on=False)
+
+    hline(0, lw=1.2)
+    hline(1)
+    for start in block_starts - {0}:
+        hline(start + 1)
+    for start in extra_starts:
+        hline(start + 1, color="0.6", lw=0.6)
+    hline(n, lw=1.2)
+    fig.suptitle(title, fontsize=10, y=1.0 - 0.12 / fig_h, va="top")
     if footer:
-        fig.text(0.01, 0.01, footer, fontsize=6, color="0.35", ha="left", va="bottom")
+        fig.text(0.01, 0.08 / fig_h, footer, fontsize=6.5, color="0.35", ha="left", va="bottom")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=160, bbox_inches="tight")
+    fig.savefig(tmp, dpi=160)
     plt.close(fig)
     os.replace(tmp, path)
 
@@ -284,7 +308,7 @@ def write_table(
 ) -> None:
     """Write whichever of the CSV, LaTeX and PNG forms are asked for (each atomically)."""
     if out_csv is not None:
-        write_text_atomic(Path(out_csv), _csv_text(csv_rows(blocks, columns)))
+        write_text_atomic(Path(out_csv), csv_text(csv_rows(blocks, columns)))
     if out_tex is not None:
         write_text_atomic(Path(out_tex), latex_table(blocks, columns, caption, label))
     if out_png is not None:

@@ -1,0 +1,181 @@
+"""Benchmark of one training step of every Table 1 method (a script, not a test).
+
+For the paper's FashionMNIST config (MLP 3 x 100, 50 particles, batch 256) and its
+CIFAR-10 config (ResNet32, 20 particles, batch 128) it measures, per method:
+
+* steps/s and peak memory of the batched step (all particles through
+  ``torch.func.vmap`` + ``functional_call``, as training runs it);
+* the same update with the network evaluated member by member in a Python loop
+  (same rule, same kernel, same optimizer step);
+
+and prints the ratios batched/loop and method/DE, all from one run. Each
+(config, method, mode) runs in a fresh subprocess, so the peak resident memory
+(CPU) or ``torch.cuda.max_memory_allocated`` (GPU) is that measurement's alone.
+
+    python benchmarks/bench_image.py                    # both configs, CPU or GPU (auto)
+    python benchmarks/bench_image.py --configs fashionmnist --steps 20 --threads 2
+    python benchmarks/bench_image.py --json out.json    # also save the figures
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+CONFIGS = {
+    "fashionmnist": {"model": "mlp", "hidden": [100, 100, 100], "shape": (1, 28, 28), "particles": 50,
+                     "batch_size": 256, "prior_std": 1.0, "init": "prior"},
+    "cifar10": {"model": "resnet", "depth": 32, "width": 16, "norm": "group", "shape": (3, 32, 32),
+                "particles": 20, "batch_size": 128, "prior_std": 0.1 ** 0.5, "init": "he"},
+}
+METHODS = ["de", "svgd", "fsvgd", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd",
+           "anchored", "dle", "drle"]
+
+
+def measure(config_name: str, method: str, mode: str, steps: int, warmup: int, device: str) -> dict:
+    """Time ``steps`` optimizer steps of ``method`` (after ``warmup``); runs in a child process."""
+    import torch
+    import yaml
+    from torch.func import functional_call
+
+    from repens.config import method_options
+    from repens.experiments.image import resolve_device
+    from repens.experiments.synthetic import kernel_from_job
+    from repens.models import build_model
+    from repens.particles import StackedModel
+    from repens.posteriors import Batch, NetworkPosterior
+    from repens.updates import StepContext, make_update
+
+    class LoopedModel(StackedModel):
+        """The same network evaluated one member at a time (the baseline)."""
+
+        def forward(self, params, x):
+            return torch.stack([functional_call(self.module, {**self.unflatten(r), **self.buffers}, (x,))
+                                for r in params])
+
+        __call__ = forward
+
+    cfg = dict(CONFIGS[config_name])
+    shape = tuple(cfg.pop("shape"))
+    entry = yaml.safe_load((ROOT / "config.yaml").read_text())["methods"][method]
+    job = {**cfg, **entry, "bandwidth": "median"}
+    dev = resolve_device(device)
+    net = build_model(job, shape, 10).to(dev)
+    model = (StackedModel if mode == "batched" else LoopedModel)(net)
+    g = torch.Generator().manual_seed(0)
+    n = job["particles"]
+    posterior = NetworkPosterior(model, "categorical", num_train=50000, prior_std=job["prior_std"])
+    params = (model.sample_he(n, g) if job["init"] == "he" else model.sample_gaussian(n, job["prior_std"], g)).to(dev)
+    anchors = params.clone() if entry["rule"] == "anchored" else None
+    params.requires_grad_(True)
+    opt = torch.optim.Adam([params], lr=1e-3)
+    update = make_update(entry["rule"], entry.get("space", "weight"), **method_options(job))
+    kernel = kernel_from_job(job)
+    x = torch.rand(job["batch_size"], *shape, generator=g).to(dev)
+    y = torch.randint(10, (job["batch_size"],), generator=g).to(dev)
+    batch = Batch(x, y)
+
+    def step():
+        result = update(params.detach(), StepContext(posterior, kernel, g, batch, anchors))
+        opt.zero_grad(set_to_none=True)
+        params.grad = -result.direction
+        opt.step()
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    for _ in range(warmup):
+        step()
+    sync()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    seconds = (time.perf_counter() - t0) / steps
+    if dev.type == "cuda":
+        peak_mb = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"config": config_name, "method": method, "mode": mode, "seconds_per_step": seconds,
+            "steps_per_s": 1.0 / seconds, "peak_mb": peak_mb, "device": str(dev),
+            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "threads": torch.get_num_threads(), "parameters": model.dim}
+
+
+def _child(args) -> int:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    print(json.dumps(measure(args.config, args.method, args.mode, args.steps, args.warmup, args.device)))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", default="fashionmnist,cifar10")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 20 MLP, 3 ResNet on CPU)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--no-loop", action="store_true", help="skip the per-member loop baseline")
+    parser.add_argument("--json", help="also write every measurement to this file")
+    parser.add_argument("--child", nargs=3, metavar=("CONFIG", "METHOD", "MODE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.config, args.method, args.mode = args.child
+        return _child(args)
+
+    import torch
+
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    rows = []
+    for config in args.configs.split(","):
+        steps = args.steps or (20 if config == "fashionmnist" or cuda else 3)
+        for method in args.methods.split(","):
+            for mode in ("batched",) + (() if args.no_loop else ("loop",)):
+                cmd = [sys.executable, __file__, "--child", config, method, mode, "--steps", str(steps),
+                       "--warmup", str(args.warmup), "--threads", str(args.threads), "--device", args.device]
+                out = subprocess.run(cmd, capture_output=True, text=True)
+                if out.returncode:
+                    print(out.stderr, file=sys.stderr)
+                    return out.returncode
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                rows.append(row)
+                print(f"{config:13s} {method:10s} {mode:8s} {row['steps_per_s']:8.2f} steps/s "
+                      f"{row['peak_mb']:9.0f} MB peak", flush=True)
+    print()
+    print(f"device: {rows[0]['device_name']}, torch threads: {rows[0]['threads']}")
+    header = f"{'config':13s} {'method':10s} {'steps/s':>9s} {'peak MB':>8s} {'x DE time':>10s}"
+    header += "" if args.no_loop else f" {'loop st/s':>10s} {'batched/loop':>13s}"
+    print(header)
+    for config in args.configs.split(","):
+        by = {(r["method"], r["mode"]): r for r in rows if r["config"] == config}
+        de = by.get(("de", "batched"))
+        for method in args.methods.split(","):
+            b = by[(method, "batched")]
+            line = f"{config:13s} {method:10s} {b['steps_per_s']:9.2f} {b['peak_mb']:8.0f}"
+            line += f" {b['seconds_per_step'] / de['seconds_per_step']:10.2f}" if de else f" {'':>10s}"
+            if not args.no_loop:
+                lp = by[(method, "loop")]
+                line += f" {lp['steps_per_s']:10.2f} {lp['seconds_per_step'] / b['seconds_per_step']:13.2f}"
+            print(line)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""Table 1: the image-classification metrics of every method, mean +- standard error over
+seeds, in the paper's layout, and every cell beside the paper's value.
+
+Reads only the ``metrics.json`` files the training jobs wrote (restyling never retrains).
+Methods the paper's table has are the main rows; any other method goes below a rule.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from repens.report.tables import Column, build_blocks, csv_text, write_table, write_text_atomic
+
+__all__ = ["TABLE1_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows"]
+
+#: the paper's column order; accuracy shown in percent as in the paper
+TABLE1_COLUMNS = [
+    Column("auroc_entropy", "AUROC(H)", "max", 3, plain="AUROC(H)"),
+    Column("auroc_md", "AUROC(MD)", "max", 3, plain="AUROC(MD)"),
+    Column("accuracy", "Accuracy", "max", 3, scale=100.0, plain="Accuracy (%)"),
+    Column("entropy_ratio", r"$H_o/H_t$", "max", 3, plain="H_o/H_t"),
+    Column("md_ratio", r"$MD_o/MD_t$", "max", 3, plain="MD_o/MD_t"),
+    Column("ece", "ECE", "min", 3, plain="ECE"),
+    Column("nll", "NLL", "min", 3, plain="NLL"),
+]
+
+DATASET_LABELS = {"fashionmnist": "FashionMNIST", "cifar10": "CIFAR10", "mnist": "MNIST", "svhn": "SVHN"}
+OOD_LABELS = {"fashionmnist": "MNIST", "cifar10": "SVHN"}
+
+
+def load_records(paths: Sequence[Path | str]) -> list[dict[str, Any]]:
+    """One flat record per run (dataset, method, seed, scale, the metrics)."""
+    records = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            job, metrics = data["job"], data["metrics"]
+        except (OSError, ValueError, KeyError) as err:
+            raise ValueError(f"{path}: not a metrics file written by an image job ({err})") from None
+        records.append({"dataset": job["dataset"], "method": job["method"], "seed": job["seed"],
+                        "scale": job.get("scale"), "particles": job.get("particles"), "steps": job.get("steps"),
+                        **metrics})
+    scales = {r["scale"] for r in records}
+    if len(scales) > 1:
+        raise ValueError(f"metrics from different scales {sorted(map(str, scales))}; rerun at one scale")
+    return records
+
+
+def read_reference(path: Path | str) -> dict[tuple[str, str], dict[str, float]]:
+    """The transcribed paper table: (dataset, method) -> {metric: value, metric_se: error}."""
+    lines = [line for line in Path(path).read_text().splitlines() if line and not line.startswith("#")]
+    out = {}
+    for row in csv.DictReader(lines):
+        key = (row.pop("dataset"), row.pop("method"))
+        out[key] = {k: float(v) for k, v in row.items()}
+    return out
+
+
+def vs_paper_rows(records: Sequence[Mapping[str, Any]], reference: Mapping[tuple[str, str], Mapping[str, float]],
+                  datasets: Sequence[str], methods: Sequence[str]) -> list[dict[str, Any]]:
+    """Every (dataset, method, metric) cell: ours (mean, s.e., seeds) beside the paper's,
+    the difference, and the difference in units of the combined error."""
+    from repens.report.tables import mean_se
+
+    rows = []
+    for ds in datasets:
+        for m in methods:
+            runs = [r for r in records if r["dataset"] == ds and r["method"] == m]
+            paper = reference.get((ds, m))
+            if not runs and paper is None:
+                continue
+            for col in TABLE1_COLUMNS:
+                ours = mean_se([r[col.key] * col.scale for r in runs]) if runs else None
+                p_mean = paper[col.key] if paper else math.nan
+                p_se = paper[f"{col.key}_se"] if paper else math.nan
+                o_mean = ours.mean if ours else math.nan
+                o_se = ours.se if ours else math.nan
+                diff = o_mean - p_mean
+                err = math.sqrt((o_se if math.isfinite(o_se) else 0.0) ** 2 + (p_se if math.isfinite(p_se) else 0.0) ** 2)
+                rows.append({
+                    "dataset": ds, "method": m, "metric": col.name,
+                    "ours_mean": o_mean, "ours_se": o_se, "ours_seeds": ours.n if ours else 0,
+                    "paper_mean": p_mean, "paper_error": p_se, "difference": diff,
+                    "difference_in_errors": diff / err if err > 0 and math.isfinite(diff) else math.nan,
+                })
+    return rows
+
+
+def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Mapping[str, str],
+                 datasets: Sequence[str], methods: Sequence[str], out_tex: Path, out_png: Path, out_csv: Path,
+                 out_vs_paper: Path) -> None:
+    """Write Table 1 (LaTeX, PNG, CSV) and the comparison with the paper's values."""
+    records = load_records(inputs)
+    ref = read_reference(reference)
+    paper_methods = {m for (_, m) in ref}
+    rows = [(m, labels.get(m, m), m not in paper_methods) for m in methods]
+    rows = [r for r in rows if not r[2]] + [r for r in rows if r[2]]  # extra rows below the rule
+    blocks = build_blocks(records, TABLE1_COLUMNS, [(d, DATASET_LABELS.get(d, d)) for d in datasets], rows)
+    scale = records[0]["scale"] if records else "?"
+    seeds = sorted({r["seed"] for r in records})
+    sizes = ", ".join(
+        f"{DATASET_LABELS.get(d, d)}: {sorted({r['particles'] for r in records if r['dataset'] == d})} particles, "
+        f"{sorted({r['steps'] for r in records if r['dataset'] == d})} steps"
+        for d in datasets
+    )
+    ood = ", ".join(f"{DATASET_LABELS.get(d, d)} vs {OOD_LABELS.get(d, '?')}" for d in datasets)
+    caption = (
+        "BNN image classification (Table 1 of D'Angelo \\& Fortuin 2021, reproduced). Mean $\\pm$ standard "
+        f"error over seeds {', '.join(map(str, seeds))}; best value per dataset in bold. OOD sets: {ood}. "
+        "AUROC(H) and AUROC(MD): OOD detection by predictive entropy and by model disagreement; "
+        "$H_o/H_t$, $MD_o/MD_t$: OOD over test means. ECE: 15 equal-width bins of the top-label "
+        f"confidence. Accuracy in \\%. Rows below the rule are methods the paper does not report. "
+        f"Scale: {scale} ({sizes})."
+    )
+    footer = f"scale {scale}; seeds {seeds}; {sizes}; ECE: 15 equal-width top-label bins"
+    write_table(blocks, TABLE1_COLUMNS, out_tex=out_tex, out_csv=out_csv, out_png=out_png, caption=caption,
+                label="tab:table1", title="Table 1: BNN image classification (mean ± s.e. over seeds)",
+                footer=footer)
+    write_text_atomic(Path(out_vs_paper), csv_text(vs_paper_rows(records, ref, datasets, [r[0] for r in rows])))

@@ -1,0 +1,146 @@
+"""The Table 1 runner on tiny image sets: every configured method trains two steps,
+hyper-DE searches, a SIGKILLed job resumes to identical metrics, NaN leaves no output."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from repens.config import resolve_job
+from repens.experiments import image as image_mod
+from repens.experiments.image import load_image_data, run_image
+from repens.train import NonFiniteError
+from repens.updates import Update
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def _write_set(path: Path, n_train: int, n_test: int, shape=(1, 8, 8), seed=0):
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        y = rng.integers(0, 10, size=n)
+        # class-dependent mean so that a few steps can learn something
+        x = rng.normal(40 + 15 * y[:, None, None, None], 30, size=(n, *shape)).clip(0, 255).astype(np.uint8)
+        arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y.astype(np.int64)
+    np.savez(path, **arrays)
+
+
+@pytest.fixture()
+def tiny_sets(tmp_path):
+    _write_set(tmp_path / "in.npz", 96, 40)
+    _write_set(tmp_path / "ood.npz", 8, 30, seed=1)
+    return {"train": str(tmp_path / "in.npz"), "ood": str(tmp_path / "ood.npz")}
+
+
+def _tiny(job, **extra):
+    job = dict(job)
+    job.update(particles=3, steps=2, hidden=[8], batch_size=16, search_trials=3, search_steps=2, search_top=2,
+               log_every=1, val_fraction=0.25)
+    job.update(extra)
+    return job
+
+
+@pytest.mark.parametrize("method", CONFIG["experiments"]["image"]["methods"])
+def test_two_steps_every_method(method, tiny_sets, tmp_path):
+    job = _tiny(resolve_job(CONFIG, "image", "fashionmnist", method, 38))
+    out = tmp_path / method / "metrics.json"
+    run_image(job, out, out.with_name("ckpt"), inputs=tiny_sets, device="cpu")
+    record = json.loads(out.read_text())
+    m = record["metrics"]
+    for key in ("accuracy", "nll", "ece", "entropy_ratio", "md_ratio", "auroc_entropy", "auroc_md"):
+        assert np.isfinite(m[key]), key
+    assert 0 <= m["accuracy"] <= 1 and 0 <= m["auroc_md"] <= 1
+    preds = np.load(out.with_name("predictions.npz"))
+    assert preds["test_probs"].shape == (40, 10) and preds["ood_md"].shape == (30,)
+    np.testing.assert_allclose(preds["test_probs"].sum(-1), 1.0, atol=1e-5)
+    assert not out.with_name("ckpt").exists()
+    if job.get("l2_search"):
+        search = json.loads(out.with_name("l2_search.json").read_text())
+        assert len(search["strengths"]) == 3 and len(search["best"]) == 2
+        assert all(1e-3 <= s <= 1e3 for s in search["strengths"])
+        ranked = sorted(search["val_nll"])
+        assert [search["val_nll"][search["strengths"].index(b)] for b in search["best"]] == ranked[:2]
+
+
+def test_resnet_job(tmp_path):
+    _write_set(tmp_path / "c.npz", 32, 12, shape=(3, 8, 8))
+    _write_set(tmp_path / "s.npz", 4, 10, shape=(3, 8, 8), seed=3)
+    job = _tiny(resolve_job(CONFIG, "image", "cifar10", "kde-fwgd", 38), depth=8, width=2)
+    run_image(job, tmp_path / "r" / "metrics.json", inputs={"train": str(tmp_path / "c.npz"),
+                                                            "ood": str(tmp_path / "s.npz")}, device="cpu")
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["job"]["model"] == "resnet"
+
+
+def test_standardisation_uses_training_statistics(tmp_path):
+    _write_set(tmp_path / "c.npz", 50, 10, shape=(3, 4, 4))
+    _write_set(tmp_path / "s.npz", 4, 10, shape=(3, 4, 4), seed=5)
+    data = load_image_data(tmp_path / "c.npz", tmp_path / "s.npz", "standard")
+    torch.testing.assert_close(data.x_train.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(data.x_train.std(dim=(0, 2, 3), unbiased=False), torch.ones(3), atol=1e-4, rtol=0)
+    assert data.x_test.mean().abs() > 1e-3 or data.x_ood.mean().abs() > 1e-3  # not re-standardised on their own
+
+
+def test_nan_stops_without_output(tiny_sets, tmp_path, monkeypatch):
+    def poisoned(rule, space="weight", **options):
+        return lambda params, ctx: Update(torch.full_like(params, float("nan")))
+
+    monkeypatch.setattr(image_mod, "make_update", poisoned)
+    job = _tiny(resolve_job(CONFIG, "image", "fashionmnist", "de", 38))
+    out = tmp_path / "nan" / "metrics.json"
+    with pytest.raises(NonFiniteError, match="non-finite"):
+        run_image(job, out, out.with_name("ckpt"), inputs=tiny_sets, device="cpu")
+    assert not out.exists() and not out.with_name("predictions.npz").exists()
+
+
+def test_missing_inputs_is_a_clear_error(tmp_path):
+    job = _tiny(resolve_job(CONFIG, "image", "fashionmnist", "de", 38))
+    with pytest.raises(ValueError, match="inputs 'train' and 'ood'"):
+        run_image(job, tmp_path / "m.json")
+
+
+def _cli(job, out, sets, env):
+    return [sys.executable, "-m", "repens", "--threads", "1", "train", "--spec", json.dumps(job),
+            "--input", f"train={sets['train']}", "--input", f"ood={sets['ood']}", "--device", "cpu",
+            "--out", str(out)]
+
+
+def test_sigkill_and_rerun_gives_identical_metrics(tiny_sets, tmp_path):
+    """DRLE uses the random stream for batches, prior draws and Langevin noise."""
+    job = _tiny(resolve_job(CONFIG, "image", "fashionmnist", "drle", 38), steps=400, checkpoint_seconds=0.05,
+                log_every=50)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    straight = tmp_path / "straight" / "metrics.json"
+    subprocess.run(_cli(job, straight, tiny_sets, env), env=env, check=True, capture_output=True)
+
+    killed = tmp_path / "killed" / "metrics.json"
+    ckpt = killed.with_name(killed.name + ".ckpt")
+    proc = subprocess.Popen(_cli(job, killed, tiny_sets, env), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    if proc.poll() is not None:
+        pytest.fail("the job finished before it could be killed; make it longer")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert ckpt.exists() and not killed.exists()
+    step = torch.load(ckpt, weights_only=False)["step"]
+    assert 0 < step < 400
+    rerun = subprocess.run(_cli(job, killed, tiny_sets, env), env=env, check=True, capture_output=True, text=True)
+    assert f"resumed from {ckpt} at step" in rerun.stderr
+    a = json.loads(straight.read_text())["metrics"]
+    b = json.loads(killed.read_text())["metrics"]
+    assert a == b
+    np.testing.assert_array_equal(np.load(straight.with_name("predictions.npz"))["test_probs"],
+                                  np.load(killed.with_name("predictions.npz"))["test_probs"])

@@ -1,0 +1,62 @@
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from repens.report.image import read_reference, write_table1
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "workflow" / "resources" / "table1_paper.csv"
+
+
+def _metrics(path, method, seed, acc, nll=0.3):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    m = {"accuracy": acc, "nll": nll, "ece": 0.02, "entropy_ratio": 5.0, "md_ratio": 6.0,
+         "auroc_entropy": 0.9, "auroc_md": 0.95}
+    job = {"dataset": "fashionmnist", "method": method, "seed": seed, "scale": "quick", "particles": 10, "steps": 600}
+    path.write_text(json.dumps({"metrics": m, "job": job}))
+    return path
+
+
+def test_reference_is_complete():
+    ref = read_reference(REFERENCE)
+    assert len(ref) == 20
+    assert ref[("fashionmnist", "sge-wgd")]["accuracy"] == pytest.approx(91.312)
+    assert ref[("cifar10", "de")]["auroc_entropy_se"] == pytest.approx(0.004)
+
+
+def test_table1_files(tmp_path):
+    inputs = [
+        _metrics(tmp_path / "a1.json", "de", 38, 0.90),
+        _metrics(tmp_path / "a2.json", "de", 39, 0.92),
+        _metrics(tmp_path / "b1.json", "dle", 38, 0.95, nll=0.2),
+        _metrics(tmp_path / "b2.json", "dle", 39, 0.95, nll=0.2),
+    ]
+    out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
+    write_table1(inputs, REFERENCE, {"de": "Deep ensemble", "dle": "DLE"}, ["fashionmnist"], ["dle", "de"],
+                 out["tex"], out["png"], out["csv"], tmp_path / "vs.csv")
+    tex = out["tex"].read_text()
+    # DLE is not in the paper: below the rule even though config lists it first
+    assert tex.index("Deep ensemble") < tex.index(r"\cmidrule") < tex.index("DLE")
+    assert r"91.000$\pm$1.000" in tex and r"\textbf{95.000$\pm$0.000}" in tex
+    assert "15 equal-width bins" in tex
+    rows = list(csv.DictReader(open(tmp_path / "vs.csv")))
+    acc = next(r for r in rows if r["method"] == "de" and r["metric"] == "Accuracy (%)")
+    assert float(acc["paper_mean"]) == pytest.approx(91.122)
+    assert float(acc["ours_mean"]) == pytest.approx(91.0)
+    assert float(acc["difference"]) == pytest.approx(91.0 - 91.122)
+    assert int(acc["ours_seeds"]) == 2
+    dle = [r for r in rows if r["method"] == "dle"]
+    assert dle and all(r["paper_mean"] == "nan" for r in dle)
+
+
+def test_mixed_scales_refused(tmp_path):
+    a = _metrics(tmp_path / "a.json", "de", 38, 0.9)
+    b = _metrics(tmp_path / "b.json", "de", 39, 0.9)
+    data = json.loads(b.read_text())
+    data["job"]["scale"] = "paper"
+    b.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="different scales"):
+        write_table1([a, b], REFERENCE, {}, ["fashionmnist"], ["de"], tmp_path / "t.tex", tmp_path / "t.png",
+                     tmp_path / "t.csv", tmp_path / "v.csv")

@@ -1,0 +1,100 @@
+# Appendix G.4 / G.5: Table 1, ensembles on FashionMNIST (OOD: MNIST) and CIFAR-10
+# (OOD: SVHN), one training job per dataset x method x seed.
+
+IMAGE_OUTPUTS = [
+    "results/table1.tex",
+    "results/table1.png",
+    "results/table1.csv",
+    "results/table1_vs_paper.csv",
+]
+
+
+localrules:
+    prepare_images,
+    summarize_image,
+
+
+# Compute nodes often have no internet: the download runs where Snakemake runs.
+rule prepare_images:
+    output:
+        f"{config['image_data']}/{{dataset}}.npz",
+    log:
+        "logs/data/{dataset}.log",
+    conda:
+        "../../envs/repens.yaml"
+    params:
+        root=lambda wc, output: Path(output[0]).parent,
+        mirror=(
+            f"--mirror {shlex.quote(config['image_data_mirror'])}"
+            if config["image_data_mirror"]
+            else ""
+        ),
+        offline=(
+            "" if str(config["image_data_download"]).lower() == "true" else "--offline"
+        ),
+    shell:
+        "python -m repens prepare-images --dataset {wildcards.dataset} --root {params.root:q}"
+        " {params.mirror} {params.offline} --out {output:q} > {log:q} 2>&1"
+
+
+rule train_image:
+    input:
+        train=lambda wc: image_data_file(wc.dataset),
+        ood=lambda wc: image_data_file(image_ood(wc.dataset)),
+    output:
+        metrics="results/image/{dataset}/{method}/seed{seed}/metrics.json",
+        predictions="results/image/{dataset}/{method}/seed{seed}/predictions.npz",
+    log:
+        "logs/image/{dataset}/{method}/seed{seed}.log",
+    benchmark:
+        "results/image/{dataset}/{method}/seed{seed}/benchmark.tsv"
+    conda:
+        "../../envs/repens.yaml"
+    threads: 1
+    resources:
+        mem_mb=grows_with_attempt(6000),
+        # minutes; paper-scale ResNet32 jobs are the long ones (hours on a GPU)
+        runtime=grows_with_attempt(60 if config["scale"] == "quick" else 1440),
+    params:
+        spec=job_spec("image"),
+        device=config["device"],
+    shell:
+        "python -m repens --threads {threads} train --spec {params.spec:q}"
+        " --input train={input.train:q} --input ood={input.ood:q} --device {params.device}"
+        " --out {output.metrics:q} > {log:q} 2>&1"
+
+
+rule summarize_image:
+    input:
+        metrics=image_metrics(),
+        reference=f"{workflow.basedir}/workflow/resources/table1_paper.csv",
+    output:
+        tex=report(
+            "results/table1.tex",
+            caption="../report/table1.rst",
+            category="Table 1",
+        ),
+        png=report(
+            "results/table1.png",
+            caption="../report/table1.rst",
+            category="Table 1",
+        ),
+        csv="results/table1.csv",
+        vs_paper=report(
+            "results/table1_vs_paper.csv",
+            caption="../report/table1_vs_paper.rst",
+            category="Table 1",
+        ),
+    log:
+        "logs/image/summarize_image.log",
+    conda:
+        "../../envs/repens.yaml"
+    params:
+        labels=method_labels(),
+        datasets=",".join(report_datasets(config, "image")),
+        methods=",".join(experiment_methods("image")),
+    shell:
+        "python -m repens image-table --reference {input.reference:q}"
+        " --labels {params.labels:q} --datasets {params.datasets} --methods {params.methods}"
+        " --out-tex {output.tex:q} --out-png {output.png:q} --out-csv {output.csv:q}"
+        " --out-vs-paper {output.vs_paper:q} {input.metrics:q} > {log:q} 2>&1"
