@@ -22,6 +22,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/synthetic.smk"
 include: "workflow/rules/toy.smk"
+include: "workflow/rules/uci.smk"
 include: "workflow/rules/image.smk"
 
 

@@ -9,6 +9,8 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 * ``synthetic-table --out-csv F --out-tex F NPZ...``: metrics table of the synthetic runs.
 * ``synthetic-figure --target T --out-png F --out-pdf F NPZ...``: Figure 2 / Figure F.1.
 * ``toy-figure --dataset D ...`` and ``toy-table ...``: Figures 1 and 3, distance to HMC.
+* ``uci-download --root DIR --name NAME``: fetch one UCI dataset with its standard splits.
+* ``uci-table ... METRICS.json...``: Table 2 (UCI regression) and its comparison with the seeds.
 """
 
 from __future__ import annotations
@@ -131,6 +133,22 @@ def _toy_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _uci_download(args: argparse.Namespace) -> int:
+    from repens.data.uci import UCI_URL, download_dataset
+
+    download_dataset(args.root, args.name, args.url or UCI_URL)
+    return 0
+
+
+def _uci_table(args: argparse.Namespace) -> int:
+    from repens.report.uci import write_uci_tables
+
+    write_uci_tables([Path(p) for p in args.inputs], args.datasets, args.methods, json.loads(args.labels),
+                     Path(args.seeds), Path(args.out_tex), Path(args.out_csv), Path(args.out_png),
+                     Path(args.out_seeds))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="repens", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -202,6 +220,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--classification-hmc")
     p.add_argument("--classification", nargs="+")
     p.set_defaults(func=_toy_table)
+
+    p = sub.add_parser("uci-download", help="fetch one UCI dataset with the standard splits")
+    p.add_argument("--root", required=True, help="data root; files go to ROOT/NAME/data/")
+    p.add_argument("--name", required=True, help="folder name, e.g. bostonHousing")
+    p.add_argument("--url", help="base URL (default: repens.data.uci.UCI_URL)")
+    p.set_defaults(func=_uci_download)
+
+    p = sub.add_parser("uci-table", help="Table 2 (UCI regression) and the comparison with the seeds")
+    p.add_argument("--datasets", nargs="+", required=True, help="block order")
+    p.add_argument("--methods", nargs="+", required=True, help="row order")
+    p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
+    p.add_argument("--seeds", required=True, help="the transcribed seed values (CSV)")
+    p.add_argument("--out-tex", required=True)
+    p.add_argument("--out-csv", required=True)
+    p.add_argument("--out-png", required=True)
+    p.add_argument("--out-seeds", required=True)
+    p.add_argument("inputs", nargs="+", help="metrics.json of the UCI jobs")
+    p.set_defaults(func=_uci_table)
 
     args = parser.parse_args(argv)
     _setup_logging(args.log)

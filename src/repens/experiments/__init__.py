@@ -12,11 +12,13 @@ from typing import Any, Callable
 from repens.experiments.image import run_image
 from repens.experiments.synthetic import run_synthetic
 from repens.experiments.toy import run_toy
+from repens.experiments.uci import run_uci
 
 #: ``runner(job, out, checkpoint, **runtime)``; runtime keywords (``inputs``, ``device``)
 #: come from the command line and are passed only when given.
 Runner = Callable[..., None]
 
 RUNNERS: dict[str, Runner] = {"synthetic": run_synthetic, "toy": run_toy, "image": run_image}
+RUNNERS["uci"] = run_uci
 
 __all__ = ["RUNNERS", "Runner"]

@@ -1,0 +1,250 @@
+"""UCI regression benchmark (Table 2): one method on every split of one dataset.
+
+One job trains ``particles`` one-hidden-layer ReLU networks (50 units, 100 for
+protein: ``n_hidden.txt``) on each standard split of Hernandez-Lobato & Adams
+(2015) in turn and evaluates the predictive mixture on the split's test rows:
+
+* each particle ``f_s`` gives ``N(y | f_s(x) * y_std + y_mean, (noise_std * y_std)^2)``
+  in the original units (``noise_std`` is the homoscedastic noise sd on the
+  standardized targets);
+* the predictive is their equal-weight mixture; test RMSE of its mean and test NLL
+  ``-1/T sum_t log 1/S sum_s N(y_t | m_st, sigma^2)`` (:func:`mixture_metrics`).
+
+Each finished split is written at once to ``<out dir>/split<K>.json`` (with the job
+spec); a rerun of the same spec skips it, and the split in progress resumes from
+its own checkpoint, so a killed job loses at most the last checkpoint interval.
+The job's output ``metrics.json`` gathers the splits (per-split values, mean and
+standard error over splits).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from repens.config import method_options
+from repens.data.uci import UCI_FOLDERS, UCISplit, dataset_info, load_split
+from repens.experiments.synthetic import kernel_from_job
+from repens.experiments.toy import batch_sampler
+from repens.models import mlp
+from repens.particles import StackedModel
+from repens.posteriors import Batch, NetworkPosterior
+from repens.train import TrainSettings, TrainState, train
+from repens.updates import StepContext, make_update
+
+log = logging.getLogger("repens.uci")
+
+__all__ = [
+    "UCIPosterior",
+    "data_root",
+    "layer_prior_stds",
+    "mixture_metrics",
+    "uci_posterior",
+    "train_split",
+    "run_uci",
+    "DATA_ENV",
+]
+
+#: environment variable naming the UCI data root (overridden by the job's ``uci_data``)
+DATA_ENV = "REPENS_UCI_DATA"
+
+
+@dataclass(frozen=True)
+class UCIPosterior(NetworkPosterior):
+    """:class:`NetworkPosterior` with a per-weight prior sd ``prior_stds`` (D,).
+
+    ``log p(w) = sum_k log N(w_k | 0, prior_stds_k^2)``; draws are ``prior_stds * z``.
+    """
+
+    prior_stds: Tensor | None = None
+
+    def _stds(self, like: Tensor) -> Tensor:
+        if self.prior_stds is None:
+            return torch.full((self.model.dim,), float(self.prior_std), dtype=like.dtype)
+        return self.prior_stds.to(like.dtype)
+
+    def log_prior(self, params: Tensor) -> Tensor:
+        stds = self._stds(params)
+        return (-0.5 * (params / stds).pow(2) - stds.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
+        stds = self._stds(torch.empty(0))
+        return stds * torch.randn(n, self.model.dim, generator=generator, dtype=stds.dtype)
+
+
+def layer_prior_stds(model: StackedModel, first_bias_var: float) -> Tensor:
+    """Pearce et al. (2020, App. E.7.1) prior: first-layer bias variance ``b1``, first-layer
+    weights ``b1 / D`` (D inputs), later weights and biases ``1 / fan_in`` (``W_2``: ``1/H``).
+
+    Returns the prior standard deviation of every entry of a stacked row, (D_params,).
+    """
+    stds = torch.empty(model.dim)
+    first = model.slots[0].shape[1]  # the first Linear's weight is (H, D)
+    layer = 0
+    for slot in model.slots:
+        if slot.name.endswith("weight"):
+            fan_in = slot.shape[1]
+            var = first_bias_var / first if layer == 0 else 1.0 / fan_in
+        else:
+            var = first_bias_var if layer == 0 else 1.0 / fan_in
+            layer += 1
+        stds[slot.start : slot.stop] = math.sqrt(var)
+    return stds
+
+
+def uci_posterior(job: dict[str, Any], split: UCISplit, hidden: int) -> UCIPosterior:
+    """One-hidden-layer ReLU MLP (``hidden`` units unless the job sets ``hidden``), Gaussian
+    likelihood with sd ``noise_std`` on standardized targets, prior from ``prior_bias_var``
+    (:func:`layer_prior_stds`) or isotropic ``prior_std``."""
+    widths = [int(h) for h in job.get("hidden") or [hidden]]
+    model = StackedModel(mlp(split.x_train.shape[1], widths, 1))
+    stds = None
+    if job.get("prior_bias_var") is not None:
+        stds = layer_prior_stds(model, float(job["prior_bias_var"]))
+    return UCIPosterior(
+        model,
+        "gaussian",
+        num_train=split.x_train.shape[0],
+        prior_std=float(job.get("prior_std", 1.0)),
+        noise_std=float(job["noise_std"]),
+        prior_stds=stds,
+    )
+
+
+def mixture_metrics(means: np.ndarray, noise_std: float, y: np.ndarray) -> dict[str, float]:
+    """RMSE and NLL of the equal-weight Gaussian mixture ``1/S sum_s N(m_s, noise_std^2)``.
+
+    Args:
+        means: (S, T) member means, in the units of ``y``.
+        noise_std: the common sd of every component (same units).
+        y: (T,) targets.
+
+    Returns:
+        ``rmse = sqrt(mean_t (mean_s m_st - y_t)^2)`` and
+        ``nll = -mean_t log(1/S sum_s N(y_t | m_st, noise_std^2))`` (log-sum-exp).
+    """
+    means = np.asarray(means, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64).reshape(1, -1)
+    if means.ndim != 2 or means.shape[1] != y.shape[1]:
+        raise ValueError(f"means must be (S, T) with T = {y.shape[1]}, got {means.shape}")
+    log_comp = -0.5 * ((y - means) / noise_std) ** 2 - math.log(noise_std) - 0.5 * math.log(2 * math.pi)
+    top = log_comp.max(0)
+    log_mix = top + np.log(np.exp(log_comp - top).mean(0))
+    rmse = float(np.sqrt(((means.mean(0) - y[0]) ** 2).mean()))
+    return {"rmse": rmse, "nll": float(-log_mix.mean())}
+
+
+def data_root(job: dict[str, Any]) -> Path:
+    """The UCI root: the job's ``uci_data``, else ``$REPENS_UCI_DATA``, else ``data/uci``."""
+    return Path(job.get("uci_data") or os.environ.get(DATA_ENV) or "data/uci")
+
+
+def _steps(job: dict[str, Any], n_train: int, n_epochs: int) -> int:
+    """``steps`` if set, else ``epochs`` (default: ``n_epochs.txt``) passes of ``ceil(N / B)`` batches."""
+    if job.get("steps"):
+        return int(job["steps"])
+    epochs = int(job.get("epochs") or n_epochs)
+    return epochs * math.ceil(n_train / min(int(job["batch_size"]), n_train))
+
+
+def train_split(job: dict[str, Any], split: UCISplit, k: int, info: dict[str, int],
+                checkpoint: Path | None = None) -> dict[str, Any]:
+    """Train the job's method on one split (seed ``seed + k``) and return its test metrics."""
+    posterior = uci_posterior(job, split, info["n_hidden"])
+    generator = torch.Generator().manual_seed(int(job["seed"]) + k)
+    init = posterior.sample_prior(int(job["particles"]), generator)  # members drawn from the prior
+    anchors = init.clone() if job["rule"] == "anchored" else None  # Pearce et al. Alg. 1: anchor = init
+    update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
+    steps = _steps(job, split.x_train.shape[0], info["n_epochs"])
+    settings = TrainSettings(steps=steps, lr=float(job["lr"]), optimizer=job.get("optimizer", "adam"),
+                             log_every=int(job.get("log_every", max(1, steps // 5))))
+    kernel = kernel_from_job(job)
+    full = Batch(split.x_train, split.y_train)
+
+    def progress(step: int, params: Tensor) -> dict[str, float]:
+        with torch.no_grad():
+            rmse = (posterior.predict(params, full.x).squeeze(-1).mean(0) - full.y).pow(2).mean().sqrt()
+        return {"train_rmse_std_units": float(rmse)}
+
+    state = train(
+        TrainState(init, anchors),
+        update,
+        lambda batch, anchors_: StepContext(posterior, kernel, generator, batch, anchors_),
+        settings,
+        generator,
+        next_batch=batch_sampler(split, int(job["batch_size"])),
+        checkpoint=checkpoint,
+        on_log=progress,
+    )
+    with torch.no_grad():
+        f = posterior.predict(state.params, split.x_test).squeeze(-1).double().numpy()  # (S, T)
+    means = f * split.y_std + split.y_mean
+    metrics = mixture_metrics(means, posterior.noise_std * split.y_std, split.y_test_raw)
+    return {"split": k, "steps": steps, "n_train": int(split.x_train.shape[0]),
+            "n_test": int(split.x_test.shape[0]), **metrics}
+
+
+def _write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _spec_key(job: dict[str, Any]) -> str:
+    """The parts of the job that decide a split's result (not where the data lives)."""
+    return json.dumps({k: v for k, v in job.items() if k != "uci_data"}, sort_keys=True)
+
+
+def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> None:
+    """Train one method on the first ``splits`` (default all) splits of one UCI dataset.
+
+    Writes ``out`` (JSON): ``rmse``/``nll`` per split and their ``*_mean`` and ``*_se``
+    (standard error ``sd / sqrt(K)``, ``ddof = 1``) over splits, plus the job.
+    """
+    folder = UCI_FOLDERS.get(job["dataset"])
+    if folder is None:
+        raise ValueError(f"unknown UCI dataset {job['dataset']!r}; known: {sorted(UCI_FOLDERS)}")
+    for key in ("particles", "lr", "batch_size", "noise_std"):
+        if job.get(key) is None:
+            raise ValueError(f"UCI job {job['dataset']}/{job['method']}: setting {key!r} is missing")
+    root = data_root(job)
+    info = dataset_info(root, folder)  # raises naming missing files before any training
+    n = info["n_splits"] if job.get("splits") is None else min(int(job["splits"]), info["n_splits"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    key = _spec_key(job)
+    log.info("job %s; data %s/%s, %d of %d splits", key, root, folder, n, info["n_splits"])
+    results = []
+    for k in range(n):
+        split_file = out.parent / f"split{k}.json"
+        if split_file.exists():
+            saved = json.loads(split_file.read_text())
+            if saved.get("spec") == key:
+                log.info("split %d: done before (%s), reused", k, split_file)
+                results.append(saved["metrics"])
+                continue
+        split = load_split(root, folder, k)
+        ckpt = None if checkpoint is None else checkpoint.with_name(f"split{k}.ckpt")
+        metrics = train_split(job, split, k, info, ckpt)
+        log.info("split %d: test rmse %.4g, nll %.4g", k, metrics["rmse"], metrics["nll"])
+        _write_json_atomic(split_file, {"spec": key, "metrics": metrics})
+        if ckpt is not None and ckpt.exists():
+            ckpt.unlink()
+        results.append(metrics)
+    summary: dict[str, Any] = {"job": job, "splits": results}
+    for name in ("rmse", "nll"):
+        values = np.array([r[name] for r in results], dtype=np.float64)
+        summary[name] = values.tolist()
+        summary[f"{name}_mean"] = float(values.mean())
+        summary[f"{name}_se"] = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
+    _write_json_atomic(out, summary)
+    log.info("wrote %s: rmse %.4g +- %.2g, nll %.4g +- %.2g", out, summary["rmse_mean"], summary["rmse_se"],
+             summary["nll_mean"], summary["nll_se"])

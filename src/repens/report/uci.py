@@ -1,0 +1,102 @@
+"""Table 2: UCI regression, test RMSE and NLL (original units), mean +- s.e. over splits.
+
+Reads the ``metrics.json`` files of the UCI jobs (one per dataset and method, all
+splits inside; see :mod:`repens.experiments.uci`), writes the table through
+:func:`repens.report.tables.write_table` (the layout of Table 1: one block per
+dataset, bold best per block) and a comparison with the values the seed papers
+report (``workflow/resources/table2_seeds.csv``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from repens.report.tables import Column, build_blocks, csv_text, mean_se, write_table, write_text_atomic
+
+__all__ = ["UCI_COLUMNS", "DATASET_LABELS", "load_records", "read_seeds", "compare_with_seeds", "write_uci_tables"]
+
+UCI_COLUMNS = [
+    Column("rmse", "RMSE", better="min", digits=3, plain="RMSE"),
+    Column("nll", "NLL", better="min", digits=2, plain="NLL"),
+]
+
+DATASET_LABELS = {
+    "boston": "Boston", "concrete": "Concrete", "energy": "Energy", "kin8nm": "Kin8nm", "naval": "Naval",
+    "power": "Power", "protein": "Protein", "wine": "Wine", "yacht": "Yacht",
+}
+
+
+def load_records(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], str]:
+    """Per-split records ``{dataset, method, split, rmse, nll}`` and the runs' scale."""
+    records, scales = [], set()
+    for path in paths:
+        summary = json.loads(Path(path).read_text())
+        job = summary["job"]
+        scales.add(job.get("scale", "?"))
+        for split in summary["splits"]:
+            records.append({"dataset": job["dataset"], "method": job["method"], **split})
+    return records, "+".join(sorted(scales))
+
+
+def read_seeds(path: Path) -> list[dict[str, Any]]:
+    """Rows of the transcribed reference file (``#`` lines are its citation header)."""
+    lines = [ln for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    rows = list(csv.DictReader(lines))
+    for row in rows:
+        row["mean"], row["se"] = float(row["mean"]), float(row["se"])
+    return rows
+
+
+def compare_with_seeds(records: Sequence[Mapping[str, Any]], seeds: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """One row per seed value with ours beside it.
+
+    ``metric`` ``nll_inferred`` (the poster's unnamed metric) is set beside our NLL.
+    ``z = (ours - seed) / sqrt(se_ours^2 + se_seed^2)``; ``beyond_error_bars`` when the
+    two mean +- s.e. intervals do not overlap (``|diff| > se_ours + se_seed``).
+    """
+    out = []
+    for ref in seeds:
+        metric = "nll" if ref["metric"] == "nll_inferred" else ref["metric"]
+        values = [float(r[metric]) for r in records if r["dataset"] == ref["dataset"] and r["method"] == ref["method"]]
+        cell = mean_se(values)
+        diff = cell.mean - ref["mean"]
+        se_ours = cell.se if math.isfinite(cell.se) else 0.0
+        combined = math.hypot(se_ours, ref["se"])
+        out.append({
+            "dataset": ref["dataset"], "method": ref["method"], "metric": ref["metric"],
+            "ours_mean": cell.mean, "ours_se": cell.se, "ours_splits": cell.n,
+            "seed_source": ref["source"], "seed_mean": ref["mean"], "seed_se": ref["se"],
+            "diff": diff, "z": diff / combined if combined > 0 else math.nan,
+            "beyond_error_bars": int(cell.n > 0 and abs(diff) > se_ours + ref["se"]),
+        })
+    return out
+
+
+def write_uci_tables(
+    inputs: Sequence[Path],
+    datasets: Sequence[str],
+    methods: Sequence[str],
+    labels: Mapping[str, str],
+    seeds_file: Path,
+    out_tex: Path,
+    out_csv: Path,
+    out_png: Path,
+    out_seeds: Path,
+) -> None:
+    """Table 2 (tex, csv, png) and the comparison with the seeds (csv)."""
+    records, scale = load_records(inputs)
+    blocks = build_blocks(
+        records, UCI_COLUMNS,
+        blocks=[(d, DATASET_LABELS.get(d, d)) for d in datasets],
+        rows=[(m, labels.get(m, m), False) for m in methods],
+    )
+    caption = ("UCI regression: test RMSE and NLL of the predictive mixture in the original units, "
+               f"mean $\\pm$ s.e. over splits (scale: {scale}).")
+    write_table(blocks, UCI_COLUMNS, out_tex=out_tex, out_csv=out_csv, out_png=out_png, caption=caption,
+                label="tab:uci", title=f"Table 2: UCI regression (scale: {scale})",
+                footer="mean ± s.e. over splits; bold: best per dataset; results/uci/<dataset>/<method>/")
+    write_text_atomic(out_seeds, csv_text(compare_with_seeds(records, read_seeds(seeds_file))))

@@ -1,0 +1,72 @@
+"""Table 2 and the comparison with the seeds, from hand-made metrics files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from repens.report.uci import compare_with_seeds, read_seeds, write_uci_tables
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = ROOT / "workflow" / "resources" / "table2_seeds.csv"
+
+
+def metrics_file(path: Path, dataset: str, method: str, rmse: list[float], nll: list[float]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    splits = [{"split": k, "rmse": r, "nll": n} for k, (r, n) in enumerate(zip(rmse, nll))]
+    out = path / "metrics.json"
+    out.write_text(json.dumps({"job": {"dataset": dataset, "method": method, "scale": "quick"}, "splits": splits}))
+    return out
+
+
+def test_seed_reference_is_complete_and_cited():
+    text = SEEDS.read_text()
+    assert "Pearce" in text and "Table 1" in text and "Wild" in text and "poster" in text
+    rows = read_seeds(SEEDS)
+    for source, methods, datasets in (("pearce2020_t1", {"de", "anchored"}, 9), ("wild2023_poster", {"de", "dle", "drle"}, 8)):
+        got = [r for r in rows if r["source"] == source]
+        assert {r["method"] for r in got} == methods and len(got) == len(methods) * datasets
+
+
+def test_compare_with_seeds_flags_non_overlap():
+    records = [{"dataset": "wine", "method": "anchored", "rmse": v, "nll": n}
+               for v, n in ((0.6, 1.0), (0.7, 1.2))]
+    seeds = [{"source": "s", "dataset": "wine", "method": "anchored", "metric": "nll", "mean": 0.95, "se": 0.01},
+             {"source": "s", "dataset": "wine", "method": "anchored", "metric": "rmse", "mean": 0.63, "se": 0.01},
+             {"source": "p", "dataset": "wine", "method": "anchored", "metric": "nll_inferred", "mean": 5.0, "se": 1.0},
+             {"source": "s", "dataset": "yacht", "method": "de", "metric": "nll", "mean": 1.0, "se": 0.1}]
+    out = compare_with_seeds(records, seeds)
+    nll, rmse, inferred, absent = out
+    assert nll["ours_mean"] == pytest.approx(1.1) and nll["ours_se"] == pytest.approx(0.1)
+    assert nll["diff"] == pytest.approx(0.15) and nll["beyond_error_bars"] == 1  # 0.15 > 0.1 + 0.01
+    assert nll["z"] == pytest.approx(0.15 / math.hypot(0.1, 0.01))
+    assert rmse["beyond_error_bars"] == 0  # |0.65 - 0.63| < 0.05 + 0.01
+    assert inferred["ours_mean"] == pytest.approx(1.1)  # the poster's metric set beside our NLL
+    assert absent["ours_splits"] == 0 and absent["beyond_error_bars"] == 0
+
+
+def test_table2_files(tmp_path):
+    inputs = [
+        metrics_file(tmp_path / "a", "yacht", "de", [1.0, 3.0], [2.0, 2.5]),
+        metrics_file(tmp_path / "b", "yacht", "anchored", [0.5, 0.7], [1.0, 1.5]),
+        metrics_file(tmp_path / "c", "wine", "de", [0.6, 0.7], [1.0, 1.2]),
+    ]
+    outs = {k: tmp_path / "out" / f"t.{k}" for k in ("tex", "csv", "png")}
+    seeds_out = tmp_path / "out" / "vs.csv"
+    write_uci_tables(inputs, ["wine", "yacht"], ["de", "anchored"], {"de": "Deep ensemble"}, SEEDS,
+                     outs["tex"], outs["csv"], outs["png"], seeds_out)
+    tex = outs["tex"].read_text()
+    assert r"\toprule" in tex and "Deep ensemble" in tex and tex.index("Wine") < tex.index("Yacht")
+    assert r"\textbf{0.600$\pm$0.100}" in tex  # yacht: anchored has the lower RMSE
+    rows = list(csv.DictReader(outs["csv"].open()))
+    assert [(r["block"], r["method"]) for r in rows] == [("wine", "de"), ("yacht", "de"), ("yacht", "anchored")]
+    assert float(rows[1]["rmse_mean"]) == pytest.approx(2.0) and float(rows[1]["rmse_se"]) == pytest.approx(1.0)
+    assert outs["png"].stat().st_size > 1000
+    vs = list(csv.DictReader(seeds_out.open()))
+    yacht_anchored = [r for r in vs if r["dataset"] == "yacht" and r["method"] == "anchored" and r["metric"] == "nll"]
+    assert float(yacht_anchored[0]["ours_mean"]) == pytest.approx(1.25)
+    assert float(yacht_anchored[0]["seed_mean"]) == pytest.approx(0.37)

@@ -1,0 +1,35 @@
+"""The UCI rules: grouping (one job per dataset and method), data root, quick settings."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from test_workflow import CONFIG, jobs, snakemake
+
+UCI = CONFIG["experiments"]["uci"]
+
+
+def test_dry_run_table2_from_a_mirror(tmp_path):
+    mirror = tmp_path / "mirror"
+    (mirror / "yacht" / "data").mkdir(parents=True)
+    (mirror / "yacht" / "data" / "data.txt").write_text("0 1\n")
+    config = json.loads(json.dumps(CONFIG))
+    config["experiments"]["uci"]["datasets"] = {"yacht": UCI["datasets"]["yacht"]}
+    config["uci_data"] = str(mirror)
+    rc, out = snakemake(tmp_path, "-n", "-p", "results/table2_uci.tex", config=config)
+    assert rc == 0, out
+    assert jobs(out) == {"train_uci": len(UCI["methods"]), "summarize_uci": 1}  # no download: the mirror has it
+    specs = [json.loads(s) for s in re.findall(r"train --spec '(\{.*?\})'", out)]
+    assert {s["method"] for s in specs} == set(UCI["methods"])
+    assert all(s["uci_data"] == str(mirror) and s["splits"] == 2 and s["steps"] == 200 for s in specs)
+
+
+def test_dry_run_downloads_when_no_data(tmp_path):
+    rc, out = snakemake(tmp_path, "-n", "-p", "results/table2_uci.tex", "--config", "scale=paper")
+    assert rc == 0, out
+    n_data, n_methods = len(UCI["datasets"]), len(UCI["methods"])
+    assert jobs(out) == {"download_uci": n_data, "train_uci": n_data * n_methods, "summarize_uci": 1}
+    assert "uci-download --root data/uci --name naval-propulsion-plant" in out
+    specs = [json.loads(s) for s in re.findall(r"train --spec '(\{.*?\})'", out)]
+    assert all("splits" not in s and "steps" not in s for s in specs)  # paper: all splits, n_epochs.txt

@@ -1,0 +1,85 @@
+# UCI regression (Table 2): every regression-capable method on the standard splits of
+# Hernandez-Lobato & Adams (2015). One training job per (dataset, method, seed) runs
+# all splits of the dataset (results/uci/<dataset>/<method>/seed<seed>/split<K>.json,
+# reused on a rerun), so 165 splits x 12 methods are 108 jobs, not 1980.
+
+
+include: "uci_common.smk"
+
+
+localrules:
+    download_uci,
+    summarize_uci,
+
+
+rule download_uci:
+    output:
+        uci_download_target(),
+    log:
+        "logs/uci/download_{folder}.log",
+    wildcard_constraints:
+        folder="[A-Za-z0-9-]+",
+    conda:
+        "../../envs/repens.yaml"
+    params:
+        root=lambda wildcards, output: Path(output[0]).parents[2],
+    shell:
+        "python -m repens uci-download --root {params.root:q} --name {wildcards.folder:q} > {log:q} 2>&1"
+
+
+rule train_uci:
+    input:
+        data=uci_data_file,
+    output:
+        metrics="results/uci/{dataset}/{method}/seed{seed}/metrics.json",
+    log:
+        "logs/uci/{dataset}/{method}/seed{seed}.log",
+    benchmark:
+        "results/uci/{dataset}/{method}/seed{seed}/benchmark.tsv"
+    conda:
+        "../../envs/repens.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=240,
+    params:
+        spec=uci_spec,
+    shell:
+        "python -m repens --threads {threads} train --spec {params.spec:q} --out {output.metrics:q} > {log:q} 2>&1"
+
+
+rule summarize_uci:
+    input:
+        metrics=uci_metrics(),
+        seeds=UCI_SEEDS,
+    output:
+        tex=report(
+            "results/table2_uci.tex",
+            caption="../report/table2_uci.rst",
+            category="UCI regression",
+        ),
+        csv="results/table2_uci.csv",
+        png=report(
+            "results/table2_uci.png",
+            caption="../report/table2_uci.rst",
+            category="UCI regression",
+        ),
+        seeds=report(
+            "results/table2_vs_seeds.csv",
+            caption="../report/table2_vs_seeds.rst",
+            category="UCI regression",
+        ),
+    log:
+        "logs/uci/summarize_uci.log",
+    conda:
+        "../../envs/repens.yaml"
+    params:
+        scale=config["scale"],
+        labels=method_labels(),
+        datasets=experiment_datasets("uci"),
+        methods=experiment_methods("uci"),
+    shell:
+        "python -m repens uci-table --labels {params.labels:q}"
+        " --datasets {params.datasets} --methods {params.methods}"
+        " --seeds {input.seeds:q} --out-tex {output.tex:q} --out-csv {output.csv:q}"
+        " --out-png {output.png:q} --out-seeds {output.seeds:q} {input.metrics:q} > {log:q} 2>&1"
