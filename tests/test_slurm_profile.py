@@ -19,7 +19,7 @@ import yaml
 pytest.importorskip("snakemake_executor_plugin_slurm")
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINING_RULES = {"train_synthetic", "train_toy", "train_image"}
+TRAINING_RULES = {"train_synthetic", "train_toy", "train_image", "train_uci"}
 
 
 def snakemake(workdir: Path, *args: str, path: str | None = None):

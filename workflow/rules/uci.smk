@@ -40,8 +40,8 @@ rule train_uci:
         "../../envs/repens.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=240,
+        mem_mb=grows_with_attempt(2000),
+        runtime=grows_with_attempt(240),
     params:
         spec=uci_spec,
     shell:
