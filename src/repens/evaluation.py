@@ -15,7 +15,6 @@ Reported, as in Sec. 5 and Appendix B of D'Angelo & Fortuin (2021):
 from __future__ import annotations
 
 import numpy as np
-import torch
 from torch import Tensor
 
 __all__ = [

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from repens.atomic import write_json_atomic
 from repens.data.toy import make_toy
 from repens.experiments.synthetic import save_npz_atomic
 from repens.experiments.toy import toy_posterior
@@ -208,12 +209,6 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj)}")
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=_json_default, allow_nan=True) + "\n")
-    os.replace(tmp, path)
-
-
 def _log_density_summary(log_density: Callable[[Tensor], Tensor], draws: Tensor) -> dict[str, Any]:
     """Log posterior density of the kept draws, per chain: a chain still drifting (mean of its
     second half above its first) or chains at different levels point to too short a warmup.
@@ -313,7 +308,7 @@ def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
     wall = time.perf_counter() - start
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(out.with_name("diagnostics.json"), {
+    write_json_atomic(out.with_name("diagnostics.json"), {
         "job": job,
         "settings": settings.to_dict(),
         "dtype": str(dtype).removeprefix("torch."),
@@ -326,7 +321,7 @@ def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
         "wall_time_s": wall,
         "sampling_time_s": float(sum(st.seconds for st in stats)),
         "chains": [st.to_dict() for st in stats],
-    })
+    }, indent=1, default=_json_default, allow_nan=True)
     log.info("diagnostics: split R-hat max %.4f (mean %.4f), ESS min %.1f (mean %.1f) over %d draws, "
              "%d divergences, %.1f s; log density per chain %s (R-hat %.3g)", diag["rhat_max"], diag["rhat_mean"],
              diag["ess_min"], diag["ess_mean"], diag["draws"], sum(st.divergences for st in stats), wall,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from repens.atomic import write_json_atomic
 from repens.config import method_options
 from repens.data.images import load_arrays
 from repens.evaluation import classification_metrics, ensemble_summary
@@ -221,12 +221,6 @@ def l2_search(job: dict[str, Any], data: ImageData, model: StackedModel, generat
     return result
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-
-
 def run_image(job: dict[str, Any], out: Path, checkpoint: Path | None = None, *,
               inputs: dict[str, str] | None = None, device: str = "auto") -> None:
     """Train one method with one seed on an image data set and write predictions and metrics.
@@ -263,7 +257,7 @@ def run_image(job: dict[str, Any], out: Path, checkpoint: Path | None = None, *,
             search_ckpt = None if checkpoint is None else checkpoint.with_name(checkpoint.name + ".search")
             search = l2_search(job, data, model, generator, search_ckpt, dev)
             search["generator_state"] = generator.get_state().tolist()
-            _write_json_atomic(search_file, search)
+            write_json_atomic(search_file, search, indent=2, sort_keys=True)
             if search_ckpt is not None and search_ckpt.exists():
                 search_ckpt.unlink()
         best = torch.tensor(search["best"], dtype=torch.float64)
@@ -290,7 +284,7 @@ def run_image(job: dict[str, Any], out: Path, checkpoint: Path | None = None, *,
         "train_seconds_this_run": train_seconds,
         "wall_seconds_this_run": time.time() - started,
     }
-    _write_json_atomic(out, record)
+    write_json_atomic(out, record, indent=2, sort_keys=True)
     if checkpoint is not None and checkpoint.exists():
         checkpoint.unlink()
     log.info("metrics %s", json.dumps(metrics, sort_keys=True))

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from repens.atomic import write_json_atomic
 from repens.config import method_options
 from repens.data.uci import UCI_FOLDERS, UCISplit, dataset_info, load_split
 from repens.experiments.synthetic import kernel_from_job
@@ -193,12 +194,6 @@ def train_split(job: dict[str, Any], split: UCISplit, k: int, info: dict[str, in
             "n_test": int(split.x_test.shape[0]), **metrics}
 
 
-def _write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
 def _spec_key(job: dict[str, Any]) -> str:
     """The parts of the job that decide a split's result (not where the data lives)."""
     return json.dumps({k: v for k, v in job.items() if k != "uci_data"}, sort_keys=True)
@@ -235,7 +230,7 @@ def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
         ckpt = None if checkpoint is None else checkpoint.with_name(f"split{k}.ckpt")
         metrics = train_split(job, split, k, info, ckpt)
         log.info("split %d: test rmse %.4g, nll %.4g", k, metrics["rmse"], metrics["nll"])
-        _write_json_atomic(split_file, {"spec": key, "metrics": metrics})
+        write_json_atomic(split_file, {"spec": key, "metrics": metrics}, indent=1, sort_keys=True)
         if ckpt is not None and ckpt.exists():
             ckpt.unlink()
         results.append(metrics)
@@ -245,6 +240,6 @@ def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
         summary[name] = values.tolist()
         summary[f"{name}_mean"] = float(values.mean())
         summary[f"{name}_se"] = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
-    _write_json_atomic(out, summary)
+    write_json_atomic(out, summary, indent=1, sort_keys=True)
     log.info("wrote %s: rmse %.4g +- %.2g, nll %.4g +- %.2g", out, summary["rmse_mean"], summary["rmse_se"],
              summary["nll_mean"], summary["nll_se"])

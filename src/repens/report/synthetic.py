@@ -32,6 +32,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
+from repens.atomic import write_text_atomic
 from repens.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
 from repens.targets import make_target
 
@@ -433,13 +434,6 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp{os.getpid()}")
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(path)
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path) -> None:
     """Write the synthetic metrics table as CSV and as a booktabs LaTeX table.
 
@@ -465,7 +459,7 @@ def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path) -> Non
     tmp = _tmp_name(out_csv)
     frame.to_csv(tmp, index=False)
     os.replace(tmp, out_csv)
-    _write_text_atomic(out_tex, _latex_table(frame, REFERENCE_SAMPLES, REFERENCE_SEED))
+    write_text_atomic(out_tex, _latex_table(frame, REFERENCE_SAMPLES, REFERENCE_SEED))
     log.info("wrote %s and %s (%d rows)", out_csv, out_tex, len(frame))
 
 

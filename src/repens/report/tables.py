@@ -18,6 +18,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from repens.atomic import write_text_atomic
+
 __all__ = [
     "Column",
     "Cell",
@@ -202,15 +204,6 @@ def csv_rows(blocks: Sequence[Block], columns: Sequence[Column]) -> list[dict[st
                 rec[f"{c.key}_best"] = int(row.key in bold[c.key])
             out.append(rec)
     return out
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a crash never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def csv_text(records: Sequence[Mapping[str, Any]]) -> str:

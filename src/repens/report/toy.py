@@ -38,9 +38,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from repens.atomic import write_text_atomic
 from repens.data.toy import REGRESSION_CLUSTERS
 from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
-from repens.report.synthetic import LABELS, read_npz, _save_figure, _tex_escape, _tex_number, _tmp_name, _write_text_atomic
+from repens.report.synthetic import LABELS, read_npz, _save_figure, _tex_escape, _tex_number, _tmp_name
 
 log = logging.getLogger("repens.report")
 
@@ -552,7 +553,7 @@ def write_distance_table(regression: ToyInputs | None, classification: ToyInputs
     tmp = _tmp_name(out_csv)
     frame.to_csv(tmp, index=False)
     os.replace(tmp, out_csv)
-    _write_text_atomic(out_tex, _latex_table(frame, present))
+    write_text_atomic(out_tex, _latex_table(frame, present))
     log.info("wrote %s and %s (%d methods)", out_csv, out_tex, len(frame))
 
 
