@@ -51,8 +51,6 @@ def _train(args: argparse.Namespace) -> int:
         runtime["inputs"] = dict(item.split("=", 1) for item in args.input)
     if args.device:
         runtime["device"] = args.device
-    if os.environ.get("SLURM_JOB_ID"):
-        logging.getLogger("repens").info("SLURM_JOB_ID=%s", os.environ["SLURM_JOB_ID"])
     try:
         RUNNERS[job["experiment"]](job, out, checkpoint, **runtime)
     except NonFiniteError as err:
