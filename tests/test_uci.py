@@ -171,7 +171,7 @@ def test_isotropic_uci_prior_equals_network_prior(tmp_path):
     w = torch.randn(4, ours.model.dim)
     assert torch.allclose(ours.log_prior(w), ref.log_prior(w))
     layered = uci_posterior({"noise_std": 0.3, "prior_bias_var": 8.0}, split, hidden=8)
-    stds = layered.prior_stds
+    stds = layered.prior_std
     expect = (torch.distributions.Normal(0.0, stds).log_prob(w)).sum(-1)
     assert torch.allclose(layered.log_prior(w), expect, atol=1e-4)
     draws = layered.sample_prior(4000, torch.Generator().manual_seed(0))

@@ -85,8 +85,9 @@ class NetworkPosterior:
         model: the stacked network.
         likelihood: ``"gaussian"`` (regression, noise sd ``noise_std``) or ``"categorical"``.
         num_train: N, used to scale a batch log-likelihood by N / B.
-        prior_std: standard deviation of the isotropic Gaussian weight prior; a tensor
-            (n, 1) gives each particle its own (hyper-deep ensembles' L2 strengths).
+        prior_std: standard deviation of the Gaussian weight prior: a number (isotropic),
+            a tensor (n, 1) giving each particle its own (hyper-deep ensembles' L2
+            strengths) or a tensor (D,) giving each weight its own (a per-layer prior).
         noise_std: observation noise sd of the Gaussian likelihood.
     """
 
@@ -112,13 +113,15 @@ class NetworkPosterior:
         return self.log_likelihood_outputs(self.predict(params, batch.x), batch)
 
     def log_prior(self, params: Tensor) -> Tensor:
-        d = params.shape[-1]
         std = torch.as_tensor(self.prior_std, dtype=params.dtype, device=params.device)
-        log_std = std.log() if std.dim() == 0 else std.log().reshape(-1)  # per-particle scales: (n,)
-        return -0.5 * (params / std).pow(2).sum(-1) - d * (log_std + 0.5 * math.log(2 * math.pi))
+        if std.dim() == 0:
+            d = params.shape[-1]
+            return -0.5 * (params / std).pow(2).sum(-1) - d * (std.log() + 0.5 * math.log(2 * math.pi))
+        # per-particle (n, 1) or per-weight (D,) scales broadcast against params (n, D)
+        return (-0.5 * (params / std).pow(2) - std.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
 
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
         std = self.prior_std
-        if isinstance(std, Tensor) and std.numel() > 1 and std.shape[0] != n:
+        if isinstance(std, Tensor) and std.dim() == 2 and std.shape[0] != n:
             raise ValueError(f"{std.shape[0]} per-particle prior scales but {n} draws requested")
         return self.model.sample_gaussian(n, std.cpu() if isinstance(std, Tensor) else std, generator)

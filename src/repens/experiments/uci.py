@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,6 @@ from repens.updates import StepContext, make_update
 log = logging.getLogger("repens.uci")
 
 __all__ = [
-    "UCIPosterior",
     "data_root",
     "layer_prior_stds",
     "mixture_metrics",
@@ -57,29 +55,6 @@ __all__ = [
 
 #: environment variable naming the UCI data root (overridden by the job's ``uci_data``)
 DATA_ENV = "REPENS_UCI_DATA"
-
-
-@dataclass(frozen=True)
-class UCIPosterior(NetworkPosterior):
-    """:class:`NetworkPosterior` with a per-weight prior sd ``prior_stds`` (D,).
-
-    ``log p(w) = sum_k log N(w_k | 0, prior_stds_k^2)``; draws are ``prior_stds * z``.
-    """
-
-    prior_stds: Tensor | None = None
-
-    def _stds(self, like: Tensor) -> Tensor:
-        if self.prior_stds is None:
-            return torch.full((self.model.dim,), float(self.prior_std), dtype=like.dtype)
-        return self.prior_stds.to(like.dtype)
-
-    def log_prior(self, params: Tensor) -> Tensor:
-        stds = self._stds(params)
-        return (-0.5 * (params / stds).pow(2) - stds.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
-
-    def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
-        stds = self._stds(torch.empty(0))
-        return stds * torch.randn(n, self.model.dim, generator=generator, dtype=stds.dtype)
 
 
 def layer_prior_stds(model: StackedModel, first_bias_var: float) -> Tensor:
@@ -102,22 +77,21 @@ def layer_prior_stds(model: StackedModel, first_bias_var: float) -> Tensor:
     return stds
 
 
-def uci_posterior(job: dict[str, Any], split: UCISplit, hidden: int) -> UCIPosterior:
+def uci_posterior(job: dict[str, Any], split: UCISplit, hidden: int) -> NetworkPosterior:
     """One-hidden-layer ReLU MLP (``hidden`` units unless the job sets ``hidden``), Gaussian
     likelihood with sd ``noise_std`` on standardized targets, prior from ``prior_bias_var``
     (:func:`layer_prior_stds`) or isotropic ``prior_std``."""
     widths = [int(h) for h in job.get("hidden") or [hidden]]
     model = StackedModel(mlp(split.x_train.shape[1], widths, 1))
-    stds = None
+    prior_std: float | Tensor = float(job.get("prior_std", 1.0))
     if job.get("prior_bias_var") is not None:
-        stds = layer_prior_stds(model, float(job["prior_bias_var"]))
-    return UCIPosterior(
+        prior_std = layer_prior_stds(model, float(job["prior_bias_var"]))  # per weight, (D,)
+    return NetworkPosterior(
         model,
         "gaussian",
         num_train=split.x_train.shape[0],
-        prior_std=float(job.get("prior_std", 1.0)),
+        prior_std=prior_std,
         noise_std=float(job["noise_std"]),
-        prior_stds=stds,
     )
 
 
