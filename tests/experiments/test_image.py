@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from repens.config import resolve_job
-from repens.experiments import image as image_mod
+from repens.experiments import synthetic as synthetic_mod
 from repens.experiments.image import load_image_data, run_image
 from repens.train import NonFiniteError
 from repens.updates import Update
@@ -94,7 +94,8 @@ def test_nan_stops_without_output(tiny_sets, tmp_path, monkeypatch):
     def poisoned(rule, space="weight", **options):
         return lambda params, ctx: Update(torch.full_like(params, float("nan")))
 
-    monkeypatch.setattr(image_mod, "make_update", poisoned)
+    # the runners build their update rule in fit_particles (repens.experiments.synthetic)
+    monkeypatch.setattr(synthetic_mod, "make_update", poisoned)
     job = _tiny(resolve_job(CONFIG, "image", "fashionmnist", "de", 38))
     out = tmp_path / "nan" / "metrics.json"
     with pytest.raises(NonFiniteError, match="non-finite"):

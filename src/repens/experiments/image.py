@@ -31,15 +31,13 @@ import torch
 from torch import Tensor
 
 from repens.atomic import write_json_atomic
-from repens.config import method_options
 from repens.data.images import load_arrays
 from repens.evaluation import classification_metrics, ensemble_summary
-from repens.experiments.synthetic import kernel_from_job, save_npz_atomic
+from repens.experiments.synthetic import fit_particles, save_npz_atomic
 from repens.models import build_model
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
-from repens.train import TrainSettings, TrainState, train
-from repens.updates import StepContext, make_update
+from repens.train import TrainSettings
 
 log = logging.getLogger("repens.image")
 
@@ -151,9 +149,6 @@ def _settings(job: dict[str, Any], steps: int) -> TrainSettings:
 def _train_stack(job, data_x, data_y, model, prior_std, init, generator, steps, checkpoint, monitor, device):
     """Train one stack of particles with the job's update rule; returns the final params."""
     posterior = NetworkPosterior(model, "categorical", num_train=data_x.shape[0], prior_std=prior_std)
-    anchors = init.clone() if job["rule"] == "anchored" else None  # Pearce et al.: anchor = prior draw
-    kernel = kernel_from_job(job)
-    update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
     eval_x, eval_y = monitor
     fit_x, fit_y = data_x[:1000], data_y[:1000]
 
@@ -168,17 +163,9 @@ def _train_stack(job, data_x, data_y, model, prior_std, init, generator, steps, 
             figures[f"{name}_acc"] = float((probs.argmax(-1) == labels).double().mean())
         return figures
 
-    state = train(
-        TrainState(init.to(device), None if anchors is None else anchors.to(device)),
-        update,
-        lambda batch, anchors_: StepContext(posterior, kernel, generator, batch, anchors_),
-        _settings(job, steps),
-        generator,
-        next_batch=_batches(data_x, data_y, job.get("batch_size", 256)),
-        checkpoint=checkpoint,
-        on_log=progress,
-    )
-    return state.params
+    return fit_particles(job, posterior, init.to(device), _settings(job, steps), generator,
+                         next_batch=_batches(data_x, data_y, job.get("batch_size", 256)),
+                         checkpoint=checkpoint, on_log=progress)
 
 
 def _split_validation(data: ImageData, fraction: float, generator: torch.Generator):

@@ -7,27 +7,57 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from repens.config import method_options
 from repens.kernels import RBF
-from repens.posteriors import TargetPosterior
+from repens.posteriors import Batch, Posterior, TargetPosterior
 from repens.targets import make_target
 from repens.train import TrainSettings, TrainState, train
 from repens.updates import StepContext, make_update
 
 log = logging.getLogger("repens.synthetic")
 
-__all__ = ["run_synthetic", "initial_particles", "kernel_from_job", "save_npz_atomic"]
+__all__ = ["run_synthetic", "initial_particles", "kernel_from_job", "fit_particles", "save_npz_atomic"]
 
 
 def kernel_from_job(job: dict[str, Any]) -> RBF:
     """RBF kernel with the job's ``bandwidth``: ``"median"`` or a fixed ``h``."""
     bandwidth = job.get("bandwidth", "median")
     return RBF(None if bandwidth == "median" else float(bandwidth))
+
+
+def fit_particles(
+    job: dict[str, Any],
+    posterior: Posterior,
+    init: torch.Tensor,
+    settings: TrainSettings,
+    generator: torch.Generator,
+    next_batch: Callable[[torch.Generator], Batch | None] = lambda g: None,
+    checkpoint: Path | None = None,
+    on_log: Callable[[int, torch.Tensor], dict] | None = None,
+) -> torch.Tensor:
+    """Move the particles ``init`` with the job's update rule (``rule``, ``space``, its
+    options and ``bandwidth``) through :func:`repens.train.train`; returns the final
+    particles. Anchored ensembles are anchored at ``init`` (Pearce et al.: anchor = draw).
+    """
+    kernel = kernel_from_job(job)
+    update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
+    anchors = init.clone() if job["rule"] == "anchored" else None
+    state = train(
+        TrainState(init, anchors),
+        update,
+        lambda batch, anchors_: StepContext(posterior, kernel, generator, batch, anchors_),
+        settings,
+        generator,
+        next_batch=next_batch,
+        checkpoint=checkpoint,
+        on_log=on_log,
+    )
+    return state.params
 
 
 def initial_particles(job: dict[str, Any], generator: torch.Generator) -> torch.Tensor:
@@ -54,8 +84,6 @@ def run_synthetic(job: dict[str, Any], out: Path, checkpoint: Path | None = None
     target = make_target(job["dataset"])
     init = initial_particles(job, generator)
     posterior = TargetPosterior(target)
-    kernel = kernel_from_job(job)
-    update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
     settings = TrainSettings(
         steps=int(job["steps"]),
         lr=float(job["lr"]),
@@ -69,17 +97,9 @@ def run_synthetic(job: dict[str, Any], out: Path, checkpoint: Path | None = None
         return {"mean_x": float(mean[0]), "mean_y": float(mean[1]),
                 "log_p": float(target.log_prob(params).mean())}
 
-    state = train(
-        TrainState(init),
-        update,
-        lambda batch, anchors: StepContext(posterior, kernel, generator, batch, anchors),
-        settings,
-        generator,
-        checkpoint=checkpoint,
-        on_log=progress,
-    )
+    particles = fit_particles(job, posterior, init, settings, generator, checkpoint=checkpoint, on_log=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_npz_atomic(out, particles=state.params.numpy(), initial=init.numpy(),
+    save_npz_atomic(out, particles=particles.numpy(), initial=init.numpy(),
                     job=np.array(json.dumps(job, sort_keys=True)))
     if checkpoint is not None and checkpoint.exists():
         checkpoint.unlink()

@@ -20,14 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from repens.config import method_options
 from repens.data.toy import ToyData, make_toy
-from repens.experiments.synthetic import kernel_from_job, save_npz_atomic
+from repens.experiments.synthetic import fit_particles, save_npz_atomic
 from repens.models import mlp
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
-from repens.train import TrainSettings, TrainState, train
-from repens.updates import StepContext, make_update
+from repens.train import TrainSettings
 
 log = logging.getLogger("repens.toy")
 
@@ -84,9 +82,6 @@ def run_toy(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     posterior = toy_posterior(job, data)
     generator = torch.Generator().manual_seed(int(job["seed"]))
     init = posterior.sample_prior(int(job["particles"]), generator)  # G.2/G.3: from the prior
-    anchors = init.clone() if job["rule"] == "anchored" else None  # Pearce et al.: anchor = init
-    kernel = kernel_from_job(job)
-    update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
     steps = int(job["steps"])
     settings = TrainSettings(
         steps=steps,
@@ -102,18 +97,11 @@ def run_toy(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
             nll = -posterior.log_likelihood(params, full).mean() / data.x_train.shape[0]
         return {"train_nll": float(nll)}
 
-    state = train(
-        TrainState(init, anchors),
-        update,
-        lambda batch, anchors_: StepContext(posterior, kernel, generator, batch, anchors_),
-        settings,
-        generator,
-        next_batch=batch_sampler(data, job.get("batch_size", 64)),
-        checkpoint=checkpoint,
-        on_log=progress,
-    )
+    params = fit_particles(job, posterior, init, settings, generator,
+                           next_batch=batch_sampler(data, job.get("batch_size", 64)),
+                           checkpoint=checkpoint, on_log=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
-    arrays = toy_predictions(posterior, state.params, data)
+    arrays = toy_predictions(posterior, params, data)
     save_npz_atomic(out, **arrays, job=np.array(json.dumps(job, sort_keys=True)),
                     label=np.array(""))  # display names come from the config at plot time
     if checkpoint is not None and checkpoint.exists():

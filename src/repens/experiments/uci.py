@@ -31,15 +31,13 @@ import torch
 from torch import Tensor
 
 from repens.atomic import write_json_atomic
-from repens.config import method_options
 from repens.data.uci import UCI_FOLDERS, UCISplit, dataset_info, load_split
-from repens.experiments.synthetic import kernel_from_job
+from repens.experiments.synthetic import fit_particles
 from repens.experiments.toy import batch_sampler
 from repens.models import mlp
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
-from repens.train import TrainSettings, TrainState, train
-from repens.updates import StepContext, make_update
+from repens.train import TrainSettings
 
 log = logging.getLogger("repens.uci")
 
@@ -137,12 +135,9 @@ def train_split(job: dict[str, Any], split: UCISplit, k: int, info: dict[str, in
     posterior = uci_posterior(job, split, info["n_hidden"])
     generator = torch.Generator().manual_seed(int(job["seed"]) + k)
     init = posterior.sample_prior(int(job["particles"]), generator)  # members drawn from the prior
-    anchors = init.clone() if job["rule"] == "anchored" else None  # Pearce et al. Alg. 1: anchor = init
-    update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
     steps = _steps(job, split.x_train.shape[0], info["n_epochs"])
     settings = TrainSettings(steps=steps, lr=float(job["lr"]), optimizer=job.get("optimizer", "adam"),
                              log_every=int(job.get("log_every", max(1, steps // 5))))
-    kernel = kernel_from_job(job)
     full = Batch(split.x_train, split.y_train)
 
     def progress(step: int, params: Tensor) -> dict[str, float]:
@@ -150,18 +145,12 @@ def train_split(job: dict[str, Any], split: UCISplit, k: int, info: dict[str, in
             rmse = (posterior.predict(params, full.x).squeeze(-1).mean(0) - full.y).pow(2).mean().sqrt()
         return {"train_rmse_std_units": float(rmse)}
 
-    state = train(
-        TrainState(init, anchors),
-        update,
-        lambda batch, anchors_: StepContext(posterior, kernel, generator, batch, anchors_),
-        settings,
-        generator,
-        next_batch=batch_sampler(split, int(job["batch_size"])),
-        checkpoint=checkpoint,
-        on_log=progress,
-    )
+    # anchored members are anchored at their prior draw (Pearce et al., Alg. 1)
+    params = fit_particles(job, posterior, init, settings, generator,
+                           next_batch=batch_sampler(split, int(job["batch_size"])),
+                           checkpoint=checkpoint, on_log=progress)
     with torch.no_grad():
-        f = posterior.predict(state.params, split.x_test).squeeze(-1).double().numpy()  # (S, T)
+        f = posterior.predict(params, split.x_test).squeeze(-1).double().numpy()  # (S, T)
     means = f * split.y_std + split.y_mean
     metrics = mixture_metrics(means, posterior.noise_std * split.y_std, split.y_test_raw)
     return {"split": k, "steps": steps, "n_train": int(split.x_train.shape[0]),
