@@ -145,3 +145,19 @@ def test_sigkill_and_rerun_gives_identical_metrics(tiny_sets, tmp_path):
     assert a == b
     np.testing.assert_array_equal(np.load(straight.with_name("predictions.npz"))["test_probs"],
                                   np.load(killed.with_name("predictions.npz"))["test_probs"])
+
+
+def test_member_nll_equals_each_member_alone():
+    from repens.experiments.image import member_nll, predict_summary
+    from repens.models import build_model
+    from repens.particles import StackedModel
+
+    model = StackedModel(build_model({"model": "mlp", "hidden": [6]}, (1, 4, 4), 10))
+    params = model.sample_gaussian(3, 1.0, torch.Generator().manual_seed(0))
+    x = torch.rand(25, 1, 4, 4, generator=torch.Generator().manual_seed(1))
+    y = torch.randint(10, (25,), generator=torch.Generator().manual_seed(2))
+    alone = []
+    for i in range(3):
+        probs, _ = predict_summary(model, params[i : i + 1], x, batch=7)
+        alone.append(float(-probs.gather(-1, y.view(-1, 1)).clamp_min(1e-12).log().mean()))
+    torch.testing.assert_close(member_nll(model, params, x, y, batch=7), torch.tensor(alone, dtype=torch.float64))

@@ -41,7 +41,7 @@ from repens.train import TrainSettings
 
 log = logging.getLogger("repens.image")
 
-__all__ = ["run_image", "ImageData", "load_image_data", "resolve_device", "predict_summary", "l2_search"]
+__all__ = ["run_image", "ImageData", "load_image_data", "resolve_device", "predict_summary", "member_nll", "l2_search"]
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -114,6 +114,18 @@ def predict_summary(model: StackedModel, params: Tensor, x: Tensor, batch: int =
         probs.append(p)
         md.append(d)
     return torch.cat(probs).cpu(), torch.cat(md).cpu()
+
+
+@torch.no_grad()
+def member_nll(model: StackedModel, params: Tensor, x: Tensor, y: Tensor, batch: int = 1000) -> Tensor:
+    """Mean NLL ``-log p(y|x, w_i)`` of every particle on its own, (n,), all particles at
+    once in chunks of ``batch`` inputs (probabilities floored at 1e-12)."""
+    logp = []
+    for i in range(0, x.shape[0], batch):
+        probs = torch.softmax(model(params, x[i : i + batch]).double(), dim=-1)  # (n, b, C)
+        labels = y[i : i + batch].view(1, -1, 1).expand(probs.shape[0], -1, 1)
+        logp.append(probs.gather(-1, labels).squeeze(-1).clamp_min(1e-12).log().cpu())
+    return -torch.cat(logp, dim=1).mean(1)
 
 
 def _batches(x: Tensor, y: Tensor, batch_size: int):
@@ -195,12 +207,7 @@ def l2_search(job: dict[str, Any], data: ImageData, model: StackedModel, generat
     params = _train_stack({**job, "rule": "ensemble", "space": "weight"}, fit_x, fit_y, model,
                           prior_std.to(device), init, generator, steps, checkpoint, (val_x[:1000], val_y[:1000]),
                           device)
-    nll = []
-    with torch.no_grad():
-        for i in range(trials):
-            probs, _ = predict_summary(model, params[i : i + 1], val_x)
-            p_true = probs.gather(-1, val_y.cpu().view(-1, 1)).clamp_min(1e-12)
-            nll.append(float(-p_true.log().mean()))
+    nll = member_nll(model, params, val_x, val_y).tolist()
     order = np.argsort(nll, kind="stable")[:top]
     result = {"strengths": strengths.tolist(), "val_nll": nll, "best": [float(strengths[i]) for i in order]}
     log.info("L2 search: best strengths %s (validation NLL %s)", ["%.3g" % s for s in result["best"]],
