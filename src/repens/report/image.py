@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from repens.report.tables import Column, build_blocks, csv_text, write_table, write_text_atomic
+from repens.report.tables import Column, build_blocks, csv_text, mean_se, write_table, write_text_atomic
 
 __all__ = ["TABLE1_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows"]
 
@@ -64,8 +64,6 @@ def vs_paper_rows(records: Sequence[Mapping[str, Any]], reference: Mapping[tuple
                   datasets: Sequence[str], methods: Sequence[str]) -> list[dict[str, Any]]:
     """Every (dataset, method, metric) cell: ours (mean, s.e., seeds) beside the paper's,
     the difference, and the difference in units of the combined error."""
-    from repens.report.tables import mean_se
-
     rows = []
     for ds in datasets:
         for m in methods:
