@@ -266,11 +266,16 @@ def test_diagnostics_and_predictions_do_not_depend_on_chunking():
 
     from repens.experiments.hmc import predict_and_diagnose
 
+    # In float64, so that what is compared is the chunking alone: in float32 the network's
+    # GEMMs may round differently for 7 and 50 rows (another kernel or blocking), a few
+    # ulps that are no chunking bug; float64 leaves rounding ~1e-16, far below rtol 1e-7,
+    # while a chunking bug (misaligned or dropped inputs) changes values at O(1).
     data = make_toy("classification", 0)
     post = toy_posterior({"hidden": [6]}, data)
-    draws = post.sample_prior(2 * 8, g).reshape(2, 8, -1)
-    p1, d1 = predict_and_diagnose(post.model, draws, data.x_test[:50], "classification", points=7)
-    p2, d2 = predict_and_diagnose(post.model, draws, data.x_test[:50], "classification", points=1000)
+    draws = post.sample_prior(2 * 8, g).reshape(2, 8, -1).double()
+    x_test = data.x_test[:50].double()
+    p1, d1 = predict_and_diagnose(post.model, draws, x_test, "classification", points=7)
+    p2, d2 = predict_and_diagnose(post.model, draws, x_test, "classification", points=1000)
     assert p1.shape == (50, 5)
     torch.testing.assert_close(p1, p2)
     np.testing.assert_allclose(d1["rhat"], d2["rhat"])

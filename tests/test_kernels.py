@@ -1,7 +1,9 @@
 import math
 
+import pytest
 import torch
 
+from repens import kernels
 from repens.kernels import RBF, kernel_grad_sum, median_bandwidth, squared_distances
 
 
@@ -34,3 +36,87 @@ def test_kernel_grad_sum_matches_autograd():
     gram = RBF(h).gram(x, y, h)
     (auto,) = torch.autograd.grad(gram.sum(), x)
     torch.testing.assert_close(kernel_grad_sum(x.detach(), y, gram.detach(), h), auto)
+
+
+# ------------------------------------------------------------ machine-independent numerics
+# float32 unit roundoff; the pairwise/cascade sums torch uses have relative error at most
+# ceil(log2 d) * u per sum of d positive terms (Higham 2002, Sec. 4.2)
+U32 = torch.finfo(torch.float32).eps / 2
+
+
+def _exact_sq(x64):
+    return torch.cdist(x64, x64, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+
+
+def test_self_distances_have_exact_zero_diagonal_and_symmetry():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(9, 1000, generator=g) * 50 + 300  # far from the origin, float32
+    d = squared_distances(x, x)
+    assert torch.equal(torch.diagonal(d), torch.zeros(9))
+    assert torch.equal(d, d.T)
+
+
+def test_duplicates_are_at_distance_exactly_zero():
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(4, 500, generator=g) * 10 + 7
+    x = torch.cat([base, base[1:2], base[1:2]])  # rows 1, 4, 5 coincide
+    d = squared_distances(x, x)
+    for i, j in [(1, 4), (1, 5), (4, 5)]:
+        assert d[i, j] == 0 and d[j, i] == 0
+    assert (d[0, 1:4] > 0).all()
+
+
+@pytest.mark.parametrize("separation", [1e-2, 1e-4, 1e-6])
+def test_near_duplicates_in_float32_at_d_1e5_are_accurate(separation):
+    # a pair at distance `separation * |x|` among particles of norm ~ 316 (network weights):
+    # the uncentred GEMM formula loses every digit below separation ~ 3e-3 in float32
+    d = 100_000
+    g = torch.Generator().manual_seed(4)
+    centre = torch.randn(1, d, generator=g, dtype=torch.float64)
+    offsets = torch.randn(3, d, generator=g, dtype=torch.float64) * (separation * centre.norm() / d**0.5)
+    x = torch.cat([centre + offsets, centre + 3 * offsets[:1]]).float()
+    exact = _exact_sq(x.double())
+    got = squared_distances(x, x).double()
+    off = ~torch.eye(4, dtype=torch.bool)
+    rel = ((got - exact).abs() / exact)[off]
+    # recomputed pairs: differences of float32 numbers this close are exact (Sterbenz), then
+    # one rounding per square and a cascade sum: (1 + ceil(log2 d)) u; GEMM pairs are left to
+    # the GEMM only above the cancellation bound, where the error is <= 1e-3 by construction
+    tol = max((1 + math.ceil(math.log2(d))) * U32, 1.0 / kernels.CANCELLATION_FACTOR)
+    assert float(rel.max()) <= tol
+
+
+def test_cross_distances_are_accurate_for_near_duplicates():
+    d = 20_000
+    g = torch.Generator().manual_seed(5)
+    centre = torch.randn(1, d, generator=g) * 3
+    x = centre + 1e-4 * torch.randn(5, d, generator=g)
+    y = centre + 1e-4 * torch.randn(3, d, generator=g)
+    exact = torch.cdist(x.double(), y.double(), compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+    rel = (squared_distances(x, y).double() - exact).abs() / exact
+    assert float(rel.max()) <= 1.0 / kernels.CANCELLATION_FACTOR
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_coincident_particles_give_exactly_zero_repulsion(n, dtype):
+    g = torch.Generator().manual_seed(6)
+    x = (torch.randn(1, 3000, generator=g, dtype=dtype) * 100 + 1).repeat(n, 1)
+    gram, h = RBF().self_gram(x)
+    assert torch.equal(gram, torch.ones(n, n, dtype=dtype))
+    assert float(h) == 1.0  # every particle coincides: documented h = 1
+    assert torch.equal(kernel_grad_sum(x, x, gram, h), torch.zeros_like(x))
+
+
+def test_zero_median_falls_back_to_median_of_positive_distances():
+    # two particles: squared distances {0, 0, 4, 4}, lower median 0 -> use the positive ones
+    x = torch.tensor([[0.0, 0.0], [2.0, 0.0]], dtype=torch.float64)
+    assert math.isclose(float(RBF().bandwidth_for(x)), 4.0 / math.log(3.0))
+    # three coincident and one apart: 10 of 16 entries are 0, the 6 positive ones are all 3^2
+    y = torch.tensor([[1.0], [1.0], [1.0], [4.0]], dtype=torch.float64)
+    assert math.isclose(float(RBF().bandwidth_for(y)), 9.0 / math.log(5.0))
+
+
+def test_single_particle_bandwidth_is_one():
+    x = torch.randn(1, 7, dtype=torch.float64)
+    assert float(RBF().bandwidth_for(x)) == 1.0

@@ -63,6 +63,19 @@ def test_single_particle_reduces_to_gradient_ascent_on_log_p(rule, bandwidth):
     torch.testing.assert_close(direction, analytic_target_score(x))
 
 
+@pytest.mark.parametrize(
+    "rule", [svgd, lambda p, c: wgd(p, c, "kde"), lambda p, c: wgd(p, c, "sge"), lambda p, c: wgd(p, c, "ssge")],
+    ids=["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"],
+)
+def test_single_float32_network_particle_has_exactly_no_repulsion(rule):
+    # one particle far from the origin in float32 (network weights): the kernel term is
+    # exactly zero, so the update is the deep-ensemble update bit for bit, on any machine
+    params, ctx = network_setup(n=1)
+    params = params.float() * 30 + 5
+    assert params.dtype == torch.float32
+    torch.testing.assert_close(rule(params, ctx).direction, ensemble(params, ctx).direction, rtol=0, atol=0)
+
+
 def test_single_network_particle_fwgd_is_pulled_back_posterior_score():
     params, ctx = network_setup(n=1)
     options = dict(function_prior="gp", gp_lengthscale=0.5)

@@ -9,11 +9,32 @@ Median heuristic (Liu & Wang 2016, SVGD, Sec. 5; the authors' released code
 
     h = med{ ||x_i - x_j||^2 : i, j = 1..n } / log(n + 1),
 
-the median taken over all n^2 entries of the squared-distance matrix (diagonal
-zeros included) and treated as a constant (no gradient flows through it).
+the (lower) median taken over all n^2 entries of the squared-distance matrix
+(diagonal zeros included) and treated as a constant (no gradient flows through it).
+When that median is zero -- one or two particles, or more than half of the pairs
+coincident -- it carries no scale, so the median of the *positive* squared
+distances takes its place; when every particle coincides, ``h = 1`` (every
+difference is then exactly zero, so the repulsion is zero whatever ``h`` is, and
+the kernel is 1 between coincident particles for any ``h``).
 A fixed bandwidth ``h`` corresponds to ``exp(-d^2 / (2 sigma^2))`` with
 ``h = 2 sigma^2``; the paper's funnel setting "bandwidth 0.5" is taken as h = 0.5
 (sigma = 0.5 in the authors' code gives exactly h = 2 * 0.25 = 0.5).
+
+Numerics (the same results on every machine, float32 included):
+
+* distances are computed about a reference particle ``c = y_0`` (translation
+  invariance), so their rounding error scales with the particles' spread and not
+  with their norm (network weights sit far from the origin relative to a
+  collapsed ensemble's spread);
+* a particle's distance to itself is exactly 0 and self-distance matrices are
+  exactly symmetric;
+* the one-GEMM formula ``|a|^2 + |b|^2 - 2 a.b`` cancels catastrophically for
+  pairs close relative to their norms; every pair whose computed distance lies
+  within the formula's rounding bound (:func:`squared_distances`) is recomputed
+  as ``sum_k (a_k - b_k)^2``, which is exact for coincident particles and
+  accurate to a few ulps otherwise;
+* :func:`kernel_grad_sum` works on the same centred coordinates, so coincident
+  particles (and a single particle) give exactly zero repulsion.
 """
 
 from __future__ import annotations
@@ -24,24 +45,82 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["RBF", "squared_distances", "median_bandwidth", "kernel_grad_sum"]
+__all__ = ["RBF", "squared_distances", "median_bandwidth", "kernel_grad_sum", "CANCELLATION_FACTOR"]
 
-_MIN_BANDWIDTH = 1e-12
+#: guards only against underflow: a positive median is never this small in practice
+_MIN_BANDWIDTH = 1e-30
+
+#: A pair is recomputed by differences when its GEMM distance is below
+#: ``CANCELLATION_FACTOR * sqrt(d) * u * (|a|^2 + |b|^2)`` (``u`` the unit roundoff).
+#: ``sqrt(d) * u * (|a|^2 + |b|^2)`` is the typical rounding error of the GEMM
+#: formula for length-d dot products (Higham 2002, Sec. 2.8, statistical bound); a
+#: factor 1e3 keeps the relative error of every pair left to the GEMM near 1e-3 or
+#: below, and is far above the constant any BLAS blocking gives.
+CANCELLATION_FACTOR = 1e3
+
+#: elements of one (pairs, d) temporary when recomputing pairs by differences
+_CHUNK_ELEMENTS = 1 << 22
+
+
+def _centred(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """``x - c`` and ``y - c`` about the reference particle ``c = y_0`` (``y`` itself if ``x is y``)."""
+    if y.shape[0] == 0:
+        return x, y
+    c = y[:1]
+    yc = y - c
+    return (yc if x is y else x - c), yc
+
+
+def _recompute_pairs(d: Tensor, xc: Tensor, yc: Tensor, suspect: Tensor) -> Tensor:
+    """``d`` with the ``suspect`` entries replaced by ``sum_k (xc_i - yc_j)^2``."""
+    pairs = suspect.nonzero()
+    if pairs.shape[0] == 0:
+        return d
+    chunk = max(1, _CHUNK_ELEMENTS // max(xc.shape[1], 1))
+    exact = torch.cat([
+        (xc[rows[:, 0]] - yc[rows[:, 1]]).pow(2).sum(-1) for rows in pairs.split(chunk)
+    ])
+    return d.index_put((pairs[:, 0], pairs[:, 1]), exact)
 
 
 def squared_distances(x: Tensor, y: Tensor) -> Tensor:
-    """Pairwise squared Euclidean distances between rows of ``x`` (n, d) and ``y`` (m, d)."""
+    """Pairwise squared Euclidean distances between rows of ``x`` (n, d) and ``y`` (m, d).
+
+    One GEMM on coordinates centred at ``y_0``; entries within the GEMM formula's
+    cancellation bound (``CANCELLATION_FACTOR``) are recomputed by differences.
+    ``squared_distances(x, x)`` (the same tensor object) has an exactly zero
+    diagonal and is exactly symmetric.
+    """
     if x.dim() != 2 or y.dim() != 2:
         raise ValueError(f"expected (n, d) and (m, d) particles, got {tuple(x.shape)} and {tuple(y.shape)}")
-    # one GEMM and no (n, d) temporaries: these run every step on (n, ~1e5) particles
-    x2 = torch.linalg.vector_norm(x, dim=-1).pow(2).unsqueeze(-1)
-    y2 = x2 if y is x else torch.linalg.vector_norm(y, dim=-1).pow(2).unsqueeze(-1)
-    return torch.addmm(x2 + y2.transpose(-1, -2), x, y.transpose(-1, -2), alpha=-2.0).clamp_min(0.0)
+    same = x is y
+    xc, yc = _centred(x, y)
+    # one GEMM and no (n, m, d) temporaries: these run every step on (n, ~1e5) particles
+    x2 = torch.linalg.vector_norm(xc, dim=-1).pow(2).unsqueeze(-1)
+    y2 = x2 if same else torch.linalg.vector_norm(yc, dim=-1).pow(2).unsqueeze(-1)
+    scale = x2 + y2.transpose(-1, -2)
+    d = torch.addmm(scale, xc, yc.transpose(-1, -2), alpha=-2.0).clamp_min(0.0)
+    if same:
+        d = torch.triu(d, diagonal=1)
+    unit_roundoff = torch.finfo(d.dtype).eps / 2
+    bound = (CANCELLATION_FACTOR * math.sqrt(max(x.shape[1], 1)) * unit_roundoff) * scale.detach()
+    suspect = d.detach() <= bound
+    if same:
+        suspect = torch.triu(suspect, diagonal=1)
+    d = _recompute_pairs(d, xc, yc, suspect)
+    if same:
+        d = d + d.transpose(-1, -2)
+    return d
 
 
 def median_bandwidth(sq_dists: Tensor, n: int) -> Tensor:
-    """Median heuristic ``h = median(sq_dists) / log(n + 1)`` (see module docstring)."""
-    med = sq_dists.detach().flatten().median()
+    """Median heuristic ``h = median(sq_dists) / log(n + 1)``; zero median: see module docstring."""
+    flat = sq_dists.detach().flatten()
+    med = flat.median()
+    # median of the positive entries (NaN where none are), without a host round-trip
+    positive = torch.where(flat > 0, flat, torch.full_like(flat, float("nan"))).nanmedian()
+    fallback = torch.where(torch.isnan(positive), torch.ones_like(positive) * math.log(n + 1), positive)
+    med = torch.where(med > 0, med, fallback)
     return (med / math.log(n + 1)).clamp_min(_MIN_BANDWIDTH)
 
 
@@ -49,11 +128,13 @@ def kernel_grad_sum(x: Tensor, y: Tensor, gram: Tensor, h: Tensor | float) -> Te
     """``sum_j grad_{x_i} k(x_i, y_j)`` for the RBF kernel, shape (n, d).
 
     Uses ``grad_x k(x, y) = -(2 / h) (x - y) k(x, y)``, so the sum is a matrix
-    product rather than an (n, m, d) tensor.
+    product rather than an (n, m, d) tensor: ``(2/h) (K (y - c) - diag(K 1) (x - c))``
+    with ``c = y_0``, which is exactly zero when every particle coincides.
     """
     scale = 2.0 / float(h)
-    # (2/h) (K y - diag(K 1) x) with one GEMM and one elementwise pass over (n, d)
-    return torch.addmm(x * gram.sum(-1, keepdim=True), gram, y, beta=-scale, alpha=scale)
+    xc, yc = _centred(x, y)
+    # one GEMM and one elementwise pass over (n, d)
+    return torch.addmm(xc * gram.sum(-1, keepdim=True), gram, yc, beta=-scale, alpha=scale)
 
 
 @dataclass(frozen=True)
