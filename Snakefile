@@ -8,15 +8,12 @@ workflow/rules/<experiment>.smk (its training rule and its aggregate localrules,
 plus a list of its final outputs), include it below and add that list to `all`.
 """
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("8.0")
 
 
 configfile: "config.yaml"
-
-
-validate(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"

@@ -11,7 +11,17 @@ import jsonschema
 import pytest
 import yaml
 
-from repens.config import ConfigError, check_config, experiment_seeds, method_label, resolve_job
+from repens.config import (
+    EXPERIMENTS,
+    SEED_RANGE,
+    ConfigError,
+    check_config,
+    check_data_folders,
+    coerce_numbers,
+    experiment_seeds,
+    method_label,
+    resolve_job,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config.yaml"
@@ -35,7 +45,9 @@ def validate_like_snakemake(config: dict) -> dict:
 
 
 def problems(config: dict) -> list[str]:
-    """Every schema error as ``key.path: message``, then check_config's error, if any."""
+    """Every schema error as ``key.path: message``, then check_config's error, if any
+    (after numbers spelled as strings are read as numbers, as the workflow does)."""
+    coerce_numbers(config, load_schema())
     validator = jsonschema.Draft202012Validator(load_schema())
     found = [
         f"{'.'.join(str(p) for p in err.absolute_path)}: {err.message}"
@@ -148,11 +160,11 @@ BAD = {
     "misspelled top-level key": (_set("seed", [1]), "seed"),
     "string for a number (method)": (_set("methods.svgd.lr", "abc"), "methods.svgd.lr"),
     "string for a number (settings)": (
-        _set("experiments.synthetic.settings.lr", "0.1"),
+        _set("experiments.synthetic.settings.lr", "0.1x"),
         "experiments.synthetic.settings.lr",
     ),
     "string for an integer": (
-        _set("experiments.synthetic.datasets.funnel.particles", "500"),
+        _set("experiments.synthetic.datasets.funnel.particles", "many"),
         "experiments.synthetic.datasets.funnel.particles",
     ),
     "float for an integer": (
@@ -166,7 +178,51 @@ BAD = {
     "negative lr": (_set("experiments.synthetic.settings.lr", -0.1), "experiments.synthetic.settings.lr"),
     "empty seed list": (_set("seeds", []), "seeds"),
     "empty experiment seed list": (_set("experiments.synthetic.seeds", []), "experiments.synthetic.seeds"),
-    "string seed": (_set("seeds", ["42"]), "seeds.0"),
+    "string seed": (_set("seeds", ["forty-two"]), "seeds.0"),
+    "repeated seed": (_set("seeds", [42, 42]), "seeds[1]"),
+    "repeated experiment seed": (_set("experiments.toy.seeds", [1, 2, 1]), "experiments.toy.seeds[2]"),
+    "seed beyond the generator": (_set("seeds", [2**64]), "seeds[0]"),
+    "negative seed": (_set("seeds", [-1]), "seeds[0]"),
+    "nan learning rate": (_set("experiments.synthetic.settings.lr", float("nan")), "experiments.synthetic.settings.lr"),
+    "infinite learning rate": (_set("methods.de.lr", float("inf")), "methods.de.lr"),
+    "nan spelled as YAML": (_set("experiments.toy.datasets.regression.lr", ".nan"), "experiments.toy.datasets.regression.lr"),
+    "mmd_weight for svgd through method_settings": (
+        _set("experiments.synthetic.method_settings", {"svgd": {"mmd_weight": 1.0}}),
+        "experiments.synthetic.method_settings.svgd.mmd_weight",
+    ),
+    "eta for DE on one dataset": (
+        _set("experiments.image.datasets.fashionmnist.method_settings", {"de": {"eta": 0.1}}),
+        "experiments.image.datasets.fashionmnist.method_settings.de.eta",
+    ),
+    "option no method of the experiment takes": (
+        _set("experiments.synthetic.settings.temperature", 1.0),
+        "experiments.synthetic.settings.temperature",
+    ),
+    "setting the experiment does not read": (
+        _set("experiments.synthetic.settings.batch_size", 32),
+        "experiments.synthetic.settings.batch_size",
+    ),
+    "hyper-de without a validation split": (
+        _set("experiments.synthetic.methods", ["svgd", "hyper-de"]),
+        "validation split",
+    ),
+    "function-space rule without a network": (
+        _set("experiments.synthetic.methods", ["svgd", "fsvgd"]),
+        "needs a network",
+    ),
+    "search_top above search_trials": (_set("methods.hyper-de.search_top", 50), "search_top=50"),
+    "reversed l2_range": (_set("methods.hyper-de.l2_range", [10.0, 0.1]), "l2_range"),
+    "unknown OOD data set": (_set("experiments.image.datasets.fashionmnist.ood", "notmnist"), "ood 'notmnist'"),
+    "OOD data set of another shape": (_set("experiments.image.datasets.fashionmnist.ood", "svhn"), "ood 'svhn'"),
+    "misspelled synthetic target": (
+        _set("experiments.synthetic.datasets.gausian", {"particles": 10, "steps": 10, "bandwidth": "median"}),
+        "experiments.synthetic.datasets.gausian",
+    ),
+    "unknown UCI data set": (_set("experiments.uci.datasets.bostn", {"lr": 0.1}), "experiments.uci.datasets.bostn"),
+    "a job without a learning rate": (
+        lambda c: c["experiments"]["synthetic"]["settings"].pop("lr"),
+        "'lr'",
+    ),
     "unknown rule": (_set("methods.svgd.rule", "svgdd"), "methods.svgd.rule"),
     "unknown estimator": (_set("methods.kde-wgd.estimator", "kdee"), "methods.kde-wgd.estimator"),
     "unknown space": (_set("methods.fsvgd.space", "functional"), "methods.fsvgd.space"),
@@ -310,3 +366,94 @@ def test_dataset_method_settings_layer_and_report_datasets():
     exp["report_datasets"] = ["imagenet"]
     with pytest.raises(ConfigError, match="report_datasets"):
         check_config(config)
+
+
+# ------------------------------------------------------- numbers whatever their spelling
+@pytest.mark.parametrize("spelling", ["1e-3", "1E-3", ".001", "0.001", "1.0e-3", "+1e-3"])
+def test_learning_rate_spellings_are_numbers(spelling):
+    text = CONFIG.read_text().replace("settings: {lr: 0.1,", f"settings: {{lr: {spelling},", 1)
+    assert text != CONFIG.read_text()
+    config = yaml.safe_load(text)
+    assert problems(config) == []
+    assert config["experiments"]["synthetic"]["settings"]["lr"] == 0.001
+    assert isinstance(config["experiments"]["synthetic"]["settings"]["lr"], float)
+
+
+def test_integer_settings_accept_integral_exponent_spelling():
+    config = load_config()
+    config["experiments"]["synthetic"]["datasets"]["gaussian"]["steps"] = "5e3"
+    assert problems(config) == []
+    assert config["experiments"]["synthetic"]["datasets"]["gaussian"]["steps"] == 5000
+
+
+def test_strings_the_schema_allows_are_kept():
+    config = load_config()
+    config["experiments"]["synthetic"]["datasets"]["funnel"]["bandwidth"] = "median"
+    config["methods"]["svgd"]["label"] = "1e-3"  # a label may look like a number
+    assert problems(config) == []
+    assert config["methods"]["svgd"]["label"] == "1e-3"
+    assert config["experiments"]["synthetic"]["datasets"]["funnel"]["bandwidth"] == "median"
+
+
+def test_command_line_style_strings_become_numbers_lists_and_nulls():
+    # what Snakemake's --config hands over: nested values and list items as strings
+    config = load_config()
+    config["seeds"] = ["1", "2"]
+    config["methods"]["ssge-wgd"]["num_eigs"] = "null"
+    config["experiments"]["toy"]["datasets"]["regression"]["noise_std"] = "0.25"
+    config["methods"]["hyper-de"]["l2_range"] = ["1e-2", "1e2"]
+    assert problems(config) == []
+    assert config["seeds"] == [1, 2]
+    assert config["methods"]["ssge-wgd"]["num_eigs"] is None
+    assert config["experiments"]["toy"]["datasets"]["regression"]["noise_std"] == 0.25
+    assert config["methods"]["hyper-de"]["l2_range"] == [0.01, 100.0]
+
+
+def test_seed_range_bounds_are_accepted():
+    config = load_config()
+    config["seeds"] = list(SEED_RANGE)
+    assert problems(config) == []
+
+
+def test_missing_data_folder_is_named(tmp_path):
+    missing = tmp_path / "no-such-mirror"
+    with pytest.raises(ConfigError, match=f"image_data_mirror: folder {missing} does not exist"):
+        check_data_folders({"image_data_mirror": str(missing)})
+    with pytest.raises(ConfigError, match="uci_data: folder"):
+        check_data_folders({"uci_data": str(missing)})
+    check_data_folders({"image_data_mirror": str(tmp_path), "uci_data": None})
+
+
+def test_experiment_capabilities_match_the_runners():
+    """config.py keeps torch out of the workflow's load; its tables must match the code."""
+    from repens.data.images import IMAGE_DATASETS
+    from repens.data.toy import TOY_DATASETS
+    from repens.data.uci import UCI_FOLDERS
+    from repens.experiments import RUNNERS
+    from repens.targets import TARGETS
+
+    assert set(EXPERIMENTS) == set(RUNNERS)
+    assert EXPERIMENTS["synthetic"].datasets == set(TARGETS)
+    assert EXPERIMENTS["toy"].datasets == set(TOY_DATASETS)
+    assert EXPERIMENTS["uci"].datasets == set(UCI_FOLDERS)
+    image = EXPERIMENTS["image"]
+    assert image.datasets | image.ood_only == set(IMAGE_DATASETS) == set(image.shapes)
+    for name, dataset in IMAGE_DATASETS.items():
+        assert ("train" in dataset.splits) == (name in image.datasets), name
+
+
+@pytest.mark.parametrize(
+    ("override", "expect"),
+    [("seeds=[1,2]", None), ("seeds=[7,7]", "seeds[1]: seed 7 is repeated")],
+)
+def test_command_line_overrides_are_read_as_yaml(tmp_path, override, expect):
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "-n",
+         "--configfile", str(CONFIG), "--config", override, "--", "results/figures/fig2_gaussian.png"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    output = proc.stdout + proc.stderr
+    if expect is None:
+        assert proc.returncode == 0, output
+    else:
+        assert proc.returncode != 0 and expect in output, output

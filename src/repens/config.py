@@ -19,10 +19,17 @@ So ``paper`` is Appendix G as written and ``quick`` only patches what it must.
 from __future__ import annotations
 
 import copy
+import math
+import re
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 __all__ = [
     "ConfigError",
+    "EXPERIMENTS",
+    "SEED_RANGE",
+    "coerce_numbers",
+    "check_data_folders",
     "METHOD_KEYS",
     "check_config",
     "resolve_job",
@@ -62,6 +69,65 @@ _ESTIMATOR_OPTIONS = {"kde": set(), "sge": {"eta"}, "ssge": {"eta", "num_eigs"}}
 
 #: names the pipeline uses for outputs that are not methods
 RESERVED_METHODS = {"hmc": "HMC reference posterior", "iid": "exact-sample baseline of the synthetic table"}
+
+
+#: seeds accepted: every generator the jobs seed (torch.Generator, numpy) takes them,
+#: with room for the per-split / per-chain offsets the runners add
+SEED_RANGE = (0, 2**32 - 1)
+
+#: training settings every runner reads (the update rule's options are METHOD_KEYS)
+_COMMON_SETTINGS = frozenset({"particles", "steps", "lr", "optimizer", "bandwidth", "log_every"})
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What an experiment's runner can do, for checks at load time (no torch here;
+    ``tests/test_config.py`` checks these lists against the runners' registries)."""
+
+    datasets: frozenset[str]
+    #: settings keys the runner reads, besides the method options and _COMMON_SETTINGS
+    settings: frozenset[str]
+    #: keys every resolved job must have
+    required: frozenset[str]
+    #: particles are network weights seen through data batches (function-space rules work)
+    network: bool
+    #: a validation split exists (the hyper-deep ensemble's L2 search needs one)
+    validation: bool = False
+    #: datasets that exist only as OOD test sets (image experiment)
+    ood_only: frozenset[str] = frozenset()
+    #: image shape of each dataset, so an OOD set matches the training set
+    shapes: Mapping[str, tuple[int, ...]] | None = None
+
+
+_IMAGE_SHAPES = {"fashionmnist": (1, 28, 28), "mnist": (1, 28, 28), "cifar10": (3, 32, 32), "svhn": (3, 32, 32)}
+
+EXPERIMENTS: dict[str, Experiment] = {
+    "synthetic": Experiment(
+        datasets=frozenset({"gaussian", "funnel"}), settings=frozenset({"init_std"}),
+        required=frozenset({"particles", "steps", "lr", "init_std"}), network=False,
+    ),
+    "toy": Experiment(
+        datasets=frozenset({"regression", "classification"}),
+        settings=frozenset({"batch_size", "hidden", "noise_std", "prior_std"}),
+        required=frozenset({"particles", "steps", "lr"}), network=True,
+    ),
+    "image": Experiment(
+        datasets=frozenset({"fashionmnist", "mnist", "cifar10"}),
+        settings=frozenset({"batch_size", "checkpoint_seconds", "chunk_size", "init", "l2_search", "l2_range", "normalize", "prior_std",
+                            "search_steps", "search_top", "search_trials", "val_fraction", "ood", "model",
+                            "hidden", "depth", "width", "norm"}),
+        required=frozenset({"particles", "steps", "lr", "ood", "model"}), network=True, validation=True,
+        ood_only=frozenset({"svhn"}), shapes=_IMAGE_SHAPES,
+    ),
+    "uci": Experiment(
+        datasets=frozenset({"boston", "concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht"}),
+        settings=frozenset({"batch_size", "epochs", "hidden", "noise_std", "prior_bias_var", "prior_std", "splits"}),
+        required=frozenset({"particles", "lr", "batch_size", "noise_std", "prior_bias_var"}), network=True,
+    ),
+}
+
+#: settings that only the hyper-deep ensemble's L2 search reads
+_SEARCH_SETTINGS = frozenset({"l2_range", "search_steps", "search_top", "search_trials", "val_fraction"})
 
 
 class ConfigError(ValueError):
@@ -165,6 +231,205 @@ def check_config(config: Mapping[str, Any]) -> None:
             for i, ds in enumerate(layer.get("report_datasets") or []):
                 if ds not in datasets:
                     raise ConfigError(f"{where}.{layer_name}report_datasets[{i}]: {ds!r} is not a dataset of this experiment")
+    _check_finite(config, "")
+    for key, seeds in [("seeds", config["seeds"])] + [
+        (f"experiments.{exp}.seeds", spec["seeds"]) for exp, spec in (config.get("experiments") or {}).items()
+        if "seeds" in spec
+    ]:
+        _check_seeds(key, seeds)
+    for exp, spec in (config.get("experiments") or {}).items():
+        _check_experiment(config, exp, spec)
+
+
+def _check_finite(value: Any, where: str) -> None:
+    """NaN and infinity pass a schema's bounds (every comparison with NaN is false)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: {value!r} is not a finite number")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_finite(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{where}[{i}]")
+
+
+def _check_seeds(where: str, seeds: list) -> None:
+    low, high = SEED_RANGE
+    seen: set[int] = set()
+    for i, seed in enumerate(seeds):
+        if isinstance(seed, bool) or not isinstance(seed, int) or not low <= seed <= high:
+            raise ConfigError(f"{where}[{i}]: seed {seed!r} is outside [{low}, {high}]")
+        if seed in seen:
+            raise ConfigError(f"{where}[{i}]: seed {seed} is repeated (each seed is one run; a repeat would count one run twice)")
+        seen.add(seed)
+
+
+def _layers_of(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], str | None]]:
+    """Every settings layer of an experiment as (key path, settings, method or None)."""
+    out: list[tuple[str, Mapping[str, Any], str | None]] = []
+    for prefix, block in (("", spec), ("quick.", spec.get("quick") or {})):
+        out.append((f"{prefix}settings", block.get("settings") or {}, None))
+        for m, layer in (block.get("method_settings") or {}).items():
+            out.append((f"{prefix}method_settings.{m}", layer or {}, m))
+        for ds, ds_layer in (block.get("datasets") or {}).items():
+            ds_layer = dict(ds_layer or {})
+            for m, layer in (ds_layer.pop("method_settings", None) or {}).items():
+                out.append((f"{prefix}datasets.{ds}.method_settings.{m}", layer or {}, m))
+            out.append((f"{prefix}datasets.{ds}", ds_layer, None))
+    return out
+
+
+def _method_allowed(entry: Mapping[str, Any]) -> set[str]:
+    return _allowed_options(entry["rule"], entry.get("space", "weight"), entry.get("estimator"))
+
+
+def _check_experiment(config: Mapping[str, Any], exp: str, spec: Mapping[str, Any]) -> None:
+    """Checks that need the experiment's capabilities (:data:`EXPERIMENTS`) and every resolved job."""
+    where = f"experiments.{exp}"
+    caps = EXPERIMENTS.get(exp)
+    if caps is None:
+        raise ConfigError(f"{where}: no runner for experiment {exp!r}; known: {sorted(EXPERIMENTS)}")
+    methods = config["methods"]
+    for ds in spec["datasets"]:
+        if ds not in caps.datasets:
+            raise ConfigError(f"{where}.datasets.{ds}: unknown {exp} dataset {ds!r}; known: {sorted(caps.datasets)}")
+    run = list(spec.get("methods", []))
+    known_settings = _COMMON_SETTINGS | caps.settings
+    for path, layer, method in _layers_of(spec):
+        for key in layer:
+            if key in METHOD_KEYS:
+                if method is not None:
+                    if key not in _method_allowed(methods[method]):
+                        raise ConfigError(f"{where}.{path}.{key}: option not used by method {method!r} "
+                                          f"(rule {methods[method]['rule']!r}, {methods[method].get('space', 'weight')} space)")
+                elif not any(key in _method_allowed(methods[m]) for m in run):
+                    raise ConfigError(f"{where}.{path}.{key}: option used by none of the experiment's methods {run}")
+            elif key not in known_settings:
+                raise ConfigError(f"{where}.{path}.{key}: not a setting of the {exp} experiment "
+                                  f"(it reads: {sorted(known_settings)})")
+    for method in run:
+        entry = methods[method]
+        if entry.get("space", "weight") == "function" and not caps.network:
+            raise ConfigError(f"{where}.methods: {method!r} is a function-space rule, which needs a network and "
+                              f"data batches; the {exp} experiment has neither")
+        for key in entry:
+            if key not in METHOD_KEYS and key != "label" and key not in known_settings:
+                reason = ("the L2 search needs a validation split, which only the image experiment has"
+                          if key in _SEARCH_SETTINGS | {"l2_search"} else f"the {exp} runner does not read it")
+                raise ConfigError(f"{where}.methods: method {method!r} sets {key!r}, which cannot apply here: {reason}")
+    scales = ("paper", "quick")
+    for ds in spec["datasets"]:
+        for method in run:
+            for scale in scales:
+                job = resolve_job(dict(config, scale=scale), exp, ds, method, 0)
+                _check_job(job, caps, f"{where} ({scale} scale, dataset {ds}, method {method})")
+
+
+def _check_job(job: Mapping[str, Any], caps: Experiment, where: str) -> None:
+    missing = sorted(k for k in caps.required if job.get(k) is None)
+    if missing:
+        raise ConfigError(f"{where}: no {missing[0]!r} in any settings layer")
+    if job.get("l2_search"):
+        trials, top = job.get("search_trials", 20), job.get("search_top", 5)
+        if top > trials:
+            raise ConfigError(f"{where}: search_top={top} is more than search_trials={trials}")
+        low, high = job.get("l2_range", (1e-3, 1e3))
+        if not low < high:
+            raise ConfigError(f"{where}: l2_range [{low}, {high}] is empty (the first bound must be the lower)")
+    if caps.shapes is not None:
+        ood, ds = job.get("ood"), job["dataset"]
+        known = sorted(caps.datasets | caps.ood_only)
+        if ood not in caps.shapes:
+            raise ConfigError(f"{where}: ood {ood!r} is not an image data set; known: {known}")
+        if ood == ds:
+            raise ConfigError(f"{where}: ood {ood!r} is the training data set itself")
+        if caps.shapes[ood] != caps.shapes[ds]:
+            raise ConfigError(f"{where}: ood {ood!r} has images {caps.shapes[ood]}, {ds!r} has {caps.shapes[ds]}")
+
+
+def check_data_folders(config: Mapping[str, Any]) -> None:
+    """A data folder the user names must exist (a download cannot fill another's mirror)."""
+    from pathlib import Path
+
+    for key in ("image_data_mirror", "uci_data"):
+        folder = config.get(key)
+        if folder and not Path(folder).is_dir():
+            raise ConfigError(f"{key}: folder {folder} does not exist")
+
+
+_INT = re.compile(r"[-+]?[0-9]+")
+_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
+_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_NULL = {"null", "Null", "NULL", "~"}
+
+
+def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    while "$ref" in schema:
+        node: Any = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        schema = node
+    return schema
+
+
+def _types(schema: Mapping[str, Any], root: Mapping[str, Any]) -> set[str]:
+    schema = _resolve(schema, root)
+    kind = schema.get("type")
+    found = set([kind] if isinstance(kind, str) else kind or [])
+    for alternative in schema.get("anyOf", []) + schema.get("oneOf", []):
+        found |= _types(alternative, root)
+    return found
+
+
+def _scalar(value: str, types: set[str]) -> Any:
+    """``value`` as the number, boolean or null the schema asks for, else unchanged."""
+    if "integer" in types and _INT.fullmatch(value):
+        return int(value)
+    if types & {"number", "integer"} and _FLOAT.fullmatch(value):
+        number = float(value.lower().replace(".inf", "inf").replace(".nan", "nan"))
+        if "number" not in types and number.is_integer():
+            return int(number)  # steps: 1e4
+        return number
+    if "boolean" in types and value in _BOOL:
+        return _BOOL[value]
+    if "null" in types and value in _NULL:
+        return None
+    return value
+
+
+def coerce_numbers(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -> Any:
+    """``value`` with every string the schema wants as a number (or boolean, or null) converted.
+
+    YAML 1.1 (PyYAML) reads ``1e-3`` without a dot as a string, and Snakemake's
+    ``--config`` passes nested values and list items as strings; a person who writes
+    ``lr: 1e-3`` or ``--config seeds=[1,2]`` means numbers. Strings where the schema
+    also allows a string are converted only if they are spelled as numbers; anything
+    else is left for the schema to reject, naming the key.
+    """
+    root = schema if root is None else root
+    schema = _resolve(schema, root)
+    if isinstance(value, str):
+        types = _types(schema, root)
+        if "string" in types and not types & {"number", "integer"}:
+            return value
+        return _scalar(value, types)
+    alternatives = [_resolve(a, root) for a in schema.get("anyOf", []) + schema.get("oneOf", [])] or [schema]
+    if isinstance(value, dict):
+        for sub in alternatives:
+            props, patterns = sub.get("properties", {}), sub.get("patternProperties", {})
+            if not props and not patterns:
+                continue
+            for key in list(value):
+                child = props.get(key) or next((s for p, s in patterns.items() if re.search(p, key)), None)
+                if child is not None:
+                    value[key] = coerce_numbers(value[key], child, root)
+            break
+    elif isinstance(value, list):
+        for sub in alternatives:
+            if "items" in sub:
+                value[:] = [coerce_numbers(v, sub["items"], root) for v in value]
+                break
+    return value
 
 
 def resolve_job(

@@ -13,8 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
+from snakemake.utils import validate
 
 SRC = str(Path(workflow.basedir) / "src")
 if SRC not in sys.path:
@@ -23,17 +26,32 @@ if SRC not in sys.path:
 from repens.config import (
     ConfigError,
     check_config,
+    check_data_folders,
+    coerce_numbers,
     experiment_seeds,
     report_datasets,
     resolve_hmc_job,
     resolve_job,
 )
 
-# The schema (validate in the Snakefile) has checked types and keys and filled the
-# defaults. What it cannot see, such as an experiment naming an undefined method or
-# an option its update rule ignores, is checked here, still before any job runs.
+# The config is checked before any job runs, each mistake in one line naming the key:
+# numbers spelled as YAML 1.1 or --config leave them (1e-3, seeds=[1,2]) are read as
+# numbers; the schema checks types and keys and fills the defaults; check_config checks
+# what a schema cannot see (references between sections, options a method's rule
+# ignores, what each experiment can run, every resolved job); named data folders exist.
+SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
+_schema = yaml.safe_load(SCHEMA.read_text())
+coerce_numbers(config, _schema)
+_error = jsonschema.exceptions.best_match(
+    jsonschema.Draft202012Validator(_schema).iter_errors(config)
+)
+if _error is not None:
+    _key = ".".join(str(part) for part in _error.absolute_path) or "(top level)"
+    raise WorkflowError(f"config key {_key}: {_error.message}")
+validate(config, str(SCHEMA))
 try:
     check_config(config)
+    check_data_folders(config)
 except ConfigError as err:
     raise WorkflowError(f"config key {err}") from None
 
