@@ -347,15 +347,17 @@ def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Pa
     Raises:
         UCIDataError: naming the files that could not be fetched.
     """
+    import http.client
     import urllib.error
     import urllib.request
 
     folder = _folder(root, name)
     root_existed = Path(root).is_dir()
+    created = [d for d in (folder, folder.parent, Path(root)) if not d.exists()]
     folder.mkdir(parents=True, exist_ok=True)
 
     def fetch(names: list[str]) -> list[str]:
-        failed = []
+        by_reason: dict[str, list[str]] = {}  # the same reason (e.g. offline) once, with its files
         for fname in names:
             if (folder / fname).is_file():
                 continue
@@ -363,22 +365,24 @@ def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Pa
             try:
                 with urllib.request.urlopen(f"{base_url}/{name}/data/{fname}", timeout=60) as resp:
                     tmp.write_bytes(resp.read())
-            except (urllib.error.URLError, OSError) as err:
-                failed.append(f"{fname} ({err})")
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+                tmp.unlink(missing_ok=True)
+                reason = err.reason if isinstance(err, urllib.error.URLError) else err
+                by_reason.setdefault(f"{type(err).__name__}: {reason}", []).append(fname)
                 continue
             tmp.replace(folder / fname)
-        return failed
+        return [f"{', '.join(files)} ({reason})" for reason, files in by_reason.items()]
 
     failed = fetch(list(_META))
     if not failed:
         failed = fetch(required_files(_read_int(folder / "n_splits.txt")))
     if failed:
-        if not root_existed:  # leave no empty folders behind a mistyped root
-            for path in (folder, folder.parent, Path(root)):
-                try:
-                    path.rmdir()
-                except OSError:
-                    break
+        for path in created:  # leave no empty folders behind (a mistyped root, say)
+            try:
+                path.rmdir()
+            except OSError:
+                break
+        if not root_existed:
             raise UCIDataError(f"UCI data folder {root} (uci_data / $REPENS_UCI_DATA) does not exist, "
                                f"and fetching {name!r} into it from {base_url} failed: {'; '.join(failed)}")
         raise UCIDataError(f"UCI dataset {name!r}: could not fetch from {base_url}: {'; '.join(failed)}")
