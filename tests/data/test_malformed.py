@@ -19,7 +19,7 @@ import pytest
 from repens.cli import main
 from repens.data import images, uci
 from repens.data.errors import DataError, DataFileError
-from repens.data.images import DataUnavailableError, load_arrays, load_split, prepare, save_arrays
+from repens.data.images import DataUnavailableError, load_arrays, load_split, prepare
 from repens.data.uci import UCIDataError, check_dataset, dataset_info, download_dataset
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -324,7 +324,8 @@ def test_malformed_index_files(tmp_path, file, text, message):
 
 def test_missing_uci_root_says_so(tmp_path):
     root = tmp_path / "no-such-root"
-    with pytest.raises(UCIDataError, match=r"UCI data folder .* \(uci_data / \$REPENS_UCI_DATA\) does not exist") as err:
+    missing = r"UCI data folder .* \(uci_data / \$REPENS_UCI_DATA\) does not exist"
+    with pytest.raises(UCIDataError, match=missing) as err:
         check_dataset(root, "tiny")
     _one_line_naming(err.value, root)
     # a download into a missing root that fails says the root is missing, and leaves nothing behind
@@ -332,6 +333,9 @@ def test_missing_uci_root_says_so(tmp_path):
         download_dataset(root, "tiny", base_url=(tmp_path / "no-mirror").as_uri())
     _one_line_naming(err.value, root)
     assert not root.exists()
+    with pytest.raises(UCIDataError, match="could not fetch"):  # an existing root keeps no empty folders either
+        download_dataset(tmp_path, "tiny", base_url=(tmp_path / "no-mirror").as_uri())
+    assert not (tmp_path / "tiny").exists()
 
 
 def test_data_errors_are_value_or_file_not_found_errors():
