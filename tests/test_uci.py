@@ -14,6 +14,7 @@ import yaml
 from repens.config import resolve_job
 from repens.data.uci import (
     UCI_FOLDERS,
+    DataFileError,
     UCIDataError,
     check_dataset,
     dataset_info,
@@ -81,10 +82,10 @@ def test_overlapping_or_out_of_range_indices_are_errors(tmp_path):
     folder = write_dataset(tmp_path)
     train = np.loadtxt(folder / "index_train_0.txt", dtype=int)
     np.savetxt(folder / "index_test_0.txt", train[:3], fmt="%d")
-    with pytest.raises(UCIDataError, match="both train and test"):
+    with pytest.raises(DataFileError, match="both train and test"):
         load_split(tmp_path, "tiny", 0)
     np.savetxt(folder / "index_test_1.txt", [0, 40], fmt="%d")
-    with pytest.raises(UCIDataError, match=r"index_test_1\.txt has indices outside \[0, 40\)"):
+    with pytest.raises(DataFileError, match=r"index_test_1\.txt: has indices outside \[0, 40\)"):
         load_split(tmp_path, "tiny", 1)
     with pytest.raises(UCIDataError, match="split 3 out of range"):
         load_split(tmp_path, "tiny", 3)
@@ -124,7 +125,7 @@ def test_download_from_a_mirror_url(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (tmp_path / "mirror/tiny/data").iterdir())
     assert torch.equal(load_split(tmp_path / "copy", "tiny", 2).x_test, load_split(tmp_path / "mirror", "tiny", 2).x_test)
     with pytest.raises(UCIDataError, match="could not fetch.*n_splits.txt"):
-        download_dataset(tmp_path / "other", "absent", base_url=(tmp_path / "mirror").as_uri())
+        download_dataset(tmp_path / "copy", "absent", base_url=(tmp_path / "mirror").as_uri())
 
 
 # ------------------------------------------------------------------ metrics

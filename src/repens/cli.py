@@ -76,14 +76,11 @@ def _hmc(args: argparse.Namespace) -> int:
 
 
 def _prepare_images(args: argparse.Namespace) -> int:
-    from repens.data.images import DataUnavailableError, prepare, save_arrays
+    from repens.data.images import prepare, save_arrays
 
-    try:
-        prepare(args.dataset, Path(args.root), Path(args.mirror) if args.mirror else None,
-                download=not args.offline)
-    except DataUnavailableError as err:
-        logging.getLogger("repens").error("%s", err)
-        return 2
+    # a missing or malformed file raises a DataError: main prints it as one line, exit 2
+    prepare(args.dataset, Path(args.root), Path(args.mirror) if args.mirror else None,
+            download=not args.offline)
     save_arrays(args.dataset, Path(args.root), Path(args.out))
     logging.getLogger("repens").info("wrote %s", args.out)
     return 0
@@ -248,4 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    return args.func(args)
+    from repens.data.errors import DataError, one_line
+
+    try:
+        return args.func(args)
+    except DataError as err:  # a missing or malformed data file: one line naming it, no traceback
+        line = f"error: {one_line(err)}"
+        print(line, file=sys.stderr, flush=True)
+        if args.log:
+            with open(args.log, "a") as f:
+                f.write(line + "\n")
+        return 2

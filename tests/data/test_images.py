@@ -121,9 +121,26 @@ def test_mirror_with_wrong_md5_is_refused(tmp_path, monkeypatch):
     assert not (tmp_path / "data" / "MNIST" / "raw" / "train-images-idx3-ubyte").exists()
 
 
+def _registry_of(monkeypatch, root: Path, name: str = "mnist", folder: str = "MNIST", archives: Path | None = None):
+    """Patch the registry's entry ``name`` to the tiny files under ``root``: the archives'
+    MD5s (from ``archives``, else dummy) and the extracted files' MD5s."""
+    raw = root / folder / "raw"
+    files = []
+    for extracted in sorted(p for p in raw.iterdir() if p.name.endswith("ubyte")):
+        archive = (archives or raw) / (extracted.name + ".gz")
+        archive_md5 = hashlib.md5(archive.read_bytes()).hexdigest() if archive.exists() else "0" * 32
+        files.append(images.RemoteFile(extracted.name + ".gz", archive_md5, f"{folder}/raw", ("http://x/",),
+                                       (f"{folder}/raw/{extracted.name}",),
+                                       (hashlib.md5(extracted.read_bytes()).hexdigest(),)))
+    patched = dict(images.IMAGE_DATASETS, **{name: images.ImageDataset(name, tuple(files), ("train", "test"),
+                                                                        images._read_mnist(folder))})
+    monkeypatch.setattr(images, "IMAGE_DATASETS", patched)
+
+
 def test_extracted_files_need_no_archive(tmp_path, monkeypatch):
     monkeypatch.setattr(images, "_download", lambda f, d: pytest.fail("network touched"))
     _write_mnist(tmp_path, "MNIST")
+    _registry_of(monkeypatch, tmp_path)  # their MD5s are the known ones
     prepare("mnist", tmp_path)  # nothing to do
     save_arrays("mnist", tmp_path, tmp_path / "mnist.npz")
     x, y = load_arrays(tmp_path / "mnist.npz", "test")

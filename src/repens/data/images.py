@@ -5,14 +5,23 @@ CIFAR-10 (in-distribution) / SVHN test split (OOD).
 (laid out like a torchvision root), in this order and touching the network only in
 the last step:
 
-1. the extracted files are already there: nothing to do;
-2. the archive is in ``root``: its MD5 is checked, then it is extracted;
+1. the extracted files are already there and their MD5s are the known ones (those of
+   the files the verified archives extract to): nothing to do;
+2. the archive is in ``root``: its MD5 is checked, then it is extracted (again, over
+   extracted files whose MD5 is wrong);
 3. the archive is in ``mirror`` (a folder laid out the same way, e.g. a read-only
-   shared copy): it is verified, copied into ``root`` and extracted there;
+   shared copy): it is verified, copied into ``root`` and extracted there; or the
+   mirror holds the extracted files themselves, verified by their MD5s, and they
+   are copied;
 4. it is downloaded (torchvision's ``download_url``, MD5 checked).
 
-If a file is still missing, :class:`DataUnavailableError` lists every missing file
-with its MD5, where to put it and where to get it.
+So a root holding only extracted files needs no archive as long as they are intact;
+a corrupt extracted file is never read. If a file is still missing or corrupt,
+:class:`DataUnavailableError` lists every such file with its MD5, where to put it and
+where to get it, on one line. A ``mirror`` folder that does not exist is an error.
+
+The readers raise :class:`repens.data.errors.DataFileError` (one line: the file and
+what is wrong with it) for files that are not in the expected format.
 
 :func:`load_split` then reads the original formats (IDX for the MNIST family,
 CIFAR's pickled python batches, SVHN's MATLAB ``.mat``) into ``uint8`` images
@@ -23,20 +32,29 @@ them as one ``.npz`` per data set, the file training jobs read.
 from __future__ import annotations
 
 import gzip
+import logging
+import math
 import os
 import pickle
 import shutil
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from repens.data.errors import DataError, DataFileError
+
+log = logging.getLogger("repens.data")
+
 __all__ = [
     "RemoteFile",
     "ImageDataset",
     "IMAGE_DATASETS",
     "DataUnavailableError",
+    "DataFileError",
     "prepare",
     "load_split",
     "save_arrays",
@@ -47,8 +65,9 @@ __all__ = [
 ]
 
 
-class DataUnavailableError(FileNotFoundError):
-    """Files of a data set are missing (or corrupt) and could not be downloaded."""
+class DataUnavailableError(DataError, FileNotFoundError):
+    """Files of a data set are missing (or corrupt) and could not be downloaded; or a
+    folder or file named by the configuration does not exist. The message is one line."""
 
 
 @dataclass(frozen=True)
@@ -60,30 +79,56 @@ class RemoteFile:
     folder: str
     urls: tuple[str, ...]
     extracted: tuple[str, ...]  # paths (under the root) that exist once it is extracted
+    #: MD5s of the ``extracted`` files (same order); empty: unknown, only their existence is checked
+    extracted_md5: tuple[str, ...] = ()
 
 
-def _mnist_files(folder: str, mirrors: tuple[str, ...], resources: list[tuple[str, str]]) -> tuple[RemoteFile, ...]:
+def _mnist_files(folder: str, mirrors: tuple[str, ...],
+                 resources: list[tuple[str, str, str]]) -> tuple[RemoteFile, ...]:
     return tuple(
         RemoteFile(name, md5, f"{folder}/raw", tuple(m + name for m in mirrors),
-                   (f"{folder}/raw/{name.removesuffix('.gz')}",))
-        for name, md5 in resources
+                   (f"{folder}/raw/{name.removesuffix('.gz')}",), (raw_md5,))
+        for name, md5, raw_md5 in resources
     )
 
 
+def _missing(path: Path) -> DataUnavailableError:
+    return DataUnavailableError(f"{path} does not exist")
+
+
+def _check_labels(path: Path, labels: np.ndarray, num_classes: int = 10) -> None:
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise DataFileError(path, f"labels outside 0..{num_classes - 1} "
+                                  f"(min {labels.min()}, max {labels.max()})")
+
+
 def read_idx(path: Path) -> np.ndarray:
-    """An IDX file (LeCun's MNIST format, optionally gzipped) as a numpy array."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
+    """An IDX file (LeCun's MNIST format, optionally gzipped) as a numpy array.
+
+    Raises:
+        DataFileError: the file is not a complete unsigned-byte IDX file.
+        DataUnavailableError: it does not exist.
+    """
+    path = Path(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise _missing(path) from None
+    except (OSError, EOFError, zlib.error) as err:
+        raise DataFileError(path, f"cannot be read ({type(err).__name__}: {err})") from err
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
-        raise ValueError(f"{path}: not an IDX file (bad magic number)")
+        raise DataFileError(path, "not an IDX file (bad magic number)")
     dtype_code, ndim = data[2], data[3]
     if dtype_code != 0x08:
-        raise ValueError(f"{path}: IDX type 0x{dtype_code:02x} is not unsigned bytes")
+        raise DataFileError(path, f"IDX type 0x{dtype_code:02x} is not unsigned bytes")
+    if len(data) < 4 + 4 * ndim:
+        raise DataFileError(path, f"IDX header cut short ({len(data)} bytes for {ndim} dimensions)")
     shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     body = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if body.size != int(np.prod(shape)):
-        raise ValueError(f"{path}: header says {shape} but holds {body.size} values")
+    if body.size != math.prod(shape):
+        raise DataFileError(path, f"header says {shape} but holds {body.size} values (truncated or corrupt)")
     return body.reshape(shape)
 
 
@@ -91,11 +136,18 @@ def _read_mnist(folder: str) -> Callable[[Path, str], tuple[np.ndarray, np.ndarr
     def read(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
         prefix = "train" if split == "train" else "t10k"
         raw = root / folder / "raw"
-        images = read_idx(raw / f"{prefix}-images-idx3-ubyte")
-        labels = read_idx(raw / f"{prefix}-labels-idx1-ubyte")
+        image_file, label_file = raw / f"{prefix}-images-idx3-ubyte", raw / f"{prefix}-labels-idx1-ubyte"
+        images, labels = read_idx(image_file), read_idx(label_file)
+        if images.ndim != 3:
+            raise DataFileError(image_file, f"images of shape {images.shape}, expected (N, H, W)")
+        if labels.ndim != 1:
+            raise DataFileError(label_file, f"labels of shape {labels.shape}, expected (N,)")
         if images.shape[0] != labels.shape[0]:
-            raise ValueError(f"{raw}: {images.shape[0]} images but {labels.shape[0]} labels ({split})")
-        return images[:, None, :, :].copy(), labels.astype(np.int64)
+            raise DataFileError(label_file, f"{labels.shape[0]} labels but {image_file.name} "
+                                            f"holds {images.shape[0]} images")
+        labels = labels.astype(np.int64)
+        _check_labels(label_file, labels)
+        return images[:, None, :, :].copy(), labels
 
     return read
 
@@ -108,13 +160,23 @@ def read_cifar_batches(folder: Path, names: tuple[str, ...]) -> tuple[np.ndarray
     """CIFAR-10's python batches (pickled dicts with ``data`` (N, 3072) uint8, ``labels``)."""
     images, labels = [], []
     for name in names:
-        with open(folder / name, "rb") as f:
-            batch = pickle.load(f, encoding="latin1")
-        data = np.asarray(batch["data"], dtype=np.uint8)
+        path = folder / name
+        try:
+            with open(path, "rb") as f:
+                batch = pickle.load(f, encoding="latin1")
+            data = np.asarray(batch["data"], dtype=np.uint8)
+            batch_labels = np.asarray(batch["labels"], dtype=np.int64)
+        except FileNotFoundError:
+            raise _missing(path) from None
+        except Exception as err:  # noqa: BLE001 - whatever the unpickling fails with, the file is bad
+            raise DataFileError(path, f"not a CIFAR-10 python batch ({type(err).__name__}: {err})") from err
         if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-            raise ValueError(f"{folder / name}: data of shape {data.shape}, expected (N, 3072)")
+            raise DataFileError(path, f"data of shape {data.shape}, expected (N, 3072)")
+        if batch_labels.shape != (data.shape[0],):
+            raise DataFileError(path, f"{batch_labels.size} labels for {data.shape[0]} images")
+        _check_labels(path, batch_labels)
         images.append(data.reshape(-1, 3, 32, 32))
-        labels.append(np.asarray(batch["labels"], dtype=np.int64))
+        labels.append(batch_labels)
     return np.concatenate(images), np.concatenate(labels)
 
 
@@ -126,12 +188,23 @@ def read_svhn_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """SVHN's cropped-digits ``.mat`` (``X`` (32, 32, 3, N), ``y`` (N, 1), digit 0 stored as 10)."""
     from scipy.io import loadmat
 
-    mat = loadmat(path)
-    x = np.asarray(mat["X"], dtype=np.uint8).transpose(3, 2, 0, 1).copy()
-    y = np.asarray(mat["y"], dtype=np.int64).reshape(-1) % 10
+    path = Path(path)
+    try:
+        mat = loadmat(path)
+        x = np.asarray(mat["X"], dtype=np.uint8)
+        y = np.asarray(mat["y"], dtype=np.int64).reshape(-1)
+    except FileNotFoundError:
+        raise _missing(path) from None
+    except Exception as err:  # noqa: BLE001 - whatever scipy fails with, the file is bad
+        raise DataFileError(path, f"not an SVHN .mat file ({type(err).__name__}: {err})") from err
+    if x.ndim != 4 or x.shape[:3] != (32, 32, 3):
+        raise DataFileError(path, f"X of shape {x.shape}, expected (32, 32, 3, N)")
+    x = x.transpose(3, 2, 0, 1).copy()
     if x.shape[0] != y.shape[0]:
-        raise ValueError(f"{path}: {x.shape[0]} images but {y.shape[0]} labels")
-    return x, y
+        raise DataFileError(path, f"{x.shape[0]} images but {y.shape[0]} labels")
+    if y.size and (y.min() < 1 or y.max() > 10):
+        raise DataFileError(path, f"labels outside 1..10 (min {y.min()}, max {y.max()})")
+    return x, y % 10
 
 
 def _read_svhn(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -151,25 +224,37 @@ def _registry() -> dict[str, ImageDataset]:
     fmnist_mirror = ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",)
     mnist_mirrors = ("https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/")
     # MD5s as in torchvision.datasets (FashionMNIST/MNIST.resources, CIFAR10.tgz_md5, SVHN.split_list)
+    # the third column: MD5 of the extracted (gunzipped) file, computed from the verified archives
     fmnist = [
-        ("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d"),
-        ("train-labels-idx1-ubyte.gz", "25c81989df183df01b3e8a0aad5dffbe"),
-        ("t10k-images-idx3-ubyte.gz", "bef4ecab320f06d8554ea6380940ec79"),
-        ("t10k-labels-idx1-ubyte.gz", "bb300cfdad3c16e7a12a480ee83cd310"),
+        ("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d", "f4a8712d7a061bf5bd6d2ca38dc4d50a"),
+        ("train-labels-idx1-ubyte.gz", "25c81989df183df01b3e8a0aad5dffbe", "9018921c3c673c538a1fc5bad174d6f9"),
+        ("t10k-images-idx3-ubyte.gz", "bef4ecab320f06d8554ea6380940ec79", "8181f5470baa50b63fa0f6fddb340f0a"),
+        ("t10k-labels-idx1-ubyte.gz", "bb300cfdad3c16e7a12a480ee83cd310", "15d484375f8d13e6eb1aabb0c3f46965"),
     ]
     mnist = [
-        ("train-images-idx3-ubyte.gz", "f68b3c2dcbeaaa9fbdd348bbdeb94873"),
-        ("train-labels-idx1-ubyte.gz", "d53e105ee54ea40749a09fcbcd1e9432"),
-        ("t10k-images-idx3-ubyte.gz", "9fb629c4189551a2d022fa330f9573f3"),
-        ("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c"),
+        ("train-images-idx3-ubyte.gz", "f68b3c2dcbeaaa9fbdd348bbdeb94873", "6bbc9ace898e44ae57da46a324031adb"),
+        ("train-labels-idx1-ubyte.gz", "d53e105ee54ea40749a09fcbcd1e9432", "a25bea736e30d166cdddb491f175f624"),
+        ("t10k-images-idx3-ubyte.gz", "9fb629c4189551a2d022fa330f9573f3", "2646ac647ad5339dbf082846283269ea"),
+        ("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c", "27ae3e4e09519cfbb04c329615203637"),
     ]
+    # extracted batches: torchvision's CIFAR10.train_list / test_list
+    cifar_batch_md5 = {
+        "data_batch_1": "c99cafc152244af753f735de768cd75f",
+        "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+        "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+        "data_batch_4": "634d18415352ddfa80567beed471001a",
+        "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+        "test_batch": "40351d587109b95175f43aff81a1287e",
+    }
+    batches = [b for names in CIFAR_BATCHES.values() for b in names]
     cifar = RemoteFile(
         "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a", ".",
         ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
-        tuple(f"{CIFAR_FOLDER}/{b}" for names in CIFAR_BATCHES.values() for b in names),
+        tuple(f"{CIFAR_FOLDER}/{b}" for b in batches), tuple(cifar_batch_md5[b] for b in batches),
     )
     svhn = RemoteFile("test_32x32.mat", "eb5a983be6a315427106f1b164d9cef3", ".",
-                      ("http://ufldl.stanford.edu/housenumbers/test_32x32.mat",), ("test_32x32.mat",))
+                      ("http://ufldl.stanford.edu/housenumbers/test_32x32.mat",), ("test_32x32.mat",),
+                      ("eb5a983be6a315427106f1b164d9cef3",))
     return {
         "fashionmnist": ImageDataset("fashionmnist", _mnist_files("FashionMNIST", fmnist_mirror, fmnist),
                                      ("train", "test"), _read_mnist("FashionMNIST")),
@@ -226,20 +311,51 @@ def _check_name(name: str) -> ImageDataset:
     return IMAGE_DATASETS[name]
 
 
+def _extracted_problems(file: RemoteFile, root: Path) -> list[str]:
+    """What is wrong with ``file``'s extracted files under ``root`` (empty: all there and,
+    where their MD5s are known, verified)."""
+    problems = []
+    md5s = file.extracted_md5 or (None,) * len(file.extracted)
+    for rel, md5 in zip(file.extracted, md5s):
+        path = root / rel
+        if not path.is_file():
+            problems.append(f"{path} is missing")
+        elif md5 is not None and _md5(path) != md5:
+            problems.append(f"{path} has the wrong MD5 (expected {md5}; corrupt or a different file)")
+    return problems
+
+
+def _copy_extracted_from_mirror(file: RemoteFile, root: Path, mirror: Path) -> bool:
+    """Copy ``file``'s extracted files from ``mirror`` when they are all there and verified."""
+    if _extracted_problems(file, mirror):
+        return False
+    for rel in file.extracted:
+        out = root / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.copyfile(mirror / rel, tmp)
+        os.replace(tmp, out)
+    return True
+
+
 def prepare(name: str, root: Path | str, mirror: Path | str | None = None, download: bool = True) -> None:
     """Make ``name``'s files present and verified under ``root`` (see module docstring).
 
     Raises:
-        DataUnavailableError: listing every file still missing, with MD5 and URL.
+        DataUnavailableError: ``mirror`` does not exist; or (one line) every file still
+            missing or corrupt, with its MD5 and URL.
     """
     dataset, root = _check_name(name), Path(root)
+    if mirror is not None and not Path(mirror).is_dir():
+        raise DataUnavailableError(f"image_data_mirror (--mirror) folder {mirror} does not exist")
     missing = []
     for file in dataset.files:
-        if all((root / p).exists() for p in file.extracted):
+        bad_extracted = _extracted_problems(file, root)
+        if not bad_extracted:
             continue
         folder = root / file.folder
         archive = folder / file.filename
-        problems = []
+        problems = [p for p in bad_extracted if "wrong MD5" in p and not p.startswith(f"{archive} ")]
         if archive.exists() and _md5(archive) != file.md5:
             problems.append(f"{archive} has the wrong MD5 (corrupt or a different file)")
             archive.rename(archive.with_name(archive.name + ".corrupt"))
@@ -253,6 +369,9 @@ def prepare(name: str, root: Path | str, mirror: Path | str | None = None, downl
                     tmp = archive.with_name(archive.name + ".tmp")
                     shutil.copyfile(candidate, tmp)
                     os.replace(tmp, archive)
+            elif _copy_extracted_from_mirror(file, root, Path(mirror)):
+                log.info("%s: copied the verified extracted files from %s", file.filename, mirror)
+                continue
         if not archive.exists() and download:
             folder.mkdir(parents=True, exist_ok=True)
             try:
@@ -260,28 +379,39 @@ def prepare(name: str, root: Path | str, mirror: Path | str | None = None, downl
             except OSError as err:
                 problems.append(f"download failed ({err})")
         if archive.exists() and _md5(archive) == file.md5:
+            if bad_extracted:
+                log.info("%s: extracting (%s)", archive, "; ".join(bad_extracted))
             _extract(archive, file, root)
-            continue
+            after = _extracted_problems(file, root)
+            if not after:
+                continue
+            problems += [f"extracted from the verified {archive}: {p}" for p in after]
         missing.append((file, archive, "; ".join(problems)))
     if missing:
-        lines = [f"data set {name!r}: {len(missing)} file(s) missing under {root}:"]
-        for file, archive, problem in missing:
-            lines.append(f"  {archive}  (md5 {file.md5}; from {file.urls[0]})" + (f": {problem}" if problem else ""))
-        lines.append(
+        items = [
+            f"[{i}] {archive} (md5 {file.md5}; from {file.urls[0]})" + (f": {problem}" if problem else "")
+            for i, (file, archive, problem) in enumerate(missing, 1)
+        ]
+        raise DataUnavailableError(
+            f"data set {name!r}: {len(missing)} file(s) missing or corrupt under {root}: {' '.join(items)}. "
             "Put these files there (or in a mirror folder laid out the same way and pass it as "
             "image_data_mirror / --mirror), or run where the URLs are reachable."
         )
-        raise DataUnavailableError("\n".join(lines))
 
 
 def load_split(name: str, split: str, root: Path | str) -> tuple[np.ndarray, np.ndarray]:
-    """Images (N, C, H, W) uint8 and labels (N,) int64 of one split, from the original files."""
+    """Images (N, C, H, W) uint8 and labels (N,) int64 of one split, from the original files.
+
+    Raises:
+        DataFileError: a file is malformed (the message names it).
+        DataUnavailableError: a file is missing.
+    """
     dataset = _check_name(name)
     if split not in dataset.splits:
         raise ValueError(f"data set {name!r} has no split {split!r}; it has {list(dataset.splits)}")
     x, y = dataset.reader(Path(root), split)
-    if y.min() < 0 or y.max() >= dataset.num_classes:
-        raise ValueError(f"{name} {split}: labels outside 0..{dataset.num_classes - 1}")
+    if y.size and (y.min() < 0 or y.max() >= dataset.num_classes):
+        raise DataFileError(root, f"{name} {split}: labels outside 0..{dataset.num_classes - 1}")
     return x, y
 
 
@@ -298,8 +428,34 @@ def save_arrays(name: str, root: Path | str, out: Path | str) -> None:
 
 
 def load_arrays(path: Path | str, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """One split from a file written by :func:`save_arrays`."""
-    with np.load(path) as data:
-        if f"x_{split}" not in data:
-            raise ValueError(f"{path}: no split {split!r} (has {sorted(k[2:] for k in data if k.startswith('x_'))})")
-        return data[f"x_{split}"], data[f"y_{split}"]
+    """One split from a file written by :func:`save_arrays`: images (N, C, H, W) uint8,
+    labels (N,) int64.
+
+    Raises:
+        DataFileError: the file is truncated, corrupt, lacks the split, or holds arrays
+            of the wrong type or shape (the message names it and says to rerun
+            ``prepare-images``).
+        DataUnavailableError: the file does not exist.
+    """
+    path = Path(path)
+    rerun = "delete it and run 'repens prepare-images' again"
+    if not path.is_file():
+        raise DataUnavailableError(f"{path} does not exist (it is written by 'repens prepare-images')")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise DataFileError(path, f"a single .npy array, not the .npz of prepare-images; {rerun}")
+            splits = sorted(k[2:] for k in data.files if k.startswith("x_"))
+            if f"x_{split}" not in data.files or f"y_{split}" not in data.files:
+                raise DataFileError(path, f"no split {split!r} (has {splits}); {rerun}")
+            x, y = data[f"x_{split}"], data[f"y_{split}"]
+    except DataError:
+        raise
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+        raise DataFileError(path, f"not a readable .npz (truncated or corrupt: {type(err).__name__}: {err}); "
+                                  f"{rerun}") from err
+    if x.dtype != np.uint8 or x.ndim != 4:
+        raise DataFileError(path, f"x_{split} is {x.dtype} {x.shape}, expected uint8 (N, C, H, W); {rerun}")
+    if y.dtype.kind not in "iu" or y.shape != (x.shape[0],):
+        raise DataFileError(path, f"y_{split} is {y.dtype} {y.shape}, expected integer ({x.shape[0]},); {rerun}")
+    return x, y.astype(np.int64, copy=False)

