@@ -12,6 +12,7 @@ its arguments, so each test checks which clients were called.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -22,7 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.importorskip("snakemake_executor_plugin_slurm")
+# Not imported here: importing the plugin runs the host's SLURM clients (`which sinfo`,
+# `scontrol show config`); only the snakemake runs below, on their own PATH, load it.
+if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+    pytest.skip("snakemake-executor-plugin-slurm is not installed", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING_RULES = {"train_synthetic", "train_toy", "train_image", "train_uci"}
