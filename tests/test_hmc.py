@@ -50,6 +50,7 @@ def conjugate_run():
     return draws, stats, m, S, settings
 
 
+@pytest.mark.slow
 def test_nuts_recovers_conjugate_gaussian_posterior(conjugate_run):
     draws, stats, m, S, settings = conjugate_run
     assert draws.shape == (2, 500, 3)

@@ -2,13 +2,20 @@
 that turn profile mistakes into errors saying what to change.
 
 No SLURM here: dry runs only (tests/slurm/run.sh runs the profile on a real cluster).
-A fake `sinfo` stands in for a cluster whose partition `main` has no GPUs.
+Every run sees a PATH with no real SLURM client on it, whatever the host has installed.
+A "cluster" is a directory of fake clients: `sinfo` lists a partition `main` without
+GPUs and one `gpu` with them; `sacct`, `squeue` and `scontrol` answer empty (the SLURM
+executor plugin asks for them, and refuses to load where `sinfo` exists without
+`sacct` or `squeue`); the clients that submit or cancel jobs fail. Every fake logs
+its arguments, so each test checks which clients were called.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,18 +23,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.importorskip("snakemake_executor_plugin_slurm")
+# Not imported here: importing the plugin runs the host's SLURM clients (`which sinfo`,
+# `scontrol show config`); only the snakemake runs below, on their own PATH, load it.
+if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+    pytest.skip("snakemake-executor-plugin-slurm is not installed", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING_RULES = {"train_synthetic", "train_toy", "train_image", "train_uci"}
 
 
-def snakemake(workdir: Path, *args: str, path: str | None = None):
-    """``snakemake --profile slurm -n`` run from the repository root (as a user types it)."""
+def snakemake(workdir: Path, *args: str, path: str):
+    """``snakemake --profile slurm -n`` run from the repository root (as a user types it),
+    with ``path`` as PATH (from `no_slurm_path` or `fake_cluster`)."""
     (workdir / "config.yaml").write_text((ROOT / "config.yaml").read_text())
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    if path is not None:
-        env["PATH"] = path
+    env["PATH"] = path
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "-d", str(workdir), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=180, env=env,
@@ -45,14 +55,61 @@ def resources_by_rule(output: str) -> dict[str, set[str]]:
     return found
 
 
-def fake_sinfo(tmp_path: Path, lines: str) -> str:
-    """A PATH whose `sinfo` prints ``lines`` (format %R|%G: partition|GRES)."""
-    bin_dir = tmp_path / "bin"
+# Every SLURM client (what the plugin or the workflow may run, and the rest of the suite).
+SLURM_CLIENTS = (
+    "sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast", "scancel", "scontrol",
+    "scrontab", "sdiag", "seff", "sinfo", "sprio", "squeue", "sreport", "srun", "sshare",
+    "sstat", "strigger", "sview",
+)
+# What a dry run may ask of a cluster; every other client fails if called.
+FAKE_ANSWERS = {
+    "sinfo": "main|(null)\ngpu|gpu:2",  # %R|%G: partition|GRES of its nodes
+    "sacct": "",
+    "squeue": "",
+    "scontrol": "",
+}
+
+
+def no_slurm_path(tmp_path: Path) -> str:
+    """The host's PATH with every SLURM client taken off it: a directory holding one
+    is replaced by a copy of it (symlinks) without them, so `sh`, `which` & co. stay."""
+    dirs = []
+    for i, entry in enumerate(os.environ["PATH"].split(os.pathsep)):
+        folder = Path(entry or ".")
+        if not any((folder / name).exists() for name in SLURM_CLIENTS):
+            dirs.append(entry)
+            continue
+        copy = tmp_path / f"path-without-slurm-{i}"
+        copy.mkdir(parents=True)
+        for item in folder.iterdir():
+            if item.name not in SLURM_CLIENTS:
+                (copy / item.name).symlink_to(item)
+        dirs.append(str(copy))
+    path = os.pathsep.join(dirs)
+    for name in SLURM_CLIENTS:
+        assert shutil.which(name, path=path) is None, name
+    return path
+
+
+def fake_cluster(tmp_path: Path) -> tuple[str, Path]:
+    """(PATH with the fake clients first and no real ones, the log of their calls)."""
+    bin_dir = tmp_path / "fake-slurm"
     bin_dir.mkdir()
-    sinfo = bin_dir / "sinfo"
-    sinfo.write_text(f"#!/bin/sh\ncat <<'EOF'\n{lines}\nEOF\n")
-    sinfo.chmod(0o755)
-    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    log = tmp_path / "slurm-calls.log"
+    log.touch()
+    for name in SLURM_CLIENTS:
+        if name in FAKE_ANSWERS:
+            answer = f"cat <<'EOF'\n{FAKE_ANSWERS[name]}\nEOF\n" if FAKE_ANSWERS[name] else ""
+        else:
+            answer = f"echo 'fake SLURM: {name} must not run in a dry run' >&2\nexit 1\n"
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\n{answer}')
+        script.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{no_slurm_path(tmp_path)}", log
+
+
+def calls(log: Path) -> list[str]:
+    return log.read_text().splitlines()
 
 
 def test_profile_resolves_from_the_repository_root():
@@ -65,7 +122,7 @@ def test_profile_resolves_from_the_repository_root():
 
 def test_plan_has_gpus_on_training_jobs_only(tmp_path):
     # the default target plus Table 2 (not part of `all`), so every training rule is planned
-    rc, out = snakemake(tmp_path, "all", "results/table2_uci.tex")
+    rc, out = snakemake(tmp_path, "all", "results/table2_uci.tex", path=no_slurm_path(tmp_path))
     assert rc == 0, out
     found = resources_by_rule(out)
     gpu_rules = {rule for rule, lines in found.items() if any("gpu=1" in line for line in lines)}
@@ -77,28 +134,35 @@ def test_plan_has_gpus_on_training_jobs_only(tmp_path):
 
 
 def test_unknown_rule_in_set_resources_says_what_to_change(tmp_path):
-    rc, out = snakemake(tmp_path, "--set-resources", "train_imag:gpu=1")
+    rc, out = snakemake(tmp_path, "--set-resources", "train_imag:gpu=1", path=no_slurm_path(tmp_path))
     assert rc != 0
     assert "set-resources/set-threads name rules this workflow does not have: train_imag" in out, out
     assert "profiles/slurm/config.yaml" in out
 
 
 def test_gpu_on_a_partition_without_gpus_says_what_to_change(tmp_path):
-    path = fake_sinfo(tmp_path, "main|(null)\ngpu|gpu:2")
+    path, log = fake_cluster(tmp_path)
     rc, out = snakemake(tmp_path, "--set-resources", "train_toy:gpu=1", "train_toy:slurm_partition='main'", path=path)
     assert rc != 0
     assert "rule train_toy asks for a GPU on partition 'main', whose nodes have no GPUs" in out, out
     assert "to a GPU partition (gpu)" in out, out
+    assert "sinfo --noheader --format=%R|%G" in calls(log), calls(log)
+    assert {call.split()[0] for call in calls(log)} <= set(FAKE_ANSWERS), calls(log)
 
 
 def test_unknown_partition_says_what_to_change(tmp_path):
-    path = fake_sinfo(tmp_path, "main|(null)\ngpu|gpu:2")
+    path, log = fake_cluster(tmp_path)
     rc, out = snakemake(tmp_path, "--set-resources", "train_toy:gpu=1", "train_toy:slurm_partition='gpus'", path=path)
     assert rc != 0
     assert "rule train_toy asks for partition 'gpus', which this cluster does not have" in out, out
+    assert "sinfo --noheader --format=%R|%G" in calls(log), calls(log)
+    assert {call.split()[0] for call in calls(log)} <= set(FAKE_ANSWERS), calls(log)
 
 
 def test_gpu_partition_passes_the_check(tmp_path):
-    path = fake_sinfo(tmp_path, "main|(null)\ngpu|gpu:2")
+    path, log = fake_cluster(tmp_path)
     rc, out = snakemake(tmp_path, path=path)
     assert rc == 0, out
+    assert "GPU partitions not checked" not in out, out
+    assert "sinfo --noheader --format=%R|%G" in calls(log), calls(log)
+    assert {call.split()[0] for call in calls(log)} <= set(FAKE_ANSWERS), calls(log)

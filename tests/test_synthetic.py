@@ -27,6 +27,7 @@ def particle_moments(path):
     return p.mean(0), np.cov(p.T, ddof=0)  # moments of the particle measure (1/n) sum delta
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["svgd", "sge-wgd", "ssge-wgd"])
 def test_paper_gaussian_matches_target_moments(tmp_path, method):
     job = paper_job(method)
@@ -39,6 +40,7 @@ def test_paper_gaussian_matches_target_moments(tmp_path, method):
     assert rel.max() < 0.10, (cov, rel)
 
 
+@pytest.mark.slow
 def test_paper_gaussian_kde_wgd_is_reported(tmp_path, capsys):
     """The issue asks for KDE-WGD's figures whatever they are: print them, check the mean only."""
     run_synthetic(paper_job("kde-wgd"), tmp_path / "p.npz")
