@@ -114,6 +114,7 @@ def test_snakefmt_check():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # an end-to-end run: second stage of .ci/run
 def test_changed_settings_rerun_exactly_the_affected_jobs(tmp_path):
     """A tiny real run; then a changed scale or setting reruns only those jobs."""
     config = yaml.safe_load((ROOT / "config.yaml").read_text())

@@ -115,6 +115,7 @@ def _cli(job, out, sets, env):
             "--out", str(out)]
 
 
+@pytest.mark.slow  # an end-to-end run: second stage of .ci/run
 def test_sigkill_and_rerun_gives_identical_metrics(tiny_sets, tmp_path):
     """DRLE uses the random stream for batches, prior draws and Langevin noise."""
     job = _tiny(resolve_job(CONFIG, "image", "fashionmnist", "drle", 38), steps=400, checkpoint_seconds=0.05,
