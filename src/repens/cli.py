@@ -58,7 +58,7 @@ def _train(args: argparse.Namespace) -> int:
         return 3
     except Interrupted as err:
         logging.getLogger("repens").warning("%s", err)
-        return 143
+        return 128 + err.signum  # 143 for SIGTERM, 130 for SIGINT
     return 0
 
 
@@ -248,4 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    return args.func(args)
+    from repens.atomic import WriteError
+
+    try:
+        return args.func(args)
+    except WriteError as err:  # disk full, permissions: one line, no traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 74  # EX_IOERR
