@@ -111,3 +111,114 @@ def test_langevin_noise_is_preconditioned_like_adam():
     torch.testing.assert_close(std, expected)
     sgd = torch.optim.SGD([params], lr=0.01)
     assert langevin_noise_std(sgd, params, 0.01, 0.5) == pytest.approx((2 * 0.01 * 0.5) ** 0.5)
+
+
+def _crash_at(update, n):
+    calls = {"n": 0}
+
+    def crashing(params, context):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt  # a kill between two checkpoints
+        return update(params, context)
+
+    return crashing
+
+
+@pytest.mark.parametrize("change", ["lr", "key"])
+def test_checkpoint_of_other_settings_is_set_aside(tmp_path, caplog, change):
+    """Kill under one setting, rerun under another: the result is a clean run's."""
+    old = TrainSettings(steps=40, lr=0.1, checkpoint_seconds=0.0)
+    new = TrainSettings(steps=40, lr=0.05 if change == "lr" else 0.1, checkpoint_seconds=0.0)
+    new_key = "job-b" if change == "key" else "job-a"
+    update = make_update("langevin", temperature=1.0)
+    ckpt = tmp_path / "run.ckpt"
+    start, g, ctx = setup()
+    with pytest.raises(KeyboardInterrupt):
+        train(TrainState(start), _crash_at(update, 25), lambda b, a: ctx, old, g, checkpoint=ckpt,
+              checkpoint_key="job-a")
+    assert ckpt.exists()
+
+    start, g, ctx = setup()
+    clean = train(TrainState(start), update, lambda b, a: ctx, new, g).params
+    start, g, ctx = setup()
+    with caplog.at_level("INFO", logger="repens.train"):
+        rerun = train(TrainState(start), update, lambda b, a: ctx, new, g, checkpoint=ckpt,
+                      checkpoint_key=new_key).params
+    assert torch.equal(rerun, clean)
+    lines = [r.getMessage() for r in caplog.records if "other settings" in r.getMessage()]
+    assert len(lines) == 1 and str(ckpt) in lines[0] and "starting from step 0" in lines[0], caplog.text
+    assert "resumed" not in caplog.text
+    assert (tmp_path / "run.ckpt.stale").exists()
+
+
+def test_checkpoint_of_same_settings_resumes(tmp_path, caplog):
+    settings = TrainSettings(steps=40, lr=0.05, checkpoint_seconds=0.0)
+    update = make_update("langevin", temperature=1.0)
+    start, g, ctx = setup()
+    reference = train(TrainState(start), update, lambda b, a: ctx, settings, g).params
+    ckpt = tmp_path / "run.ckpt"
+    start, g, ctx = setup()
+    with pytest.raises(KeyboardInterrupt):
+        train(TrainState(start), _crash_at(update, 25), lambda b, a: ctx, settings, g, checkpoint=ckpt,
+              checkpoint_key="job-a")
+    _, g2, ctx2 = setup(seed=123)
+    with caplog.at_level("INFO", logger="repens.train"):
+        resumed = train(TrainState(start), update, lambda b, a: ctx2, settings, g2, checkpoint=ckpt,
+                        checkpoint_key="job-a").params
+    assert torch.equal(resumed, reference)
+    assert "resumed from" in caplog.text and "other settings" not in caplog.text
+
+
+def test_checkpoint_without_key_is_set_aside(tmp_path, caplog):
+    """A checkpoint from before keys (or a foreign file) is not resumed."""
+    settings = TrainSettings(steps=10, lr=0.05)
+    start, g, ctx = setup()
+    ckpt = tmp_path / "run.ckpt"
+    torch.save({"step": 5, "params": start + 100.0}, ckpt)
+    update = make_update("svgd")
+    clean = train(TrainState(start), update, lambda b, a: ctx, settings, setup()[1]).params
+    with caplog.at_level("INFO", logger="repens.train"):
+        out = train(TrainState(start), update, lambda b, a: ctx, settings, g, checkpoint=ckpt,
+                    checkpoint_key="k").params
+    assert torch.equal(out, clean)
+    assert "key none != " in caplog.text
+
+
+def test_sigint_checkpoints_and_stops_like_sigterm(tmp_path):
+    settings = TrainSettings(steps=50, lr=0.05)
+    start, g, ctx = setup()
+    update = make_update("svgd")
+    calls = {"n": 0}
+
+    def interrupted(params, context):
+        calls["n"] += 1
+        if calls["n"] == 10:
+            os.kill(os.getpid(), signal.SIGINT)
+        return update(params, context)
+
+    before = signal.getsignal(signal.SIGINT)
+    ckpt = tmp_path / "run.ckpt"
+    with pytest.raises(Interrupted) as err:
+        train(TrainState(start), interrupted, lambda b, a: ctx, settings, g, checkpoint=ckpt)
+    assert err.value.signum == signal.SIGINT and "SIGINT at step 10" in str(err.value)
+    assert torch.load(ckpt, weights_only=False)["step"] == 10
+    assert signal.getsignal(signal.SIGINT) is before
+
+    start, g, ctx = setup()
+    reference = train(TrainState(start), update, lambda b, a: ctx, settings, g).params
+    _, g2, ctx2 = setup()
+    resumed = train(TrainState(start), update, lambda b, a: ctx2, settings, g2, checkpoint=ckpt).params
+    assert torch.equal(resumed, reference)
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_cli_exit_code_of_an_interrupted_run(tmp_path, monkeypatch, signum, code):
+    from repens import cli
+    from repens.experiments import RUNNERS
+
+    def runner(job, out, checkpoint, **runtime):
+        raise Interrupted(f"{signal.Signals(signum).name} at step 3; checkpoint written to {checkpoint}", signum)
+
+    monkeypatch.setitem(RUNNERS, "synthetic", runner)
+    assert cli.main(["train", "--spec", '{"experiment": "synthetic"}', "--out", str(tmp_path / "x.npz")]) == code

@@ -58,7 +58,7 @@ def _train(args: argparse.Namespace) -> int:
         return 3
     except Interrupted as err:
         logging.getLogger("repens").warning("%s", err)
-        return 143
+        return 128 + err.signum  # 143 for SIGTERM, 130 for SIGINT
     return 0
 
 
@@ -245,14 +245,17 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    from repens.atomic import WriteError
     from repens.data.errors import DataError, one_line
 
+    # a missing or malformed data file (2) or a write that failed, e.g. disk full (74,
+    # EX_IOERR): one line naming the file, no traceback
     try:
         return args.func(args)
-    except DataError as err:  # a missing or malformed data file: one line naming it, no traceback
+    except (DataError, WriteError) as err:
         line = f"error: {one_line(err)}"
         print(line, file=sys.stderr, flush=True)
         if args.log:
             with open(args.log, "a") as f:
                 f.write(line + "\n")
-        return 2
+        return 2 if isinstance(err, DataError) else 74

@@ -3,12 +3,15 @@
 Particles are one leaf tensor (n, D) moved by a standard optimizer fed ``-phi``
 (Adam is elementwise, so one Adam over the stack equals one Adam per member).
 Langevin rules get Gaussian noise after the step (see :func:`langevin_noise_std`).
-The loop logs progress (steps/s, ETA), checkpoints periodically and on SIGTERM,
-resumes from its checkpoint, and stops on a non-finite update with a clear error.
+The loop logs progress (steps/s, ETA), checkpoints periodically and on SIGTERM or
+SIGINT, resumes from its checkpoint when the checkpoint was made under the same
+settings (its key, see :mod:`repens.jobkey`; others are set aside), and stops on a
+non-finite update with a clear error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -21,6 +24,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from repens.atomic import torch_save_atomic
+from repens.jobkey import set_aside
 from repens.posteriors import Batch
 from repens.updates import StepContext, Update
 
@@ -36,7 +41,18 @@ class NonFiniteError(FloatingPointError):
 
 
 class Interrupted(RuntimeError):
-    """SIGTERM arrived; a checkpoint was written and the job can be resumed."""
+    """SIGTERM or SIGINT arrived; a checkpoint was written and the job can be resumed.
+
+    ``signum`` is the signal (the command line exits with ``128 + signum``: 143, 130).
+    """
+
+    def __init__(self, message: str, signum: int = signal.SIGTERM) -> None:
+        super().__init__(message)
+        self.signum = int(signum)
+
+
+#: signals that checkpoint and stop a run that has a checkpoint file
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @dataclass(frozen=True)
@@ -74,10 +90,27 @@ def langevin_noise_std(optimizer: torch.optim.Optimizer, params: Tensor, lr: flo
     return math.sqrt(2.0 * lr * temperature)
 
 
-def _save_atomic(obj: dict, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+def _state_key(checkpoint_key: str | None, settings: TrainSettings, params: Tensor) -> str:
+    """The key stored in a checkpoint: the job's key and what ``train`` itself is given."""
+    text = f"{checkpoint_key}|{settings.steps}|{settings.lr!r}|{settings.optimizer}|{tuple(params.shape)}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _load_checkpoint(checkpoint: Path, key: str) -> dict | None:
+    """The checkpoint's contents if it was made under ``key``; else it is set aside."""
+    try:
+        saved = torch.load(checkpoint, weights_only=False, map_location="cpu")
+    except Exception as err:  # noqa: BLE001 - a corrupt checkpoint only costs a rerun
+        stale = checkpoint.with_name(checkpoint.name + ".stale")
+        checkpoint.replace(stale)
+        log.warning("checkpoint %s is unreadable (%s); set aside as %s, starting from step 0",
+                    checkpoint, " ".join(str(err).split()), stale.name)
+        return None
+    made = saved.get("key") if isinstance(saved, dict) else None
+    if made != key:
+        set_aside(checkpoint, made, key, log)
+        return None
+    return saved
 
 
 def train(
@@ -89,6 +122,7 @@ def train(
     next_batch: Callable[[torch.Generator], Batch | None] = lambda g: None,
     checkpoint: Path | None = None,
     on_log: Callable[[int, Tensor], dict] | None = None,
+    checkpoint_key: str | None = None,
 ) -> TrainState:
     """Run ``settings.steps`` updates, resuming from ``checkpoint`` if it exists.
 
@@ -102,14 +136,19 @@ def train(
         next_batch: draws the next minibatch from ``generator`` (``None`` if no data).
         checkpoint: file for checkpoints; removed when training completes.
         on_log: optional extra figures (name -> value) added to each progress line.
+        checkpoint_key: the settings that decide the result (``repens.jobkey.job_key``
+            of the job). It is stored with ``settings.steps``/``lr``/``optimizer`` in
+            every checkpoint; a checkpoint made under another key is not resumed but
+            renamed to ``<checkpoint>.stale`` (one log line says so).
     """
     if settings.optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {settings.optimizer!r}; known: {sorted(OPTIMIZERS)}")
     params = state.params.detach().clone().requires_grad_(True)
     optimizer = OPTIMIZERS[settings.optimizer]([params], lr=settings.lr)
     start = 0
-    if checkpoint is not None and checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=False)
+    key = _state_key(checkpoint_key, settings, params)
+    saved = _load_checkpoint(checkpoint, key) if checkpoint is not None and checkpoint.exists() else None
+    if saved is not None:
         with torch.no_grad():
             params.copy_(saved["params"])
         optimizer.load_state_dict(saved["optimizer"])
@@ -119,21 +158,22 @@ def train(
 
     def snapshot(step: int) -> None:
         if checkpoint is not None:
-            _save_atomic(
-                {"step": step, "params": params.detach(), "optimizer": optimizer.state_dict(),
+            torch_save_atomic(
+                {"key": key, "step": step, "params": params.detach(), "optimizer": optimizer.state_dict(),
                  "generator": generator.get_state()},
                 checkpoint,
             )
 
-    stop = {"flag": False}
-    previous = None
+    stop: dict = {"signum": None}
+    previous: dict = {}
     if checkpoint is not None:
         def handler(signum, frame):  # noqa: ARG001
-            stop["flag"] = True
-        try:
-            previous = signal.signal(signal.SIGTERM, handler)
-        except ValueError:  # not the main thread
-            previous = None
+            stop["signum"] = signum
+        for signum in STOP_SIGNALS:
+            try:
+                previous[signum] = signal.signal(signum, handler)
+            except ValueError:  # not the main thread
+                break
 
     t0, last_ckpt = time.perf_counter(), time.perf_counter()
     try:
@@ -159,13 +199,14 @@ def train(
                 fields = " ".join(f"{k}={v:.4g}" for k, v in extra.items())
                 log.info("step %d/%d  %.1f steps/s  ETA %.0fs  %s", done, settings.steps, rate,
                          (settings.steps - done) / rate, fields)
-            if stop["flag"]:
+            if stop["signum"] is not None:
                 snapshot(done)
-                raise Interrupted(f"SIGTERM at step {done}; checkpoint written to {checkpoint}")
+                name = signal.Signals(stop["signum"]).name
+                raise Interrupted(f"{name} at step {done}; checkpoint written to {checkpoint}", stop["signum"])
             if checkpoint is not None and time.perf_counter() - last_ckpt > settings.checkpoint_seconds:
                 snapshot(done)
                 last_ckpt = time.perf_counter()
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler_ in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler_ is None else handler_)
     return TrainState(params.detach(), state.anchors)

@@ -1,6 +1,9 @@
 # Appendix G.4 / G.5: Table 1, ensembles on FashionMNIST (OOD: MNIST) and CIFAR-10
 # (OOD: SVHN), one training job per dataset x method x seed.
 
+# aggregate rules copy their outputs to results/last_good/ (repens.last_good)
+from repens.last_good import shell as keep_last_good
+
 IMAGE_OUTPUTS = [
     "results/table1.tex",
     "results/table1.png",
@@ -94,7 +97,9 @@ rule summarize_image:
         datasets=",".join(report_datasets(config, "image")),
         methods=",".join(experiment_methods("image")),
     shell:
-        "python -m repens image-table --reference {input.reference:q}"
-        " --labels {params.labels:q} --datasets {params.datasets} --methods {params.methods}"
-        " --out-tex {output.tex:q} --out-png {output.png:q} --out-csv {output.csv:q}"
-        " --out-vs-paper {output.vs_paper:q} {input.metrics:q} > {log:q} 2>&1"
+        keep_last_good(
+            "python -m repens image-table --reference {input.reference:q}"
+            " --labels {params.labels:q} --datasets {params.datasets} --methods {params.methods}"
+            " --out-tex {output.tex:q} --out-png {output.png:q} --out-csv {output.csv:q}"
+            " --out-vs-paper {output.vs_paper:q} {input.metrics:q} > {log:q} 2>&1"
+        )

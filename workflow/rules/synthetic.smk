@@ -1,6 +1,9 @@
 # Appendix G.1: particles sampling a 2-D Gaussian (Figure 2) and Neal's funnel
 # (Figure F.1), and a table of how well each method matches the target moments.
 
+# aggregate rules copy their outputs to results/last_good/ (repens.last_good)
+from repens.last_good import shell as keep_last_good
+
 SYNTHETIC_OUTPUTS = [
     "results/synthetic/metrics.csv",
     "results/synthetic/metrics.tex",
@@ -56,8 +59,10 @@ rule summarize_synthetic:
     params:
         scale=config["scale"],
     shell:
-        "python -m repens synthetic-table --out-csv {output.csv:q} --out-tex {output.tex:q}"
-        " {input:q} > {log:q} 2>&1"
+        keep_last_good(
+            "python -m repens synthetic-table --out-csv {output.csv:q} --out-tex {output.tex:q}"
+            " {input:q} > {log:q} 2>&1"
+        )
 
 
 rule plot_gaussian:
@@ -77,8 +82,10 @@ rule plot_gaussian:
     params:
         scale=config["scale"],
     shell:
-        "python -m repens synthetic-figure --target gaussian"
-        " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+        keep_last_good(
+            "python -m repens synthetic-figure --target gaussian"
+            " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+        )
 
 
 rule plot_funnel:
@@ -98,5 +105,7 @@ rule plot_funnel:
     params:
         scale=config["scale"],
     shell:
-        "python -m repens synthetic-figure --target funnel"
-        " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+        keep_last_good(
+            "python -m repens synthetic-figure --target funnel"
+            " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+        )

@@ -1,6 +1,9 @@
 # Appendix G.2 / G.3: BNN posteriors on the 1-D regression and 2-D classification
 # toys (Figures 1 and 3) and how far each method's predictive is from HMC's.
 
+# aggregate rules copy their outputs to results/last_good/ (repens.last_good)
+from repens.last_good import shell as keep_last_good
+
 TOY_OUTPUTS = [
     "results/figures/fig1_regression.png",
     "results/figures/fig1_regression.pdf",
@@ -77,8 +80,10 @@ rule plot_regression:
         scale=config["scale"],
         labels=method_labels(),
     shell:
-        "python -m repens toy-figure --dataset regression --labels {params.labels:q}"
-        " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+        keep_last_good(
+            "python -m repens toy-figure --dataset regression --labels {params.labels:q}"
+            " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+        )
 
 
 rule plot_classification:
@@ -99,8 +104,10 @@ rule plot_classification:
         scale=config["scale"],
         labels=method_labels(),
     shell:
-        "python -m repens toy-figure --dataset classification --labels {params.labels:q}"
-        " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+        keep_last_good(
+            "python -m repens toy-figure --dataset classification --labels {params.labels:q}"
+            " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+        )
 
 
 rule summarize_toy:
@@ -124,8 +131,10 @@ rule summarize_toy:
         scale=config["scale"],
         labels=method_labels(),
     shell:
-        "python -m repens toy-table --labels {params.labels:q}"
-        " --out-csv {output.csv:q} --out-tex {output.tex:q}"
-        " --regression-hmc {input.regression_hmc:q} --regression {input.regression:q}"
-        " --classification-hmc {input.classification_hmc:q}"
-        " --classification {input.classification:q} > {log:q} 2>&1"
+        keep_last_good(
+            "python -m repens toy-table --labels {params.labels:q}"
+            " --out-csv {output.csv:q} --out-tex {output.tex:q}"
+            " --regression-hmc {input.regression_hmc:q} --regression {input.regression:q}"
+            " --classification-hmc {input.classification_hmc:q}"
+            " --classification {input.classification:q} > {log:q} 2>&1"
+        )

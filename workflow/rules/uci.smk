@@ -3,6 +3,9 @@
 # all splits of the dataset (results/uci/<dataset>/<method>/seed<seed>/split<K>.json,
 # reused on a rerun), so 165 splits x 12 methods are 108 jobs, not 1980.
 
+# aggregate rules copy their outputs to results/last_good/ (repens.last_good)
+from repens.last_good import shell as keep_last_good
+
 
 include: "uci_common.smk"
 
@@ -79,7 +82,9 @@ rule summarize_uci:
         datasets=experiment_datasets("uci"),
         methods=experiment_methods("uci"),
     shell:
-        "python -m repens uci-table --labels {params.labels:q}"
-        " --datasets {params.datasets} --methods {params.methods}"
-        " --seeds {input.seeds:q} --out-tex {output.tex:q} --out-csv {output.csv:q}"
-        " --out-png {output.png:q} --out-seeds {output.seeds:q} {input.metrics:q} > {log:q} 2>&1"
+        keep_last_good(
+            "python -m repens uci-table --labels {params.labels:q}"
+            " --datasets {params.datasets} --methods {params.methods}"
+            " --seeds {input.seeds:q} --out-tex {output.tex:q} --out-csv {output.csv:q}"
+            " --out-png {output.png:q} --out-seeds {output.seeds:q} {input.metrics:q} > {log:q} 2>&1"
+        )

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,10 +28,10 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from repens.atomic import write_json_atomic
+from repens.atomic import save_npz_atomic, torch_save_atomic, write_json_atomic
 from repens.data.toy import make_toy
-from repens.experiments.synthetic import save_npz_atomic
 from repens.experiments.toy import toy_posterior
+from repens.jobkey import job_key, set_aside
 from repens.hmc import (
     ChainStats,
     HMCSettings,
@@ -188,17 +187,15 @@ def _load_checkpoint(path: Path | None, key: str) -> dict[int, tuple[Tensor, Cha
     except Exception as err:  # a corrupt checkpoint only costs a rerun
         log.warning("ignoring unreadable checkpoint %s (%s)", path, err)
         return {}
-    if state.get("key") != key:
-        log.info("ignoring checkpoint %s of a different job", path)
+    if not isinstance(state, dict) or state.get("key") != key:
+        set_aside(path, state.get("key") if isinstance(state, dict) else None, key, log,
+                  then="sampling every chain again")
         return {}
     return {int(i): (draws, ChainStats(**st)) for i, (draws, st) in state["chains"].items()}
 
 
 def _save_checkpoint(path: Path, key: str, chains: dict[int, tuple[Tensor, ChainStats]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"key": key, "chains": {i: (d, st.to_dict()) for i, (d, st) in chains.items()}}, tmp)
-    os.replace(tmp, path)
+    torch_save_atomic({"key": key, "chains": {i: (d, st.to_dict()) for i, (d, st) in chains.items()}}, path)
 
 
 def _json_default(obj: Any) -> Any:
@@ -291,7 +288,7 @@ def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
     # the acceptance thresholds do not change the draws: a run that failed its check
     # can be accepted with looser thresholds without sampling again
     sampling_job = {**job, "hmc": {k: v for k, v in (job.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
-    key = json.dumps(sampling_job, sort_keys=True)
+    key = job_key(sampling_job)
     done = _load_checkpoint(checkpoint, key)
     finished = dict(done)
 

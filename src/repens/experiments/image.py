@@ -14,6 +14,9 @@ The metrics file is written last and atomically: it exists only for a finished r
 Hyper-deep ensembles (Wenzel et al. 2020, as in G.4/G.5) first run a random search of
 the L2 strength on a validation split carved from the training set (all candidates
 trained at once as one stack), then train the ensemble with the five best strengths.
+The search's result (``l2_search.json``) and checkpoint (``<checkpoint>.search``) carry
+the job's key (:func:`repens.jobkey.job_key`): a rerun under other settings (say, a
+new ``l2_range``) sets them aside and searches again.
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from repens.atomic import write_json_atomic
+from repens.atomic import save_npz_atomic, write_json_atomic
 from repens.data.images import load_arrays
 from repens.evaluation import classification_metrics, ensemble_summary
-from repens.experiments.synthetic import fit_particles, save_npz_atomic
+from repens.experiments.synthetic import fit_particles
+from repens.jobkey import job_key, set_aside
 from repens.models import build_model
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
@@ -243,14 +247,25 @@ def run_image(job: dict[str, Any], out: Path, checkpoint: Path | None = None, *,
     out.parent.mkdir(parents=True, exist_ok=True)
     if job.get("l2_search"):
         search_file = out.with_name("l2_search.json")
+        key = job_key(job)
+        search = None
         if search_file.exists():
-            search = json.loads(search_file.read_text())
+            try:
+                search = json.loads(search_file.read_text())
+            except (OSError, ValueError):
+                search = {}
+            if not isinstance(search, dict) or search.get("key") != key:
+                set_aside(search_file, search.get("key") if isinstance(search, dict) else None, key, log,
+                          then="running the search again", what="L2 search")
+                search = None
+        if search is not None:
             generator.set_state(torch.tensor(search["generator_state"], dtype=torch.uint8))
-            log.info("L2 search: reusing %s", search_file)
+            log.info("L2 search: reusing %s (same settings)", search_file)
         else:
             search_ckpt = None if checkpoint is None else checkpoint.with_name(checkpoint.name + ".search")
             search = l2_search(job, data, model, generator, search_ckpt, dev)
             search["generator_state"] = generator.get_state().tolist()
+            search["key"] = key
             write_json_atomic(search_file, search, indent=2, sort_keys=True)
             if search_ckpt is not None and search_ckpt.exists():
                 search_ckpt.unlink()

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from repens.atomic import save_npz_atomic
 from repens.config import method_options
+from repens.jobkey import job_key
 from repens.kernels import RBF
 from repens.posteriors import Batch, Posterior, TargetPosterior
 from repens.targets import make_target
@@ -21,7 +21,7 @@ from repens.updates import StepContext, make_update
 
 log = logging.getLogger("repens.synthetic")
 
-__all__ = ["run_synthetic", "initial_particles", "kernel_from_job", "fit_particles", "save_npz_atomic"]
+__all__ = ["run_synthetic", "initial_particles", "kernel_from_job", "fit_particles"]
 
 
 def kernel_from_job(job: dict[str, Any]) -> RBF:
@@ -39,10 +39,13 @@ def fit_particles(
     next_batch: Callable[[torch.Generator], Batch | None] = lambda g: None,
     checkpoint: Path | None = None,
     on_log: Callable[[int, torch.Tensor], dict] | None = None,
+    checkpoint_key: str | None = None,
 ) -> torch.Tensor:
     """Move the particles ``init`` with the job's update rule (``rule``, ``space``, its
     options and ``bandwidth``) through :func:`repens.train.train`; returns the final
     particles. Anchored ensembles are anchored at ``init`` (Pearce et al.: anchor = draw).
+    The checkpoint is keyed by ``checkpoint_key`` (default: ``job_key(job)``), so one
+    made under other settings is set aside instead of resumed.
     """
     kernel = kernel_from_job(job)
     update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
@@ -56,6 +59,7 @@ def fit_particles(
         next_batch=next_batch,
         checkpoint=checkpoint,
         on_log=on_log,
+        checkpoint_key=job_key(job) if checkpoint_key is None else checkpoint_key,
     )
     return state.params
 
@@ -63,15 +67,6 @@ def fit_particles(
 def initial_particles(job: dict[str, Any], generator: torch.Generator) -> torch.Tensor:
     """``particles`` draws from N(0, init_std^2 I) in float64."""
     return job["init_std"] * torch.randn(job["particles"], 2, generator=generator, dtype=torch.float64)
-
-
-def save_npz_atomic(path: Path, **arrays: Any) -> None:
-    """Write an ``.npz`` so that a reader never sees a partial file."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buffer.getvalue())
-    os.replace(tmp, path)
 
 
 def run_synthetic(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> None:

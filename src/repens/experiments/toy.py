@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from repens.data.toy import ToyData, make_toy
-from repens.experiments.synthetic import fit_particles, save_npz_atomic
+from repens.atomic import save_npz_atomic
+from repens.experiments.synthetic import fit_particles
 from repens.models import mlp
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior

@@ -10,9 +10,11 @@ protein: ``n_hidden.txt``) on each standard split of Hernandez-Lobato & Adams
 * the predictive is their equal-weight mixture; test RMSE of its mean and test NLL
   ``-1/T sum_t log 1/S sum_s N(y_t | m_st, sigma^2)`` (:func:`mixture_metrics`).
 
-Each finished split is written at once to ``<out dir>/split<K>.json`` (with the job
-spec); a rerun of the same spec skips it, and the split in progress resumes from
-its own checkpoint, so a killed job loses at most the last checkpoint interval.
+Each finished split is written at once to ``<out dir>/split<K>.json`` (with the job's
+key, :func:`repens.jobkey.job_key`); a rerun of the same settings skips it, and the
+split in progress resumes from its own checkpoint (keyed likewise), so a killed job
+loses at most the last checkpoint interval. Results and checkpoints made under other
+settings are set aside (``<name>.stale``) and redone.
 The job's output ``metrics.json`` gathers the splits (per-split values, mean and
 standard error over splits).
 """
@@ -34,6 +36,7 @@ from repens.atomic import write_json_atomic
 from repens.data.uci import UCI_FOLDERS, UCISplit, dataset_info, load_split
 from repens.experiments.synthetic import fit_particles
 from repens.experiments.toy import batch_sampler
+from repens.jobkey import job_key, set_aside
 from repens.models import mlp
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
@@ -148,18 +151,13 @@ def train_split(job: dict[str, Any], split: UCISplit, k: int, info: dict[str, in
     # anchored members are anchored at their prior draw (Pearce et al., Alg. 1)
     params = fit_particles(job, posterior, init, settings, generator,
                            next_batch=batch_sampler(split, int(job["batch_size"])),
-                           checkpoint=checkpoint, on_log=progress)
+                           checkpoint=checkpoint, on_log=progress, checkpoint_key=job_key(job, "split", k))
     with torch.no_grad():
         f = posterior.predict(params, split.x_test).squeeze(-1).double().numpy()  # (S, T)
     means = f * split.y_std + split.y_mean
     metrics = mixture_metrics(means, posterior.noise_std * split.y_std, split.y_test_raw)
     return {"split": k, "steps": steps, "n_train": int(split.x_train.shape[0]),
             "n_test": int(split.x_test.shape[0]), **metrics}
-
-
-def _spec_key(job: dict[str, Any]) -> str:
-    """The parts of the job that decide a split's result (not where the data lives)."""
-    return json.dumps({k: v for k, v in job.items() if k != "uci_data"}, sort_keys=True)
 
 
 def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> None:
@@ -178,22 +176,28 @@ def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     info = dataset_info(root, folder)  # raises naming missing files before any training
     n = info["n_splits"] if job.get("splits") is None else min(int(job["splits"]), info["n_splits"])
     out.parent.mkdir(parents=True, exist_ok=True)
-    key = _spec_key(job)
-    log.info("job %s; data %s/%s, %d of %d splits", key, root, folder, n, info["n_splits"])
+    key = job_key(job)  # what decides a split's result (not where the data live)
+    log.info("job %s; data %s/%s, %d of %d splits", json.dumps(job, sort_keys=True), root, folder, n,
+             info["n_splits"])
     results = []
     for k in range(n):
         split_file = out.parent / f"split{k}.json"
         if split_file.exists():
-            saved = json.loads(split_file.read_text())
-            if saved.get("spec") == key:
+            try:
+                saved = json.loads(split_file.read_text())
+            except (OSError, ValueError):
+                saved = {}
+            if isinstance(saved, dict) and saved.get("key") == key and "metrics" in saved:
                 log.info("split %d: done before (%s), reused", k, split_file)
                 results.append(saved["metrics"])
                 continue
+            set_aside(split_file, saved.get("key") if isinstance(saved, dict) else None, key, log,
+                      then=f"training split {k} again", what="split result")
         split = load_split(root, folder, k)
         ckpt = None if checkpoint is None else checkpoint.with_name(f"split{k}.ckpt")
         metrics = train_split(job, split, k, info, ckpt)
         log.info("split %d: test rmse %.4g, nll %.4g", k, metrics["rmse"], metrics["nll"])
-        write_json_atomic(split_file, {"spec": key, "metrics": metrics}, indent=1, sort_keys=True)
+        write_json_atomic(split_file, {"key": key, "metrics": metrics}, indent=1, sort_keys=True)
         if ckpt is not None and ckpt.exists():
             ckpt.unlink()
         results.append(metrics)

@@ -24,7 +24,6 @@ import functools
 import json
 import logging
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -32,7 +31,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from repens.atomic import write_text_atomic
+from repens.atomic import save_figure_atomic, write_text_atomic
 from repens.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
 from repens.targets import make_target
 
@@ -427,11 +426,7 @@ def _latex_table(frame, reference_samples: int, seed: int) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- output helpers
-
-
-def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+# --------------------------------------------------------------------------- output
 
 
 def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path) -> None:
@@ -455,10 +450,7 @@ def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path) -> Non
     """
     frame = metrics_frame(inputs)
     out_csv, out_tex = Path(out_csv), Path(out_tex)
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(out_csv)
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, out_csv)
+    write_text_atomic(out_csv, frame.to_csv(index=False))
     write_text_atomic(out_tex, _latex_table(frame, REFERENCE_SAMPLES, REFERENCE_SEED))
     log.info("wrote %s and %s (%d rows)", out_csv, out_tex, len(frame))
 
@@ -519,11 +511,7 @@ def _settings_text(job: dict[str, Any]) -> dict[str, str]:
 
 
 def _save_figure(fig, path: Path, fmt: str, **kwargs: Any) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(path)
-    fig.savefig(tmp, format=fmt, **kwargs)
-    os.replace(tmp, path)
+    save_figure_atomic(fig, path, format=fmt, **kwargs)
 
 
 def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: Path) -> None:

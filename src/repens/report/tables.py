@@ -11,14 +11,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from repens.atomic import write_text_atomic
+from repens.atomic import save_figure_atomic, write_text_atomic
 
 __all__ = [
     "Column",
@@ -280,12 +279,10 @@ def render_png(path: Path, blocks: Sequence[Block], columns: Sequence[Column], t
     fig.suptitle(title, fontsize=10, y=1.0 - 0.12 / fig_h, va="top")
     if footer:
         fig.text(0.01, 0.08 / fig_h, footer, fontsize=6.5, color="0.35", ha="left", va="bottom")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=160)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        save_figure_atomic(fig, Path(path), dpi=160)
+    finally:
+        plt.close(fig)
 
 
 def write_table(

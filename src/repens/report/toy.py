@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -41,7 +40,7 @@ import numpy as np
 from repens.atomic import write_text_atomic
 from repens.data.toy import REGRESSION_CLUSTERS
 from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
-from repens.report.synthetic import LABELS, read_npz, _save_figure, _tex_escape, _tex_number, _tmp_name
+from repens.report.synthetic import LABELS, read_npz, _save_figure, _tex_escape, _tex_number
 
 log = logging.getLogger("repens.report")
 
@@ -549,10 +548,7 @@ def write_distance_table(regression: ToyInputs | None, classification: ToyInputs
     """
     frame, present = _distance_data(regression, classification, labels)
     out_csv, out_tex = Path(out_csv), Path(out_tex)
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_name(out_csv)
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, out_csv)
+    write_text_atomic(out_csv, frame.to_csv(index=False))
     write_text_atomic(out_tex, _latex_table(frame, present))
     log.info("wrote %s and %s (%d methods)", out_csv, out_tex, len(frame))
 
