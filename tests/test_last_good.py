@@ -4,6 +4,7 @@ after every success, and its log names those copies after a failure."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from repens.last_good import last_good_path, main
@@ -30,6 +31,7 @@ def test_save_then_report(tmp_path, monkeypatch, capsys):
     assert lines[-1] == "failed; results/b.csv is not rebuilt and has no last good copy"
 
 
+@pytest.mark.slow  # an end-to-end run: second stage of .ci/run
 def test_failed_summary_keeps_the_last_good_outputs(tmp_path):
     """A real Snakemake run: build the table and Figure 2, corrupt one input, rebuild."""
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
