@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,8 @@ from repens.posteriors import NetworkPosterior
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
-SHARED = Path("/work/shared/data/uci")
+# ../shared beside the checkout (CI and the dev machines), or $REPENS_SHARED_DATA
+SHARED = Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "data")) / "uci"
 
 
 def write_dataset(root: Path, name: str = "tiny", rows: int = 40, n_splits: int = 3, seed: int = 0) -> Path:
