@@ -222,3 +222,17 @@ def test_cli_exit_code_of_an_interrupted_run(tmp_path, monkeypatch, signum, code
 
     monkeypatch.setitem(RUNNERS, "synthetic", runner)
     assert cli.main(["train", "--spec", '{"experiment": "synthetic"}', "--out", str(tmp_path / "x.npz")]) == code
+
+
+def test_ctrl_c_outside_training_is_one_line_and_exit_130(monkeypatch, capsys):
+    """SIGINT during, say, an HMC chain (checkpointed per chain): no traceback, status 130."""
+    from repens import cli
+    from repens.experiments import hmc
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hmc, "run_hmc", interrupted)
+    assert cli.main(["hmc", "--spec", "{}", "--out", "unused.npz"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted (SIGINT)" in err and "Traceback" not in err

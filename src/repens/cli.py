@@ -252,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     # EX_IOERR): one line naming the file, no traceback
     try:
         return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C outside a training loop (which checkpoints and exits 130 itself)
+        line = "interrupted (SIGINT); finished checkpoints are kept and a rerun resumes from them"
+        logging.getLogger("repens").warning(line)
+        return 130
     except (DataError, WriteError) as err:
         line = f"error: {one_line(err)}"
         print(line, file=sys.stderr, flush=True)
