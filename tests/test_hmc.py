@@ -227,9 +227,7 @@ def test_failed_run_keeps_checkpoint_for_looser_thresholds(tmp_path, monkeypatch
         assert json.loads(str(z["job"])) == looser
 
 
-def test_run_hmc_resumes_from_checkpoint(tmp_path, monkeypatch):
-    import repens.experiments.hmc as exp
-
+def test_run_hmc_resumes_from_checkpoint(tmp_path, interrupt_hmc_after_first_chain):
     hmc = dict(TINY_HMC, warmup=10, samples=8)
     job = {"experiment": "hmc", "dataset": "regression", "seed": 0, "scale": "quick", "hidden": [4], "hmc": hmc}
     full = tmp_path / "full" / "predictive.npz"
@@ -237,20 +235,11 @@ def test_run_hmc_resumes_from_checkpoint(tmp_path, monkeypatch):
 
     # interrupted after the first chain: the checkpoint holds it
     out, ckpt = tmp_path / "resumed" / "predictive.npz", tmp_path / "resumed" / "ckpt.pt"
-    real = exp.sample_nuts_with_stats
-
-    def interrupted(*args, on_chain=None, **kwargs):
-        def once(i, draws, st):
-            on_chain(i, draws, st)
-            raise KeyboardInterrupt
-
-        return real(*args, on_chain=once, **kwargs)
-
-    monkeypatch.setattr(exp, "sample_nuts_with_stats", interrupted)
+    interrupt_hmc_after_first_chain(True)
     with pytest.raises(KeyboardInterrupt):
         run_hmc(job, out, ckpt)
     assert ckpt.exists() and not out.exists()
-    monkeypatch.setattr(exp, "sample_nuts_with_stats", real)
+    interrupt_hmc_after_first_chain(False)
     run_hmc(job, out, ckpt)
     with np.load(full) as a, np.load(out) as b:
         np.testing.assert_array_equal(a["f_test"], b["f_test"])

@@ -164,7 +164,7 @@ def test_hyper_de_search_redone_when_l2_range_changes(tmp_path, tiny_sets, monke
 
 
 # ------------------------------------------------------------------ HMC chains
-def test_hmc_chains_of_other_settings_are_set_aside(tmp_path, monkeypatch, caplog):
+def test_hmc_chains_of_other_settings_are_set_aside(tmp_path, interrupt_hmc_after_first_chain, caplog):
     import repens.experiments.hmc as exp
 
     hmc = {"chains": 2, "warmup": 10, "samples": 8, "max_tree_depth": 5, "rhat_max": 1e9, "ess_min": 0.0}
@@ -174,19 +174,10 @@ def test_hmc_chains_of_other_settings_are_set_aside(tmp_path, monkeypatch, caplo
     exp.run_hmc(new, clean)
 
     out, ckpt = tmp_path / "killed" / "predictive.npz", tmp_path / "killed" / "ckpt.pt"
-    real = exp.sample_nuts_with_stats
-
-    def interrupted(*args, on_chain=None, **kwargs):
-        def once(i, draws, st):
-            on_chain(i, draws, st)
-            raise KeyboardInterrupt
-
-        return real(*args, on_chain=once, **kwargs)
-
-    monkeypatch.setattr(exp, "sample_nuts_with_stats", interrupted)
+    interrupt_hmc_after_first_chain(True)
     with pytest.raises(KeyboardInterrupt):
         exp.run_hmc(job, out, ckpt)
-    monkeypatch.setattr(exp, "sample_nuts_with_stats", real)
+    interrupt_hmc_after_first_chain(False)
     with caplog.at_level("INFO"):
         exp.run_hmc(new, out, ckpt)
     (line,) = set_aside_lines(caplog)
