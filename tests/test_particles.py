@@ -47,3 +47,47 @@ def test_gradients_flow_per_particle():
     out[1].sum().backward()
     assert params.grad[0].abs().sum() == 0 and params.grad[2].abs().sum() == 0
     assert params.grad[1].abs().sum() > 0
+
+
+def _vmap_forward(model, params, x):
+    """The generic path (functional_call under vmap) that every module can take."""
+    from torch.func import functional_call, vmap
+
+    return vmap(lambda row: functional_call(model.module, model.unflatten(row), (x,)))(params)
+
+
+def test_mlp_fast_path_equals_vmap_path_values_and_gradients():
+    model = StackedModel(mlp(3, [8, 6], 2))
+    assert model._mlp == (True, True, False)
+    g = torch.Generator().manual_seed(2)
+    params = model.sample_gaussian(5, 0.7, g, dtype=torch.float64).requires_grad_(True)
+    x = torch.randn(9, 3, generator=g, dtype=torch.float64)
+    fast, slow = model(params, x), _vmap_forward(model, params, x)
+    torch.testing.assert_close(fast, slow, rtol=1e-13, atol=1e-13)  # float64: rounding only
+    weights = torch.randn(fast.shape, generator=g, dtype=torch.float64)
+    (g_fast,) = torch.autograd.grad((fast * weights).sum(), params)
+    (g_slow,) = torch.autograd.grad((slow * weights).sum(), params)
+    torch.testing.assert_close(g_fast, g_slow, rtol=1e-13, atol=1e-13)
+
+
+def test_mlp_stacks_of_stacks_with_shared_or_own_inputs():
+    model = StackedModel(mlp(4, [7], 1))
+    g = torch.Generator().manual_seed(3)
+    params = model.sample_gaussian(3 * 5, 1.0, g, dtype=torch.float64).view(3, 5, -1)
+    shared = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    own = torch.randn(3, 6, 4, generator=g, dtype=torch.float64)
+    out_shared, out_own = model(params, shared), model(params, own)
+    assert out_shared.shape == out_own.shape == (3, 5, 6, 1)
+    for k in range(3):
+        torch.testing.assert_close(out_shared[k], model(params[k], shared), rtol=1e-13, atol=1e-13)
+        torch.testing.assert_close(out_own[k], model(params[k], own[k]), rtol=1e-13, atol=1e-13)
+
+
+def test_non_mlp_modules_take_the_vmap_path():
+    net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    model = StackedModel(net)
+    assert model._mlp is None
+    params = model.sample_gaussian(4, 1.0, torch.Generator().manual_seed(4))
+    x = torch.randn(5, 2)
+    torch.testing.assert_close(model(params, x), _vmap_forward(model, params, x))
+    assert StackedModel(mlp(2, [3], 1)[:-1])._mlp is None  # ends in a ReLU: not the plain MLP

@@ -236,3 +236,24 @@ def test_ctrl_c_outside_training_is_one_line_and_exit_130(monkeypatch, capsys):
     assert cli.main(["hmc", "--spec", "{}", "--out", "unused.npz"]) == 130
     err = capsys.readouterr().err
     assert "interrupted (SIGINT)" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_direction_is_finite_finds_one_bad_entry(bad):
+    from repens.train import direction_is_finite
+
+    direction = torch.full((4, 1000), 3e38)  # finite, near float32's largest
+    assert bool(direction_is_finite(direction))
+    direction[2, 517] = bad
+    assert not bool(direction_is_finite(direction))
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd"])
+def test_optimizer_ascends_phi(name):
+    from repens.train import make_optimizer
+
+    params = torch.zeros(2, 3, requires_grad=True)
+    opt = make_optimizer(name, params, 0.1)
+    params.grad = torch.ones(2, 3)
+    opt.step()
+    assert (params > 0).all()  # moved along +phi

@@ -261,3 +261,15 @@ def test_registry_resolves_config_rules():
         resolve_rule("anchored", "function")
     with pytest.raises(ValueError, match="unknown update rule"):
         resolve_rule("hmc")
+
+
+@pytest.mark.parametrize("std", ["scalar", "per-particle", "per-weight"])
+def test_closed_form_prior_gradient_equals_autograd(std):
+    params, ctx = network_setup(n=3)
+    params = params.double()
+    scale = {"scalar": 0.7, "per-particle": torch.tensor([[0.5], [1.0], [2.0]], dtype=torch.float64),
+             "per-weight": torch.linspace(0.1, 2.0, params.shape[1], dtype=torch.float64)}[std]
+    post = NetworkPosterior(ctx.posterior.model, "gaussian", num_train=16, prior_std=scale, noise_std=0.5)
+    p = params.clone().requires_grad_(True)
+    (auto,) = torch.autograd.grad(post.log_prior(p).sum(), p)
+    torch.testing.assert_close(post.grad_log_prior(params), auto, rtol=1e-14, atol=0)

@@ -3,9 +3,20 @@
 Every method in this package works on a tensor ``params`` of shape (n, D): row i
 is particle i. For a 2-D sampling problem D = 2 and the row *is* the sample; for a
 network, :class:`StackedModel` maps each row to the module's named parameters
-(views into the row, no copies) and evaluates all n networks at once with
-``torch.func.functional_call`` under ``torch.func.vmap``, never a Python loop over
-members.
+(views into the row, no copies) and evaluates all n networks at once, never with a
+Python loop over members:
+
+* a plain MLP (``nn.Sequential`` of ``Linear`` and ``ReLU``, :func:`repens.models.mlp`)
+  runs as one batched matrix product per layer (``matmul`` / ``baddbmm`` over the
+  particle axis), which is what ``vmap`` would dispatch to, without its per-call
+  dispatch cost (the small UCI and toy networks are overhead-bound);
+* any other module (the ResNet) runs through ``torch.func.functional_call`` under
+  ``torch.func.vmap``.
+
+Either way the row is cut into the module's parameters by one ``torch.split``, whose
+backward is one concatenation: slicing the row once per parameter instead made
+backward build one zero-filled (n, D) gradient per parameter and add them up (on the
+FashionMNIST MLP, 8 passes over the 20 MB particle matrix, half of a step's time).
 """
 
 from __future__ import annotations
@@ -18,6 +29,22 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 __all__ = ["StackedModel", "ParamSlot"]
+
+
+def _mlp_layers(module: nn.Module) -> tuple[bool, ...] | None:
+    """For ``Sequential(Linear, ReLU, ..., Linear)``: per Linear, whether a ReLU follows;
+    ``None`` for any other module (it runs under ``vmap``)."""
+    if not isinstance(module, nn.Sequential) or len(module) == 0:
+        return None
+    layers: list[bool] = []
+    for i, child in enumerate(module):
+        if type(child) is nn.Linear and child.bias is not None:
+            layers.append(False)
+        elif type(child) is nn.ReLU and layers and not layers[-1] and i > 0 and type(module[i - 1]) is nn.Linear:
+            layers[-1] = True
+        else:
+            return None
+    return tuple(layers) if not layers[-1] else None
 
 
 @dataclass(frozen=True)
@@ -47,10 +74,14 @@ class StackedModel:
         self.slots: tuple[ParamSlot, ...] = tuple(slots)
         self.dim = start
         self.buffers = dict(module.named_buffers())
+        self._sizes = [s.stop - s.start for s in self.slots]
+        self._mlp = _mlp_layers(module)
 
     def unflatten(self, row: Tensor) -> dict[str, Tensor]:
-        """Named parameter views into one row (D,) of the stacked tensor."""
-        return {s.name: row[s.start : s.stop].view(s.shape) for s in self.slots}
+        """Named parameter views into rows (..., D) of the stacked tensor: (..., *shape) each."""
+        lead = row.shape[:-1]
+        parts = torch.split(row, self._sizes, dim=-1)
+        return {s.name: part.view(*lead, *s.shape) for s, part in zip(self.slots, parts)}
 
     def flatten(self, module: nn.Module | None = None) -> Tensor:
         """The parameters of ``module`` (default: the template) as one row (D,)."""
@@ -58,12 +89,38 @@ class StackedModel:
         return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
 
     def forward(self, params: Tensor, x: Tensor) -> Tensor:
-        """Outputs of all particles on the same inputs: (n, D), (B, ...) -> (n, B, ...)."""
+        """Outputs of all particles on the same inputs: (n, D), (B, ...) -> (n, B, ...).
+
+        MLPs also take stacks of stacks: params (G, n, D) with inputs (B, in) shared by
+        all, or (G, B, in), one input batch per group (e.g. per data split).
+        """
+        if self._mlp is not None:
+            return self._forward_mlp(params, x)
 
         def one(row: Tensor) -> Tensor:
             return functional_call(self.module, {**self.unflatten(row), **self.buffers}, (x,))
 
         return vmap(one, chunk_size=self.chunk_size)(params)
+
+    def _forward_mlp(self, params: Tensor, x: Tensor) -> Tensor:
+        """``h <- relu(h W^T + b)`` per layer, batched over the leading axes of ``params``."""
+        parts = torch.split(params, self._sizes, dim=-1)
+        lead = params.shape[:-1]
+        if x.dim() == params.dim():  # one input batch per group: (G, B, in) -> (G, 1, B, in)
+            x = x.unsqueeze(-3)
+        h = x
+        for i, relu in enumerate(self._mlp):
+            w_slot, b_slot = self.slots[2 * i], self.slots[2 * i + 1]
+            weight = parts[2 * i].view(*lead, *w_slot.shape)  # (..., out, in)
+            bias = parts[2 * i + 1].view(*lead, 1, b_slot.shape[0])  # (..., 1, out)
+            if h.dim() == weight.dim() and h.shape[:-2] == lead:
+                h = torch.baddbmm(bias.reshape(-1, *bias.shape[-2:]), h.reshape(-1, *h.shape[-2:]),
+                                  weight.reshape(-1, *weight.shape[-2:]).mT).view(*lead, h.shape[-2], -1)
+            else:  # inputs shared by the particles (broadcast, no copy of x per particle)
+                h = torch.matmul(h, weight.mT) + bias
+            if relu:
+                h = torch.relu(h)
+        return h
 
     __call__ = forward
 

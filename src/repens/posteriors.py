@@ -43,6 +43,8 @@ class Posterior(Protocol):
 
     def log_prior(self, params: Tensor) -> Tensor: ...
 
+    def grad_log_prior(self, params: Tensor) -> Tensor: ...
+
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor: ...
 
 
@@ -57,6 +59,9 @@ class TargetPosterior:
 
     def log_prior(self, params: Tensor) -> Tensor:
         return params.new_zeros(params.shape[0])
+
+    def grad_log_prior(self, params: Tensor) -> Tensor:
+        return torch.zeros_like(params)
 
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
         raise NotImplementedError("a synthetic target has no prior; use a weight-space rule without one")
@@ -119,6 +124,12 @@ class NetworkPosterior:
             return -0.5 * (params / std).pow(2).sum(-1) - d * (std.log() + 0.5 * math.log(2 * math.pi))
         # per-particle (n, 1) or per-weight (D,) scales broadcast against params (n, D)
         return (-0.5 * (params / std).pow(2) - std.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def grad_log_prior(self, params: Tensor) -> Tensor:
+        """``-params / std^2``, the gradient of :meth:`log_prior` in closed form (no autograd
+        graph: one elementwise pass over the particle matrix)."""
+        std = torch.as_tensor(self.prior_std, dtype=params.dtype, device=params.device)
+        return params / (-std * std)
 
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
         std = self.prior_std

@@ -78,11 +78,15 @@ def grad_log_likelihood(params: Tensor, ctx: StepContext) -> Tensor:
 
 
 def grad_log_prior(params: Tensor, ctx: StepContext) -> Tensor:
+    """The prior's gradient in closed form where the posterior has one, else by autograd."""
+    closed_form = getattr(ctx.posterior, "grad_log_prior", None)
+    if closed_form is not None:
+        return closed_form(params.detach())
     return _grad(ctx.posterior.log_prior, params)
 
 
 def grad_log_posterior(params: Tensor, ctx: StepContext) -> Tensor:
-    return _grad(lambda p: ctx.posterior.log_likelihood(p, ctx.batch) + ctx.posterior.log_prior(p), params)
+    return grad_log_likelihood(params, ctx).add_(grad_log_prior(params, ctx))
 
 
 # ------------------------------------------------------------- weight space
