@@ -63,10 +63,11 @@ _CHUNK_ELEMENTS = 1 << 22
 
 
 def _centred(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """``x - c`` and ``y - c`` about the reference particle ``c = y_0`` (``y`` itself if ``x is y``)."""
-    if y.shape[0] == 0:
+    """``x - c`` and ``y - c`` about the reference particle ``c = y_0`` of each set
+    (``y`` itself if ``x is y``)."""
+    if y.shape[-2] == 0:
         return x, y
-    c = y[:1]
+    c = y[..., :1, :]
     yc = y - c
     return (yc if x is y else x - c), yc
 
@@ -76,65 +77,79 @@ def _recompute_pairs(d: Tensor, xc: Tensor, yc: Tensor, suspect: Tensor) -> Tens
     pairs = suspect.nonzero()
     if pairs.shape[0] == 0:
         return d
-    chunk = max(1, _CHUNK_ELEMENTS // max(xc.shape[1], 1))
-    exact = torch.cat([
-        (xc[rows[:, 0]] - yc[rows[:, 1]]).pow(2).sum(-1) for rows in pairs.split(chunk)
-    ])
-    return d.index_put((pairs[:, 0], pairs[:, 1]), exact)
+    chunk = max(1, _CHUNK_ELEMENTS // max(xc.shape[-1], 1))
+    exact = []
+    for rows in pairs.split(chunk):
+        lead = tuple(rows[:, :-2].T)  # the set each pair belongs to (stacks of sets)
+        exact.append((xc[(*lead, rows[:, -2])] - yc[(*lead, rows[:, -1])]).pow(2).sum(-1))
+    return d.index_put(tuple(pairs.T), torch.cat(exact))
+
+
+def _matmul_add(base: Tensor, a: Tensor, b: Tensor, alpha: float, beta: float = 1.0) -> Tensor:
+    """``beta * base + alpha * a @ b`` in one BLAS call, for one set or a stack of sets."""
+    if a.dim() == 2:
+        return torch.addmm(base, a, b, beta=beta, alpha=alpha)
+    lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = torch.baddbmm(base.expand(*lead, *base.shape[-2:]).reshape(-1, *base.shape[-2:]),
+                        a.expand(*lead, *a.shape[-2:]).reshape(-1, *a.shape[-2:]),
+                        b.expand(*lead, *b.shape[-2:]).reshape(-1, *b.shape[-2:]), beta=beta, alpha=alpha)
+    return out.view(*lead, *out.shape[-2:])
 
 
 def squared_distances(x: Tensor, y: Tensor) -> Tensor:
-    """Pairwise squared Euclidean distances between rows of ``x`` (n, d) and ``y`` (m, d).
+    """Pairwise squared Euclidean distances between rows of ``x`` (..., n, d) and ``y`` (..., m, d).
 
-    One GEMM on coordinates centred at ``y_0``; entries within the GEMM formula's
-    cancellation bound (``CANCELLATION_FACTOR``) are recomputed by differences.
+    Leading axes are independent sets (e.g. one per data split). One GEMM on
+    coordinates centred at ``y_0``; entries within the GEMM formula's cancellation
+    bound (``CANCELLATION_FACTOR``) are recomputed by differences.
     ``squared_distances(x, x)`` (the same tensor object) has an exactly zero
     diagonal and is exactly symmetric.
     """
-    if x.dim() != 2 or y.dim() != 2:
-        raise ValueError(f"expected (n, d) and (m, d) particles, got {tuple(x.shape)} and {tuple(y.shape)}")
+    if x.dim() < 2 or y.dim() < 2 or x.shape[-1] != y.shape[-1]:
+        raise ValueError(f"expected (..., n, d) and (..., m, d) particles, got {tuple(x.shape)} and {tuple(y.shape)}")
     same = x is y
     xc, yc = _centred(x, y)
     # one GEMM and no (n, m, d) temporaries: these run every step on (n, ~1e5) particles
     x2 = torch.linalg.vector_norm(xc, dim=-1).pow(2).unsqueeze(-1)
     y2 = x2 if same else torch.linalg.vector_norm(yc, dim=-1).pow(2).unsqueeze(-1)
-    scale = x2 + y2.transpose(-1, -2)
-    d = torch.addmm(scale, xc, yc.transpose(-1, -2), alpha=-2.0).clamp_min(0.0)
+    scale = x2 + y2.mT
+    d = _matmul_add(scale, xc, yc.mT, alpha=-2.0).clamp_min(0.0)
     if same:
         d = torch.triu(d, diagonal=1)
     unit_roundoff = torch.finfo(d.dtype).eps / 2
-    bound = (CANCELLATION_FACTOR * math.sqrt(max(x.shape[1], 1)) * unit_roundoff) * scale.detach()
+    bound = (CANCELLATION_FACTOR * math.sqrt(max(x.shape[-1], 1)) * unit_roundoff) * scale.detach()
     suspect = d.detach() <= bound
     if same:
         suspect = torch.triu(suspect, diagonal=1)
     d = _recompute_pairs(d, xc, yc, suspect)
     if same:
-        d = d + d.transpose(-1, -2)
+        d = d + d.mT
     return d
 
 
 def median_bandwidth(sq_dists: Tensor, n: int) -> Tensor:
-    """Median heuristic ``h = median(sq_dists) / log(n + 1)``; zero median: see module docstring."""
-    flat = sq_dists.detach().flatten()
-    med = flat.median()
-    # median of the positive entries (NaN where none are), without a host round-trip
-    positive = torch.where(flat > 0, flat, torch.full_like(flat, float("nan"))).nanmedian()
+    """Median heuristic ``h = median(sq_dists) / log(n + 1)`` of each set (..., n, m) -> (..., 1, 1);
+    zero median: see module docstring. Computed on the device (no host round-trip)."""
+    flat = sq_dists.detach().flatten(-2)
+    med = flat.median(-1).values
+    # median of the positive entries (NaN where none are)
+    positive = torch.where(flat > 0, flat, torch.full_like(flat, float("nan"))).nanmedian(-1).values
     fallback = torch.where(torch.isnan(positive), torch.ones_like(positive) * math.log(n + 1), positive)
     med = torch.where(med > 0, med, fallback)
-    return (med / math.log(n + 1)).clamp_min(_MIN_BANDWIDTH)
+    return (med / math.log(n + 1)).clamp_min(_MIN_BANDWIDTH)[..., None, None]
 
 
 def kernel_grad_sum(x: Tensor, y: Tensor, gram: Tensor, h: Tensor | float) -> Tensor:
-    """``sum_j grad_{x_i} k(x_i, y_j)`` for the RBF kernel, shape (n, d).
+    """``sum_j grad_{x_i} k(x_i, y_j)`` for the RBF kernel, shape (..., n, d).
 
     Uses ``grad_x k(x, y) = -(2 / h) (x - y) k(x, y)``, so the sum is a matrix
     product rather than an (n, m, d) tensor: ``(2/h) (K (y - c) - diag(K 1) (x - c))``
-    with ``c = y_0``, which is exactly zero when every particle coincides.
+    with ``c = y_0``, which is exactly zero when every particle coincides. ``h`` may
+    be a tensor (one per set, (..., 1, 1)): it stays on the device.
     """
-    scale = 2.0 / float(h)
     xc, yc = _centred(x, y)
-    # one GEMM and one elementwise pass over (n, d)
-    return torch.addmm(xc * gram.sum(-1, keepdim=True), gram, yc, beta=-scale, alpha=scale)
+    # (K (y - c) - diag(K 1) (x - c)) in one GEMM, then one scaling pass over (n, d)
+    return _matmul_add(xc * gram.sum(-1, keepdim=True), gram, yc, alpha=1.0, beta=-1.0).mul_(2.0 / h)
 
 
 @dataclass(frozen=True)
@@ -149,12 +164,13 @@ class RBF:
     bandwidth: float | None = None
 
     def bandwidth_for(self, reference: Tensor, sq_dists: Tensor | None = None) -> Tensor:
-        """The bandwidth ``h`` for the particle set ``reference`` (n, d)."""
+        """The bandwidth ``h`` for the particle set ``reference`` (n, d): a 0-d tensor if
+        fixed, (..., 1, 1) by the median heuristic (one per set of a stack)."""
         if self.bandwidth is not None:
             return torch.as_tensor(self.bandwidth, dtype=reference.dtype, device=reference.device)
         if sq_dists is None:
             sq_dists = squared_distances(reference, reference)
-        return median_bandwidth(sq_dists, reference.shape[0])
+        return median_bandwidth(sq_dists, reference.shape[-2])
 
     def gram(self, x: Tensor, y: Tensor, h: Tensor | float) -> Tensor:
         """Kernel matrix ``k(x_i, y_j)`` (n, m) at bandwidth ``h``."""

@@ -58,7 +58,7 @@ class TargetPosterior:
         return self.target.log_prob(params)
 
     def log_prior(self, params: Tensor) -> Tensor:
-        return params.new_zeros(params.shape[0])
+        return params.new_zeros(params.shape[:-1])
 
     def grad_log_prior(self, params: Tensor) -> Tensor:
         return torch.zeros_like(params)
@@ -67,16 +67,26 @@ class TargetPosterior:
         raise NotImplementedError("a synthetic target has no prior; use a weight-space rule without one")
 
 
+def _targets(y: Tensor, outputs: Tensor) -> Tensor:
+    """Targets (B,), (B, 1) or one row per set of a stack (..., B), as (..., 1, B) against
+    outputs (..., n, B, C)."""
+    sets = outputs.dim() - 3  # leading axes before (n, B, C)
+    y = y.reshape(*y.shape[:sets], -1) if sets and y.dim() > sets else y.reshape(-1)
+    return y.unsqueeze(-2)
+
+
 def gaussian_log_likelihood(outputs: Tensor, y: Tensor, noise_std: float) -> Tensor:
-    """Sum over the batch of log N(y | f, noise_std^2); outputs (n, B, 1), y (B,) or (B, 1)."""
-    resid = outputs.squeeze(-1) - y.reshape(1, -1)
+    """Sum over the batch of log N(y | f, noise_std^2); outputs (..., n, B, 1), y (B,), (B, 1)
+    or (..., B)."""
+    resid = outputs.squeeze(-1) - _targets(y, outputs)
     return (-0.5 * (resid / noise_std) ** 2 - math.log(noise_std) - 0.5 * math.log(2 * math.pi)).sum(-1)
 
 
 def categorical_log_likelihood(outputs: Tensor, y: Tensor, noise_std: float | None = None) -> Tensor:
-    """Sum over the batch of the softmax log-probability of the labels; outputs (n, B, C) logits."""
+    """Sum over the batch of the softmax log-probability of the labels; outputs (..., n, B, C) logits."""
     logp = F.log_softmax(outputs, dim=-1)
-    return logp.gather(-1, y.long().view(1, -1, 1).expand(outputs.shape[0], -1, 1)).squeeze(-1).sum(-1)
+    labels = _targets(y, outputs).long().expand(outputs.shape[:-1]).unsqueeze(-1)
+    return logp.gather(-1, labels).squeeze(-1).sum(-1)
 
 
 LIKELIHOODS = {"gaussian": gaussian_log_likelihood, "categorical": categorical_log_likelihood}
@@ -110,8 +120,8 @@ class NetworkPosterior:
         return self.model(params, x)
 
     def log_likelihood_outputs(self, outputs: Tensor, batch: Batch) -> Tensor:
-        """Full-data-scaled log-likelihood from network outputs (n, B, ...)."""
-        scale = self.num_train / batch.x.shape[0]
+        """Full-data-scaled log-likelihood from network outputs (..., n, B, C)."""
+        scale = self.num_train / outputs.shape[-2]
         return scale * LIKELIHOODS[self.likelihood](outputs, batch.y, self.noise_std)
 
     def log_likelihood(self, params: Tensor, batch: Batch) -> Tensor:

@@ -1,6 +1,7 @@
 """Estimators of the score ``grad log rho`` of the particles' own density.
 
-All three take samples ``x`` (n, d) and return the estimated score at the samples
+All three take samples ``x`` (n, d), or stacks of independent sample sets (..., n, d),
+and return the estimated score at the samples
 (KDE and SSGE also at other ``query`` points). Equation numbers refer to
 D'Angelo & Fortuin (2021). Writing ``G_i = sum_j grad_{x_i} k(x_i, x_j)`` (the KDE
 numerator) and ``K`` for the Gram matrix, the estimators are
@@ -47,7 +48,7 @@ def sge_score(x: Tensor, kernel: RBF, eta: float = 0.01) -> Tensor:
     """
     gram, h = kernel.self_gram(x)
     grads = kernel_grad_sum(x, x, gram, h)
-    eye = torch.eye(x.shape[0], dtype=torch.float64, device=x.device)
+    eye = torch.eye(x.shape[-2], dtype=torch.float64, device=x.device)
     # the n x n system in float64, then one GEMM: solve() with d ~ 1e5 right-hand
     # sides was 4x slower than inverse-times-matrix on a CPU
     inverse = torch.linalg.inv(gram.double() + eta * eye).to(x.dtype)
@@ -77,13 +78,13 @@ def ssge_score(
     h = kernel.bandwidth_for(x, sq)
     gram = torch.exp(-sq / h)
     grads = kernel_grad_sum(x, x, gram, h)
-    eye = torch.eye(x.shape[0], dtype=x.dtype, device=x.device)
+    eye = torch.eye(x.shape[-2], dtype=x.dtype, device=x.device)
     eigvals, eigvecs = torch.linalg.eigh(gram + eta * eye)  # ascending order
     if num_eigs is not None:
-        eigvals, eigvecs = eigvals[-num_eigs:], eigvecs[:, -num_eigs:]
+        eigvals, eigvecs = eigvals[..., -num_eigs:], eigvecs[..., -num_eigs:]
     cross = gram if query is None else kernel.gram(query, x, h)
     # the (N, M) weights first, then a single product with the (M, d) gradients
-    weights = ((cross @ eigvecs) / eigvals.pow(2)) @ eigvecs.transpose(-1, -2)
+    weights = ((cross @ eigvecs) / eigvals.pow(2).unsqueeze(-2)) @ eigvecs.mT
     return weights @ grads
 
 

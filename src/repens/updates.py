@@ -12,6 +12,7 @@ Pearce et al. (2020), Eq. 11; DLE / DRLE: Wild et al. (2023).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -77,6 +78,13 @@ def grad_log_likelihood(params: Tensor, ctx: StepContext) -> Tensor:
     return _grad(lambda p: ctx.posterior.log_likelihood(p, ctx.batch), params)
 
 
+def prior_draws(ctx: StepContext, like: Tensor, m: int) -> Tensor:
+    """``m`` fresh prior draws for each set of particles: (..., m, D) for ``like`` (..., n, *)."""
+    sets = like.shape[:-2]
+    draws = ctx.posterior.sample_prior(m * math.prod(sets), ctx.generator)
+    return draws.view(*sets, m, draws.shape[-1]).to(device=like.device, dtype=like.dtype)
+
+
 def grad_log_prior(params: Tensor, ctx: StepContext) -> Tensor:
     """The prior's gradient in closed form where the posterior has one, else by autograd."""
     closed_form = getattr(ctx.posterior, "grad_log_prior", None)
@@ -103,7 +111,7 @@ def svgd(params: Tensor, ctx: StepContext) -> Update:
     score = grad_log_posterior(params, ctx)
     gram, h = ctx.kernel.self_gram(params.detach())
     repulsion = kernel_grad_sum(params, params, gram, h)
-    return Update((gram @ score - repulsion) / params.shape[0])
+    return Update((gram @ score - repulsion) / params.shape[-2])
 
 
 def wgd(params: Tensor, ctx: StepContext, estimator: str = "kde", **estimator_options) -> Update:
@@ -152,14 +160,14 @@ def langevin(
     direction = grad_log_likelihood(params, ctx) + temperature * grad_log_prior(params, ctx)
     if mmd_weight:
         w = params.detach()
-        draws = ctx.posterior.sample_prior(prior_samples or w.shape[0], ctx.generator).to(w)
-        both = torch.cat([w, draws])
+        draws = prior_draws(ctx, w, prior_samples or w.shape[-2])
+        both = torch.cat([w, draws], dim=-2)
         sq = squared_distances(both, both)
         h = ctx.kernel.bandwidth_for(both, sq)
-        n, m = w.shape[0], draws.shape[0]
+        n, m = w.shape[-2], draws.shape[-2]
         # to_prior - to_self = sum_j grad_1 k(w_i, .) weighted +1/m on draws, -1/n on particles:
         # one kernel-gradient product over both sets (the sum is linear in the weights)
-        weights = torch.cat([-torch.exp(-sq[:n, :n] / h) / n, torch.exp(-sq[:n, n:] / h) / m], dim=1)
+        weights = torch.cat([-torch.exp(-sq[..., :n, :n] / h) / n, torch.exp(-sq[..., :n, n:] / h) / m], dim=-1)
         direction = direction + 2.0 * mmd_weight * kernel_grad_sum(w, both, weights, h)
     return Update(direction, temperature)
 
@@ -183,18 +191,19 @@ def function_prior_score(
       ``-K_X^{-1} f`` (jitter 1e-6 * variance).
     """
     x = ctx.batch.x
+    sets = outputs.dim() - 2  # leading axes of a stack of sets (0 for one set)
     if function_prior == "ssge":
-        m = prior_samples or outputs.shape[0]
-        draws = ctx.posterior.sample_prior(m, ctx.generator).to(outputs)
+        m = prior_samples or outputs.shape[-2]
+        draws = prior_draws(ctx, outputs, m)
         with torch.no_grad():
-            prior_outputs = ctx.posterior.predict(draws, x).reshape(m, -1)
+            prior_outputs = ctx.posterior.predict(draws, x).flatten(sets + 1)
         return ssge_score(prior_outputs, RBF(), eta=prior_eta, query=outputs)
     if function_prior == "gp":
-        flat_x = x.reshape(x.shape[0], -1).to(outputs.dtype)
+        flat_x = x.flatten(sets + 1).to(outputs.dtype)  # (..., B, features)
         cov = gp_variance * torch.exp(-squared_distances(flat_x, flat_x) / (2 * gp_lengthscale**2))
-        cov = cov + 1e-6 * gp_variance * torch.eye(cov.shape[0], dtype=cov.dtype)
-        f = outputs.reshape(outputs.shape[0], x.shape[0], -1)  # (n, B, C)
-        return -torch.linalg.solve(cov, f).reshape(outputs.shape)
+        cov = cov + 1e-6 * gp_variance * torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
+        f = outputs.reshape(*outputs.shape[:-1], cov.shape[-1], -1)  # (..., n, B, C)
+        return -torch.linalg.solve(cov.unsqueeze(-3), f).reshape(outputs.shape)
     raise ValueError(f"unknown function prior {function_prior!r}; known: ['gp', 'ssge']")
 
 
@@ -205,7 +214,7 @@ def _function_space(params: Tensor, ctx: StepContext, prior_options: dict):
     p = params.detach().requires_grad_(True)
     with torch.enable_grad():
         outputs = ctx.posterior.predict(p, ctx.batch.x)
-        flat = outputs.reshape(outputs.shape[0], -1)
+        flat = outputs.flatten(p.dim() - 1)  # (..., n, B * C)
         f = flat.detach().requires_grad_(True)
         ll = ctx.posterior.log_likelihood_outputs(f.view_as(outputs), ctx.batch).sum()
         lik_score = torch.autograd.grad(ll, f)[0]
@@ -223,7 +232,7 @@ def fsvgd(params: Tensor, ctx: StepContext, **prior_options) -> Update:
     p, flat, score = _function_space(params, ctx, prior_options)
     f = flat.detach()
     gram, h = ctx.kernel.self_gram(f)
-    phi_f = (gram @ score - kernel_grad_sum(f, f, gram, h)) / f.shape[0]
+    phi_f = (gram @ score - kernel_grad_sum(f, f, gram, h)) / f.shape[-2]
     return Update(_pull_back(p, flat, phi_f))
 
 
