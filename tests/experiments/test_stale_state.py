@@ -102,19 +102,61 @@ def test_uci_rerun_after_kill_with_other_lr(tmp_path, monkeypatch, caplog):
 
     out = tmp_path / "killed" / "metrics.json"
     ckpt = out.with_name("metrics.json.ckpt")
-    restore = crash_at(monkeypatch, 4 + 2)  # split 0 done (4 steps), split 1 at step 1
+    restore = crash_at(monkeypatch, 3)  # the stack of both splits killed at step 3 of 4
     with pytest.raises(KeyboardInterrupt):
         run_uci(tiny_job("drle", tmp_path), out, ckpt)
     restore()
-    assert out.with_name("split0.json").exists() and out.with_name("split1.ckpt").exists()
+    assert ckpt.exists() and not out.with_name("split0.json").exists()
     with caplog.at_level("INFO"):
         run_uci(tiny_job("drle", tmp_path, lr=0.02), out, ckpt)
     a, b = json.loads(clean.read_text()), json.loads(out.read_text())
     assert a["splits"] == b["splits"]
+    (line,) = set_aside_lines(caplog)
+    assert "metrics.json.ckpt" in line and "starting from step 0" in line
+
+
+def test_uci_split_results_of_other_settings_are_set_aside(tmp_path, caplog):
+    from test_uci import UCI_FOLDERS, tiny_job, write_dataset
+
+    write_dataset(tmp_path, name=UCI_FOLDERS["boston"])
+    clean = tmp_path / "clean" / "metrics.json"
+    run_uci(tiny_job("de", tmp_path, lr=0.02), clean)
+    out = tmp_path / "other" / "metrics.json"
+    run_uci(tiny_job("de", tmp_path), out)
+    with caplog.at_level("INFO"):
+        run_uci(tiny_job("de", tmp_path, lr=0.02), out)
+    assert json.loads(clean.read_text())["splits"] == json.loads(out.read_text())["splits"]
     lines = set_aside_lines(caplog)
-    assert len(lines) == 2, caplog.text
-    assert "split0.json" in lines[0] and "training split 0 again" in lines[0]
-    assert "split1.ckpt" in lines[1] and "starting from step 0" in lines[1]
+    assert len(lines) == 2 and all("training split" in line for line in lines), caplog.text
+
+
+def test_uci_kill_between_split_files_ends_as_uninterrupted(tmp_path, monkeypatch):
+    """The stack's checkpoint stays until every split file is written: a rerun after a kill
+    in between trains nothing new and writes the same results."""
+    import repens.experiments.uci as uci_mod
+    from test_uci import UCI_FOLDERS, tiny_job, write_dataset
+
+    write_dataset(tmp_path, name=UCI_FOLDERS["boston"])
+    monkeypatch.setenv("REPENS_CHECKPOINT_SECONDS", "0")
+    clean = tmp_path / "clean" / "metrics.json"
+    run_uci(tiny_job("dle", tmp_path), clean, clean.with_name("metrics.json.ckpt"))
+    out = tmp_path / "killed" / "metrics.json"
+    ckpt = out.with_name("metrics.json.ckpt")
+    real = uci_mod.write_json_atomic
+
+    def write_then_die(path, *args, **kwargs):
+        real(path, *args, **kwargs)
+        if path.name == "split0.json":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(uci_mod, "write_json_atomic", write_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run_uci(tiny_job("dle", tmp_path), out, ckpt)
+    monkeypatch.setattr(uci_mod, "write_json_atomic", real)
+    assert ckpt.exists() and out.with_name("split0.json").exists() and not out.with_name("split1.json").exists()
+    run_uci(tiny_job("dle", tmp_path), out, ckpt)
+    assert json.loads(clean.read_text())["splits"] == json.loads(out.read_text())["splits"]
+    assert not ckpt.exists()
 
 
 # ------------------------------------------------------------------ image (hyper-DE search)

@@ -2,7 +2,8 @@
 
 One job trains ``particles`` one-hidden-layer ReLU networks (50 units, 100 for
 protein: ``n_hidden.txt``) on each standard split of Hernandez-Lobato & Adams
-(2015) in turn and evaluates the predictive mixture on the split's test rows:
+(2015), all splits at once as one stack of independent sets (:func:`train_splits`),
+and evaluates the predictive mixture on each split's test rows:
 
 * each particle ``f_s`` gives ``N(y | f_s(x) * y_std + y_mean, (noise_std * y_std)^2)``
   in the original units (``noise_std`` is the homoscedastic noise sd on the
@@ -10,11 +11,11 @@ protein: ``n_hidden.txt``) on each standard split of Hernandez-Lobato & Adams
 * the predictive is their equal-weight mixture; test RMSE of its mean and test NLL
   ``-1/T sum_t log 1/S sum_s N(y_t | m_st, sigma^2)`` (:func:`mixture_metrics`).
 
-Each finished split is written at once to ``<out dir>/split<K>.json`` (with the job's
-key, :func:`repens.jobkey.job_key`); a rerun of the same settings skips it, and the
-split in progress resumes from its own checkpoint (keyed likewise), so a killed job
-loses at most the last checkpoint interval. Results and checkpoints made under other
-settings are set aside (``<name>.stale``) and redone.
+When the stack is done, each split's result is written to ``<out dir>/split<K>.json``
+(with the job's key, :func:`repens.jobkey.job_key`); a rerun of the same settings
+reuses them, and a killed stack resumes from its checkpoint (keyed likewise), so a
+killed job loses at most the last checkpoint interval. Results and checkpoints made
+under other settings are set aside (``<name>.stale``) and redone.
 The job's output ``metrics.json`` gathers the splits (per-split values, mean and
 standard error over splits).
 """
@@ -35,7 +36,6 @@ from torch import Tensor
 from repens.atomic import write_json_atomic
 from repens.data.uci import UCI_FOLDERS, UCISplit, dataset_info, load_split
 from repens.experiments.synthetic import fit_particles
-from repens.experiments.toy import batch_sampler
 from repens.jobkey import job_key, set_aside
 from repens.models import mlp
 from repens.particles import StackedModel
@@ -49,7 +49,8 @@ __all__ = [
     "layer_prior_stds",
     "mixture_metrics",
     "uci_posterior",
-    "train_split",
+    "train_splits",
+    "stacked_batch_sampler",
     "run_uci",
     "DATA_ENV",
 ]
@@ -132,36 +133,74 @@ def _steps(job: dict[str, Any], n_train: int, n_epochs: int) -> int:
     return epochs * math.ceil(n_train / min(int(job["batch_size"]), n_train))
 
 
-def train_split(job: dict[str, Any], split: UCISplit, k: int, info: dict[str, int],
-                checkpoint: Path | None = None) -> dict[str, Any]:
-    """Train the job's method on one split (seed ``seed + k``) and return its test metrics."""
-    posterior = uci_posterior(job, split, info["n_hidden"])
-    generator = torch.Generator().manual_seed(int(job["seed"]) + k)
-    init = posterior.sample_prior(int(job["particles"]), generator)  # members drawn from the prior
-    steps = _steps(job, split.x_train.shape[0], info["n_epochs"])
+def stacked_batch_sampler(x: Tensor, y: Tensor, batch_size: int):
+    """Minibatches for a stack of splits (G, N, d), (G, N): each split its own ``batch_size``
+    distinct rows, all drawn in one operation from the run's generator."""
+    sets, n = y.shape
+    size = min(int(batch_size), n)
+    rows = torch.arange(sets).unsqueeze(-1)
+
+    def next_batch(generator: torch.Generator) -> Batch:
+        idx = torch.rand(sets, n, generator=generator).argsort(-1)[:, :size]  # a random permutation per split
+        return Batch(x[rows, idx], y[rows, idx])
+
+    return next_batch
+
+
+def train_splits(job: dict[str, Any], splits: list[UCISplit], ks: list[int], info: dict[str, int],
+                 checkpoint: Path | None = None) -> list[dict[str, Any]]:
+    """Train the job's method on the splits ``ks`` as one stack and return their test metrics.
+
+    The splits (same number of training rows) are independent sets of ``particles``
+    members, (G, n, D): each has its own data, minibatches, kernel and bandwidth (the
+    update rules take stacks of sets), so one step pays the per-step overhead once for
+    all of them. Split k's members are drawn from the prior with seed ``seed + k`` (as
+    when splits ran one by one); the minibatches, Langevin noise and prior draws of the
+    whole stack come from one stream seeded with ``seed`` and checkpointed with it.
+    """
+    sizes = {s.x_train.shape[0] for s in splits}
+    if len(sizes) != 1:
+        raise ValueError(f"splits {ks} have different training sizes {sorted(sizes)}; stacks need one")
+    posterior = uci_posterior(job, splits[0], info["n_hidden"])
+    n = int(job["particles"])
+    init = torch.stack([posterior.sample_prior(n, torch.Generator().manual_seed(int(job["seed"]) + k)) for k in ks])
+    generator = torch.Generator().manual_seed(int(job["seed"]))
+    steps = _steps(job, splits[0].x_train.shape[0], info["n_epochs"])
     settings = TrainSettings(steps=steps, lr=float(job["lr"]), optimizer=job.get("optimizer", "adam"),
                              log_every=int(job.get("log_every", max(1, steps // 5))))
-    full = Batch(split.x_train, split.y_train)
+    x = torch.stack([s.x_train for s in splits])
+    y = torch.stack([s.y_train for s in splits])
 
     def progress(step: int, params: Tensor) -> dict[str, float]:
         with torch.no_grad():
-            rmse = (posterior.predict(params, full.x).squeeze(-1).mean(0) - full.y).pow(2).mean().sqrt()
-        return {"train_rmse_std_units": float(rmse)}
+            mean = posterior.predict(params, x).squeeze(-1).mean(-2)  # (G, N)
+            rmse = (mean - y).pow(2).mean(-1).sqrt()
+        return {"train_rmse_std_units_mean": float(rmse.mean())}
 
     # anchored members are anchored at their prior draw (Pearce et al., Alg. 1)
     params = fit_particles(job, posterior, init, settings, generator,
-                           next_batch=batch_sampler(split, int(job["batch_size"])),
-                           checkpoint=checkpoint, on_log=progress, checkpoint_key=job_key(job, "split", k))
-    with torch.no_grad():
-        f = posterior.predict(params, split.x_test).squeeze(-1).double().numpy()  # (S, T)
-    means = f * split.y_std + split.y_mean
-    metrics = mixture_metrics(means, posterior.noise_std * split.y_std, split.y_test_raw)
-    return {"split": k, "steps": steps, "n_train": int(split.x_train.shape[0]),
-            "n_test": int(split.x_test.shape[0]), **metrics}
+                           next_batch=stacked_batch_sampler(x, y, int(job["batch_size"])),
+                           checkpoint=checkpoint, on_log=progress, checkpoint_key=job_key(job, "splits", ks))
+    results = []
+    for k, split, members in zip(ks, splits, params):
+        with torch.no_grad():
+            f = posterior.predict(members, split.x_test).squeeze(-1).double().numpy()  # (S, T)
+        means = f * split.y_std + split.y_mean
+        metrics = mixture_metrics(means, posterior.noise_std * split.y_std, split.y_test_raw)
+        results.append({"split": k, "steps": steps, "n_train": int(split.x_train.shape[0]),
+                        "n_test": int(split.x_test.shape[0]), **metrics})
+    return results
 
 
 def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> None:
     """Train one method on the first ``splits`` (default all) splits of one UCI dataset.
+
+    The splits train as one stack (:func:`train_splits`), checkpointed as one; each
+    split's result is then written to ``<out dir>/split<K>.json`` with the job's key. A
+    rerun of the same settings reuses the split results when all of them are there, and
+    otherwise trains the stack again from its checkpoint (so a job killed between two
+    split files ends as an uninterrupted one would). Split results made under other
+    settings are set aside (``<name>.stale``).
 
     Writes ``out`` (JSON): ``rmse``/``nll`` per split and their ``*_mean`` and ``*_se``
     (standard error ``sd / sqrt(K)``, ``ddof = 1``) over splits, plus the job.
@@ -179,28 +218,34 @@ def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     key = job_key(job)  # what decides a split's result (not where the data live)
     log.info("job %s; data %s/%s, %d of %d splits", json.dumps(job, sort_keys=True), root, folder, n,
              info["n_splits"])
-    results = []
-    for k in range(n):
+    ks = list(range(n))
+    done: dict[int, dict[str, Any]] = {}
+    for k in ks:
         split_file = out.parent / f"split{k}.json"
-        if split_file.exists():
-            try:
-                saved = json.loads(split_file.read_text())
-            except (OSError, ValueError):
-                saved = {}
-            if isinstance(saved, dict) and saved.get("key") == key and "metrics" in saved:
-                log.info("split %d: done before (%s), reused", k, split_file)
-                results.append(saved["metrics"])
-                continue
+        if not split_file.exists():
+            continue
+        try:
+            saved = json.loads(split_file.read_text())
+        except (OSError, ValueError):
+            saved = {}
+        if isinstance(saved, dict) and saved.get("key") == key and "metrics" in saved:
+            done[k] = saved["metrics"]
+        else:
             set_aside(split_file, saved.get("key") if isinstance(saved, dict) else None, key, log,
                       then=f"training split {k} again", what="split result")
-        split = load_split(root, folder, k)
-        ckpt = None if checkpoint is None else checkpoint.with_name(f"split{k}.ckpt")
-        metrics = train_split(job, split, k, info, ckpt)
-        log.info("split %d: test rmse %.4g, nll %.4g", k, metrics["rmse"], metrics["nll"])
-        write_json_atomic(split_file, {"key": key, "metrics": metrics}, indent=1, sort_keys=True)
-        if ckpt is not None and ckpt.exists():
-            ckpt.unlink()
-        results.append(metrics)
+    if len(done) == n:
+        log.info("all %d splits done before (%s/split*.json), reused", n, out.parent)
+        results = [done[k] for k in ks]
+    else:
+        splits = [load_split(root, folder, k) for k in ks]
+        results = train_splits(job, splits, ks, info, checkpoint)
+        for metrics in results:
+            k = metrics["split"]
+            log.info("split %d: test rmse %.4g, nll %.4g", k, metrics["rmse"], metrics["nll"])
+            write_json_atomic(out.parent / f"split{k}.json", {"key": key, "metrics": metrics}, indent=1,
+                              sort_keys=True)
+        if checkpoint is not None and checkpoint.exists():
+            checkpoint.unlink()
     summary: dict[str, Any] = {"job": job, "splits": results}
     for name in ("rmse", "nll"):
         values = np.array([r[name] for r in results], dtype=np.float64)
