@@ -1,0 +1,297 @@
+"""Step throughput of the particle engine against an earlier engine (a script, not a test).
+
+For each configuration it times ``repens.train.train`` (the real loop: update rule,
+finiteness check, optimizer, Langevin noise) for every method, in this checkout and in
+the engine of ``--baseline`` (default: the commit before the engine work), each in its
+own subprocess with that revision's ``src`` first on ``sys.path``; the two alternate for
+``--rounds`` rounds and the median is kept, so load that drifts hits both alike.
+
+* ``uci``: 5 members, MLP d-50-1 (boston: 13 inputs, 455 training rows), batch 64. The
+  baseline trains one split at a time; this engine stacks ``--splits`` splits (20, the
+  standard number) into one problem. Throughput is splits x steps / s. Also a
+  hand-written step of the same arithmetic (explicit batched matmuls, backward by hand,
+  Adam in place; DE), timed in the current process, as the limit for a small network.
+* ``toy``: the G.2 regression, 50 particles, MLP 1-50-50-1, 90 rows, batch 64.
+* ``fashionmnist``: 50 particles, MLP 784-100-100-100-10, batch 256 (random inputs:
+  the arithmetic is what is timed). Also the machine's single-thread SGEMM rate,
+  measured in the same process, and each step's FLOPs as a share of it.
+* ``resnet32`` (opt-in, about a minute a step on a CPU): 20 particles, batch 128.
+
+    python benchmarks/bench_engine.py                           # uci, toy, fashionmnist
+    python benchmarks/bench_engine.py --configs uci --rounds 5
+    python benchmarks/bench_engine.py --baseline HEAD~10 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = "3d57ff4"  # main before the engine work (issue 11)
+
+METHODS = {
+    "de": {"rule": "ensemble"},
+    "anchored": {"rule": "anchored"},
+    "dle": {"rule": "langevin", "temperature": 1.0},
+    "drle": {"rule": "langevin", "temperature": 1.0, "mmd_weight": 1.0},
+    "svgd": {"rule": "svgd"},
+    "fsvgd": {"rule": "svgd", "space": "function"},
+    "kde-wgd": {"rule": "wgd", "estimator": "kde"},
+    "sge-wgd": {"rule": "wgd", "estimator": "sge", "eta": 0.01},
+    "ssge-wgd": {"rule": "wgd", "estimator": "ssge", "eta": 0.01},
+    "kde-fwgd": {"rule": "wgd", "space": "function", "estimator": "kde"},
+    "sge-fwgd": {"rule": "wgd", "space": "function", "estimator": "sge", "eta": 0.01},
+    "ssge-fwgd": {"rule": "wgd", "space": "function", "estimator": "ssge", "eta": 0.01},
+}
+
+CONFIGS = {
+    "uci": {"inputs": 13, "hidden": [50], "outputs": 1, "rows": 455, "particles": 5, "batch": 64, "steps": 300},
+    "toy": {"inputs": 1, "hidden": [50, 50], "outputs": 1, "rows": 90, "particles": 50, "batch": 64, "steps": 100},
+    "fashionmnist": {"inputs": 784, "hidden": [100, 100, 100], "outputs": 10, "rows": 60000, "particles": 50,
+                     "batch": 256, "steps": 3},
+    "resnet32": {"resnet": True, "particles": 20, "batch": 128, "steps": 1, "rows": 50000, "outputs": 10},
+}
+
+
+# ------------------------------------------------------------------ worker (one engine)
+def _setup(config: dict, method: str, sets: int):
+    import torch
+
+    from repens.kernels import RBF
+    from repens.models import mlp
+    from repens.particles import StackedModel
+    from repens.posteriors import Batch, NetworkPosterior
+    from repens.updates import StepContext, make_update
+
+    g = torch.Generator().manual_seed(0)
+    if config.get("resnet"):
+        from repens.models import resnet
+
+        model = StackedModel(resnet(depth=32, width=16, norm="group"))
+        x = torch.randn(config["batch"] * 4, 3, 32, 32, generator=g)
+    else:
+        model = StackedModel(mlp(config["inputs"], config["hidden"], config["outputs"]))
+        shape = (sets, config["rows"], config["inputs"]) if sets > 1 else (config["rows"], config["inputs"])
+        x = torch.randn(*shape, generator=g)
+    likelihood = "gaussian" if config["outputs"] == 1 else "categorical"
+    rows = x.shape[-2] if not config.get("resnet") else x.shape[0]
+    y_shape = x.shape[:-1] if not config.get("resnet") else (rows,)
+    y = torch.randn(*y_shape, generator=g) if likelihood == "gaussian" else torch.randint(
+        0, config["outputs"], y_shape, generator=g)
+    post = NetworkPosterior(model, likelihood, num_train=config["rows"], prior_std=1.0, noise_std=0.3)
+    spec = dict(METHODS[method])
+    rule, space = spec.pop("rule"), spec.pop("space", "weight")
+    if space == "function":
+        spec["prior_samples"] = config["particles"]
+    update = make_update(rule, space, **spec)
+    n = config["particles"]
+    init = post.sample_prior(n * sets, g)
+    if sets > 1:
+        init = init.view(sets, n, -1)
+    batch = min(config["batch"], rows)
+    if sets > 1:
+        set_rows = torch.arange(sets).unsqueeze(-1)
+
+        def next_batch(gen):
+            idx = torch.rand(sets, rows, generator=gen).argsort(-1)[:, :batch]
+            return Batch(x[set_rows, idx], y[set_rows, idx])
+    else:
+        def next_batch(gen):
+            idx = torch.randperm(rows, generator=gen)[:batch]
+            return Batch(x[idx], y[idx])
+
+    anchors = init.clone() if rule == "anchored" else None
+    return post, update, init, anchors, next_batch, lambda b, a: StepContext(post, RBF(), g, b, a), g
+
+
+def _time_method(config: dict, method: str, sets: int, steps: int) -> float:
+    """Seconds per step of the real training loop (after one warm-up call)."""
+    from repens.train import TrainSettings, TrainState, train
+
+    post, update, init, anchors, next_batch, context, g = _setup(config, method, sets)
+    settings = TrainSettings(steps=max(1, steps // 10), lr=1e-4, log_every=10**9)
+    state = TrainState(init, anchors)
+    train(state, update, context, settings, g, next_batch)  # warm-up (allocator, first-call costs)
+    settings = TrainSettings(steps=steps, lr=1e-4, log_every=10**9)
+    t0 = time.perf_counter()
+    train(state, update, context, settings, g, next_batch)
+    return (time.perf_counter() - t0) / steps
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    sys.path.insert(0, args.src)
+    out = {}
+    for name in args.configs:
+        config = CONFIGS[name]
+        sets = args.splits if (name == "uci" and args.stack) else 1
+        out[name] = {m: _time_method(config, m, sets, config["steps"]) for m in args.methods}
+    print(json.dumps(out))
+
+
+# ------------------------------------------------------------------ limits, in this process
+def gemm_rate(threads: int) -> float:
+    """Single-thread (or ``threads``) SGEMM GFLOP/s, 2048^3, best of 5."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a @ b
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * 2048**3 / best / 1e9
+
+
+def mlp_de_flops(config: dict) -> float:
+    """FLOPs of a DE step: forward, weight gradients, and input gradients below layer 1."""
+    widths = [config["inputs"], *config["hidden"], config["outputs"]]
+    macs = sum(a * b for a, b in zip(widths, widths[1:]))
+    first = widths[0] * widths[1]
+    rows = config["particles"] * config["batch"]
+    return 2 * rows * (3 * macs - first)
+
+
+def hand_written_de_step(config: dict, sets: int, steps: int, threads: int) -> float:
+    """Seconds per step of DE written by hand for a one-hidden-layer MLP stack: explicit
+    batched matmuls forward and backward, closed-form prior gradient, Adam in place."""
+    import torch
+
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    n, d, h, b, rows = config["particles"] * sets, config["inputs"], config["hidden"][0], config["batch"], config["rows"]
+    x = torch.randn(sets, rows, d, generator=g)
+    y = torch.randn(sets, rows, generator=g)
+    w1, b1 = torch.randn(n, d, h, generator=g), torch.zeros(n, 1, h)
+    w2, b2 = torch.randn(n, h, 1, generator=g), torch.zeros(n, 1, 1)
+    params = [w1, b1, w2, b2]
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    set_rows = torch.arange(sets).unsqueeze(-1)
+    scale = rows / b / 0.09
+
+    def step(t: int) -> None:
+        idx = torch.rand(sets, rows, generator=g).argsort(-1)[:, :b]
+        xb = x[set_rows, idx].repeat_interleave(config["particles"], 0)  # (n, b, d)
+        yb = y[set_rows, idx].repeat_interleave(config["particles"], 0).unsqueeze(-1)
+        pre = torch.baddbmm(b1, xb, w1)
+        hid = pre.clamp_min(0)
+        out = torch.baddbmm(b2, hid, w2)
+        err = (yb - out).mul_(scale)  # d loglik / d out
+        g_w2 = torch.bmm(hid.mT, err)
+        g_b2 = err.sum(1, keepdim=True)
+        g_hid = torch.bmm(err, w2.mT).mul_(pre > 0)
+        g_w1 = torch.bmm(xb.mT, g_hid)
+        g_b1 = g_hid.sum(1, keepdim=True)
+        for p, grad, mi, vi in zip(params, (g_w1, g_b1, g_w2, g_b2), m, v):
+            grad.sub_(p)  # prior N(0, 1)
+            mi.mul_(0.9).add_(grad, alpha=0.1)
+            vi.mul_(0.999).addcmul_(grad, grad, value=0.001)
+            p.addcdiv_(mi, vi.sqrt().add_(1e-8), value=1e-4 / (1 - 0.9**t))
+
+    for t in range(1, 11):
+        step(t)
+    t0 = time.perf_counter()
+    for t in range(11, 11 + steps):
+        step(t)
+    return (time.perf_counter() - t0) / steps
+
+
+# ------------------------------------------------------------------ driver
+def _baseline_src(rev: str, tmp: str) -> str:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+    return str(Path(tmp) / "src")
+
+
+def _run_worker(src: str, configs: list[str], methods: list[str], stack: bool, args) -> dict:
+    cmd = [sys.executable, __file__, "--worker", "--src", src, "--threads", str(args.threads),
+           "--splits", str(args.splits), "--configs", *configs, "--methods", *methods]
+    if stack:
+        cmd.append("--stack")
+    env = {**os.environ, "PYTHONPATH": src}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"worker failed ({src}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--configs", nargs="+", default=["uci", "toy", "fashionmnist"], choices=sorted(CONFIGS))
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--baseline", default=BASELINE, help="git revision of the engine to compare with")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--splits", type=int, default=20, help="UCI splits stacked by this engine")
+    p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--stack", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--src", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        old_src, new_src = _baseline_src(args.baseline, tmp), str(ROOT / "src")
+        runs: dict[str, list[dict]] = {"baseline": [], "current": []}
+        for r in range(args.rounds):
+            runs["baseline"].append(_run_worker(old_src, args.configs, args.methods, False, args))
+            runs["current"].append(_run_worker(new_src, args.configs, args.methods, True, args))
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    med = {which: {c: {m: statistics.median(run[c][m] for run in rs) for m in args.methods} for c in args.configs}
+           for which, rs in runs.items()}
+    rate = gemm_rate(args.threads)
+    print(f"device: CPU ({args.threads} thread(s)), torch {torch.__version__}; "
+          f"SGEMM 2048^3: {rate:.1f} GFLOP/s (the limit a step is compared with)")
+    print(f"baseline engine: {args.baseline}; medians of {args.rounds} alternating rounds\n")
+    report: dict = {"gemm_gflops": rate, "baseline": args.baseline, "configs": {}}
+    for c in args.configs:
+        config = CONFIGS[c]
+        sets = args.splits if c == "uci" else 1
+        unit = "splits x steps/s" if c == "uci" else "steps/s"
+        print(f"== {c}" + (f" ({sets} splits stacked here, one split at a time in the baseline)" if c == "uci" else ""))
+        print(f"{'method':>10} {'baseline ' + unit:>24} {'current ' + unit:>24} {'speed-up':>9} {'x DE':>6}")
+        rows = {}
+        for m in args.methods:
+            old, new = 1 / med["baseline"][c][m], sets / med["current"][c][m]
+            rows[m] = {"baseline": old, "current": new, "speedup": new / old,
+                       "vs_de": med["current"][c][m] / med["current"][c]["de"] if "de" in args.methods else None}
+            vs = f"{rows[m]['vs_de']:.2f}" if rows[m]["vs_de"] is not None else "-"
+            print(f"{m:>10} {old:>24.1f} {new:>24.1f} {new / old:>8.1f}x {vs:>6}")
+        if not config.get("resnet") and "de" in args.methods:
+            flops = mlp_de_flops(config) * sets
+            share = flops / med["current"][c]["de"] / 1e9 / rate
+            print(f"DE step: {flops / 1e6:.1f} MFLOP, {share:.1%} of the SGEMM rate "
+                  f"(baseline {flops / sets / med['baseline'][c]['de'] / 1e9 / rate:.1%})")
+            rows["de_gemm_share"] = share
+        if c == "uci" and "de" in args.methods:
+            one = _run_worker(new_src, ["uci"], ["de"], False, args)["uci"]["de"]
+            hand = hand_written_de_step(config, 1, config["steps"], args.threads)
+            print(f"one split, DE: engine {one * 1e3:.3f} ms/step, hand-written batched matmuls "
+                  f"{hand * 1e3:.3f} ms/step: {one / hand:.2f}x the hand-written step")
+            rows["single_split_vs_hand_written"] = one / hand
+        report["configs"][c] = rows
+        print()
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
