@@ -21,6 +21,7 @@ include: "workflow/rules/synthetic.smk"
 include: "workflow/rules/toy.smk"
 include: "workflow/rules/uci.smk"
 include: "workflow/rules/image.smk"
+include: "workflow/rules/preflight.smk"
 
 
 localrules:
