@@ -1,7 +1,7 @@
 """repens: reproduce "Repulsive Deep Ensembles are Bayesian" (D'Angelo & Fortuin 2021).
 
     snakemake -c2                        # quick scale on a CPU (config.yaml: scale)
-    snakemake -c2 --config scale=paper   # Appendix G settings
+    snakemake -c2 all --config scale=paper   # Appendix G settings (targets before --config)
 
 One experiment per file under workflow/rules/. To add one: write
 workflow/rules/<experiment>.smk (its training rule and its aggregate localrules,
@@ -21,6 +21,7 @@ include: "workflow/rules/synthetic.smk"
 include: "workflow/rules/toy.smk"
 include: "workflow/rules/uci.smk"
 include: "workflow/rules/image.smk"
+include: "workflow/rules/preflight.smk"
 
 
 localrules:

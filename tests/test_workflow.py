@@ -7,6 +7,7 @@ tests see, and the tests write nothing into the checkout.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -149,3 +150,82 @@ def test_changed_settings_rerun_exactly_the_affected_jobs(tmp_path):
 @pytest.mark.parametrize("name", ["fig2_gaussian.rst", "figF1_funnel.rst", "synthetic_metrics.rst"])
 def test_report_captions_exist(name):
     assert (ROOT / "workflow" / "report" / name).read_text().strip()
+
+
+# --------------------------------------------------------------------------- issue 17
+# A newcomer's first run: data problems found before any job, no retraining for where
+# the data came from, config labels in every report.
+
+SHARED = Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "data"))
+REPORT_RULES = ["summarize_synthetic", "plot_gaussian", "plot_funnel", "plot_regression", "plot_classification",
+                "summarize_toy", "summarize_image", "summarize_uci"]
+
+
+def test_fresh_clone_without_network_stops_before_any_job(tmp_path):
+    """No data, no mirror, no network ($REPENS_OFFLINE, tests/conftest.py): the plain
+    `snakemake -c2` stops before its first job with every missing file and the fix."""
+    rc, out = snakemake(tmp_path, "-c2")
+    assert rc != 0, out
+    assert "data not available for fashionmnist, mnist" in out, out
+    assert "nothing was run" in out
+    for name in ("train-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        assert f"data/images/FashionMNIST/raw/{name}" in out and f"data/images/MNIST/raw/{name}" in out
+    assert "curl -fL --create-dirs -o data/images/FashionMNIST/raw/train-images-idx3-ubyte.gz http" in out
+    assert "snakemake -c2 --config image_data_mirror=/path/to/copy" in out
+    # not one job started: no job wrote a log or a result
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+    # the same with targets: the fix repeats them, --config after the targets
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["image_data_download"] = False
+    rc, out = snakemake(tmp_path, "-c2", "results/table1.tex", config=config)
+    assert rc != 0 and "image_data_download is false" in out, out
+    assert "snakemake -c2 results/table1.tex --config image_data_mirror=/path/to/copy" in out
+    assert not (tmp_path / "results").exists()
+
+
+def test_data_needed_by_no_target_does_not_stop_the_run(tmp_path):
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["experiments"]["synthetic"]["methods"] = ["svgd"]
+    config["experiments"]["synthetic"]["quick"]["datasets"]["gaussian"] = {"steps": 5, "particles": 10}
+    target = "results/synthetic/gaussian/svgd/seed42/particles.npz"
+    rc, out = snakemake(tmp_path, "-c1", target, config=config)
+    assert rc == 0, out
+    assert (tmp_path / target).is_file()
+
+
+@pytest.mark.skipif(not (SHARED / "FashionMNIST" / "raw").is_dir() or not (SHARED / "MNIST" / "raw").is_dir(),
+                    reason="no shared copy of FashionMNIST/MNIST")
+def test_mirror_is_not_a_reason_to_rerun(tmp_path):
+    """Data prepared from a mirror: dropping the mirror plans nothing for the data rule,
+    and Table 1 plans its trainings and the table only."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    data = ["data/images/fashionmnist.npz", "data/images/mnist.npz"]
+    rc, out = snakemake(tmp_path, "-c2", *data, config={**config, "image_data_mirror": str(SHARED)}, timeout=300)
+    assert rc == 0, out
+    rc, out = snakemake(tmp_path, "-n", *data, config=config)
+    assert rc == 0 and "Nothing to be done" in out, out
+    rc, out = snakemake(tmp_path, "-n", "results/table1.tex", config=config)
+    assert rc == 0, out
+    assert "prepare_images" not in jobs(out), out
+    assert jobs(out)["train_image"] == len(config["experiments"]["image"]["methods"]) * len(config["seeds"])
+    # an other mirror, or downloads switched off: still nothing to do for the data
+    rc, out = snakemake(tmp_path, "-n", *data, config={**config, "image_data_mirror": str(tmp_path),
+                                                       "image_data_download": False})
+    assert rc == 0 and "Nothing to be done" in out, out
+
+
+def test_every_report_rule_passes_the_config_labels(tmp_path):
+    """A label set in config.yaml reaches every figure and table rule (--labels); the
+    report functions show it (tests/report/test_labels.py)."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["methods"]["svgd"]["label"] = "Zeta SVGD"
+    rc, out = snakemake(tmp_path, "-n", "-p", "all", "results/table2_uci.tex", config=config)
+    assert rc == 0, out
+    blocks = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
+        m = re.match(r"(?:local)?rule (\w+):", block)
+        if m:
+            blocks[m[1]] = block
+    for rule in REPORT_RULES:
+        assert rule in blocks, rule
+        assert "--labels" in blocks[rule] and '"svgd": "Zeta SVGD"' in blocks[rule], blocks[rule]

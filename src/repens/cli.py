@@ -98,14 +98,16 @@ def _image_table(args: argparse.Namespace) -> int:
 def _synthetic_table(args: argparse.Namespace) -> int:
     from repens.report.synthetic import write_metrics_table
 
-    write_metrics_table([Path(p) for p in args.inputs], Path(args.out_csv), Path(args.out_tex))
+    write_metrics_table([Path(p) for p in args.inputs], Path(args.out_csv), Path(args.out_tex),
+                        labels=json.loads(args.labels))
     return 0
 
 
 def _synthetic_figure(args: argparse.Namespace) -> int:
     from repens.report.synthetic import plot_target_panels
 
-    plot_target_panels(args.target, [Path(p) for p in args.inputs], Path(args.out_png), Path(args.out_pdf))
+    plot_target_panels(args.target, [Path(p) for p in args.inputs], Path(args.out_png), Path(args.out_pdf),
+                       labels=json.loads(args.labels))
     return 0
 
 
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("synthetic-table", help="metrics of the synthetic runs as CSV and LaTeX")
     p.add_argument("--out-csv", required=True)
     p.add_argument("--out-tex", required=True)
+    p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("inputs", nargs="+", help="particle files (.npz) written by 'train'")
     p.set_defaults(func=_synthetic_table)
 
@@ -195,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", required=True)
     p.add_argument("--out-png", required=True)
     p.add_argument("--out-pdf", required=True)
+    p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("inputs", nargs="+", help="particle files (.npz), one per method, in panel order")
     p.set_defaults(func=_synthetic_figure)
 

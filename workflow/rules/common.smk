@@ -156,6 +156,14 @@ def image_data_file(dataset):
     return f"{config['image_data']}/{dataset}.npz"
 
 
+def image_md5s(dataset):
+    """MD5s of the data set's original files (repens.data.images): the data it holds."""
+    from repens.data.images import IMAGE_DATASETS
+
+    dataset = IMAGE_DATASETS.get(dataset)
+    return ",".join(file.md5 for file in dataset.files) if dataset else ""
+
+
 def image_ood(dataset):
     """The OOD data set of an in-distribution data set (its ``ood`` setting)."""
     return config["experiments"]["image"]["datasets"][dataset]["ood"]

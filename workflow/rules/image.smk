@@ -18,6 +18,11 @@ localrules:
 
 
 # Compute nodes often have no internet: the download runs where Snakemake runs.
+# The output depends on the data only: `md5s` (the registry's checksums) is a param, so
+# new checksums remake it; where the files come from (mirror, download) is not: those
+# params read `output`, which keeps them out of Snakemake's rerun triggers, so changing
+# or dropping image_data_mirror never reruns this rule or the trainings after it.
+# A failure prints the log's error line to the terminal (it names the fix).
 rule prepare_images:
     output:
         f"{config['image_data']}/{{dataset}}.npz",
@@ -26,18 +31,20 @@ rule prepare_images:
     conda:
         "../../envs/repens.yaml"
     params:
+        md5s=lambda wc: image_md5s(wc.dataset),
         root=lambda wc, output: Path(output[0]).parent,
-        mirror=(
+        mirror=lambda wc, output: (
             f"--mirror {shlex.quote(config['image_data_mirror'])}"
             if config["image_data_mirror"]
             else ""
         ),
-        offline=(
+        offline=lambda wc, output: (
             "" if str(config["image_data_download"]).lower() == "true" else "--offline"
         ),
     shell:
         "python -m repens prepare-images --dataset {wildcards.dataset} --root {params.root:q}"
         " {params.mirror} {params.offline} --out {output:q} > {log:q} 2>&1"
+        " || {{ status=$?; tail -n 3 {log:q} >&2; exit $status; }}"
 
 
 rule train_image:

@@ -58,10 +58,11 @@ rule summarize_synthetic:
         "../../envs/repens.yaml"
     params:
         scale=config["scale"],
+        labels=method_labels(),
     shell:
         keep_last_good(
-            "python -m repens synthetic-table --out-csv {output.csv:q} --out-tex {output.tex:q}"
-            " {input:q} > {log:q} 2>&1"
+            "python -m repens synthetic-table --labels {params.labels:q}"
+            " --out-csv {output.csv:q} --out-tex {output.tex:q} {input:q} > {log:q} 2>&1"
         )
 
 
@@ -81,9 +82,10 @@ rule plot_gaussian:
         "../../envs/repens.yaml"
     params:
         scale=config["scale"],
+        labels=method_labels(),
     shell:
         keep_last_good(
-            "python -m repens synthetic-figure --target gaussian"
+            "python -m repens synthetic-figure --target gaussian --labels {params.labels:q}"
             " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
         )
 
@@ -104,8 +106,9 @@ rule plot_funnel:
         "../../envs/repens.yaml"
     params:
         scale=config["scale"],
+        labels=method_labels(),
     shell:
         keep_last_good(
-            "python -m repens synthetic-figure --target funnel"
+            "python -m repens synthetic-figure --target funnel --labels {params.labels:q}"
             " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
         )

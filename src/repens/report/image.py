@@ -13,7 +13,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from repens.report.tables import Column, build_blocks, csv_text, mean_se, write_table, write_text_atomic
+from repens.report.tables import (Column, build_blocks, csv_text, mean_se, with_labels, write_table,
+                                  write_text_atomic)
 
 __all__ = ["TABLE1_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows"]
 
@@ -118,4 +119,5 @@ def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Ma
     write_table(blocks, TABLE1_COLUMNS, out_tex=out_tex, out_csv=out_csv, out_png=out_png, caption=caption,
                 label="tab:table1", title="Table 1: BNN image classification (mean ± s.e. over seeds)",
                 footer=footer)
-    write_text_atomic(Path(out_vs_paper), csv_text(vs_paper_rows(records, ref, datasets, [r[0] for r in rows])))
+    vs_paper = vs_paper_rows(records, ref, datasets, [r[0] for r in rows])
+    write_text_atomic(Path(out_vs_paper), csv_text(with_labels(vs_paper, labels)))

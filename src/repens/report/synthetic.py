@@ -24,9 +24,9 @@ import functools
 import json
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -50,7 +50,9 @@ __all__ = [
     "plot_target_panels",
 ]
 
-#: Display labels of the method keys (as in ``config.yaml``); unknown keys show as themselves.
+#: Fallback display labels of the method keys, used only for a method that neither the
+#: ``labels`` argument (the workflow passes ``config.yaml``'s labels, as to every report)
+#: nor the job spec names; an unknown key shows as itself.
 LABELS: dict[str, str] = {
     "de": "Deep ensemble",
     "svgd": "SVGD",
@@ -162,10 +164,15 @@ def load_run(path: Path | str) -> Run:
     return Run(path, particles, None if initial is None else np.asarray(initial, dtype=np.float64), job)
 
 
-def _load_runs(inputs: Iterable[Path | str]) -> list[Run]:
+def _load_runs(inputs: Iterable[Path | str], labels: Mapping[str, str] | None = None) -> list[Run]:
+    """Load ``inputs``; ``labels`` (method key -> display name, from ``config.yaml``)
+    overrides the labels stored in the files and :data:`LABELS`."""
     runs = [load_run(p) for p in inputs]
     if not runs:
         raise ValueError("no input files")
+    if labels:
+        runs = [replace(run, job={**run.job, "label": labels[run.method]}) if run.method in labels else run
+                for run in runs]
     return runs
 
 
@@ -288,7 +295,7 @@ def compute_metrics(particles: Any, target_name: str, reference_samples: int = R
 
 
 def metrics_frame(inputs: Sequence[Path | str], reference_samples: int | None = None,
-                  seed: int | None = None):
+                  seed: int | None = None, labels: Mapping[str, str] | None = None):
     """The metrics table as a pandas DataFrame (see :func:`write_metrics_table`).
 
     ``reference_samples`` and ``seed`` default to :data:`REFERENCE_SAMPLES` and
@@ -299,7 +306,7 @@ def metrics_frame(inputs: Sequence[Path | str], reference_samples: int | None = 
     reference_samples = REFERENCE_SAMPLES if reference_samples is None else reference_samples
     seed = REFERENCE_SEED if seed is None else seed
 
-    runs = _load_runs(inputs)
+    runs = _load_runs(inputs, labels)
     seen: dict[tuple, Path] = {}
     by_target: dict[str, list[Run]] = {}
     for run in runs:
@@ -429,7 +436,8 @@ def _latex_table(frame, reference_samples: int, seed: int) -> str:
 # --------------------------------------------------------------------------- output
 
 
-def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path) -> None:
+def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path,
+                        labels: Mapping[str, str] | None = None) -> None:
     """Write the synthetic metrics table as CSV and as a booktabs LaTeX table.
 
     One row per input run (target, method, seed) in input order, grouped by
@@ -444,11 +452,13 @@ def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path) -> Non
         inputs: Result files (``.npz``) of synthetic jobs.
         out_csv: CSV path (parent directories are created).
         out_tex: LaTeX path.
+        labels: Method key -> display name (``config.yaml``'s labels); overrides the
+            labels of the files and :data:`LABELS`.
 
     Raises:
         ValueError: an input is malformed or two inputs are the same run.
     """
-    frame = metrics_frame(inputs)
+    frame = metrics_frame(inputs, labels=labels)
     out_csv, out_tex = Path(out_csv), Path(out_tex)
     write_text_atomic(out_csv, frame.to_csv(index=False))
     write_text_atomic(out_tex, _latex_table(frame, REFERENCE_SAMPLES, REFERENCE_SEED))
@@ -514,7 +524,8 @@ def _save_figure(fig, path: Path, fmt: str, **kwargs: Any) -> None:
     save_figure_atomic(fig, path, format=fmt, **kwargs)
 
 
-def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: Path) -> None:
+def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: Path,
+                       labels: Mapping[str, str] | None = None) -> None:
     """Draw Figure 2 (``gaussian``) or Figure F.1 (``funnel``): one joint plot per method.
 
     Panels run left to right in input order, each titled with the method label.
@@ -531,6 +542,8 @@ def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: 
         inputs: Result files, one per panel.
         out_png: PNG path (150 dpi); parent directories are created.
         out_pdf: PDF path.
+        labels: Method key -> display name (``config.yaml``'s labels) of the panel
+            titles; overrides the labels of the files and :data:`LABELS`.
 
     Raises:
         ValueError: an input is malformed or belongs to another target (the
@@ -538,7 +551,7 @@ def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: 
     """
     from matplotlib.figure import Figure  # Agg canvas, no pyplot / global backend state
 
-    runs = _load_runs(inputs)
+    runs = _load_runs(inputs, labels)
     for run in runs:
         if run.target != target:
             raise ValueError(f"{run.path}: a run on target {run.target!r}, but the figure is for {target!r}")

@@ -33,6 +33,7 @@ __all__ = [
     "write_table",
     "write_text_atomic",
     "csv_text",
+    "with_labels",
 ]
 
 
@@ -303,3 +304,17 @@ def write_table(
         write_text_atomic(Path(out_tex), latex_table(blocks, columns, caption, label))
     if out_png is not None:
         render_png(Path(out_png), blocks, columns, title or caption, footer)
+
+
+def with_labels(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``rows`` with a ``label`` column (``labels[method]``, else the key) after ``method``,
+    so every CSV a report writes names its methods as config.yaml's labels do."""
+    out = []
+    for row in rows:
+        new: dict[str, Any] = {}
+        for key, value in row.items():
+            new[key] = value
+            if key == "method":
+                new["label"] = labels.get(value, value)
+        out.append(new)
+    return out

@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from repens.report.tables import Column, build_blocks, csv_text, mean_se, write_table, write_text_atomic
+from repens.report.tables import (Column, build_blocks, csv_text, mean_se, with_labels, write_table,
+                                  write_text_atomic)
 
 __all__ = ["UCI_COLUMNS", "DATASET_LABELS", "load_records", "read_seeds", "compare_with_seeds", "write_uci_tables"]
 
@@ -99,4 +100,5 @@ def write_uci_tables(
     write_table(blocks, UCI_COLUMNS, out_tex=out_tex, out_csv=out_csv, out_png=out_png, caption=caption,
                 label="tab:uci", title=f"Table 2: UCI regression (scale: {scale})",
                 footer="mean ± s.e. over splits; bold: best per dataset; results/uci/<dataset>/<method>/")
-    write_text_atomic(out_seeds, csv_text(compare_with_seeds(records, read_seeds(seeds_file))))
+    vs_seeds = compare_with_seeds(records, read_seeds(seeds_file))
+    write_text_atomic(out_seeds, csv_text(with_labels(vs_seeds, labels)))

@@ -1,0 +1,74 @@
+"""repens.data.availability and repens.cost: what the workflow checks before any job."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from repens.cost import image_cost_notice
+from repens.data import availability as av
+from repens.data.images import IMAGE_DATASETS
+
+
+def _touch(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
+
+
+def test_lacking_image_data_places(tmp_path):
+    root, mirror = tmp_path / "root", tmp_path / "mirror"
+    files = IMAGE_DATASETS["fashionmnist"].files
+    never = lambda url: False  # noqa: E731
+    lacking = av.lacking_image_data(["fashionmnist"], root, None, True, probe=never)
+    assert [m.path for m in lacking] == [root / f.folder / f.filename for f in files]
+    # downloadable: nothing lacks; but not when downloads are off
+    assert av.lacking_image_data(["fashionmnist"], root, None, True, probe=lambda url: True) == []
+    assert len(av.lacking_image_data(["fashionmnist"], root, None, False, probe=lambda url: True)) == 4
+    # archives in the mirror, extracted files under the root, or the prepared .npz
+    for f in files[:2]:
+        _touch(mirror / f.folder / f.filename)
+    for f in files[2:]:
+        for rel in f.extracted:
+            _touch(root / rel)
+    assert av.lacking_image_data(["fashionmnist"], root, mirror, False) == []
+    assert len(av.lacking_image_data(["fashionmnist"], root, None, False)) == 2
+    _touch(root / "mnist.npz")
+    assert av.lacking_image_data(["mnist"], root, None, False) == []
+
+
+def test_lacking_message_lists_files_and_commands(tmp_path):
+    lacking = av.lacking_image_data(["svhn"], tmp_path, None, False)
+    text = av.lacking_message(lacking, "snakemake -c2 results/table1.tex", "image_data_mirror", "no network")
+    assert "data not available for svhn (no network); nothing was run" in text
+    assert f"curl -fL --create-dirs -o {tmp_path}/test_32x32.mat http://ufldl.stanford.edu/" in text
+    assert "snakemake -c2 results/table1.tex --config image_data_mirror=/path/to/copy" in text
+
+
+def test_reachable_offline_and_closed_port(monkeypatch):
+    monkeypatch.setenv(av.OFFLINE_ENV, "1")
+    assert not av.reachable("http://127.0.0.1:1/x")
+    monkeypatch.setenv(av.OFFLINE_ENV, "0")
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    assert not av.reachable(f"http://127.0.0.1:{port}/file", timeout=2.0)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        assert av.reachable(f"http://127.0.0.1:{server.getsockname()[1]}/file", timeout=2.0)
+    assert time.monotonic() - start < 5
+
+
+def test_cost_notice():
+    steps = {"fashionmnist": {"paper": 0.2, "quick": 0.05}, "cifar10": {"paper": 60.0}}
+    quick = [{"dataset": "fashionmnist", "scale": "quick", "steps": 600}] * 65
+    assert image_cost_notice(quick, steps, 2, "quick") is None
+    paper = [{"dataset": "cifar10", "scale": "paper", "steps": 50000}] * 2 + [
+        {"dataset": "fashionmnist", "scale": "paper", "steps": 50000, "l2_search": True,
+         "search_trials": 20, "search_steps": 10000}]
+    text = image_cost_notice(paper, steps, 2, "paper")
+    assert "3 Table 1 training jobs at scale=paper" in text
+    assert "cifar10: 2 jobs, about 69.4 days of CPU" in text and "fashionmnist: 1 jobs, about 13.9 h" in text
