@@ -102,7 +102,7 @@ def _setup(config: dict, method: str, sets: int):
         set_rows = torch.arange(sets).unsqueeze(-1)
 
         def next_batch(gen):
-            idx = torch.rand(sets, rows, generator=gen).argsort(-1)[:, :batch]
+            idx = torch.stack([torch.randperm(rows, generator=gen)[:batch] for _ in range(sets)])
             return Batch(x[set_rows, idx], y[set_rows, idx])
     else:
         def next_batch(gen):
@@ -184,7 +184,7 @@ def hand_written_de_step(config: dict, sets: int, steps: int, threads: int) -> f
     scale = rows / b / 0.09
 
     def step(t: int) -> None:
-        idx = torch.rand(sets, rows, generator=g).argsort(-1)[:, :b]
+        idx = torch.stack([torch.randperm(rows, generator=g)[:b] for _ in range(sets)])
         xb = x[set_rows, idx].repeat_interleave(config["particles"], 0)  # (n, b, d)
         yb = y[set_rows, idx].repeat_interleave(config["particles"], 0).unsqueeze(-1)
         pre = torch.baddbmm(b1, xb, w1)

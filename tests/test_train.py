@@ -242,10 +242,13 @@ def test_ctrl_c_outside_training_is_one_line_and_exit_130(monkeypatch, capsys):
 def test_direction_is_finite_finds_one_bad_entry(bad):
     from repens.train import direction_is_finite
 
-    direction = torch.full((4, 1000), 3e38)  # finite, near float32's largest
-    assert bool(direction_is_finite(direction))
+    direction = torch.full((4, 1000), 3e38)  # finite, but the sum overflows: still finite
+    assert direction_is_finite(direction)
     direction[2, 517] = bad
-    assert not bool(direction_is_finite(direction))
+    assert not direction_is_finite(direction)
+    small = torch.ones(3, 5)
+    small[1, 1] = bad
+    assert not direction_is_finite(small)
 
 
 @pytest.mark.parametrize("name", ["adam", "sgd"])
