@@ -51,7 +51,10 @@ def build_step(config_name: str, method: str, mode: str, device: str):
 
     from repens.config import method_options
     from repens.experiments.image import resolve_device
-    from repens.experiments.synthetic import kernel_from_job
+    try:
+        from repens.fitting import kernel_from_job
+    except ImportError:  # an engine from before repens.fitting
+        from repens.experiments.synthetic import kernel_from_job
     from repens.models import build_model
     from repens.particles import StackedModel
     from repens.posteriors import Batch, NetworkPosterior

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-import repens.experiments.synthetic as synthetic_mod
+import repens.fitting as synthetic_mod
 from repens.config import resolve_job
 from repens.experiments.image import run_image
 from repens.experiments.synthetic import run_synthetic

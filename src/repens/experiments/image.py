@@ -36,7 +36,7 @@ from torch import Tensor
 from repens.atomic import save_npz_atomic, write_json_atomic
 from repens.data.images import load_arrays
 from repens.evaluation import classification_metrics, ensemble_summary
-from repens.experiments.synthetic import fit_particles
+from repens.fitting import fit_particles
 from repens.jobkey import job_key, set_aside
 from repens.models import build_model
 from repens.particles import StackedModel

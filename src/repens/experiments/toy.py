@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from repens.data.toy import ToyData, make_toy
 from repens.atomic import save_npz_atomic
-from repens.experiments.synthetic import fit_particles
+from repens.data.toy import ToyData, make_toy
+from repens.fitting import fit_particles
+from repens.minibatches import batch_sampler
 from repens.models import mlp
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
@@ -30,7 +31,7 @@ from repens.train import TrainSettings
 
 log = logging.getLogger("repens.toy")
 
-__all__ = ["run_toy", "toy_posterior", "toy_predictions", "batch_sampler"]
+__all__ = ["run_toy", "toy_posterior", "toy_predictions"]
 
 
 def toy_posterior(job: dict[str, Any], data: ToyData, dtype: torch.dtype = torch.float32) -> NetworkPosterior:
@@ -46,18 +47,6 @@ def toy_posterior(job: dict[str, Any], data: ToyData, dtype: torch.dtype = torch
         prior_std=float(job.get("prior_std", 1.0)),
         noise_std=float(job.get("noise_std", 0.5)),
     )
-
-
-def batch_sampler(data: ToyData, batch_size: int):
-    """Minibatches of ``batch_size`` distinct training points, drawn from the run's generator."""
-    n = data.x_train.shape[0]
-    size = min(int(batch_size), n)
-
-    def next_batch(generator: torch.Generator) -> Batch:
-        idx = torch.randperm(n, generator=generator)[:size]
-        return Batch(data.x_train[idx], data.y_train[idx])
-
-    return next_batch
 
 
 @torch.no_grad()
