@@ -47,6 +47,73 @@ def _mlp_layers(module: nn.Module) -> tuple[bool, ...] | None:
     return tuple(layers) if not layers[-1] else None
 
 
+def _layer(params_parts: tuple[Tensor, ...], model: "StackedModel", i: int, lead: torch.Size) -> tuple[Tensor, Tensor]:
+    """Layer ``i``'s weight (..., out, in) and bias (..., 1, out): views into the rows."""
+    w_slot, b_slot = model.slots[2 * i], model.slots[2 * i + 1]
+    return (params_parts[2 * i].view(*lead, *w_slot.shape),
+            params_parts[2 * i + 1].view(*lead, 1, b_slot.shape[0]))
+
+
+def _affine(h: Tensor, weight: Tensor, bias: Tensor, lead: torch.Size) -> Tensor:
+    """``h W^T + b`` for a stack: one batched GEMM (``baddbmm``) when ``h`` has one input
+    batch per particle, else a broadcast ``matmul`` (inputs shared, never copied per particle)."""
+    if h.dim() == weight.dim() and h.shape[:-2] == lead:
+        out = torch.baddbmm(bias.reshape(-1, *bias.shape[-2:]), h.reshape(-1, *h.shape[-2:]),
+                            weight.reshape(-1, *weight.shape[-2:]).mT)
+        return out.view(*lead, h.shape[-2], -1)
+    return torch.matmul(h, weight.mT) + bias
+
+
+def _mlp_forward(params: Tensor, x: Tensor, model: "StackedModel", keep: list | None) -> Tensor:
+    """The MLP stack's forward; ``keep`` (a list) collects each layer's input for backward."""
+    parts = torch.split(params, model._sizes, dim=-1)
+    lead = params.shape[:-1]
+    h = x
+    for i, relu in enumerate(model._mlp):
+        if keep is not None:
+            keep.append(h)
+        weight, bias = _layer(parts, model, i, lead)
+        h = _affine(h, weight, bias, lead)
+        if relu:
+            h = torch.relu(h)
+    return h
+
+
+class _MLPStack(torch.autograd.Function):
+    """An MLP stack as one autograd node. Backward, layer by layer from the top, for the
+    upstream gradient ``g`` (..., n, B, out) of a layer with input ``h``:
+    ``dW = g^T h``, ``db = sum_B g``, and ``g <- (g W) * [h > 0]`` for the layer below
+    (``h`` is a ReLU output there). The weight gradients are written straight into the
+    rows' layout; nothing else is materialised besides what eager autograd would save."""
+
+    @staticmethod
+    def forward(ctx, params: Tensor, x: Tensor, model: "StackedModel") -> Tensor:  # noqa: ANN001
+        inputs: list[Tensor] = []
+        out = _mlp_forward(params, x, model, keep=inputs)
+        ctx.model = model
+        ctx.save_for_backward(params, *inputs)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):  # noqa: ANN001, ANN205
+        params, *inputs = ctx.saved_tensors
+        model: StackedModel = ctx.model
+        lead = params.shape[:-1]
+        parts = torch.split(params, model._sizes, dim=-1)
+        grad = params.new_empty(params.shape)
+        grad_parts = torch.split(grad, model._sizes, dim=-1)
+        g = grad_out
+        for i in reversed(range(len(model._mlp))):
+            h = inputs[i]
+            weight, _ = _layer(parts, model, i, lead)
+            grad_w = torch.matmul(g.mT, h)  # (..., n, out, in); shared inputs broadcast
+            grad_parts[2 * i].view(*lead, *weight.shape[-2:]).copy_(grad_w)
+            grad_parts[2 * i + 1].copy_(g.sum(-2))
+            if i > 0:
+                g = torch.matmul(g, weight).mul_(h > 0)
+        return grad, None, None
+
+
 @dataclass(frozen=True)
 class ParamSlot:
     name: str
@@ -103,24 +170,14 @@ class StackedModel:
         return vmap(one, chunk_size=self.chunk_size)(params)
 
     def _forward_mlp(self, params: Tensor, x: Tensor) -> Tensor:
-        """``h <- relu(h W^T + b)`` per layer, batched over the leading axes of ``params``."""
-        parts = torch.split(params, self._sizes, dim=-1)
-        lead = params.shape[:-1]
+        """``h <- relu(h W^T + b)`` per layer, batched over the leading axes of ``params``:
+        one autograd node for the whole stack, with the backward written out
+        (:class:`_MLPStack`), when the inputs need no gradient (always, for data)."""
         if x.dim() == params.dim():  # one input batch per group: (G, B, in) -> (G, 1, B, in)
             x = x.unsqueeze(-3)
-        h = x
-        for i, relu in enumerate(self._mlp):
-            w_slot, b_slot = self.slots[2 * i], self.slots[2 * i + 1]
-            weight = parts[2 * i].view(*lead, *w_slot.shape)  # (..., out, in)
-            bias = parts[2 * i + 1].view(*lead, 1, b_slot.shape[0])  # (..., 1, out)
-            if h.dim() == weight.dim() and h.shape[:-2] == lead:
-                h = torch.baddbmm(bias.reshape(-1, *bias.shape[-2:]), h.reshape(-1, *h.shape[-2:]),
-                                  weight.reshape(-1, *weight.shape[-2:]).mT).view(*lead, h.shape[-2], -1)
-            else:  # inputs shared by the particles (broadcast, no copy of x per particle)
-                h = torch.matmul(h, weight.mT) + bias
-            if relu:
-                h = torch.relu(h)
-        return h
+        if x.requires_grad:
+            return _mlp_forward(params, x, self, keep=None)
+        return _MLPStack.apply(params, x, self)
 
     __call__ = forward
 
