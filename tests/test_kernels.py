@@ -120,3 +120,21 @@ def test_zero_median_falls_back_to_median_of_positive_distances():
 def test_single_particle_bandwidth_is_one():
     x = torch.randn(1, 7, dtype=torch.float64)
     assert float(RBF().bandwidth_for(x)) == 1.0
+
+
+def test_difference_distances_of_the_gpu_path_agree_with_the_cpu_path():
+    """The GPU computes distances by differences (no host round-trip); checked here on the CPU."""
+    from repens.kernels import difference_distances
+
+    g = torch.Generator().manual_seed(8)
+    centre = torch.randn(1, 20_000, generator=g) * 3
+    x = torch.cat([centre + 1e-4 * torch.randn(4, 20_000, generator=g), centre])
+    stack = torch.stack([x, x.flip(0)])
+    exact = torch.cdist(x.double(), x.double(), compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+    for got in (difference_distances(x, x), difference_distances(stack, stack)[1].flip(0).flip(1)):
+        assert torch.equal(torch.diagonal(got), torch.zeros(5)) and torch.equal(got, got.T)
+        off = ~torch.eye(5, dtype=torch.bool)
+        # differences this close are exact (Sterbenz); cdist sums the d squares in sequence
+        # (relative error <= (d - 1) u, Higham 2002 Eq. 4.4), then sqrt and square: 4 u more
+        assert float(((got.double() - exact).abs() / exact)[off].max()) <= (20_000 - 1 + 4) * U32
+    torch.testing.assert_close(difference_distances(x, x), squared_distances(x, x), rtol=1e-4, atol=0)

@@ -260,3 +260,48 @@ def test_optimizer_ascends_phi(name):
     params.grad = torch.ones(2, 3)
     opt.step()
     assert (params > 0).all()  # moved along +phi
+
+
+# ------------------------------------------- the GPU's deferred finiteness check, on the CPU
+def _nan_at(update, step):
+    calls = {"n": 0}
+
+    def poisoned(params, context):
+        calls["n"] += 1
+        out = update(params, context)
+        return type(out)(out.direction * float("nan")) if calls["n"] == step else out
+
+    return poisoned
+
+
+def test_deferred_check_catches_a_bad_step_before_any_checkpoint_or_result(tmp_path):
+    start, g, ctx = setup()
+    settings = TrainSettings(steps=20, lr=0.05, nonfinite_check_every=8, checkpoint_seconds=0.0)
+    ckpt = tmp_path / "run.ckpt"
+    # a checkpoint is written every step here, and each is preceded by a check
+    with pytest.raises(NonFiniteError, match="between steps 11 and 11/20"):
+        train(TrainState(start), _nan_at(make_update("svgd"), 11), lambda b, a: ctx, settings, g, checkpoint=ckpt)
+    saved = torch.load(ckpt, weights_only=False)
+    assert saved["step"] == 10 and torch.isfinite(saved["params"]).all()
+    # without checkpoints the host looks every 8 steps, or when a later step fails on the
+    # NaN particles (here the target density refuses them at step 12)
+    start, g, ctx = setup()
+    with pytest.raises(NonFiniteError, match=r"between steps 9 and (1[1-6])/20"):
+        train(TrainState(start), _nan_at(make_update("svgd"), 11), lambda b, a: ctx, settings, g)
+
+
+def test_deferred_check_changes_nothing_when_all_is_finite():
+    runs = []
+    for every in (1, 7):
+        start, g, ctx = setup()
+        settings = TrainSettings(steps=30, lr=0.05, nonfinite_check_every=every)
+        runs.append(train(TrainState(start), make_update("langevin", temperature=1.0), lambda b, a: ctx,
+                          settings, g).params)
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_deferred_check_at_the_last_step():
+    start, g, ctx = setup()
+    settings = TrainSettings(steps=10, lr=0.05, nonfinite_check_every=100)
+    with pytest.raises(NonFiniteError, match="between steps 1 and 10/10"):
+        train(TrainState(start), _nan_at(make_update("ensemble"), 10), lambda b, a: ctx, settings, g)

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["RBF", "squared_distances", "median_bandwidth", "kernel_grad_sum", "CANCELLATION_FACTOR"]
+__all__ = ["RBF", "squared_distances", "difference_distances", "median_bandwidth", "kernel_grad_sum", "CANCELLATION_FACTOR"]
 
 #: guards only against underflow: a positive median is never this small in practice
 _MIN_BANDWIDTH = 1e-30
@@ -108,6 +108,8 @@ def squared_distances(x: Tensor, y: Tensor) -> Tensor:
     if x.dim() < 2 or y.dim() < 2 or x.shape[-1] != y.shape[-1]:
         raise ValueError(f"expected (..., n, d) and (..., m, d) particles, got {tuple(x.shape)} and {tuple(y.shape)}")
     same = x is y
+    if x.device.type == "cuda":
+        return difference_distances(x, y)
     xc, yc = _centred(x, y)
     # one GEMM and no (n, m, d) temporaries: these run every step on (n, ~1e5) particles
     x2 = torch.linalg.vector_norm(xc, dim=-1).pow(2).unsqueeze(-1)
@@ -125,6 +127,14 @@ def squared_distances(x: Tensor, y: Tensor) -> Tensor:
     if same:
         d = d + d.mT
     return d
+
+
+def difference_distances(x: Tensor, y: Tensor) -> Tensor:
+    """``sum_k (x_ik - y_jk)^2`` for every pair, by differences (``cdist`` without the GEMM
+    formula): exact zeros for coincident particles, exactly symmetric, no cancellation.
+    The GPU path: there it is cheap, and the CPU path's recomputation of cancelling pairs
+    would need a host round-trip (``nonzero``) every step."""
+    return torch.cdist(x, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
 
 
 def median_bandwidth(sq_dists: Tensor, n: int) -> Tensor:

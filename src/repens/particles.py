@@ -184,15 +184,15 @@ class StackedModel:
     def sample_gaussian(
         self, n: int, std: float, generator: torch.Generator, dtype: torch.dtype = torch.float32
     ) -> Tensor:
-        """``n`` rows drawn from N(0, std^2 I) (e.g. the prior)."""
-        return std * torch.randn(n, self.dim, generator=generator, dtype=dtype)
+        """``n`` rows drawn from N(0, std^2 I) (e.g. the prior), on the generator's device."""
+        return std * torch.randn(n, self.dim, generator=generator, dtype=dtype, device=generator.device)
 
     def sample_he(self, n: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> Tensor:
         """``n`` rows with He (Kaiming-normal) weights and zero biases (He et al. 2015).
 
         1-D ``weight`` s (the affine scales of normalisation layers) start at one.
         """
-        rows = torch.zeros(n, self.dim, dtype=dtype)
+        rows = torch.zeros(n, self.dim, dtype=dtype, device=generator.device)
         for s in self.slots:
             if len(s.shape) < 2:
                 if s.name.endswith("weight"):
@@ -201,6 +201,6 @@ class StackedModel:
             fan_in = math.prod(s.shape[1:])
             size = s.stop - s.start
             rows[:, s.start : s.stop] = math.sqrt(2.0 / fan_in) * torch.randn(
-                n, size, generator=generator, dtype=dtype
+                n, size, generator=generator, dtype=dtype, device=generator.device
             )
         return rows

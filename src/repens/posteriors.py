@@ -145,4 +145,6 @@ class NetworkPosterior:
         std = self.prior_std
         if isinstance(std, Tensor) and std.dim() == 2 and std.shape[0] != n:
             raise ValueError(f"{std.shape[0]} per-particle prior scales but {n} draws requested")
-        return self.model.sample_gaussian(n, std.cpu() if isinstance(std, Tensor) else std, generator)
+        if isinstance(std, Tensor):
+            std = std.to(generator.device)
+        return self.model.sample_gaussian(n, std, generator)

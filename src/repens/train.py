@@ -49,6 +49,11 @@ def make_optimizer(name: str, params: Tensor, lr: float) -> torch.optim.Optimize
     return OPTIMIZERS[name]([params], lr=lr, maximize=True, fused=True)
 
 
+def _finite_sum(direction: Tensor) -> Tensor:
+    """0-d bool tensor on the device: the sum is finite (so, almost always, every entry is)."""
+    return torch.isfinite(direction.sum())
+
+
 def direction_is_finite(direction: Tensor) -> bool:
     """No NaN or infinity in ``direction``. The sum is NaN or infinite whenever an entry
     is, so one fast reduction decides in the common case; only a non-finite sum (a bad
@@ -87,6 +92,10 @@ class TrainSettings:
     lr: float
     optimizer: str = "adam"
     log_every: int = 500
+    #: steps between finiteness checks (``None``: every step on a CPU, every 50 on a GPU,
+    #: where each check is a host round-trip); a bad update is always caught before a
+    #: checkpoint or the result is written
+    nonfinite_check_every: int | None = None
     #: seconds between periodic checkpoints (env REPENS_CHECKPOINT_SECONDS, default 300)
     checkpoint_seconds: float = field(default_factory=lambda: float(os.environ.get("REPENS_CHECKPOINT_SECONDS", 300)))
 
@@ -111,7 +120,8 @@ def langevin_noise_std(optimizer: torch.optim.Optimizer, params: Tensor, lr: flo
         state = optimizer.state[params]
         beta2 = optimizer.param_groups[0]["betas"][1]
         eps = optimizer.param_groups[0]["eps"]
-        v_hat = state["exp_avg_sq"] / (1.0 - beta2 ** float(state["step"]))
+        step = state["step"]  # a tensor on the device for the fused Adam: no host round-trip
+        v_hat = state["exp_avg_sq"] / (1.0 - torch.pow(beta2, step.to(state["exp_avg_sq"])))
         return torch.sqrt(2.0 * lr * temperature / (v_hat.sqrt() + eps))
     return math.sqrt(2.0 * lr * temperature)
 
@@ -200,23 +210,45 @@ def train(
             except ValueError:  # not the main thread
                 break
 
+    check_every = settings.nonfinite_check_every or (1 if params.device.type == "cpu" else 50)
+    finite: Tensor | None = None  # all updates since the last check were finite (device tensor)
+    checked = {"step": start}
+
+    def check(done: int) -> None:
+        """Raise if an update since the last check had a non-finite sum: a NaN or infinite
+        entry, or finite entries whose sum overflows (|sum| > 3e38 in float32: a diverged
+        run either way; the per-step check of the CPU tells the two apart)."""
+        nonlocal finite
+        if finite is not None and not bool(finite):
+            raise NonFiniteError(f"non-finite update between steps {checked['step'] + 1} and {done}/{settings.steps} "
+                                 f"(lr={settings.lr}); no result was written")
+        finite, checked["step"] = None, done
+
     t0, last_ckpt = time.perf_counter(), time.perf_counter()
     try:
         for step in range(start, settings.steps):
             batch = next_batch(generator)
-            result = update(params.detach(), make_context(batch, state.anchors))
-            if not direction_is_finite(result.direction):
-                raise NonFiniteError(
-                    f"non-finite update at step {step + 1}/{settings.steps} "
-                    f"(lr={settings.lr}); no result was written"
-                )
+            try:
+                result = update(params.detach(), make_context(batch, state.anchors))
+            except Exception:
+                check(step)  # an unchecked non-finite update may be the cause: say so
+                raise
+            done = step + 1
+            if check_every == 1:
+                if not direction_is_finite(result.direction):
+                    raise NonFiniteError(f"non-finite update at step {done}/{settings.steps} "
+                                         f"(lr={settings.lr}); no result was written")
+            else:  # on the device; the host looks every check_every steps (see check())
+                finite = _finite_sum(result.direction) if finite is None else finite & _finite_sum(result.direction)
             params.grad = result.direction
             optimizer.step()
             if result.temperature:
-                noise = torch.randn(params.shape, generator=generator, dtype=params.dtype).to(params.device)
+                noise = torch.randn(params.shape, generator=generator, dtype=params.dtype, device=generator.device)
                 with torch.no_grad():
-                    params.add_(langevin_noise_std(optimizer, params, settings.lr, result.temperature) * noise)
-            done = step + 1
+                    params.add_(langevin_noise_std(optimizer, params, settings.lr, result.temperature)
+                                * noise.to(params.device))
+            if check_every > 1 and (done % check_every == 0 or done == settings.steps):
+                check(done)
             if done % settings.log_every == 0 or done == settings.steps:
                 rate = (done - start) / max(time.perf_counter() - t0, 1e-9)
                 extra = on_log(done, params.detach()) if on_log else {}
@@ -224,10 +256,12 @@ def train(
                 log.info("step %d/%d  %.1f steps/s  ETA %.0fs  %s", done, settings.steps, rate,
                          (settings.steps - done) / rate, fields)
             if stop["signum"] is not None:
+                check(done)
                 snapshot(done)
                 name = signal.Signals(stop["signum"]).name
                 raise Interrupted(f"{name} at step {done}; checkpoint written to {checkpoint}", stop["signum"])
             if checkpoint is not None and time.perf_counter() - last_ckpt > settings.checkpoint_seconds:
+                check(done)
                 snapshot(done)
                 last_ckpt = time.perf_counter()
     finally:

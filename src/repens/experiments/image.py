@@ -137,7 +137,7 @@ def _batches(x: Tensor, y: Tensor, batch_size: int):
     size = min(int(batch_size), n)
 
     def next_batch(generator: torch.Generator) -> Batch:
-        idx = torch.randint(n, (size,), generator=generator).to(x.device)
+        idx = torch.randint(n, (size,), generator=generator, device=generator.device).to(x.device)
         return Batch(x[idx], y[idx])
 
     return next_batch
@@ -187,7 +187,7 @@ def _train_stack(job, data_x, data_y, model, prior_std, init, generator, steps, 
 def _split_validation(data: ImageData, fraction: float, generator: torch.Generator):
     n = data.x_train.shape[0]
     n_val = max(1, int(round(fraction * n)))
-    perm = torch.randperm(n, generator=generator).to(data.x_train.device)
+    perm = torch.randperm(n, generator=generator, device=generator.device).to(data.x_train.device)
     val, fit = perm[:n_val], perm[n_val:]
     return (data.x_train[fit], data.y_train[fit]), (data.x_train[val], data.y_train[val])
 
@@ -204,8 +204,8 @@ def l2_search(job: dict[str, Any], data: ImageData, model: StackedModel, generat
         raise ValueError(f"search_top={top} must be between 1 and search_trials={trials}")
     (fit_x, fit_y), (val_x, val_y) = _split_validation(data, float(job.get("val_fraction", 0.1)), generator)
     strengths = torch.exp(math.log(low) + (math.log(high) - math.log(low))
-                          * torch.rand(trials, generator=generator, dtype=torch.float64))
-    prior_std = (1.0 / strengths.sqrt()).float().view(-1, 1)
+                          * torch.rand(trials, generator=generator, dtype=torch.float64, device=generator.device))
+    prior_std = (1.0 / strengths.sqrt()).float().view(-1, 1).to(device)
     init = _initial(model, job, trials, prior_std, generator)
     steps = int(job.get("search_steps", job["steps"]))
     params = _train_stack({**job, "rule": "ensemble", "space": "weight"}, fit_x, fit_y, model,
@@ -239,7 +239,9 @@ def run_image(job: dict[str, Any], out: Path, checkpoint: Path | None = None, *,
     data = load_image_data(inputs["train"], inputs["ood"], job.get("normalize", "unit"), dev)
     net = build_model(job, data.input_shape, data.num_classes).to(dev)
     model = StackedModel(net, chunk_size=job.get("chunk_size"))
-    generator = torch.Generator().manual_seed(seed)
+    # the run's one random stream lives on the training device: batches, prior draws and
+    # Langevin noise are drawn where they are used, with no host-to-device copy per step
+    generator = torch.Generator(device=dev).manual_seed(seed)
     log.info("job %s", json.dumps(job, sort_keys=True))
     log.info("device %s; %d parameters per particle; %d training images", dev, model.dim, data.x_train.shape[0])
     n = int(job["particles"])
