@@ -61,11 +61,8 @@ def _affine(h: Tensor, weight: Tensor, bias: Tensor, lead: torch.Size) -> Tensor
         out = torch.baddbmm(bias.reshape(-1, *bias.shape[-2:]), h.reshape(-1, *h.shape[-2:]),
                             weight.reshape(-1, *weight.shape[-2:]).mT)
         return out.view(*lead, h.shape[-2], -1)
-    # inputs shared by the particles: broadcast, never copied per particle; matmul folds
-    # the particles into one GEMM and returns a transposed layout, made contiguous here
-    # once, because every elementwise op after it (bias, ReLU and their backward) ran
-    # 10-20x slower on the strided layout (measured on the toy's 50 x 64 x 50)
-    return torch.matmul(h, weight.mT).contiguous().add_(bias)
+    # inputs shared by the particles: broadcast, never copied per particle
+    return torch.matmul(h, weight.mT).add_(bias)
 
 
 def _mlp_forward(params: Tensor, x: Tensor, model: "StackedModel", keep: list | None) -> Tensor:
