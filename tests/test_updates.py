@@ -320,3 +320,28 @@ def test_a_stack_of_sets_updates_each_set_as_if_alone(name, monkeypatch):
     for k in range(sets):
         alone = rule(params[k], StepContext(post, RBF(), g, Batch(x[k], y[k]), anchors[k])).direction
         torch.testing.assert_close(stacked[k], alone, rtol=1e-10, atol=1e-10)
+
+
+def test_declared_rule_options_are_the_rules_keyword_arguments():
+    """repens.rule_options (what config.yaml may set, checked without torch) must say what
+    the rule functions, the score estimators and the function prior take."""
+    import inspect
+
+    from repens.rule_options import ESTIMATOR_OPTIONS, FUNCTION_PRIOR_OPTIONS, FUNCTION_SPACE, RULE_OPTIONS
+    from repens.scores import SCORE_ESTIMATORS
+    from repens.updates import FUNCTION_SPACE_RULES
+
+    def keywords(fn, skip):
+        params = inspect.signature(fn).parameters.values()
+        return {p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in skip}
+
+    for rule in RULE_OPTIONS:
+        assert keywords(UPDATE_RULES[rule], {"params", "ctx"}) == RULE_OPTIONS[rule], rule
+    for name, estimator in SCORE_ESTIMATORS.items():
+        assert keywords(estimator, {"x", "kernel", "query"}) == ESTIMATOR_OPTIONS[name], name
+    assert keywords(function_prior_score, {"outputs", "ctx"}) == FUNCTION_PRIOR_OPTIONS
+    assert set(FUNCTION_SPACE_RULES) == FUNCTION_SPACE
+    # the function-space forms take the weight-space options (wgd: estimator and its
+    # options, passed through) and the function prior's, by keyword
+    assert keywords(fwgd, {"params", "ctx"}) == {"estimator", "eta", "num_eigs"}
+    assert keywords(fsvgd, {"params", "ctx"}) == set()

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from repens.rule_options import ESTIMATOR_OPTIONS, FUNCTION_SPACE, RULE_OPTIONS, options_of
+
 __all__ = [
     "ConfigError",
     "EXPERIMENTS",
@@ -56,15 +58,9 @@ METHOD_KEYS = (
     "mmd_weight",
 )
 
-_RULE_OPTIONS = {
-    "ensemble": set(),
-    "anchored": set(),
-    "svgd": set(),
-    "wgd": {"estimator", "eta", "num_eigs"},
-    "langevin": {"temperature", "mmd_weight", "prior_samples"},
-}
-_FUNCTION_OPTIONS = {"function_prior", "prior_samples", "prior_eta", "gp_lengthscale", "gp_variance"}
-_ESTIMATOR_OPTIONS = {"kde": set(), "sge": {"eta"}, "ssge": {"eta", "num_eigs"}}
+# what each update rule takes is declared beside the rules (repens.rule_options)
+_RULE_OPTIONS = RULE_OPTIONS
+_ESTIMATOR_OPTIONS = ESTIMATOR_OPTIONS
 
 
 #: names the pipeline uses for outputs that are not methods
@@ -153,12 +149,7 @@ def experiment_seeds(config: Mapping[str, Any], experiment: str) -> list[int]:
 
 
 def _allowed_options(rule: str, space: str, estimator: str | None) -> set[str]:
-    allowed = set(_RULE_OPTIONS[rule])
-    if space == "function":
-        allowed |= _FUNCTION_OPTIONS
-    if rule == "wgd":
-        allowed = (allowed - {"eta", "num_eigs"}) | _ESTIMATOR_OPTIONS.get(estimator, set()) | {"estimator"}
-    return allowed
+    return set(options_of(rule, space, estimator))
 
 
 def method_options(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,7 +167,7 @@ def _check_method(name: str, entry: Mapping[str, Any]) -> None:
     rule, space = entry.get("rule"), entry.get("space", "weight")
     if rule not in _RULE_OPTIONS:
         raise ConfigError(f"{where}.rule: unknown rule {rule!r}; known: {sorted(_RULE_OPTIONS)}")
-    if space == "function" and rule not in ("svgd", "wgd"):
+    if space == "function" and rule not in FUNCTION_SPACE:
         raise ConfigError(f"{where}.space: rule {rule!r} has no function-space form (only svgd, wgd)")
     estimator = entry.get("estimator")
     if rule == "wgd" and estimator not in _ESTIMATOR_OPTIONS:
