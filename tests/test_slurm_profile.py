@@ -164,7 +164,7 @@ def test_gpu_twice_or_malformed_gres_says_what_to_change(tmp_path):
     assert "rule train_image asks for a GPU twice, as `gpu` and as `gres`; keep one" in out, out
     rc, out = snakemake(tmp_path, "--set-resources", "train_image:gres='gpu 1'", path=path)
     assert rc != 0
-    assert "rule train_image: gres 'gpu 1' is not name[:type][:count]" in out, out
+    assert "rule train_image, gres 'gpu 1', is not name[:type][:count]" in out, out
 
 
 def test_missing_cpu_partition_says_what_to_change(tmp_path):

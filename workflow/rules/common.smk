@@ -202,7 +202,7 @@ def check_profile():
     rules of this workflow; that no rule asks for a GPU both ways (``gpu`` and
     ``gres``) and every ``gres`` reads ``name[:type][:count]``; and, where SLURM's
     ``sinfo`` is at hand (a cluster's login node), that every partition named exists
-    and every rule asking for a GPU (``gpu: N`` or ``gres: "gpu:N"``) names a
+    and every GPU request (``gpu: N`` or ``gres: "gpu:N"``) names a
     partition whose nodes have GPUs.
     """
     settings = workflow.resource_settings
@@ -249,9 +249,10 @@ def gpu_request(resources):
 def check_gpu_forms(settings):
     """`gpu` and `gres` are two spellings of one request: one per rule, gres well formed."""
     for name, resources in settings.overwrite_resources.items():
+        who = f"rule {name}"
         if gpu_request(resources) == "both":
             raise WorkflowError(
-                f"rule {name} asks for a GPU twice, as `gpu` and as `gres`; keep one "
+                f"{who} asks for a GPU twice, as `gpu` and as `gres`; keep one "
                 f'(`gpu: 1` for sbatch --gpus=1, or `gres: "gpu:1"` for sbatch '
                 f"--gres=gpu:1) in profiles/slurm/config.yaml."
             )
@@ -260,7 +261,7 @@ def check_gpu_forms(settings):
             GRES_FORM.match(part.strip()) for part in str(gres).split(",")
         ):
             raise WorkflowError(
-                f"rule {name}: gres {gres!r} is not name[:type][:count] (e.g. "
+                f"{who}, gres {gres!r}, is not name[:type][:count] (e.g. "
                 f'"gpu:1" or "gpu:a100:1"); fix it in profiles/slurm/config.yaml.'
             )
 
