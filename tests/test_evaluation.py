@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -63,3 +64,60 @@ def test_classification_metrics_ratios():
     assert m["entropy_ratio"] == pytest.approx(math.log(2) / h_test)
     assert m["md_ratio"] == pytest.approx(0.5 / 0.1)
     assert m["auroc_entropy"] == 1.0 and m["accuracy"] == 1.0
+
+
+def test_aupr_by_hand():
+    from repens.evaluation import ood_aupr
+
+    # ranked by score: 0.8 (OOD), 0.4 (test), 0.35 (OOD), 0.1 (test): precision at the two
+    # recalls 1/2 and 1 is 1 and 2/3 -> AP = 1/2 * 1 + 1/2 * 2/3 = 5/6
+    assert ood_aupr(torch.tensor([0.1, 0.4]), torch.tensor([0.35, 0.8])) == pytest.approx(5 / 6)
+    assert ood_aupr([0.0, 0.1], [0.5, 0.6]) == pytest.approx(1.0)
+    # all scores tied: precision is the OOD fraction everywhere
+    assert ood_aupr([1.0, 1.0, 1.0], [1.0]) == pytest.approx(0.25)
+
+
+def test_fpr_at_95_tpr_by_hand():
+    from repens.evaluation import fpr_at_tpr
+
+    # 20 OOD scores 1..20, test scores 0.5, 1.5, 2.5, 3.5: flagging 19 of 20 OOD (95 %) needs
+    # threshold 2, which flags the test inputs 2.5 and 3.5 -> FPR 1/2
+    ood = np.arange(1.0, 21.0)
+    assert fpr_at_tpr([0.5, 1.5, 2.5, 3.5], ood) == pytest.approx(0.5)
+    # separable -> 0; every test input above every OOD input -> 1
+    assert fpr_at_tpr([0.0, 0.1], [0.5, 0.6]) == 0.0
+    assert fpr_at_tpr([5.0, 6.0], [0.5, 0.6]) == 1.0
+
+
+def test_brier_by_hand():
+    from repens.evaluation import brier_score
+
+    probs = torch.tensor([[1.0, 0.0], [0.5, 0.5], [0.2, 0.8]])
+    labels = torch.tensor([0, 0, 0])
+    # 0, 0.25 + 0.25, 0.64 + 0.64 -> mean 1.78 / 3
+    assert brier_score(probs, labels) == pytest.approx(1.78 / 3)
+    assert brier_score(torch.tensor([[0.0, 1.0]]), torch.tensor([0])) == pytest.approx(2.0)
+
+
+def test_mutual_information_by_hand():
+    from repens.evaluation import mutual_information
+
+    # two certain members that disagree: H(mean) = log 2, members' entropies 0 -> MI = log 2;
+    # agreeing members: MI 0 whatever their entropy
+    probs = torch.tensor([[[1.0, 0.0], [0.7, 0.3]], [[0.0, 1.0], [0.7, 0.3]]])
+    torch.testing.assert_close(mutual_information(probs), torch.tensor([math.log(2), 0.0]))
+
+
+def test_classification_metrics_new_keys():
+    test = torch.tensor([[[0.9, 0.1], [0.8, 0.2]], [[0.9, 0.1], [0.8, 0.2]]])  # agree
+    ood = torch.tensor([[[1.0, 0.0], [0.6, 0.4]], [[0.0, 1.0], [0.4, 0.6]]])  # disagree
+    tp, tmd = ensemble_summary(test)
+    op, omd = ensemble_summary(ood)
+    from repens.evaluation import mutual_information
+
+    m = classification_metrics(tp, tmd, torch.tensor([0, 1]), op, omd, mutual_information(test),
+                               mutual_information(ood))
+    assert m["aupr_md"] == 1.0 and m["fpr95_md"] == 0.0 and m["auroc_mi"] == 1.0
+    assert m["brier"] == pytest.approx((0.02 + 0.64 + 0.64) / 2)
+    assert m["mi_test"] == pytest.approx(0.0, abs=1e-7) and m["mi_ood"] > 0
+    assert "mi_test" not in classification_metrics(tp, tmd, torch.tensor([0, 1]), op, omd)

@@ -29,7 +29,8 @@ if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
     pytest.skip("snakemake-executor-plugin-slurm is not installed", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINING_RULES = {"train_synthetic", "train_toy", "train_image", "train_uci"}
+GPU_RULES = {"train_image"}  # only Table 1's image training uses a GPU
+CPU_RULES = {"train_synthetic", "train_toy", "train_uci", "sample_hmc"}  # the rest of SLURM's jobs
 
 
 def snakemake(workdir: Path, *args: str, path: str):
@@ -120,17 +121,58 @@ def test_profile_resolves_from_the_repository_root():
     assert "executor" not in default
 
 
-def test_plan_has_gpus_on_training_jobs_only(tmp_path):
+def test_plan_has_gpus_on_image_jobs_only(tmp_path):
     # the default target plus Table 2 (not part of `all`), so every training rule is planned
     rc, out = snakemake(tmp_path, "all", "results/table2_uci.tex", path=no_slurm_path(tmp_path))
     assert rc == 0, out
     found = resources_by_rule(out)
-    gpu_rules = {rule for rule, lines in found.items() if any("gpu=1" in line for line in lines)}
-    assert gpu_rules == TRAINING_RULES, found
-    for rule in TRAINING_RULES:
+    gpu_rules = {rule for rule, lines in found.items() if any(re.search(r"\bgpu=|gres=", line) for line in lines)}
+    assert gpu_rules == GPU_RULES, found
+    for rule in GPU_RULES:
         (line,) = found[rule]
-        assert "slurm_partition=gpu" in line and "--signal=TERM@300" in line, line
+        assert "gpu=1" in line and "slurm_partition=gpu" in line and "--signal=TERM@300" in line, line
         assert re.search(r"\bmem_mb=\d+", line) and re.search(r"\bruntime=\d+", line), line
+    for rule in CPU_RULES:
+        (line,) = found[rule]
+        assert "slurm_partition=main" in line and "--signal=TERM@300" in line, (rule, line)
+        assert "gpu" not in line.replace("slurm_partition=main", ""), (rule, line)
+        assert re.search(r"\bmem_mb=\d+", line) and re.search(r"\bruntime=\d+", line), line
+
+
+def test_gres_variant_passes_and_is_checked(tmp_path):
+    path, log = fake_cluster(tmp_path)
+    # the documented variant: `gres: "gpu:1"` in place of `gpu: 1` (a rule's entry on the
+    # command line replaces the profile's whole entry for it)
+    rc, out = snakemake(tmp_path, "--set-resources", "train_image:gres='gpu:1'", "train_image:slurm_partition='gpu'",
+                        path=path)
+    assert rc == 0, out
+    (line,) = resources_by_rule(out)["train_image"]
+    assert "gres=gpu:1" in line and "slurm_partition=gpu" in line, line
+    assert "sinfo --noheader --format=%R|%G" in calls(log), calls(log)
+    # a GRES GPU on a partition without GPUs is caught like `gpu`
+    rc, out = snakemake(tmp_path, "--set-resources", "train_image:gres='gpu:1'", "train_image:slurm_partition='main'",
+                        path=path)
+    assert rc != 0
+    assert "rule train_image asks for a GPU on partition 'main', whose nodes have no GPUs" in out, out
+    assert "or remove its `gres`" in out, out
+
+
+def test_gpu_twice_or_malformed_gres_says_what_to_change(tmp_path):
+    path = no_slurm_path(tmp_path)
+    rc, out = snakemake(tmp_path, "--set-resources", "train_image:gpu=1", "train_image:gres='gpu:1'", path=path)
+    assert rc != 0
+    assert "rule train_image asks for a GPU twice, as `gpu` and as `gres`; keep one" in out, out
+    rc, out = snakemake(tmp_path, "--set-resources", "train_image:gres='gpu 1'", path=path)
+    assert rc != 0
+    assert "rule train_image, gres 'gpu 1', is not name[:type][:count]" in out, out
+
+
+def test_missing_cpu_partition_says_what_to_change(tmp_path):
+    path, _ = fake_cluster(tmp_path)
+    rc, out = snakemake(tmp_path, "--default-resources", "slurm_partition='cpu'", "mem_mb=2000", "runtime=60",
+                        path=path)
+    assert rc != 0
+    assert "default-resources asks for partition 'cpu', which this cluster does not have" in out, out
 
 
 def test_unknown_rule_in_set_resources_says_what_to_change(tmp_path):

@@ -192,7 +192,8 @@ def tiny_job(method: str, tmp_path: Path, **extra) -> dict:
 
 
 @pytest.fixture
-def boston_like(tmp_path):
+def boston_like(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPENS_UCI_VERIFY", "0")  # a stand-in under a standard name: not the registry's
     write_dataset(tmp_path, name=UCI_FOLDERS["boston"])
     return tmp_path
 
@@ -233,3 +234,51 @@ def test_bad_job_fails_before_training(boston_like):
         run_uci({**tiny_job("de", boston_like), "uci_data": str(boston_like / "none")}, boston_like / "x.json")
     with pytest.raises(ValueError, match="unknown UCI dataset 'mnist'"):
         run_uci({**tiny_job("de", boston_like), "dataset": "mnist"}, boston_like / "x.json")
+
+
+def test_registry_covers_every_standard_file():
+    from repens.data.uci import UCI_DATASETS, required_files
+    from repens.data.uci_checksums import UCI_SHA256
+
+    assert set(UCI_SHA256) == set(UCI_DATASETS)
+    for name, files in UCI_SHA256.items():
+        n = 5 if name == "protein-tertiary-structure" else 20
+        assert list(files) == required_files(n), name
+        assert all(len(h) == 64 and int(h, 16) >= 0 for h in files.values())
+
+
+def test_known_dataset_is_verified_unknown_is_not(tmp_path, monkeypatch):
+    from repens.data import uci as uci_mod
+    from repens.data.uci_checksums import UCI_SHA256
+
+    import hashlib
+
+    folder = write_dataset(tmp_path, "tiny", n_splits=2)
+    assert check_dataset(tmp_path, "tiny") == 2  # not in the registry: not verified
+    # a registry entry for it: its true hashes pass, a changed file is named
+    hashes = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in folder.iterdir()}
+    monkeypatch.setitem(UCI_SHA256, "tiny", hashes)
+    assert check_dataset(tmp_path, "tiny") == 2
+    target = folder / "index_test_1.txt"
+    target.write_text(target.read_text() + "\n")  # still a valid index file, but not the registry's
+    with pytest.raises(uci_mod.DataFileError, match=r"index_test_1\.txt: SHA-256 .* differs from the standard split"):
+        load_split(tmp_path, "tiny", 0)
+    monkeypatch.setenv("REPENS_UCI_VERIFY", "0")  # the documented opt-out
+    assert load_split(tmp_path, "tiny", 0).x_train.shape[1] == 3
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="no local copy of the UCI splits")
+def test_shared_copy_matches_the_registry(tmp_path):
+    from repens.data.uci import UCI_DATASETS
+
+    for name in UCI_DATASETS:
+        check_dataset(SHARED, name)  # hashes every file
+    # a copy with one file changed is refused, the message naming the file
+    import shutil
+
+    shutil.copytree(SHARED / "yacht", tmp_path / "yacht")
+    data = tmp_path / "yacht" / "data" / "data.txt"
+    data.write_bytes(data.read_bytes().replace(b"\n", b" \n", 1))
+    with pytest.raises(DataFileError) as err:
+        load_split(tmp_path, "yacht", 0)
+    assert str(err.value).startswith(f"{data}: SHA-256") and "\n" not in str(err.value)

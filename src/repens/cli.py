@@ -11,6 +11,11 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 * ``toy-figure --dataset D ...`` and ``toy-table ...``: Figures 1 and 3, distance to HMC.
 * ``uci-download --root DIR --name NAME``: fetch one UCI dataset with its standard splits.
 * ``uci-table ... METRICS.json...``: Table 2 (UCI regression) and its comparison with the seeds.
+* ``where FILE [--dataset D --method M --metric KEY]``: where a result or a table row came
+  from (commit, versions, device, job spec, log; :mod:`repens.provenance`).
+
+``train`` and ``hmc`` stamp their result files with the provenance; every table command
+writes ``<csv>.provenance.json`` beside its CSV.
 """
 
 from __future__ import annotations
@@ -59,6 +64,30 @@ def _train(args: argparse.Namespace) -> int:
     except Interrupted as err:
         logging.getLogger("repens").warning("%s", err)
         return 128 + err.signum  # 143 for SIGTERM, 130 for SIGINT
+    _stamp([out, out.with_name("predictions.npz")] if job["experiment"] == "image" else [out], job, args.log)
+    return 0
+
+
+def _stamp(paths: list[Path], job: dict, log_file: str | None) -> None:
+    """Record the provenance in a finished job's result files (never fails the job)."""
+    from repens.provenance import collect, stamp
+
+    prov = collect(job, log_file=log_file)
+    for path in paths:
+        if path.exists():
+            stamp(path, prov)
+
+
+def _sidecar(out_csv: str, inputs: list[str]) -> None:
+    from repens.provenance import write_sidecar
+
+    write_sidecar(out_csv, inputs)
+
+
+def _where(args: argparse.Namespace) -> int:
+    from repens.provenance import describe
+
+    print(describe(args.file, dataset=args.dataset, method=args.method, metric=args.metric))
     return 0
 
 
@@ -68,10 +97,12 @@ def _hmc(args: argparse.Namespace) -> int:
 
     try:
         out = Path(args.out)
-        run_hmc(json.loads(args.spec), out, out.with_name(out.name + ".ckpt"))
+        job = json.loads(args.spec)
+        run_hmc(job, out, out.with_name(out.name + ".ckpt"))
     except HMCDiagnosticsError as err:
         logging.getLogger("repens").error("%s", err)
         return 4
+    _stamp([out], job, args.log)
     return 0
 
 
@@ -92,6 +123,7 @@ def _image_table(args: argparse.Namespace) -> int:
     write_table1([Path(p) for p in args.inputs], Path(args.reference), json.loads(args.labels),
                  args.datasets.split(","), args.methods.split(","), Path(args.out_tex), Path(args.out_png),
                  Path(args.out_csv), Path(args.out_vs_paper))
+    _sidecar(args.out_csv, args.inputs)
     return 0
 
 
@@ -100,6 +132,7 @@ def _synthetic_table(args: argparse.Namespace) -> int:
 
     write_metrics_table([Path(p) for p in args.inputs], Path(args.out_csv), Path(args.out_tex),
                         labels=json.loads(args.labels))
+    _sidecar(args.out_csv, args.inputs)
     return 0
 
 
@@ -127,6 +160,8 @@ def _toy_table(args: argparse.Namespace) -> int:
 
     write_distance_table(pair(args.regression_hmc, args.regression), pair(args.classification_hmc, args.classification),
                          Path(args.out_csv), Path(args.out_tex), labels=json.loads(args.labels))
+    _sidecar(args.out_csv, [p for p in [args.regression_hmc, *(args.regression or []), args.classification_hmc,
+                                        *(args.classification or [])] if p])
     return 0
 
 
@@ -143,6 +178,7 @@ def _uci_table(args: argparse.Namespace) -> int:
     write_uci_tables([Path(p) for p in args.inputs], args.datasets, args.methods, json.loads(args.labels),
                      Path(args.seeds), Path(args.out_tex), Path(args.out_csv), Path(args.out_png),
                      Path(args.out_seeds))
+    _sidecar(args.out_csv, args.inputs)
     return 0
 
 
@@ -237,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-seeds", required=True)
     p.add_argument("inputs", nargs="+", help="metrics.json of the UCI jobs")
     p.set_defaults(func=_uci_table)
+
+    p = sub.add_parser("where", help="where the numbers of a result file or table row came from")
+    p.add_argument("file", help="a result file (metrics.json, .npz) or a table CSV (reads its .provenance.json)")
+    p.add_argument("--dataset", help="table rows: the dataset (block) of the row")
+    p.add_argument("--method", help="table rows: the method of the row")
+    p.add_argument("--metric", help="also print each input's value of this metric key (e.g. accuracy)")
+    p.set_defaults(func=_where)
 
     args = parser.parse_args(argv)
     _setup_logging(args.log)

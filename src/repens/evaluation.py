@@ -10,11 +10,24 @@ Reported, as in Sec. 5 and Appendix B of D'Angelo & Fortuin (2021):
   ``MD^2(x)`` of Eq. 23: the members' variance of ``p(y|x, w)`` averaged over the classes;
 * AUROC(H), AUROC(MD): OOD detection (OOD is the positive class, larger score = more
   OOD; scikit-learn's ``roc_auc_score``).
+
+Reported beside them (``metrics.json`` and the Table 1 CSV, not the paper's LaTeX columns),
+as torch-uncertainty and uncertainty-baselines do by default:
+
+* AUPR(H), AUPR(MD): area under the precision-recall curve of the same detection, OOD
+  positive ("AUPR-Out"; scikit-learn's ``average_precision_score``, the step-wise area);
+* FPR95(H), FPR95(MD): the fraction of test inputs flagged as OOD at the smallest
+  threshold that flags 95 % of the OOD inputs (scikit-learn's ``roc_curve``);
+* Brier score on the test set: ``mean_x sum_c (p(c|x) - [c = y])^2`` (0 best, 2 worst);
+* mutual information ``I(y; w | x) = H[p(y|x)] - 1/n sum_i H[p(y|x, w_i)]`` (the
+  epistemic part of the predictive entropy), mean on test and on OOD inputs, their ratio
+  and the AUROC of detecting OOD by it.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from torch import Tensor
 
 __all__ = [
@@ -24,6 +37,10 @@ __all__ = [
     "mean_nll",
     "expected_calibration_error",
     "ood_auroc",
+    "ood_aupr",
+    "fpr_at_tpr",
+    "brier_score",
+    "mutual_information",
     "classification_metrics",
     "ECE_BINS",
 ]
@@ -66,15 +83,60 @@ def ood_auroc(score_in: Tensor | np.ndarray, score_out: Tensor | np.ndarray) -> 
     """Area under the ROC curve separating OOD (positive) from test inputs by ``score``."""
     from sklearn.metrics import roc_auc_score
 
+    labels, scores = _labelled(score_in, score_out)
+    return float(roc_auc_score(labels, scores))
+
+
+def _labelled(score_in: Tensor | np.ndarray, score_out: Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s_in, s_out = np.asarray(score_in, dtype=np.float64), np.asarray(score_out, dtype=np.float64)
-    labels = np.concatenate([np.zeros(s_in.size), np.ones(s_out.size)])
-    return float(roc_auc_score(labels, np.concatenate([s_in, s_out])))
+    return np.concatenate([np.zeros(s_in.size), np.ones(s_out.size)]), np.concatenate([s_in, s_out])
+
+
+def ood_aupr(score_in: Tensor | np.ndarray, score_out: Tensor | np.ndarray) -> float:
+    """Area under the precision-recall curve of detecting OOD (positive) inputs by
+    ``score`` (scikit-learn's ``average_precision_score``)."""
+    from sklearn.metrics import average_precision_score
+
+    labels, scores = _labelled(score_in, score_out)
+    return float(average_precision_score(labels, scores))
+
+
+def fpr_at_tpr(score_in: Tensor | np.ndarray, score_out: Tensor | np.ndarray, tpr: float = 0.95) -> float:
+    """False-positive rate (test inputs flagged as OOD) at the first ROC point whose
+    true-positive rate (OOD inputs flagged) reaches ``tpr`` (scikit-learn's ``roc_curve``)."""
+    from sklearn.metrics import roc_curve
+
+    labels, scores = _labelled(score_in, score_out)
+    fpr, tprs, _ = roc_curve(labels, scores, drop_intermediate=False)
+    return float(fpr[int(np.searchsorted(tprs, tpr - 1e-12, side="left"))])
+
+
+def brier_score(probs: Tensor, labels: Tensor) -> float:
+    """Multi-class Brier score ``mean_x sum_c (p(c|x) - [c = y])^2``."""
+    onehot = torch.nn.functional.one_hot(labels.long(), probs.shape[-1]).to(torch.float64)
+    return float((probs.double() - onehot).pow(2).sum(-1).mean())
+
+
+def mutual_information(member_probs: Tensor) -> Tensor:
+    """Mutual information between label and particle (nats), per input, of member
+    probabilities (n, N, C): entropy of the mean minus the members' mean entropy (>= 0)."""
+    return (entropy(member_probs.mean(0)) - entropy(member_probs).mean(0)).clamp_min(0.0)
 
 
 def classification_metrics(test_probs: Tensor, test_md: Tensor, test_labels: Tensor,
-                           ood_probs: Tensor, ood_md: Tensor) -> dict[str, float]:
-    """Every Table 1 metric (accuracy as a fraction) plus the raw means behind the ratios."""
+                           ood_probs: Tensor, ood_md: Tensor, test_mi: Tensor | None = None,
+                           ood_mi: Tensor | None = None) -> dict[str, float]:
+    """Every Table 1 metric (accuracy as a fraction), the raw means behind the ratios, and
+    AUPR, FPR95, Brier score and (given the per-input mutual information) its means."""
     h_test, h_ood = entropy(test_probs), entropy(ood_probs)
+    extra: dict[str, float] = {}
+    if test_mi is not None and ood_mi is not None:
+        extra = {
+            "mi_test": float(test_mi.mean()),
+            "mi_ood": float(ood_mi.mean()),
+            "mi_ratio": float(ood_mi.mean() / test_mi.mean()) if float(test_mi.mean()) > 0 else float("nan"),
+            "auroc_mi": ood_auroc(test_mi, ood_mi),
+        }
     return {
         "accuracy": accuracy(test_probs, test_labels),
         "nll": mean_nll(test_probs, test_labels),
@@ -87,4 +149,10 @@ def classification_metrics(test_probs: Tensor, test_md: Tensor, test_labels: Ten
         "entropy_ood": float(h_ood.mean()),
         "md_test": float(test_md.mean()),
         "md_ood": float(ood_md.mean()),
+        "aupr_entropy": ood_aupr(h_test, h_ood),
+        "aupr_md": ood_aupr(test_md, ood_md),
+        "fpr95_entropy": fpr_at_tpr(h_test, h_ood),
+        "fpr95_md": fpr_at_tpr(test_md, ood_md),
+        "brier": brier_score(test_probs, test_labels),
+        **extra,
     }

@@ -57,10 +57,13 @@ def test_two_steps_every_method(method, tiny_sets, tmp_path):
     run_image(job, out, out.with_name("ckpt"), inputs=tiny_sets, device="cpu")
     record = json.loads(out.read_text())
     m = record["metrics"]
-    for key in ("accuracy", "nll", "ece", "entropy_ratio", "md_ratio", "auroc_entropy", "auroc_md"):
+    for key in ("accuracy", "nll", "ece", "entropy_ratio", "md_ratio", "auroc_entropy", "auroc_md",
+                "aupr_entropy", "aupr_md", "fpr95_entropy", "fpr95_md", "brier", "mi_test", "mi_ood", "auroc_mi"):
         assert np.isfinite(m[key]), key
     assert 0 <= m["accuracy"] <= 1 and 0 <= m["auroc_md"] <= 1
+    assert 0 <= m["fpr95_md"] <= 1 and 0 <= m["brier"] <= 2 and m["mi_test"] >= 0
     preds = np.load(out.with_name("predictions.npz"))
+    assert preds["test_mi"].shape == (40,) and preds["ood_mi"].shape == (30,)
     assert preds["test_probs"].shape == (40, 10) and preds["ood_md"].shape == (30,)
     np.testing.assert_allclose(preds["test_probs"].sum(-1), 1.0, atol=1e-5)
     assert not out.with_name("ckpt").exists()

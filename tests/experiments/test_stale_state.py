@@ -95,6 +95,7 @@ def test_synthetic_rerun_after_kill(tmp_path, monkeypatch, caplog, new_lr):
 def test_uci_rerun_after_kill_with_other_lr(tmp_path, monkeypatch, caplog):
     from test_uci import UCI_FOLDERS, tiny_job, write_dataset
 
+    monkeypatch.setenv("REPENS_UCI_VERIFY", "0")  # a stand-in, not the registry's bostonHousing
     write_dataset(tmp_path, name=UCI_FOLDERS["boston"])
     monkeypatch.setenv("REPENS_CHECKPOINT_SECONDS", "0")
     clean = tmp_path / "clean" / "metrics.json"
@@ -115,9 +116,10 @@ def test_uci_rerun_after_kill_with_other_lr(tmp_path, monkeypatch, caplog):
     assert "metrics.json.ckpt" in line and "starting from step 0" in line
 
 
-def test_uci_split_results_of_other_settings_are_set_aside(tmp_path, caplog):
+def test_uci_split_results_of_other_settings_are_set_aside(tmp_path, caplog, monkeypatch):
     from test_uci import UCI_FOLDERS, tiny_job, write_dataset
 
+    monkeypatch.setenv("REPENS_UCI_VERIFY", "0")  # a stand-in, not the registry's bostonHousing
     write_dataset(tmp_path, name=UCI_FOLDERS["boston"])
     clean = tmp_path / "clean" / "metrics.json"
     run_uci(tiny_job("de", tmp_path, lr=0.02), clean)
@@ -136,6 +138,7 @@ def test_uci_kill_between_split_files_ends_as_uninterrupted(tmp_path, monkeypatc
     import repens.experiments.uci as uci_mod
     from test_uci import UCI_FOLDERS, tiny_job, write_dataset
 
+    monkeypatch.setenv("REPENS_UCI_VERIFY", "0")  # a stand-in, not the registry's bostonHousing
     write_dataset(tmp_path, name=UCI_FOLDERS["boston"])
     monkeypatch.setenv("REPENS_CHECKPOINT_SECONDS", "0")
     clean = tmp_path / "clean" / "metrics.json"

@@ -10,10 +10,10 @@ ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "workflow" / "resources" / "table1_paper.csv"
 
 
-def _metrics(path, method, seed, acc, nll=0.3):
+def _metrics(path, method, seed, acc, nll=0.3, extra=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     m = {"accuracy": acc, "nll": nll, "ece": 0.02, "entropy_ratio": 5.0, "md_ratio": 6.0,
-         "auroc_entropy": 0.9, "auroc_md": 0.95}
+         "auroc_entropy": 0.9, "auroc_md": 0.95, **(extra or {})}
     job = {"dataset": "fashionmnist", "method": method, "seed": seed, "scale": "quick", "particles": 10, "steps": 600}
     path.write_text(json.dumps({"metrics": m, "job": job}))
     return path
@@ -28,8 +28,8 @@ def test_reference_is_complete():
 
 def test_table1_files(tmp_path):
     inputs = [
-        _metrics(tmp_path / "a1.json", "de", 38, 0.90),
-        _metrics(tmp_path / "a2.json", "de", 39, 0.92),
+        _metrics(tmp_path / "a1.json", "de", 38, 0.90, extra={"aupr_entropy": 0.7, "brier": 0.1}),
+        _metrics(tmp_path / "a2.json", "de", 39, 0.92, extra={"aupr_entropy": 0.9, "brier": 0.2}),
         _metrics(tmp_path / "b1.json", "dle", 38, 0.95, nll=0.2),
         _metrics(tmp_path / "b2.json", "dle", 39, 0.95, nll=0.2),
     ]
@@ -49,6 +49,12 @@ def test_table1_files(tmp_path):
     assert int(acc["ours_seeds"]) == 2
     dle = [r for r in rows if r["method"] == "dle"]
     assert dle and all(r["paper_mean"] == "nan" for r in dle)
+    # the field's extra metrics: in the CSV, not in the paper's LaTeX columns
+    table = list(csv.DictReader(open(out["csv"])))
+    de = next(r for r in table if r["method"] == "de")
+    assert float(de["aupr_entropy_mean"]) == pytest.approx(0.8) and float(de["brier_mean"]) == pytest.approx(0.15)
+    assert de["fpr95_md_mean"] == "nan"  # written before the metric existed
+    assert "AUPR" not in tex and "Brier" not in tex
 
 
 def test_mixed_scales_refused(tmp_path):

@@ -256,7 +256,20 @@ if out=$("${SMK[@]}" -n --set-resources train_toy:gpu=1 "train_toy:slurm_partiti
 fi
 grep -q "asks for partition 'nope', which this cluster does not have" <<<"$out" || { tail -20 <<<"$out"; fail "no clear error for a missing partition"; }
 "${SMK[@]}" -n "${TARGETS[@]}" >"$WORK/plan.txt" 2>&1 || { tail -30 "$WORK/plan.txt"; fail "dry run failed"; }
-grep -q "gpu=1, slurm_partition=gpu" "$WORK/plan.txt" || fail "the plan asks for no GPU"
+# GPUs only for the image training jobs (Table 1); the CPU training jobs on `main`
+plan_resources() { # the 'resources:' lines of one rule's jobs in the dry run
+    awk -v rule="rule $1:" '/^rule /{on = ($0 == rule)} on && /^ *resources:/' "$WORK/plan.txt"
+}
+cpu_plan=$(plan_resources train_synthetic)
+[ -n "$cpu_plan" ] || fail "the plan has no train_synthetic job"
+if grep -q "gpu=\|gres=" <<<"$cpu_plan"; then fail "the plan asks for a GPU for a CPU job: $cpu_plan"; fi
+grep -q "slurm_partition=main" <<<"$cpu_plan" || fail "the CPU jobs are not on the CPU partition: $cpu_plan"
+if [ -n "$IMAGE_LOGS" ]; then
+    gpu_plan=$(plan_resources train_image)
+    if ! grep -q "gpu=1" <<<"$gpu_plan" || ! grep -q "slurm_partition=gpu" <<<"$gpu_plan"; then
+        fail "the plan asks for no GPU for the image job: $gpu_plan"
+    fi
+fi
 
 say "snakemake --profile slurm (tests/slurm/config.yaml), log: $WORK/snakemake.log"
 export REPENS_CHECKPOINT_SECONDS=2 # test only: checkpoint every 2 s (default 300)
@@ -314,6 +327,11 @@ for log in $logs; do
     [ -n "$id" ] || fail "$log records no SLURM_JOB_ID: the job did not run inside SLURM"
     state=$(sacct --noheader -X --parsable2 --format=State --jobs "$id" | head -1)
     [ "$state" = COMPLETED ] || fail "$log: SLURM job $id is '$state' in sacct, not COMPLETED"
+    tres=$(sacct --noheader -X --parsable2 --format=AllocTRES --jobs "$id" | head -1)
+    case "$log" in
+    logs/image/*) [[ "$tres" == *gres/gpu* ]] || fail "$log: image job $id was given no GPU ($tres)" ;;
+    *) [[ "$tres" != *gres/gpu* ]] || fail "$log: CPU job $id was given a GPU ($tres)" ;;
+    esac
     printf '  %-48s SLURM job %-5s %s\n' "$log" "$id" "$state"
     n=$((n + 1))
 done

@@ -7,6 +7,7 @@
 import ast
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -198,8 +199,11 @@ def check_profile():
 
     Call once, after every rule is defined (end of the Snakefile). Checks
     ``set-resources`` / ``set-threads`` (profiles/slurm or the command line) name only
-    rules of this workflow, and, where SLURM's ``sinfo`` is at hand (a cluster's login
-    node), that every rule asking for a GPU names a partition whose nodes have GPUs.
+    rules of this workflow; that no rule asks for a GPU both ways (``gpu`` and
+    ``gres``) and every ``gres`` reads ``name[:type][:count]``; and, where SLURM's
+    ``sinfo`` is at hand (a cluster's login node), that every partition named exists
+    and every GPU request (``gpu: N`` or ``gres: "gpu:N"``) names a
+    partition whose nodes have GPUs.
     """
     settings = workflow.resource_settings
     named = set(settings.overwrite_resources) | set(settings.overwrite_threads)
@@ -212,6 +216,7 @@ def check_profile():
             "those entries in the profile (profiles/slurm/config.yaml) or on the "
             "command line."
         )
+    check_gpu_forms(settings)
     if "SLURM_JOB_ID" not in os.environ and shutil.which("sinfo"):
         check_gpu_partitions(settings)
 
@@ -225,6 +230,40 @@ def _static(resource):
         except (ValueError, SyntaxError):
             return value if value.isidentifier() else None  # bare word, or expression
     return value if isinstance(value, (int, str)) else None
+
+
+GRES_FORM = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.]+)?(:\d+[TGM]?)?$")
+
+
+def gpu_request(resources):
+    """How a rule's resources ask for GPUs: ``"gpu"`` (``gpu: N``, sbatch --gpus),
+    ``"gres"`` (``gres: "gpu:N"``, sbatch --gres), ``"both"``, or None."""
+    gpus = _static(resources.get("gpu")) or _static(resources.get("gpus"))
+    gres = str(_static(resources.get("gres")) or "")
+    by_gres = any(part.strip().startswith("gpu") for part in gres.split(",") if part)
+    if gpus and by_gres:
+        return "both"
+    return "gpu" if gpus else "gres" if by_gres else None
+
+
+def check_gpu_forms(settings):
+    """`gpu` and `gres` are two spellings of one request: one per rule, gres well formed."""
+    for name, resources in settings.overwrite_resources.items():
+        who = f"rule {name}"
+        if gpu_request(resources) == "both":
+            raise WorkflowError(
+                f"{who} asks for a GPU twice, as `gpu` and as `gres`; keep one "
+                f'(`gpu: 1` for sbatch --gpus=1, or `gres: "gpu:1"` for sbatch '
+                f"--gres=gpu:1) in profiles/slurm/config.yaml."
+            )
+        gres = _static(resources.get("gres"))
+        if gres is not None and not all(
+            GRES_FORM.match(part.strip()) for part in str(gres).split(",")
+        ):
+            raise WorkflowError(
+                f"{who}, gres {gres!r}, is not name[:type][:count] (e.g. "
+                f'"gpu:1" or "gpu:a100:1"); fix it in profiles/slurm/config.yaml.'
+            )
 
 
 def gpu_partitions():
@@ -249,35 +288,38 @@ def gpu_partitions():
 
 
 def check_gpu_partitions(settings):
+    """Every partition named exists; every GPU request is on a partition with GPUs."""
     defaults = settings.default_resources or {}
     default_partition = _static(defaults.get("slurm_partition"))
-    partitions = None
+    wanted = [("default-resources", default_partition, None)]
     for name, resources in settings.overwrite_resources.items():
-        gpus = _static(resources.get("gpu")) or _static(resources.get("gpus"))
-        gres = _static(resources.get("gres")) or ""
-        if not gpus and "gpu" not in str(gres):
-            continue
         partition = _static(resources.get("slurm_partition")) or default_partition
-        if partition is None:
-            continue  # the cluster's default partition: SLURM decides
-        partitions = gpu_partitions() if partitions is None else partitions
-        if partitions is None:
-            print(
-                "note: no SLURM cluster answered `sinfo`; GPU partitions not checked",
-                file=sys.stderr,
-            )
-            return
+        wanted.append((f"rule {name}", partition, gpu_request(resources)))
+    wanted = [w for w in wanted if w[1] is not None]  # None: the cluster's default
+    if not wanted:
+        return
+    partitions = gpu_partitions()
+    if partitions is None:
+        print(
+            "note: no SLURM cluster answered `sinfo`; partitions not checked",
+            file=sys.stderr,
+        )
+        return
+    for who, partition, gpu in wanted:
         if partition not in partitions:
+            place = "default-resources" if who == "default-resources" else who[5:]
             raise WorkflowError(
-                f"rule {name} asks for partition {partition!r}, which this cluster does "
+                f"{who} asks for partition {partition!r}, which this cluster does "
                 f"not have (sinfo lists: {', '.join(sorted(partitions))}). Set "
-                f"slurm_partition of {name} in profiles/slurm/config.yaml to one of them."
+                f"slurm_partition of {place} in profiles/slurm/config.yaml to one of them."
             )
-        if not partitions[partition]:
+        if gpu and not partitions[partition]:
             with_gpus = sorted(p for p, has in partitions.items() if has)
+            name = who[5:]
             raise WorkflowError(
-                f"rule {name} asks for a GPU on partition {partition!r}, whose nodes "
-                f"have no GPUs (sinfo lists no gpu GRES there). Set slurm_partition of "
-                f"{name} in profiles/slurm/config.yaml to a GPU partition "
-                f"({', '.join(with_gpus) or 'none found'}), or remove its `gpu`."
+                f"{who} asks for a GPU on partition {partition!r}, whose nodes have "
+                f"no GPUs (sinfo lists no "
+                f"gpu GRES there). Set slurm_partition of {name} in "
+                f"profiles/slurm/config.yaml to a GPU partition "
+                f"({', '.join(with_gpus) or 'none found'}), or remove its `{'gres' if gpu == 'gres' else 'gpu'}`."
             )

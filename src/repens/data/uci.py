@@ -14,6 +14,15 @@ deviation of the split's *training* rows only (test rows never enter the
 statistics); metrics are computed after mapping predictions back to the original
 units (:class:`UCISplit` keeps ``y_mean`` and ``y_std``).
 
+Every file of the nine standard datasets is checked against its SHA-256 in
+:mod:`repens.data.uci_checksums` whenever a dataset is opened (:func:`check_dataset`,
+so every :func:`load_split` and download): a file that differs from the distribution
+raises :class:`repens.data.errors.DataFileError` naming it. Hashes are cached per
+process while a file's size and modification time stay the same. Datasets the
+registry does not know (a folder of your own, the tests' tiny sets) are not verified;
+``REPENS_UCI_VERIFY=0`` turns the check off (a copy of your own under a standard name,
+such as the tests' small stand-ins for ``bostonHousing``).
+
 Missing folders and files raise :class:`UCIDataError`; malformed files (a row cut
 short, ``NA`` or non-finite values, a count that is not a positive integer, indices
 that are not integers or fall outside the table) raise
@@ -46,6 +55,7 @@ __all__ = [
     "check_dataset",
     "dataset_info",
     "load_split",
+    "verify_file",
 ]
 
 #: dataset names, as the folders of the standard distribution spell them
@@ -143,11 +153,50 @@ def check_dataset(root: Path | str, name: str) -> int:
     missing = [f for f in _META if not (folder / f).is_file()]
     if missing:
         raise UCIDataError(f"UCI dataset {name!r}: missing in {folder}: {', '.join(missing)}")
+    for fname in _META:
+        verify_file(folder / fname, name)
     n_splits = _read_int(folder / "n_splits.txt")
     missing = [f for f in required_files(n_splits) if not (folder / f).is_file()]
     if missing:
         raise UCIDataError(f"UCI dataset {name!r}: missing in {folder}: {', '.join(missing)}")
+    for fname in required_files(n_splits)[len(_META):]:
+        verify_file(folder / fname, name)
     return n_splits
+
+
+@lru_cache(maxsize=1024)
+def _sha256(path: str, mtime_ns: int, size: int) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_file(path: Path, dataset: str) -> None:
+    """Check ``path`` (a file of ``dataset``'s folder) against the registry
+    (:data:`repens.data.uci_checksums.UCI_SHA256`); files of datasets or names the
+    registry does not list pass unchecked, and every file when ``REPENS_UCI_VERIFY=0``.
+
+    Raises:
+        DataFileError: the file's SHA-256 differs from the registry's.
+    """
+    from repens.data.uci_checksums import UCI_SHA256
+
+    expected = UCI_SHA256.get(dataset, {}).get(path.name)
+    if expected is None or os.environ.get("REPENS_UCI_VERIFY", "1").strip() in ("0", "false", "no"):
+        return
+    try:
+        stat = path.stat()
+        actual = _sha256(str(path), stat.st_mtime_ns, stat.st_size)
+    except OSError as err:
+        raise DataFileError(path, f"cannot be read ({type(err).__name__}: {err})") from err
+    if actual != expected:
+        raise DataFileError(path, f"SHA-256 {actual[:12]}.. differs from the standard split's {expected[:12]}.. "
+                                  "(repens/data/uci_checksums.py): a changed or damaged copy; delete it and fetch "
+                                  "it again (uci-download), or set REPENS_UCI_VERIFY=0 for a copy of your own")
 
 
 @lru_cache(maxsize=4)

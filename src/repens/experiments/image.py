@@ -5,7 +5,8 @@ One job trains one method's particles with one seed and writes
 
 * ``predictions.npz``: the ensemble's predictive probabilities and model disagreement
   on the test and OOD inputs (``test_probs`` (N, C), ``test_md`` (N,), ``test_labels``,
-  ``ood_probs``, ``ood_md``), enough to recompute every metric, and ``job``;
+  ``ood_probs``, ``ood_md``), the mutual information (``test_mi``, ``ood_mi``), enough
+  to recompute every metric, and ``job``;
 * ``metrics.json`` (the path ``out``): the Table 1 metrics
   (:func:`repens.evaluation.classification_metrics`), the job, the device, wall time
   and training speed.
@@ -35,7 +36,7 @@ from torch import Tensor
 
 from repens.atomic import save_npz_atomic, write_json_atomic
 from repens.data.images import load_arrays
-from repens.evaluation import classification_metrics, ensemble_summary
+from repens.evaluation import classification_metrics, ensemble_summary, mutual_information
 from repens.fitting import fit_particles
 from repens.jobkey import job_key, set_aside
 from repens.models import build_model
@@ -45,7 +46,7 @@ from repens.train import TrainSettings
 
 log = logging.getLogger("repens.image")
 
-__all__ = ["run_image", "ImageData", "load_image_data", "resolve_device", "predict_summary", "member_nll", "l2_search"]
+__all__ = ["run_image", "ImageData", "load_image_data", "resolve_device", "predict_summary", "predict_details", "member_nll", "l2_search"]
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -108,16 +109,23 @@ def load_image_data(train_file: Path | str, ood_file: Path | str, normalize: str
 
 
 @torch.no_grad()
-def predict_summary(model: StackedModel, params: Tensor, x: Tensor, batch: int = 1000) -> tuple[Tensor, Tensor]:
-    """Predictive probabilities (N, C) and model disagreement (N,) on ``x``, in chunks
-    so memory stays ``n x batch x C``."""
-    probs, md = [], []
+def predict_details(model: StackedModel, params: Tensor, x: Tensor, batch: int = 1000) -> tuple[Tensor, Tensor, Tensor]:
+    """Predictive probabilities (N, C), model disagreement (N,) and mutual information (N,)
+    on ``x``, in chunks so memory stays ``n x batch x C``."""
+    probs, md, mi = [], [], []
     for i in range(0, x.shape[0], batch):
         member = torch.softmax(model(params, x[i : i + batch]).double(), dim=-1)
         p, d = ensemble_summary(member)
         probs.append(p)
         md.append(d)
-    return torch.cat(probs).cpu(), torch.cat(md).cpu()
+        mi.append(mutual_information(member))
+    return torch.cat(probs).cpu(), torch.cat(md).cpu(), torch.cat(mi).cpu()
+
+
+def predict_summary(model: StackedModel, params: Tensor, x: Tensor, batch: int = 1000) -> tuple[Tensor, Tensor]:
+    """Predictive probabilities (N, C) and model disagreement (N,) on ``x``."""
+    probs, md, _ = predict_details(model, params, x, batch)
+    return probs, md
 
 
 @torch.no_grad()
@@ -280,13 +288,14 @@ def run_image(job: dict[str, Any], out: Path, checkpoint: Path | None = None, *,
     params = _train_stack(job, data.x_train, data.y_train, model, prior, init, generator, int(job["steps"]),
                           checkpoint, monitor, dev)
     train_seconds = time.perf_counter() - t0
-    test_probs, test_md = predict_summary(model, params, data.x_test)
-    ood_probs, ood_md = predict_summary(model, params, data.x_ood)
+    test_probs, test_md, test_mi = predict_details(model, params, data.x_test)
+    ood_probs, ood_md, ood_mi = predict_details(model, params, data.x_ood)
     labels = data.y_test.cpu()
-    metrics = classification_metrics(test_probs, test_md, labels, ood_probs, ood_md)
+    metrics = classification_metrics(test_probs, test_md, labels, ood_probs, ood_md, test_mi, ood_mi)
     save_npz_atomic(out.with_name("predictions.npz"), test_probs=test_probs.float().numpy(),
                     test_md=test_md.float().numpy(), test_labels=labels.numpy(),
                     ood_probs=ood_probs.float().numpy(), ood_md=ood_md.float().numpy(),
+                    test_mi=test_mi.float().numpy(), ood_mi=ood_mi.float().numpy(),
                     job=np.array(json.dumps(job, sort_keys=True)))
     record = {
         "metrics": metrics,

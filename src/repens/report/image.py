@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 from repens.report.tables import (Column, build_blocks, csv_text, mean_se, with_labels, write_table,
                                   write_text_atomic)
 
-__all__ = ["TABLE1_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows"]
+__all__ = ["TABLE1_COLUMNS", "EXTRA_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows"]
 
 #: the paper's column order; accuracy shown in percent as in the paper
 TABLE1_COLUMNS = [
@@ -27,6 +27,20 @@ TABLE1_COLUMNS = [
     Column("md_ratio", r"$MD_o/MD_t$", "max", 3, plain="MD_o/MD_t"),
     Column("ece", "ECE", "min", 3, plain="ECE"),
     Column("nll", "NLL", "min", 3, plain="NLL"),
+]
+
+#: metrics the field reports beside the paper's (CSV only; the LaTeX and PNG keep the
+#: paper's columns); runs written before they existed show NaN
+EXTRA_COLUMNS = [
+    Column("aupr_entropy", "AUPR(H)", "max", 3, plain="AUPR(H)"),
+    Column("aupr_md", "AUPR(MD)", "max", 3, plain="AUPR(MD)"),
+    Column("fpr95_entropy", "FPR95(H)", "min", 3, plain="FPR95(H)"),
+    Column("fpr95_md", "FPR95(MD)", "min", 3, plain="FPR95(MD)"),
+    Column("brier", "Brier", "min", 3, plain="Brier"),
+    Column("mi_test", "MI test", "min", 4, plain="MI test"),
+    Column("mi_ood", "MI OOD", "max", 4, plain="MI OOD"),
+    Column("mi_ratio", "MI_o/MI_t", "max", 3, plain="MI_o/MI_t"),
+    Column("auroc_mi", "AUROC(MI)", "max", 3, plain="AUROC(MI)"),
 ]
 
 DATASET_LABELS = {"fashionmnist": "FashionMNIST", "cifar10": "CIFAR10", "mnist": "MNIST", "svhn": "SVHN"}
@@ -44,7 +58,7 @@ def load_records(paths: Sequence[Path | str]) -> list[dict[str, Any]]:
             raise ValueError(f"{path}: not a metrics file written by an image job ({err})") from None
         records.append({"dataset": job["dataset"], "method": job["method"], "seed": job["seed"],
                         "scale": job.get("scale"), "particles": job.get("particles"), "steps": job.get("steps"),
-                        **metrics})
+                        **{c.key: math.nan for c in EXTRA_COLUMNS}, **metrics})
     scales = {r["scale"] for r in records}
     if len(scales) > 1:
         raise ValueError(f"metrics from different scales {sorted(map(str, scales))}; rerun at one scale")
@@ -92,13 +106,16 @@ def vs_paper_rows(records: Sequence[Mapping[str, Any]], reference: Mapping[tuple
 def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Mapping[str, str],
                  datasets: Sequence[str], methods: Sequence[str], out_tex: Path, out_png: Path, out_csv: Path,
                  out_vs_paper: Path) -> None:
-    """Write Table 1 (LaTeX, PNG, CSV) and the comparison with the paper's values."""
+    """Write Table 1 (LaTeX, PNG, CSV) and the comparison with the paper's values.
+
+    The CSV has the paper's columns and :data:`EXTRA_COLUMNS` (AUPR, FPR95, Brier, mutual
+    information); the LaTeX and PNG only the paper's."""
     records = load_records(inputs)
     ref = read_reference(reference)
     paper_methods = {m for (_, m) in ref}
     rows = [(m, labels.get(m, m), m not in paper_methods) for m in methods]
     rows = [r for r in rows if not r[2]] + [r for r in rows if r[2]]  # extra rows below the rule
-    blocks = build_blocks(records, TABLE1_COLUMNS, [(d, DATASET_LABELS.get(d, d)) for d in datasets], rows)
+    blocks = build_blocks(records, TABLE1_COLUMNS + EXTRA_COLUMNS, [(d, DATASET_LABELS.get(d, d)) for d in datasets], rows)
     scale = records[0]["scale"] if records else "?"
     seeds = sorted({r["seed"] for r in records})
     sizes = ", ".join(
@@ -116,7 +133,8 @@ def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Ma
         f"Scale: {scale} ({sizes})."
     )
     footer = f"scale {scale}; seeds {seeds}; {sizes}; ECE: 15 equal-width top-label bins"
-    write_table(blocks, TABLE1_COLUMNS, out_tex=out_tex, out_csv=out_csv, out_png=out_png, caption=caption,
+    write_table(blocks, TABLE1_COLUMNS + EXTRA_COLUMNS, out_csv=out_csv)
+    write_table(blocks, TABLE1_COLUMNS, out_tex=out_tex, out_png=out_png, caption=caption,
                 label="tab:table1", title="Table 1: BNN image classification (mean ± s.e. over seeds)",
                 footer=footer)
     vs_paper = vs_paper_rows(records, ref, datasets, [r[0] for r in rows])
