@@ -33,6 +33,7 @@ import torch
 
 from repens.atomic import save_figure_atomic, write_text_atomic
 from repens.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
+from repens.report.style import PALETTE, figure_style
 from repens.targets import make_target
 
 log = logging.getLogger("repens.report")
@@ -467,12 +468,13 @@ def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path,
 
 # --------------------------------------------------------------------------- figure
 
-_PARTICLE_COLOR = "tab:blue"
-_EXACT_COLOR = "tab:red"
 #: Contour levels as drops below the maximum log density: 0.5 r^2 for r = 0.5, 1, ..., 4.5
 #: (for a Gaussian these are the Mahalanobis-radius-r ellipses; for the funnel they
 #: trace the neck and the mouth down to ~10 nats below the mode).
 _LOG_DENSITY_DROPS = tuple(0.5 * r**2 for r in np.arange(0.5, 4.51, 0.5))
+#: Exact target samples drawn in the red marginal KDEs (a fixed-seed subset of the
+#: reference set: the KDE is smooth long before 20000 points, and it is drawn per panel).
+_MARGINAL_SAMPLES = 5000
 
 
 def _view_window(exact: np.ndarray, particle_sets: Sequence[np.ndarray]) -> list[tuple[float, float]]:
@@ -497,19 +499,6 @@ def _view_window(exact: np.ndarray, particle_sets: Sequence[np.ndarray]) -> list
     return limits
 
 
-def _kde(values: np.ndarray, grid: np.ndarray) -> np.ndarray | None:
-    """1-D Gaussian KDE (scipy, Scott's rule) on ``grid``; None if it cannot be formed."""
-    from scipy.stats import gaussian_kde
-
-    values = values[np.isfinite(values)]
-    if values.size < 2 or np.ptp(values) == 0:
-        return None
-    try:
-        return gaussian_kde(values)(grid)
-    except (np.linalg.LinAlgError, ValueError):
-        return None
-
-
 def _settings_text(job: dict[str, Any]) -> dict[str, str]:
     return {
         "particles": f"n={job.get('particles', '?')}",
@@ -524,18 +513,134 @@ def _save_figure(fig, path: Path, fmt: str, **kwargs: Any) -> None:
     save_figure_atomic(fig, path, format=fmt, **kwargs)
 
 
+def _save_png_pdf(fig, out_png: Path | str, out_pdf: Path | str) -> None:
+    """The figure as a 150 dpi PNG and a PDF without a creation date, both written atomically."""
+    _save_figure(fig, Path(out_png), "png", dpi=150)
+    _save_figure(fig, Path(out_pdf), "pdf", metadata={"CreationDate": None})
+
+
+@dataclass(frozen=True)
+class _Density:
+    """The target's log density on the view window (for the contours)."""
+
+    mesh_x: np.ndarray
+    mesh_y: np.ndarray
+    logp: np.ndarray
+    levels: list[float]
+
+
+def _log_density_grid(target: str, window: Sequence[tuple[float, float]], points: int = 300) -> _Density:
+    (x_lo, x_hi), (y_lo, y_hi) = window
+    mesh_x, mesh_y = np.meshgrid(np.linspace(x_lo, x_hi, points), np.linspace(y_lo, y_hi, points))
+    grid = torch.from_numpy(np.stack([mesh_x.ravel(), mesh_y.ravel()], axis=1))
+    with torch.no_grad():
+        logp = make_target(target).log_prob(grid).numpy().reshape(mesh_x.shape)
+    levels = sorted(float(logp.max()) - drop for drop in _LOG_DENSITY_DROPS)
+    return _Density(mesh_x, mesh_y, logp, levels)
+
+
+def _joint_axes(fig, cell):
+    """A seaborn-JointGrid-like layout inside one gridspec cell: joint, top and right axes."""
+    sub = cell.subgridspec(2, 2, width_ratios=(4, 1), height_ratios=(1, 4), wspace=0.04, hspace=0.04)
+    ax = fig.add_subplot(sub[1, 0])
+    top = fig.add_subplot(sub[0, 0], sharex=ax)
+    right = fig.add_subplot(sub[1, 1], sharey=ax)
+    return ax, top, right
+
+
+def _draw_contours(ax, density: _Density) -> None:
+    top_level = float(density.logp.max()) + 1e-9
+    ax.contourf(density.mesh_x, density.mesh_y, density.logp, levels=density.levels + [top_level],
+                cmap="Greys", alpha=0.25)
+    ax.contour(density.mesh_x, density.mesh_y, density.logp, levels=density.levels, colors="0.45",
+               linewidths=0.5, linestyles="solid")
+
+
+def _draw_particles(ax, particles: np.ndarray, window: Sequence[tuple[float, float]]) -> None:
+    """The particles as a seaborn scatter; the ones outside the window are counted in the panel."""
+    import seaborn as sns
+
+    (x_lo, x_hi), (y_lo, y_hi) = window
+    finite = np.all(np.isfinite(particles), axis=1)
+    p = particles[finite]
+    sns.scatterplot(x=p[:, 0], y=p[:, 1], ax=ax, s=9, color=PALETTE["particles"], alpha=0.75,
+                    edgecolor="none", zorder=3, legend=False)
+    outside = int((~finite).sum() + ((p[:, 0] < x_lo) | (p[:, 0] > x_hi) | (p[:, 1] < y_lo) | (p[:, 1] > y_hi)).sum())
+    if outside:
+        ax.text(0.02, 0.02, f"{outside} of {len(particles)} particles outside view", transform=ax.transAxes,
+                fontsize=7, color="0.2", va="bottom")
+
+
+def _kde_marginal(ax, values: np.ndarray, color, vertical: bool) -> None:
+    """One filled seaborn KDE (Scott's rule) of ``values``; nothing where a KDE cannot be formed."""
+    import seaborn as sns
+
+    values = values[np.isfinite(values)]
+    if values.size < 2 or np.ptp(values) == 0:
+        return
+    data = {"y": values} if vertical else {"x": values}
+    sns.kdeplot(**data, ax=ax, color=color, fill=True, alpha=0.15, linewidth=1.2, bw_method="scott",
+                warn_singular=False)
+
+
+def _draw_marginals(top, right, particles: np.ndarray, exact: np.ndarray) -> None:
+    """Top/right marginal KDEs: exact target samples (red) under the particles (blue)."""
+    import seaborn as sns
+
+    for axis, d, vertical in ((top, 0, False), (right, 1, True)):
+        _kde_marginal(axis, exact[:, d], PALETTE["exact"], vertical)
+        _kde_marginal(axis, particles[:, d], PALETTE["particles"], vertical)
+        axis.set_xlabel("")
+        axis.set_ylabel("")
+        if vertical:
+            axis.set_xlim(left=0)
+            axis.tick_params(axis="x", bottom=False, labelbottom=False)
+            axis.tick_params(axis="y", left=False, labelleft=False)
+            sns.despine(ax=axis, bottom=True)
+        else:
+            axis.set_ylim(bottom=0)
+            axis.tick_params(axis="y", left=False, labelleft=False)
+            axis.tick_params(axis="x", bottom=False, labelbottom=False)
+            sns.despine(ax=axis, left=True)
+
+
+def _panel_title(run: Run, settings: Mapping[str, str], varying: Sequence[str]) -> str:
+    return run.label + ("\n" + ", ".join(settings[key] for key in varying) if varying else "")
+
+
+def _figure_texts(target: str, scales: Sequence[str], settings: Mapping[str, str],
+                  common: Sequence[str]) -> tuple[str, str]:
+    """Suptitle (target, paper figure, scale, shared settings) and the legend footer."""
+    figure = PAPER_FIGURES.get(target)
+    head = TARGET_TITLES.get(target, target) + (f" (paper {figure})" if figure else "")
+    head += f" \u2014 scale: {', '.join(scales)}"
+    if common:
+        head += "; " + ", ".join(settings[key] for key in common)
+    footer = ("grey: target log-density contours; blue dots: particles; marginals: KDE of "
+              "exact target samples (red) and of the particles (blue)")
+    return head, footer
+
+
+def _check_target(runs: Sequence[Run], target: str) -> None:
+    for run in runs:
+        if run.target != target:
+            raise ValueError(f"{run.path}: a run on target {run.target!r}, but the figure is for {target!r}")
+
+
 def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: Path,
                        labels: Mapping[str, str] | None = None) -> None:
     """Draw Figure 2 (``gaussian``) or Figure F.1 (``funnel``): one joint plot per method.
 
     Panels run left to right in input order, each titled with the method label.
     The main axes show the target's log-density contours (levels 0.5 r^2 below
-    the maximum, r = 0.5 ... 4.5) and the particles (blue); the top and right axes
-    show the marginals as KDEs of exact target samples (red) and of the particles
-    (blue), as in the paper's caption. All panels share one view window, chosen
-    from the exact samples' central 95% and the particles' extent; particles
-    outside it are counted in the panel. The suptitle states the scale and the
-    settings (n, steps, optimizer, bandwidth, seed) read from the jobs.
+    the maximum, r = 0.5 ... 4.5) and the particles (blue, ``sns.scatterplot``);
+    the top and right axes show the marginals as seaborn KDEs of exact target
+    samples (red) and of the particles (blue), as in the paper's caption. All
+    panels share one view window, chosen from the exact samples' central 95% and
+    the particles' extent; particles outside it are counted in the panel. The
+    suptitle states the scale and the settings (n, steps, optimizer, bandwidth,
+    seed) read from the jobs. Drawn in the report's seaborn theme
+    (:func:`repens.report.style.figure_style`, set only for this figure).
 
     Args:
         target: ``"gaussian"`` or ``"funnel"``; every input must be a run on it.
@@ -549,91 +654,37 @@ def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: 
         ValueError: an input is malformed or belongs to another target (the
             message names the file).
     """
+    import seaborn as sns
     from matplotlib.figure import Figure  # Agg canvas, no pyplot / global backend state
 
     runs = _load_runs(inputs, labels)
-    for run in runs:
-        if run.target != target:
-            raise ValueError(f"{run.path}: a run on target {run.target!r}, but the figure is for {target!r}")
-    target_obj = make_target(target)
+    _check_target(runs, target)
     exact, _ = _reference(target, REFERENCE_SAMPLES, REFERENCE_SEED)
-    (x_lo, x_hi), (y_lo, y_hi) = _view_window(exact, [r.particles for r in runs])
-
-    gx, gy = np.linspace(x_lo, x_hi, 300), np.linspace(y_lo, y_hi, 300)
-    mesh_x, mesh_y = np.meshgrid(gx, gy)
-    grid = torch.from_numpy(np.stack([mesh_x.ravel(), mesh_y.ravel()], axis=1))
-    with torch.no_grad():
-        logp = target_obj.log_prob(grid).numpy().reshape(mesh_x.shape)
-    levels = sorted(float(logp.max()) - drop for drop in _LOG_DENSITY_DROPS)
-    exact_kde_x, exact_kde_y = _kde(exact[:, 0], gx), _kde(exact[:, 1], gy)
+    window = _view_window(exact, [r.particles for r in runs])
+    density = _log_density_grid(target, window)
+    marginal_exact = exact[:_MARGINAL_SAMPLES]
 
     settings = [_settings_text(run.job) for run in runs]
     common = [key for key in settings[0] if all(s[key] == settings[0][key] for s in settings)]
     varying = [key for key in settings[0] if key not in common]
-    scales = sorted({run.scale for run in runs})
+    head, footer = _figure_texts(target, sorted({run.scale for run in runs}), settings[0], common)
 
     k = len(runs)
-    fig = Figure(figsize=(3.6 * k, 4.3))
-    outer = fig.add_gridspec(1, k, left=0.05, right=0.99, bottom=0.17, top=0.82, wspace=0.22)
-    for i, run in enumerate(runs):
-        cell = outer[i].subgridspec(2, 2, width_ratios=(4, 1), height_ratios=(1, 4), wspace=0.04, hspace=0.04)
-        ax = fig.add_subplot(cell[1, 0])
-        top = fig.add_subplot(cell[0, 0], sharex=ax)
-        right = fig.add_subplot(cell[1, 1], sharey=ax)
-
-        ax.contourf(mesh_x, mesh_y, logp, levels=levels + [float(logp.max()) + 1e-9], cmap="Greys", alpha=0.25)
-        ax.contour(mesh_x, mesh_y, logp, levels=levels, colors="0.45", linewidths=0.5)
-        p = run.particles
-        ax.scatter(p[:, 0], p[:, 1], s=7, color=_PARTICLE_COLOR, alpha=0.75, edgecolors="none", zorder=3)
-        ax.set_xlim(x_lo, x_hi)
-        ax.set_ylim(y_lo, y_hi)
-        ax.set_xlabel("$x$")
-        if i == 0:
-            ax.set_ylabel("$y$")
-        finite = np.all(np.isfinite(p), axis=1)
-        outside = int((~finite).sum() + ((p[finite, 0] < x_lo) | (p[finite, 0] > x_hi)
-                                         | (p[finite, 1] < y_lo) | (p[finite, 1] > y_hi)).sum())
-        if outside:
-            ax.text(0.02, 0.02, f"{outside} of {len(p)} particles outside view", transform=ax.transAxes,
-                    fontsize=7, color="0.2", va="bottom")
-
-        for values, grid_1d, exact_kde, axis, vertical in (
-            (p[:, 0], gx, exact_kde_x, top, False), (p[:, 1], gy, exact_kde_y, right, True)
-        ):
-            for density, color in ((exact_kde, _EXACT_COLOR), (_kde(values, grid_1d), _PARTICLE_COLOR)):
-                if density is None:
-                    continue
-                if vertical:
-                    axis.fill_betweenx(grid_1d, 0, density, color=color, alpha=0.15, linewidth=0)
-                    axis.plot(density, grid_1d, color=color, linewidth=1.2)
-                else:
-                    axis.fill_between(grid_1d, 0, density, color=color, alpha=0.15, linewidth=0)
-                    axis.plot(grid_1d, density, color=color, linewidth=1.2)
-            axis.tick_params(labelbottom=False, labelleft=False, bottom=not vertical, left=vertical, length=0)
-            for side in ("top", "right", "left" if not vertical else "bottom"):
-                axis.spines[side].set_visible(False)
-            if vertical:
-                axis.set_xlim(left=0)
-            else:
-                axis.set_ylim(bottom=0)
-        top.tick_params(axis="x", labelbottom=False)
-        right.tick_params(axis="y", labelleft=False)
-
-        title = run.label
-        if varying:
-            title += "\n" + ", ".join(settings[i][key] for key in varying)
-        top.set_title(title, fontsize=11)
-
-    name = TARGET_TITLES.get(target, target)
-    figure = PAPER_FIGURES.get(target)
-    head = f"{name}" + (f" (paper {figure})" if figure else "")
-    head += f" \u2014 scale: {', '.join(scales)}"
-    if common:
-        head += "; " + ", ".join(settings[0][key] for key in common)
-    fig.suptitle(head, fontsize=11)
-    fig.text(0.5, 0.012, "grey: target log-density contours; blue dots: particles; marginals: KDE of "
-             "exact target samples (red) and of the particles (blue)", ha="center", fontsize=8, color="0.25")
-
-    _save_figure(fig, out_png, "png", dpi=150)
-    _save_figure(fig, out_pdf, "pdf", metadata={"CreationDate": None})
+    with figure_style():
+        fig = Figure(figsize=(3.6 * k, 4.3))
+        outer = fig.add_gridspec(1, k, left=0.05, right=0.99, bottom=0.17, top=0.82, wspace=0.22)
+        for i, run in enumerate(runs):
+            ax, top, right = _joint_axes(fig, outer[i])
+            _draw_contours(ax, density)
+            _draw_particles(ax, run.particles, window)
+            _draw_marginals(top, right, run.particles, marginal_exact)
+            ax.set_xlim(*window[0])
+            ax.set_ylim(*window[1])
+            ax.set_xlabel("$x$")
+            ax.set_ylabel("$y$" if i == 0 else "")
+            sns.despine(ax=ax)
+            top.set_title(_panel_title(run, settings[i], varying), fontsize=11)
+        fig.suptitle(head, fontsize=11)
+        fig.text(0.5, 0.012, footer, ha="center", fontsize=8, color="0.25")
+        _save_png_pdf(fig, out_png, out_pdf)
     log.info("wrote %s and %s (%d panels)", out_png, out_pdf, k)
