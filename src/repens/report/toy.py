@@ -40,6 +40,7 @@ import numpy as np
 from repens.atomic import write_text_atomic
 from repens.data.toy import REGRESSION_CLUSTERS
 from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
+from repens.report.style import PALETTE, figure_style
 from repens.report.synthetic import LABELS, read_npz, _save_figure, _tex_escape, _tex_number
 
 log = logging.getLogger("repens.report")
@@ -555,9 +556,12 @@ def write_distance_table(regression: ToyInputs | None, classification: ToyInputs
 
 # --------------------------------------------------------------------------- figures
 
-_BAND_COLOR = "tab:blue"
-_MEAN_COLOR = "navy"
 _NCOLS = 4
+#: The +-k sd bands of Figure 1, widest first, with their fill alpha.
+_BANDS = ((3, 0.12), (2, 0.16), (1, 0.22))
+#: Colormap of the entropy images (Figure 3) and palette of the training classes.
+_ENTROPY_CMAP = "viridis"
+_CLASS_PALETTE = "tab10"
 
 
 def _panel_grid(k: int, panel_w: float, panel_h: float, top_in: float, bottom_in: float,
@@ -577,6 +581,22 @@ def _panel_grid(k: int, panel_w: float, panel_h: float, top_in: float, bottom_in
 
 def _title(p: ToyPredictions, extra: str | None) -> str:
     return p.label + (f"\n{extra}" if extra else "")
+
+
+def _label_outer(ax, i: int, ncols: int, k: int, xlabel: str | None, ylabel: str | None) -> None:
+    """Tick labels (and axis labels) only on the left column and the bottom panel of each column."""
+    ax.tick_params(labelsize=8)
+    if i % ncols:
+        ax.tick_params(labelleft=False)
+        ax.set_ylabel("")
+    elif ylabel is not None:
+        ax.set_ylabel(ylabel)
+    if i + ncols >= k:  # nothing below this panel
+        if xlabel is not None:
+            ax.set_xlabel(xlabel)
+    else:
+        ax.tick_params(labelbottom=False)
+        ax.set_xlabel("")
 
 
 def _regression_ylim(preds: Sequence[ToyPredictions], truth: np.ndarray) -> tuple[float, float]:
@@ -606,6 +626,34 @@ def _finish_figure(fig, title: str, footer: str, height: float, out_png: Path | 
     log.info("wrote %s and %s (%d panels)", out_png, out_pdf, panels)
 
 
+def _draw_regression(ax, p: ToyPredictions, xx: np.ndarray, truth: np.ndarray) -> None:
+    """One Figure 1 panel: +-1/2/3 sd bands, ``x sin x`` (dashed), predictive mean, training data."""
+    import seaborn as sns
+
+    x = p.x_test[:, 0]
+    mean, sd = p.predictive()
+    for k, alpha in _BANDS:
+        ax.fill_between(x, mean - k * sd, mean + k * sd, color=PALETTE["band"], alpha=alpha, linewidth=0)
+    sns.lineplot(x=xx, y=truth, ax=ax, color=PALETTE["truth"], linestyle="--", linewidth=0.7, zorder=2,
+                 estimator=None, sort=False)
+    sns.lineplot(x=x, y=mean, ax=ax, color=PALETTE["mean"], linewidth=1.3, zorder=3, estimator=None, sort=False)
+    sns.scatterplot(x=p.x_train[:, 0], y=p.y_train, ax=ax, s=5, color=PALETTE["data"], edgecolor="none",
+                    zorder=4, legend=False)
+
+
+def _regression_legend(fig) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Line2D([], [], color=PALETTE["mean"], linewidth=1.3, label="predictive mean"),
+               *(Patch(color=PALETTE["band"], alpha=a, linewidth=0, label=f"$\\pm{k}$ sd")
+                 for k, a in ((1, 0.5), (2, 0.3), (3, 0.15))),
+               Line2D([], [], color=PALETTE["data"], marker=".", linestyle="none", label="training data"),
+               Line2D([], [], color=PALETTE["truth"], linestyle="--", linewidth=0.7, label=r"$x\,\sin x$")]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 0.03))
+
+
 def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
                            labels: Mapping[str, str] | None = None) -> None:
     """Draw Figure 1: the 1-D regression predictive of each input, one panel per input.
@@ -617,14 +665,14 @@ def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, ou
     (thin dashed). All panels share the y-limits. The suptitle names the paper
     figure; the footer gives scale, seed and the settings read from the jobs
     (particles and steps, and the HMC block); where methods' settings differ they
-    go into the panel titles instead.
+    go into the panel titles instead. Lines and points are drawn with seaborn in
+    the report theme (:func:`repens.report.style.figure_style`, local to the figure).
 
     Raises:
         ValueError: no inputs, an input is malformed or is not a regression file, or
             the inputs mix seeds/scales (messages name the files).
     """
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    import seaborn as sns
 
     preds = _load_all(inputs, "regression", labels)
     footer, extra = _settings_summary(preds)
@@ -635,39 +683,46 @@ def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, ou
     y_lo, y_hi = _regression_ylim(preds, truth)
 
     title_lines = 2 if any(extra) else 1
-    fig, axes, ncols, nrows, _, height = _panel_grid(
-        len(preds), 3.0, 2.1 + 0.15 * (title_lines - 1), top_in=0.6 + 0.15 * title_lines, bottom_in=0.95,
-        left_in=0.55, right_in=0.15, wspace=0.12, hspace=0.3 + 0.1 * title_lines)
-    for i, (ax, p) in enumerate(zip(axes, preds)):
-        x = p.x_test[:, 0]
-        mean, sd = p.predictive()
-        for k, alpha in ((3, 0.12), (2, 0.16), (1, 0.22)):
-            ax.fill_between(x, mean - k * sd, mean + k * sd, color=_BAND_COLOR, alpha=alpha, linewidth=0)
-        ax.plot(xx, truth, color="0.2", linestyle="--", linewidth=0.7, zorder=2)
-        ax.plot(x, mean, color=_MEAN_COLOR, linewidth=1.3, zorder=3)
-        ax.scatter(p.x_train[:, 0], p.y_train, s=4, color="black", edgecolors="none", zorder=4)
-        ax.set_xlim(x_lo, x_hi)
-        ax.set_ylim(y_lo, y_hi)
-        ax.set_title(_title(p, extra[i]), fontsize=10)
-        ax.tick_params(labelsize=8)
-        if i % ncols:
-            ax.tick_params(labelleft=False)
-        else:
-            ax.set_ylabel("$y$")
-        if i + ncols >= len(preds):  # nothing below this panel
-            ax.set_xlabel("$x$")
-        else:
-            ax.tick_params(labelbottom=False)
+    with figure_style():
+        fig, axes, ncols, _, _, height = _panel_grid(
+            len(preds), 3.0, 2.1 + 0.15 * (title_lines - 1), top_in=0.6 + 0.15 * title_lines, bottom_in=0.95,
+            left_in=0.55, right_in=0.15, wspace=0.12, hspace=0.3 + 0.1 * title_lines)
+        for i, (ax, p) in enumerate(zip(axes, preds)):
+            _draw_regression(ax, p, xx, truth)
+            ax.set_xlim(x_lo, x_hi)
+            ax.set_ylim(y_lo, y_hi)
+            ax.set_title(_title(p, extra[i]), fontsize=10)
+            _label_outer(ax, i, ncols, len(preds), "$x$", "$y$")
+            sns.despine(ax=ax)
+        _regression_legend(fig)
+        _finish_figure(fig, "1-D regression (paper Figure 1): predictive mean and $\\pm$1/2/3 sd of the predictive",
+                       footer, height, out_png, out_pdf, len(preds))
 
-    handles = [Line2D([], [], color=_MEAN_COLOR, linewidth=1.3, label="predictive mean"),
-               *(Patch(color=_BAND_COLOR, alpha=a, linewidth=0, label=f"$\\pm{k}$ sd")
-                 for k, a in ((1, 0.5), (2, 0.3), (3, 0.15))),
-               Line2D([], [], color="black", marker=".", linestyle="none", label="training data"),
-               Line2D([], [], color="0.2", linestyle="--", linewidth=0.7, label=r"$x\,\sin x$")]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 0.03))
-    _finish_figure(fig, "1-D regression (paper Figure 1): predictive mean and $\\pm$1/2/3 sd of the predictive",
-                   footer, height, out_png, out_pdf, len(preds))
+
+def _draw_entropy(ax, p: ToyPredictions, vmax: float, class_colors: Sequence) -> Any:
+    """One Figure 3 panel: the predictive entropy image and the training points by class."""
+    import seaborn as sns
+
+    xs, ys = _grid_axes(p.path, p.x_test)
+    entropy = predictive_entropy(p.probs_test).reshape(len(ys), len(xs))
+    dx, dy = (xs[1] - xs[0]) / 2, (ys[1] - ys[0]) / 2
+    image = ax.imshow(entropy, origin="lower", extent=(xs[0] - dx, xs[-1] + dx, ys[0] - dy, ys[-1] + dy),
+                      cmap=_ENTROPY_CMAP, vmin=0.0, vmax=vmax, interpolation="nearest", aspect="equal")
+    sns.scatterplot(x=p.x_train[:, 0], y=p.x_train[:, 1], ax=ax, s=6,
+                    c=[class_colors[int(c) % len(class_colors)] for c in p.y_train],
+                    edgecolor="white", linewidth=0.25, zorder=3, legend=False)
+    return image
+
+
+def _entropy_colorbar(fig, image, num_classes: int, width: float, bottom: float, top: float) -> None:
+    vmax = math.log(num_classes)
+    cax = fig.add_axes((1 - 0.95 / width, bottom, 0.14 / width, top - bottom))
+    bar = fig.colorbar(image, cax=cax)
+    bar.set_label("predictive entropy (nats)", fontsize=9)
+    ticks = [0.0, 0.5, 1.0, 1.5, vmax]
+    bar.set_ticks([t for t in ticks if t <= vmax])
+    bar.set_ticklabels([f"{t:g}" for t in ticks[:-1] if t <= vmax] + [f"log {num_classes}"], fontsize=8)
+    bar.outline.set_visible(False)
 
 
 def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
@@ -677,48 +732,31 @@ def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str
     Panels follow the input order in a grid of up to four columns, each titled
     with the file's label. The entropy (nats) is an image on one shared colour
     scale from 0 to ``log C`` (``log 5``) with one colorbar; the training points are
-    overlaid, coloured by class. Suptitle and footer as in
+    overlaid (``sns.scatterplot``), coloured by class. Suptitle and footer as in
     :func:`plot_regression_panels`.
 
     Raises:
         ValueError: no inputs, an input is malformed or is not a classification file,
             or the inputs mix seeds/scales (messages name the files).
     """
-    from matplotlib import colormaps
+    import seaborn as sns
 
     preds = _load_all(inputs, "classification", labels)
     footer, extra = _settings_summary(preds)
     num_classes = max(p.probs_test.shape[1] for p in preds)
-    vmax = math.log(num_classes)
-    class_colors = colormaps["tab10"]
+    class_colors = sns.color_palette(_CLASS_PALETTE)
 
     title_lines = 2 if any(extra) else 1
     top_in, bottom_in = 0.6 + 0.15 * title_lines, 0.5
-    fig, axes, ncols, nrows, width, height = _panel_grid(
-        len(preds), 2.5, 2.5 + 0.15 * (title_lines - 1), top_in=top_in, bottom_in=bottom_in,
-        left_in=0.5, right_in=1.1, wspace=0.1, hspace=0.1 + 0.1 * title_lines)
-    image = None
-    for i, (ax, p) in enumerate(zip(axes, preds)):
-        xs, ys = _grid_axes(p.path, p.x_test)
-        entropy = predictive_entropy(p.probs_test).reshape(len(ys), len(xs))
-        dx, dy = (xs[1] - xs[0]) / 2, (ys[1] - ys[0]) / 2
-        image = ax.imshow(entropy, origin="lower", extent=(xs[0] - dx, xs[-1] + dx, ys[0] - dy, ys[-1] + dy),
-                          cmap="viridis", vmin=0.0, vmax=vmax, interpolation="nearest", aspect="equal")
-        ax.scatter(p.x_train[:, 0], p.x_train[:, 1], s=5, c=[class_colors(int(c) % 10) for c in p.y_train],
-                   edgecolors="white", linewidths=0.25, zorder=3)
-        ax.set_title(_title(p, extra[i]), fontsize=10)
-        ax.tick_params(labelsize=8)
-        if i % ncols:
-            ax.tick_params(labelleft=False)
-        if i + ncols < len(preds):
-            ax.tick_params(labelbottom=False)
-
-    grid_top, grid_bottom = 1 - top_in / height, bottom_in / height
-    cax = fig.add_axes((1 - 0.95 / width, grid_bottom, 0.14 / width, grid_top - grid_bottom))
-    bar = fig.colorbar(image, cax=cax)
-    bar.set_label("predictive entropy (nats)", fontsize=9)
-    ticks = [0.0, 0.5, 1.0, 1.5, vmax]
-    bar.set_ticks([t for t in ticks if t <= vmax])
-    bar.set_ticklabels([f"{t:g}" for t in ticks[:-1] if t <= vmax] + [f"log {num_classes}"], fontsize=8)
-    _finish_figure(fig, "2-D classification (paper Figure 3): predictive entropy; dots: training points by class",
-                   footer, height, out_png, out_pdf, len(preds))
+    with figure_style():
+        fig, axes, ncols, _, width, height = _panel_grid(
+            len(preds), 2.5, 2.5 + 0.15 * (title_lines - 1), top_in=top_in, bottom_in=bottom_in,
+            left_in=0.5, right_in=1.1, wspace=0.1, hspace=0.1 + 0.1 * title_lines)
+        image = None
+        for i, (ax, p) in enumerate(zip(axes, preds)):
+            image = _draw_entropy(ax, p, math.log(num_classes), class_colors)
+            ax.set_title(_title(p, extra[i]), fontsize=10)
+            _label_outer(ax, i, ncols, len(preds), None, None)
+        _entropy_colorbar(fig, image, num_classes, width, bottom_in / height, 1 - top_in / height)
+        _finish_figure(fig, "2-D classification (paper Figure 3): predictive entropy; dots: training points by class",
+                       footer, height, out_png, out_pdf, len(preds))
