@@ -148,3 +148,17 @@ def test_label_fallbacks(tmp_path):
     assert run.label == "sge-WGD"
     run = rep.load_run(_write_run(tmp_path / "t.npz", x, method="sge-wgd", label="Custom"))
     assert run.label == "Custom"
+
+
+def test_figures_leave_the_global_matplotlib_style_alone(tmp_path, gaussian_runs):
+    import matplotlib as mpl
+
+    import test_toy_report as toy_fixtures
+    from repens.report import toy as toy_rep
+
+    before = dict(mpl.rcParams)
+    rep.plot_target_panels("gaussian", gaussian_runs[:2], tmp_path / "g.png", tmp_path / "g.pdf")
+    reg = [toy_fixtures._write_regression(tmp_path, m) for m in ("hmc", "de")]
+    toy_rep.plot_regression_panels(reg, tmp_path / "r.png", tmp_path / "r.pdf")
+    after = dict(mpl.rcParams)
+    assert {k for k in before if before[k] != after[k]} == set()
