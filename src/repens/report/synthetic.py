@@ -472,9 +472,10 @@ def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path,
 #: (for a Gaussian these are the Mahalanobis-radius-r ellipses; for the funnel they
 #: trace the neck and the mouth down to ~10 nats below the mode).
 _LOG_DENSITY_DROPS = tuple(0.5 * r**2 for r in np.arange(0.5, 4.51, 0.5))
-#: Exact target samples drawn in the red marginal KDEs (a fixed-seed subset of the
-#: reference set: the KDE is smooth long before 20000 points, and it is drawn per panel).
-_MARGINAL_SAMPLES = 5000
+#: Points of the marginal KDE curves, evaluated across the view window only (seaborn's
+#: default grid spans the data range, which for the funnel's heavy-tailed x marginal
+#: leaves a handful of points inside the view).
+_KDE_GRIDSIZE = 300
 
 
 def _view_window(exact: np.ndarray, particle_sets: Sequence[np.ndarray]) -> list[tuple[float, float]]:
@@ -571,8 +572,9 @@ def _draw_particles(ax, particles: np.ndarray, window: Sequence[tuple[float, flo
                 fontsize=7, color="0.2", va="bottom")
 
 
-def _kde_marginal(ax, values: np.ndarray, color, vertical: bool) -> None:
-    """One filled seaborn KDE (Scott's rule) of ``values``; nothing where a KDE cannot be formed."""
+def _kde_marginal(ax, values: np.ndarray, color, vertical: bool, limits: tuple[float, float]) -> None:
+    """One filled seaborn KDE (Scott's rule, fitted to all of ``values``) drawn across ``limits``;
+    nothing where a KDE cannot be formed."""
     import seaborn as sns
 
     values = values[np.isfinite(values)]
@@ -580,16 +582,17 @@ def _kde_marginal(ax, values: np.ndarray, color, vertical: bool) -> None:
         return
     data = {"y": values} if vertical else {"x": values}
     sns.kdeplot(**data, ax=ax, color=color, fill=True, alpha=0.15, linewidth=1.2, bw_method="scott",
-                warn_singular=False)
+                warn_singular=False, clip=limits, gridsize=_KDE_GRIDSIZE)
 
 
-def _draw_marginals(top, right, particles: np.ndarray, exact: np.ndarray) -> None:
+def _draw_marginals(top, right, particles: np.ndarray, exact: np.ndarray,
+                    window: Sequence[tuple[float, float]]) -> None:
     """Top/right marginal KDEs: exact target samples (red) under the particles (blue)."""
     import seaborn as sns
 
     for axis, d, vertical in ((top, 0, False), (right, 1, True)):
-        _kde_marginal(axis, exact[:, d], PALETTE["exact"], vertical)
-        _kde_marginal(axis, particles[:, d], PALETTE["particles"], vertical)
+        _kde_marginal(axis, exact[:, d], PALETTE["exact"], vertical, window[d])
+        _kde_marginal(axis, particles[:, d], PALETTE["particles"], vertical, window[d])
         axis.set_xlabel("")
         axis.set_ylabel("")
         if vertical:
@@ -662,7 +665,6 @@ def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: 
     exact, _ = _reference(target, REFERENCE_SAMPLES, REFERENCE_SEED)
     window = _view_window(exact, [r.particles for r in runs])
     density = _log_density_grid(target, window)
-    marginal_exact = exact[:_MARGINAL_SAMPLES]
 
     settings = [_settings_text(run.job) for run in runs]
     common = [key for key in settings[0] if all(s[key] == settings[0][key] for s in settings)]
@@ -677,7 +679,7 @@ def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: 
             ax, top, right = _joint_axes(fig, outer[i])
             _draw_contours(ax, density)
             _draw_particles(ax, run.particles, window)
-            _draw_marginals(top, right, run.particles, marginal_exact)
+            _draw_marginals(top, right, run.particles, exact, window)
             ax.set_xlim(*window[0])
             ax.set_ylim(*window[1])
             ax.set_xlabel("$x$")
