@@ -98,6 +98,7 @@ def _setup(config: dict, method: str, sets: int):
     if sets > 1:
         init = init.view(sets, n, -1)
     batch = min(config["batch"], rows)
+    # the samplers of repens.minibatches, written out: the baseline engine has no such module
     if sets > 1:
         set_rows = torch.arange(sets).unsqueeze(-1)
 

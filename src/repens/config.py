@@ -58,11 +58,6 @@ METHOD_KEYS = (
     "mmd_weight",
 )
 
-# what each update rule takes is declared beside the rules (repens.rule_options)
-_RULE_OPTIONS = RULE_OPTIONS
-_ESTIMATOR_OPTIONS = ESTIMATOR_OPTIONS
-
-
 #: names the pipeline uses for outputs that are not methods
 RESERVED_METHODS = {"hmc": "HMC reference posterior", "iid": "exact-sample baseline of the synthetic table"}
 
@@ -148,33 +143,29 @@ def experiment_seeds(config: Mapping[str, Any], experiment: str) -> list[int]:
     return list(config["experiments"][experiment].get("seeds", config["seeds"]))
 
 
-def _allowed_options(rule: str, space: str, estimator: str | None) -> set[str]:
-    return set(options_of(rule, space, estimator))
-
-
 def method_options(job: Mapping[str, Any]) -> dict[str, Any]:
     """The options of a resolved job that its update rule accepts (keyword arguments).
 
     Experiment-wide settings may set an option (say ``prior_samples``) for every
     method; each rule receives only the options it uses.
     """
-    allowed = _allowed_options(job["rule"], job.get("space", "weight"), job.get("estimator"))
+    allowed = options_of(job["rule"], job.get("space", "weight"), job.get("estimator"))
     return {k: job[k] for k in METHOD_KEYS if k in allowed and k in job and job[k] is not None}
 
 
 def _check_method(name: str, entry: Mapping[str, Any]) -> None:
     where = f"methods.{name}"
     rule, space = entry.get("rule"), entry.get("space", "weight")
-    if rule not in _RULE_OPTIONS:
-        raise ConfigError(f"{where}.rule: unknown rule {rule!r}; known: {sorted(_RULE_OPTIONS)}")
+    if rule not in RULE_OPTIONS:
+        raise ConfigError(f"{where}.rule: unknown rule {rule!r}; known: {sorted(RULE_OPTIONS)}")
     if space == "function" and rule not in FUNCTION_SPACE:
         raise ConfigError(f"{where}.space: rule {rule!r} has no function-space form (only svgd, wgd)")
     estimator = entry.get("estimator")
-    if rule == "wgd" and estimator not in _ESTIMATOR_OPTIONS:
+    if rule == "wgd" and estimator not in ESTIMATOR_OPTIONS:
         raise ConfigError(
-            f"{where}.estimator: rule 'wgd' needs an estimator, one of {sorted(_ESTIMATOR_OPTIONS)}; got {estimator!r}"
+            f"{where}.estimator: rule 'wgd' needs an estimator, one of {sorted(ESTIMATOR_OPTIONS)}; got {estimator!r}"
         )
-    allowed = _allowed_options(rule, space, estimator)
+    allowed = options_of(rule, space, estimator)
     for key in entry:
         if key in METHOD_KEYS and key not in ("rule", "space") and key not in allowed:
             raise ConfigError(f"{where}.{key}: option not used by rule {rule!r} in {space} space")
@@ -270,8 +261,8 @@ def _layers_of(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], st
     return out
 
 
-def _method_allowed(entry: Mapping[str, Any]) -> set[str]:
-    return _allowed_options(entry["rule"], entry.get("space", "weight"), entry.get("estimator"))
+def _method_allowed(entry: Mapping[str, Any]) -> frozenset[str]:
+    return options_of(entry["rule"], entry.get("space", "weight"), entry.get("estimator"))
 
 
 def _check_experiment(config: Mapping[str, Any], exp: str, spec: Mapping[str, Any]) -> None:
@@ -305,8 +296,10 @@ def _check_experiment(config: Mapping[str, Any], exp: str, spec: Mapping[str, An
                               f"data batches; the {exp} experiment has neither")
         for key in entry:
             if key not in METHOD_KEYS and key != "label" and key not in known_settings:
-                reason = ("the L2 search needs a validation split, which only the image experiment has"
-                          if key in _SEARCH_SETTINGS | {"l2_search"} else f"the {exp} runner does not read it")
+                with_split = sorted(name for name, other in EXPERIMENTS.items() if other.validation)
+                reason = (f"the L2 search needs a validation split, which only the {', '.join(with_split)} "
+                          "experiment has" if key in _SEARCH_SETTINGS | {"l2_search"}
+                          else f"the {exp} runner does not read it")
                 raise ConfigError(f"{where}.methods: method {method!r} sets {key!r}, which cannot apply here: {reason}")
     scales = ("paper", "quick")
     for ds in spec["datasets"]:

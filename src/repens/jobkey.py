@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["RUNTIME_FIELDS", "job_key", "set_aside"]
+__all__ = ["RUNTIME_FIELDS", "job_key", "set_aside", "load_keyed_json"]
 
 #: spec fields that do not change results: display name, logging and checkpoint cadence,
 #: where the UCI data live
@@ -43,3 +43,19 @@ def set_aside(path: Path, made: Any, wanted: str, log: logging.Logger, then: str
     log.warning("%s %s was made under other settings (key %s != %s); set aside as %s, %s",
                 what, path, _short(made), _short(wanted), stale.name, then)
     return stale
+
+
+def load_keyed_json(path: Path, key: str, log: logging.Logger, then: str, what: str,
+                    required: tuple[str, ...] = ()) -> dict | None:
+    """The JSON object at ``path`` if it was made under ``key`` (and holds ``required``);
+    ``None`` if there is none, and an unreadable or stale file is set aside (one log line)."""
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        saved = None
+    if isinstance(saved, dict) and saved.get("key") == key and all(k in saved for k in required):
+        return saved
+    set_aside(path, saved.get("key") if isinstance(saved, dict) else None, key, log, then=then, what=what)
+    return None

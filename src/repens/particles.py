@@ -37,10 +37,10 @@ def _mlp_layers(module: nn.Module) -> tuple[bool, ...] | None:
     if not isinstance(module, nn.Sequential) or len(module) == 0:
         return None
     layers: list[bool] = []
-    for i, child in enumerate(module):
+    for child in module:
         if type(child) is nn.Linear and child.bias is not None:
             layers.append(False)
-        elif type(child) is nn.ReLU and layers and not layers[-1] and i > 0 and type(module[i - 1]) is nn.Linear:
+        elif type(child) is nn.ReLU and layers and not layers[-1]:  # right after a Linear
             layers[-1] = True
         else:
             return None

@@ -45,6 +45,7 @@ from typing import Callable
 
 import numpy as np
 
+from repens.atomic import save_npz_atomic
 from repens.data.errors import DataError, DataFileError
 
 log = logging.getLogger("repens.data")
@@ -421,10 +422,7 @@ def save_arrays(name: str, root: Path | str, out: Path | str) -> None:
     arrays = {}
     for split in dataset.splits:
         arrays[f"x_{split}"], arrays[f"y_{split}"] = load_split(name, split, root)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, out)
+    save_npz_atomic(out, **arrays)
 
 
 def load_arrays(path: Path | str, split: str) -> tuple[np.ndarray, np.ndarray]:

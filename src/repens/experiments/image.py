@@ -38,7 +38,7 @@ from repens.atomic import save_npz_atomic, write_json_atomic
 from repens.data.images import load_arrays
 from repens.evaluation import classification_metrics, ensemble_summary, mutual_information
 from repens.fitting import fit_particles
-from repens.jobkey import job_key, set_aside
+from repens.jobkey import job_key, load_keyed_json
 from repens.models import build_model
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
@@ -258,16 +258,7 @@ def run_image(job: dict[str, Any], out: Path, checkpoint: Path | None = None, *,
     if job.get("l2_search"):
         search_file = out.with_name("l2_search.json")
         key = job_key(job)
-        search = None
-        if search_file.exists():
-            try:
-                search = json.loads(search_file.read_text())
-            except (OSError, ValueError):
-                search = {}
-            if not isinstance(search, dict) or search.get("key") != key:
-                set_aside(search_file, search.get("key") if isinstance(search, dict) else None, key, log,
-                          then="running the search again", what="L2 search")
-                search = None
+        search = load_keyed_json(search_file, key, log, then="running the search again", what="L2 search")
         if search is not None:
             generator.set_state(torch.tensor(search["generator_state"], dtype=torch.uint8))
             log.info("L2 search: reusing %s (same settings)", search_file)

@@ -36,7 +36,7 @@ from torch import Tensor
 from repens.atomic import write_json_atomic
 from repens.data.uci import UCI_FOLDERS, UCISplit, dataset_info, load_split
 from repens.fitting import fit_particles
-from repens.jobkey import job_key, set_aside
+from repens.jobkey import job_key, load_keyed_json
 from repens.minibatches import stacked_batch_sampler
 from repens.models import mlp
 from repens.particles import StackedModel
@@ -207,18 +207,10 @@ def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     ks = list(range(n))
     done: dict[int, dict[str, Any]] = {}
     for k in ks:
-        split_file = out.parent / f"split{k}.json"
-        if not split_file.exists():
-            continue
-        try:
-            saved = json.loads(split_file.read_text())
-        except (OSError, ValueError):
-            saved = {}
-        if isinstance(saved, dict) and saved.get("key") == key and "metrics" in saved:
+        saved = load_keyed_json(out.parent / f"split{k}.json", key, log, then=f"training split {k} again",
+                                what="split result", required=("metrics",))
+        if saved is not None:
             done[k] = saved["metrics"]
-        else:
-            set_aside(split_file, saved.get("key") if isinstance(saved, dict) else None, key, log,
-                      then=f"training split {k} again", what="split result")
     if len(done) == n:
         log.info("all %d splits done before (%s/split*.json), reused", n, out.parent)
         results = [done[k] for k in ks]
