@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from repens.models import mlp
@@ -93,16 +94,22 @@ def test_non_mlp_modules_take_the_vmap_path():
     assert StackedModel(mlp(2, [3], 1)[:-1])._mlp is None  # ends in a ReLU: not the plain MLP
 
 
-def test_mlp_stack_backward_by_hand_equals_autograd_for_stacks_of_sets():
+@pytest.mark.parametrize("widths", [(4, [7, 3], 2), (1, [5, 5], 1), (20, [3], 1), (3, [6], 1)],
+                         ids=["wide-input", "one-input", "above-narrow-threshold", "one-output"])
+def test_mlp_stack_backward_by_hand_equals_autograd_for_stacks_of_sets(widths):
     """The written-out backward of the MLP stack (one autograd node) against autograd
-    through the same forward, for a stack of sets with inputs of their own."""
+    through the same forward, for a stack of sets with inputs of their own; the shapes
+    cover each branch of the backward (one input feature: fused multiply-add forward;
+    at most 16 inputs: the transposed weight-gradient product; one output: the outer
+    product by broadcasting)."""
     from repens.particles import _mlp_forward
 
-    model = StackedModel(mlp(4, [7, 3], 2))
+    inputs, hidden, outputs = widths
+    model = StackedModel(mlp(inputs, hidden, outputs))
     g = torch.Generator().manual_seed(5)
     params = model.sample_gaussian(3 * 5, 1.0, g, dtype=torch.float64).view(3, 5, -1).requires_grad_(True)
-    x = torch.randn(3, 6, 4, generator=g, dtype=torch.float64)
-    weights = torch.randn(3, 5, 6, 2, generator=g, dtype=torch.float64)
+    x = torch.randn(3, 6, inputs, generator=g, dtype=torch.float64)
+    weights = torch.randn(3, 5, 6, outputs, generator=g, dtype=torch.float64)
     (by_hand,) = torch.autograd.grad((model(params, x) * weights).sum(), params)
     (auto,) = torch.autograd.grad((_mlp_forward(params, x.unsqueeze(-3), model, None) * weights).sum(), params)
     torch.testing.assert_close(by_hand, auto, rtol=1e-13, atol=1e-13)

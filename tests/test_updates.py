@@ -20,6 +20,7 @@ from repens.updates import (
     function_prior_score,
     fsvgd,
     fwgd,
+    grad_log_likelihood,
     langevin,
     make_update,
     resolve_rule,
@@ -273,6 +274,40 @@ def test_closed_form_prior_gradient_equals_autograd(std):
     p = params.clone().requires_grad_(True)
     (auto,) = torch.autograd.grad(post.log_prior(p).sum(), p)
     torch.testing.assert_close(post.grad_log_prior(params), auto, rtol=1e-14, atol=0)
+
+
+
+@pytest.mark.parametrize("likelihood", ["gaussian", "categorical"])
+@pytest.mark.parametrize("sets", [None, 3], ids=["one-set", "stack-of-sets"])
+def test_written_out_likelihood_gradient_equals_autograd(likelihood, sets):
+    """The MLP posterior's likelihood gradient without autograd (closed-form output
+    gradient, written-out backward) against autograd through the log-likelihood."""
+    from repens.updates import _grad
+
+    outputs = 1 if likelihood == "gaussian" else 4
+    model = StackedModel(mlp(3, [6, 5], outputs))
+    post = NetworkPosterior(model, likelihood, num_train=40, prior_std=1.0, noise_std=0.3)
+    g = torch.Generator().manual_seed(11)
+    lead = (sets,) if sets else ()
+    params = post.sample_prior(5 * (sets or 1), g).double().view(*lead, 5, -1)
+    x = torch.randn(*lead, 8, 3, generator=g, dtype=torch.float64)
+    y = torch.randn(*lead, 8, generator=g, dtype=torch.float64) if likelihood == "gaussian" else torch.randint(
+        0, outputs, (*lead, 8), generator=g)
+    batch = Batch(x, y)
+    written = post.grad_log_likelihood(params, batch)
+    auto = _grad(lambda p: post.log_likelihood(p, batch), params)
+    assert written.shape == params.shape
+    torch.testing.assert_close(written, auto, rtol=1e-12, atol=1e-12)
+
+
+def test_networks_other_than_mlps_fall_back_to_autograd():
+    net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
+    post = NetworkPosterior(StackedModel(net), "gaussian", num_train=10)
+    params = post.sample_prior(2, torch.Generator().manual_seed(0))
+    batch = Batch(torch.randn(4, 2), torch.randn(4))
+    assert post.grad_log_likelihood(params, batch) is None
+    ctx = StepContext(post, RBF(), torch.Generator(), batch)
+    assert grad_log_likelihood(params, ctx).shape == params.shape
 
 
 # ------------------------------------------------------------ stacks of independent sets

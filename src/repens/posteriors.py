@@ -29,6 +29,7 @@ __all__ = [
     "gaussian_log_likelihood",
     "categorical_log_likelihood",
     "LIKELIHOODS",
+    "OUTPUT_GRADS",
 ]
 
 
@@ -92,6 +93,22 @@ def categorical_log_likelihood(outputs: Tensor, y: Tensor, noise_std: float | No
 LIKELIHOODS = {"gaussian": gaussian_log_likelihood, "categorical": categorical_log_likelihood}
 
 
+def gaussian_output_grad(outputs: Tensor, y: Tensor, noise_std: float) -> Tensor:
+    """``d/df`` of :func:`gaussian_log_likelihood`: ``(y - f) / noise_std^2``, shaped like ``outputs``."""
+    return (_targets(y, outputs).unsqueeze(-1) - outputs).div_(noise_std**2)
+
+
+def categorical_output_grad(outputs: Tensor, y: Tensor, noise_std: float | None = None) -> Tensor:
+    """``d/dlogits`` of :func:`categorical_log_likelihood`: ``onehot(y) - softmax(logits)``."""
+    grad = torch.softmax(outputs, dim=-1).neg_()
+    labels = _targets(y, outputs).long().expand(outputs.shape[:-1]).unsqueeze(-1)
+    return grad.scatter_add_(-1, labels, torch.ones_like(labels, dtype=grad.dtype))
+
+
+#: each likelihood's gradient with respect to the network outputs, in closed form
+OUTPUT_GRADS = {"gaussian": gaussian_output_grad, "categorical": categorical_output_grad}
+
+
 @dataclass(frozen=True)
 class NetworkPosterior:
     """p(w | D) for a network with likelihood ``likelihood`` and prior N(0, prior_std^2 I).
@@ -126,6 +143,18 @@ class NetworkPosterior:
 
     def log_likelihood(self, params: Tensor, batch: Batch) -> Tensor:
         return self.log_likelihood_outputs(self.predict(params, batch.x), batch)
+
+    def grad_log_likelihood(self, params: Tensor, batch: Batch) -> Tensor | None:
+        """The full-data-scaled log-likelihood's gradient (..., D) with no autograd graph, for
+        an MLP stack: forward, the likelihood's output gradient in closed form
+        (:data:`OUTPUT_GRADS`), the MLP's written-out backward. ``None`` for other networks
+        (the caller differentiates :meth:`log_likelihood` instead)."""
+        if not self.model.is_mlp:
+            return None
+        params = params.detach()
+        outputs, inputs = self.model.forward_saving_inputs(params, batch.x)
+        grad_out = OUTPUT_GRADS[self.likelihood](outputs, batch.y, self.noise_std)
+        return self.model.backward(params, inputs, grad_out.mul_(self.num_train / outputs.shape[-2]))
 
     def log_prior(self, params: Tensor) -> Tensor:
         std = torch.as_tensor(self.prior_std, dtype=params.dtype, device=params.device)

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from repens.atomic import torch_save_atomic
+from repens.host_memory import keep_freed_memory
 from repens.jobkey import set_aside
 from repens.posteriors import Batch
 from repens.updates import StepContext, Update
@@ -37,8 +38,9 @@ __all__ = [
 OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
 #: Part of every checkpoint's key: a checkpoint written by another version of the loop
-#: (2: the optimizer maximises ``phi`` instead of minimising ``-phi``) is not resumed.
-ENGINE_VERSION = 2
+#: (2: the optimizer maximises ``phi`` instead of minimising ``-phi``; 3: MLP likelihood
+#: gradients written out, not by autograd, which rounds differently) is not resumed.
+ENGINE_VERSION = 3
 
 
 def make_optimizer(name: str, params: Tensor, lr: float) -> torch.optim.Optimizer:
@@ -178,6 +180,8 @@ def train(
             every checkpoint; a checkpoint made under another key is not resumed but
             renamed to ``<checkpoint>.stale`` (one log line says so).
     """
+    if state.params.device.type == "cpu":
+        keep_freed_memory()  # a step's activations are reused, not page-faulted in again
     params = state.params.detach().clone().requires_grad_(True)
     optimizer = make_optimizer(settings.optimizer, params, settings.lr)
     start = 0

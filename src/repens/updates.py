@@ -75,6 +75,11 @@ def _grad(fn: Callable[[Tensor], Tensor], params: Tensor) -> Tensor:
 
 
 def grad_log_likelihood(params: Tensor, ctx: StepContext) -> Tensor:
+    """The likelihood's gradient, written out where the posterior has it (MLP stacks), else by autograd."""
+    closed_form = getattr(ctx.posterior, "grad_log_likelihood", None)
+    grad = closed_form(params, ctx.batch) if closed_form is not None else None
+    if grad is not None:
+        return grad
     return _grad(lambda p: ctx.posterior.log_likelihood(p, ctx.batch), params)
 
 
