@@ -300,15 +300,15 @@ def test_written_out_likelihood_gradient_equals_autograd(likelihood, sets):
     torch.testing.assert_close(written, auto, rtol=1e-12, atol=1e-12)
 
 
-def test_networks_other_than_mlps_fall_back_to_autograd():
-    net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
-    post = NetworkPosterior(StackedModel(net), "gaussian", num_train=10)
-    params = post.sample_prior(2, torch.Generator().manual_seed(0))
-    batch = Batch(torch.randn(4, 2), torch.randn(4))
-    assert post.grad_log_likelihood(params, batch) is None
-    ctx = StepContext(post, RBF(), torch.Generator(), batch)
-    assert grad_log_likelihood(params, ctx).shape == params.shape
+def test_networks_other_than_mlps_pull_the_output_gradient_back_by_autograd():
+    from repens.updates import _grad
 
+    net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1)).double()
+    post = NetworkPosterior(StackedModel(net), "gaussian", num_train=10, noise_std=0.4)
+    params = post.sample_prior(2, torch.Generator().manual_seed(0)).double()
+    batch = Batch(torch.randn(4, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64))
+    auto = _grad(lambda p: post.log_likelihood(p, batch), params)
+    torch.testing.assert_close(post.grad_log_likelihood(params, batch), auto, rtol=1e-12, atol=1e-12)
 
 # ------------------------------------------------------------ stacks of independent sets
 STACKABLE = {

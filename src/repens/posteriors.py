@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -144,17 +144,29 @@ class NetworkPosterior:
     def log_likelihood(self, params: Tensor, batch: Batch) -> Tensor:
         return self.log_likelihood_outputs(self.predict(params, batch.x), batch)
 
-    def grad_log_likelihood(self, params: Tensor, batch: Batch) -> Tensor | None:
-        """The full-data-scaled log-likelihood's gradient (..., D) with no autograd graph, for
-        an MLP stack: forward, the likelihood's output gradient in closed form
-        (:data:`OUTPUT_GRADS`), the MLP's written-out backward. ``None`` for other networks
-        (the caller differentiates :meth:`log_likelihood` instead)."""
-        if not self.model.is_mlp:
-            return None
+    def outputs_with_pullback(self, params: Tensor, x: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        """The outputs (..., n, B, C) on ``x`` and their vector-Jacobian product
+        ``v -> sum_b (d f_i(x_b) / d w_i)^T v_ib`` (..., n, D): written out for an MLP stack
+        (:meth:`StackedModel.backward`, no autograd graph), by autograd otherwise."""
         params = params.detach()
-        outputs, inputs = self.model.forward_saving_inputs(params, batch.x)
-        grad_out = OUTPUT_GRADS[self.likelihood](outputs, batch.y, self.noise_std)
-        return self.model.backward(params, inputs, grad_out.mul_(self.num_train / outputs.shape[-2]))
+        if self.model.is_mlp:
+            outputs, inputs = self.model.forward_saving_inputs(params, x)
+            return outputs, lambda v: self.model.backward(params, inputs, v)
+        p = params.requires_grad_(True)
+        with torch.enable_grad():
+            outputs = self.model(p, x)
+        return outputs.detach(), lambda v: torch.autograd.grad(outputs, p, grad_outputs=v)[0]
+
+    def output_grad_log_likelihood(self, outputs: Tensor, batch: Batch) -> Tensor:
+        """``d/df`` of :meth:`log_likelihood_outputs` (full-data scaled) in closed form (:data:`OUTPUT_GRADS`)."""
+        scale = self.num_train / outputs.shape[-2]
+        return OUTPUT_GRADS[self.likelihood](outputs, batch.y, self.noise_std).mul_(scale)
+
+    def grad_log_likelihood(self, params: Tensor, batch: Batch) -> Tensor:
+        """The full-data-scaled log-likelihood's gradient (..., D): the likelihood's output
+        gradient in closed form, pulled back through the network (one vector-Jacobian product)."""
+        outputs, pull_back = self.outputs_with_pullback(params, batch.x)
+        return pull_back(self.output_grad_log_likelihood(outputs, batch))
 
     def log_prior(self, params: Tensor) -> Tensor:
         std = torch.as_tensor(self.prior_std, dtype=params.dtype, device=params.device)

@@ -75,11 +75,11 @@ def _grad(fn: Callable[[Tensor], Tensor], params: Tensor) -> Tensor:
 
 
 def grad_log_likelihood(params: Tensor, ctx: StepContext) -> Tensor:
-    """The likelihood's gradient, written out where the posterior has it (MLP stacks), else by autograd."""
-    closed_form = getattr(ctx.posterior, "grad_log_likelihood", None)
-    grad = closed_form(params, ctx.batch) if closed_form is not None else None
-    if grad is not None:
-        return grad
+    """The likelihood's gradient: the posterior's own (networks: closed-form output gradient
+    pulled back), else autograd of its log-likelihood (synthetic targets)."""
+    own = getattr(ctx.posterior, "grad_log_likelihood", None)
+    if own is not None:
+        return own(params, ctx.batch)
     return _grad(lambda p: ctx.posterior.log_likelihood(p, ctx.batch), params)
 
 
@@ -113,10 +113,9 @@ def svgd(params: Tensor, ctx: StepContext) -> Update:
 
     For the RBF kernel ``sum_j grad_{w_j} k(w_j, w_i) = -sum_j grad_{w_i} k(w_i, w_j)``.
     """
-    score = grad_log_posterior(params, ctx)
-    gram, h = ctx.kernel.self_gram(params.detach())
-    repulsion = kernel_grad_sum(params, params, gram, h)
-    return Update((gram @ score - repulsion) / params.shape[-2])
+    w = params.detach()
+    gram, h = ctx.kernel.self_gram(w)
+    return Update(_svgd_direction(w, grad_log_posterior(w, ctx), gram, h))
 
 
 def wgd(params: Tensor, ctx: StepContext, estimator: str = "kde", **estimator_options) -> Update:
@@ -213,41 +212,45 @@ def function_prior_score(
 
 
 def _function_space(params: Tensor, ctx: StepContext, prior_options: dict):
-    """Network outputs on the batch (with graph), and ``grad_f log p(f | D)`` there."""
-    if ctx.batch is None or not hasattr(ctx.posterior, "predict"):
+    """The particles' outputs on the batch flattened to (..., n, B*C), ``grad_f log p(f | D)``
+    there, and the pull-back ``direction_f -> (df_i / dw_i)^T direction_f_i`` to weights."""
+    if ctx.batch is None or not hasattr(ctx.posterior, "outputs_with_pullback"):
         raise ValueError("function-space rules need a network posterior and a data batch")
-    p = params.detach().requires_grad_(True)
-    with torch.enable_grad():
-        outputs = ctx.posterior.predict(p, ctx.batch.x)
-        flat = outputs.flatten(p.dim() - 1)  # (..., n, B * C)
-        f = flat.detach().requires_grad_(True)
-        ll = ctx.posterior.log_likelihood_outputs(f.view_as(outputs), ctx.batch).sum()
-        lik_score = torch.autograd.grad(ll, f)[0]
-    score = lik_score + function_prior_score(flat.detach(), ctx, **prior_options)
-    return p, flat, score
+    outputs, pull_back = ctx.posterior.outputs_with_pullback(params, ctx.batch.x)
+    flat = outputs.flatten(params.dim() - 1)  # (..., n, B * C)
+    lik_score = ctx.posterior.output_grad_log_likelihood(outputs, ctx.batch).flatten(params.dim() - 1)
+    score = lik_score + function_prior_score(flat, ctx, **prior_options)
+    return flat, score, lambda direction_f: pull_back(direction_f.view_as(outputs))
 
 
-def _pull_back(p: Tensor, flat: Tensor, direction_f: Tensor) -> Tensor:
-    """``(df_i / dw_i)^T direction_f_i`` for every particle: one vector-Jacobian product."""
-    return torch.autograd.grad(flat, p, grad_outputs=direction_f)[0]
+def _svgd_direction(x: Tensor, score: Tensor, gram: Tensor, h: Tensor) -> Tensor:
+    """Eq. 6 for particles ``x`` (..., n, d) with scores ``score``:
+    ``1/n sum_j [k(x_j, x_i) score_j + grad_{x_j} k(x_j, x_i)]``. With ``xc = x - x_0`` the
+    repulsion is ``(2/h) (diag(K 1) xc - K xc)`` (:func:`repens.kernels.kernel_grad_sum`), so
+    the whole direction is one GEMM, ``K (score - (2/h) xc) + (2/h) (K 1) * xc``, over n:
+    exactly ``score`` for one particle and exactly ``K score / n`` for coincident ones."""
+    xc = x - x[..., :1, :]
+    two_over_h = 2.0 / h
+    pushed = torch.addcmul(score, xc, two_over_h, value=-1.0) if torch.is_tensor(h) else score - two_over_h * xc
+    direction = torch.matmul(gram, pushed)
+    direction.addcmul_(gram.sum(-1, keepdim=True) * two_over_h, xc)
+    return direction.div_(x.shape[-2])
 
 
 def fsvgd(params: Tensor, ctx: StepContext, **prior_options) -> Update:
     """Function-space SVGD, Eq. 7, on outputs over the batch, pulled back with the Jacobian."""
-    p, flat, score = _function_space(params, ctx, prior_options)
-    f = flat.detach()
-    gram, h = ctx.kernel.self_gram(f)
-    phi_f = (gram @ score - kernel_grad_sum(f, f, gram, h)) / f.shape[-2]
-    return Update(_pull_back(p, flat, phi_f))
+    flat, score, pull_back = _function_space(params, ctx, prior_options)
+    gram, h = ctx.kernel.self_gram(flat)
+    return Update(pull_back(_svgd_direction(flat, score, gram, h)))
 
 
 def fwgd(params: Tensor, ctx: StepContext, estimator: str = "kde", eta: float | None = None,
          num_eigs: int | None = None, **prior_options) -> Update:
     """Function-space WGD, Eq. 5 with Eq. 20 (KDE) or the SGE/SSGE analogues:
     ``phi_f = grad_f log p(f|D) - grad_f log rho(f)``, pulled back with the Jacobian."""
-    p, flat, score = _function_space(params, ctx, prior_options)
-    density_score = SCORE_ESTIMATORS[estimator](flat.detach(), ctx.kernel, **_estimator_options(eta, num_eigs))
-    return Update(_pull_back(p, flat, score - density_score))
+    flat, score, pull_back = _function_space(params, ctx, prior_options)
+    density_score = SCORE_ESTIMATORS[estimator](flat, ctx.kernel, **_estimator_options(eta, num_eigs))
+    return Update(pull_back(score - density_score))
 
 
 def _estimator_options(eta: float | None, num_eigs: int | None) -> dict:
