@@ -94,9 +94,9 @@ def build_step(config_name: str, method: str, mode: str, device: str):
         opt.zero_grad(set_to_none=True)
         params.grad = -result.direction
         opt.step()
-        if result.temperature:  # as train(): Langevin noise after the step
+        if result.after_step is not None:  # as train(): the Langevin rules' noise
             with torch.no_grad():
-                params.add_(torch.randn(params.shape, generator=g).to(dev), alpha=1e-3)
+                result.after_step(params, opt, g)
 
     return step, dev, model.dim
 

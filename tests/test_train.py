@@ -100,17 +100,17 @@ def test_same_seed_same_result():
 
 
 def test_langevin_noise_is_preconditioned_like_adam():
-    from repens.train import langevin_noise_std
+    from repens.updates import langevin_noise_std
 
     params = torch.zeros(3, requires_grad=True)
     adam = torch.optim.Adam([params], lr=0.01)
     params.grad = torch.tensor([1.0, 4.0, 100.0])
     adam.step()  # after one step the bias-corrected second moment is grad^2
-    std = langevin_noise_std(adam, params, 0.01, 0.5)
+    std = langevin_noise_std(adam, params, 0.5)
     expected = torch.sqrt(2 * 0.01 * 0.5 / (torch.tensor([1.0, 4.0, 100.0]) + 1e-8))
     torch.testing.assert_close(std, expected)
     sgd = torch.optim.SGD([params], lr=0.01)
-    assert langevin_noise_std(sgd, params, 0.01, 0.5) == pytest.approx((2 * 0.01 * 0.5) ** 0.5)
+    assert langevin_noise_std(sgd, params, 0.5) == pytest.approx((2 * 0.01 * 0.5) ** 0.5)
 
 
 def _crash_at(update, n):

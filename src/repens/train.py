@@ -2,7 +2,8 @@
 
 Particles are one leaf tensor (n, D) moved by a standard optimizer ascending ``phi`` (``maximize=True``, fused)
 (Adam is elementwise, so one Adam over the stack equals one Adam per member).
-Langevin rules get Gaussian noise after the step (see :func:`langevin_noise_std`).
+An update may carry an ``after_step`` (the Langevin rules' noise, :func:`repens.updates.langevin`),
+run after the optimizer step with the optimizer and the run's generator.
 The loop logs progress (steps/s, ETA), checkpoints periodically and on SIGTERM or
 SIGINT, resumes from its checkpoint when the checkpoint was made under the same
 settings (its key, see :mod:`repens.jobkey`; others are set aside), and stops on a
@@ -32,7 +33,7 @@ from repens.updates import StepContext, Update
 
 __all__ = [
     "TrainSettings", "TrainState", "train", "OPTIMIZERS", "make_optimizer", "direction_is_finite", "NonFiniteError",
-    "Interrupted", "langevin_noise_std", "ENGINE_VERSION",
+    "Interrupted", "ENGINE_VERSION",
 ]
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
@@ -106,26 +107,6 @@ class TrainSettings:
 class TrainState:
     params: Tensor
     anchors: Tensor | None = None
-
-
-def langevin_noise_std(optimizer: torch.optim.Optimizer, params: Tensor, lr: float, temperature: float) -> Tensor | float:
-    """Standard deviation of the Langevin noise added after an optimizer step.
-
-    SGD: ``sqrt(2 lr T)``, the unadjusted Langevin algorithm (Wild et al. 2023).
-    Adam: ``sqrt(2 lr T g)`` with Adam's own diagonal preconditioner
-    ``g = 1 / (sqrt(v_hat) + eps)``, so noise and drift are preconditioned alike as in
-    preconditioned SGLD (Li et al. 2016; the drift keeps Adam's momentum and the
-    divergence term of the preconditioner is dropped). Plain ULA noise next to an
-    Adam drift would be orders of magnitude too large for a network.
-    """
-    if isinstance(optimizer, torch.optim.Adam):
-        state = optimizer.state[params]
-        beta2 = optimizer.param_groups[0]["betas"][1]
-        eps = optimizer.param_groups[0]["eps"]
-        step = state["step"]  # a tensor on the device for the fused Adam: no host round-trip
-        v_hat = state["exp_avg_sq"] / (1.0 - torch.pow(beta2, step.to(state["exp_avg_sq"])))
-        return torch.sqrt(2.0 * lr * temperature / (v_hat.sqrt() + eps))
-    return math.sqrt(2.0 * lr * temperature)
 
 
 def _state_key(checkpoint_key: str | None, settings: TrainSettings, params: Tensor) -> str:
@@ -247,11 +228,9 @@ def train(
                 finite = _finite_sum(result.direction) if finite is None else finite & _finite_sum(result.direction)
             params.grad = result.direction
             optimizer.step()
-            if result.temperature:
-                noise = torch.randn(params.shape, generator=generator, dtype=params.dtype, device=generator.device)
+            if result.after_step is not None:
                 with torch.no_grad():
-                    params.add_(langevin_noise_std(optimizer, params, settings.lr, result.temperature)
-                                * noise.to(params.device))
+                    result.after_step(params, optimizer, generator)
             if check_every > 1 and (done % check_every == 0 or done == settings.steps):
                 check(done)
             if done % settings.log_every == 0 or done == settings.steps:

@@ -38,15 +38,20 @@ __all__ = [
     "fwgd",
     "anchored",
     "langevin",
+    "langevin_noise_std",
+    "add_langevin_noise",
 ]
 
 
 @dataclass(frozen=True)
 class Update:
-    """Ascent direction (n, D) and the Langevin temperature (0: deterministic)."""
+    """Ascent direction (n, D); for a Langevin rule also its temperature (0: deterministic)
+    and ``after_step(params, optimizer, generator)``, which the training loop calls after
+    the optimizer has moved the particles (the rule's noise)."""
 
     direction: Tensor
     temperature: float = 0.0
+    after_step: Callable[[Tensor, torch.optim.Optimizer, torch.Generator], None] | None = None
 
 
 @dataclass
@@ -173,7 +178,37 @@ def langevin(
         # one kernel-gradient product over both sets (the sum is linear in the weights)
         weights = torch.cat([-torch.exp(-sq[..., :n, :n] / h) / n, torch.exp(-sq[..., :n, n:] / h) / m], dim=-1)
         direction = direction + 2.0 * mmd_weight * kernel_grad_sum(w, both, weights, h)
-    return Update(direction, temperature)
+    return Update(direction, temperature, partial(add_langevin_noise, temperature=temperature) if temperature else None)
+
+
+def langevin_noise_std(optimizer: torch.optim.Optimizer, params: Tensor, temperature: float) -> Tensor | float:
+    """Standard deviation of the Langevin noise added after an optimizer step of size ``lr``
+    (the optimizer's learning rate).
+
+    SGD: ``sqrt(2 lr T)``, the unadjusted Langevin algorithm (Wild et al. 2023).
+    Adam: ``sqrt(2 lr T g)`` with Adam's own diagonal preconditioner
+    ``g = 1 / (sqrt(v_hat) + eps)``, so noise and drift are preconditioned alike as in
+    preconditioned SGLD (Li et al. 2016; the drift keeps Adam's momentum and the
+    divergence term of the preconditioner is dropped). Plain ULA noise next to an
+    Adam drift would be orders of magnitude too large for a network.
+    """
+    group = optimizer.param_groups[0]
+    lr = group["lr"]
+    if isinstance(optimizer, torch.optim.Adam):
+        state = optimizer.state[params]
+        beta2, eps = group["betas"][1], group["eps"]
+        step = state["step"]  # a tensor on the device for the fused Adam: no host round-trip
+        v_hat = state["exp_avg_sq"] / (1.0 - torch.pow(beta2, step.to(state["exp_avg_sq"])))
+        return torch.sqrt(2.0 * lr * temperature / (v_hat.sqrt() + eps))
+    return math.sqrt(2.0 * lr * temperature)
+
+
+def add_langevin_noise(params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator,
+                       temperature: float) -> None:
+    """The Langevin rules' noise: ``params += langevin_noise_std * Z`` with ``Z ~ N(0, I)``
+    drawn from the run's generator (on its device), after the optimizer step."""
+    noise = torch.randn(params.shape, generator=generator, dtype=params.dtype, device=generator.device)
+    params.add_(noise.to(params.device).mul_(langevin_noise_std(optimizer, params, temperature)))
 
 
 # ----------------------------------------------------------- function space
