@@ -166,11 +166,45 @@ def mlp_de_flops(config: dict) -> float:
     return 2 * rows * (3 * macs - first)
 
 
+def mlp_dim(config: dict) -> int:
+    widths = [config["inputs"], *config["hidden"], config["outputs"]]
+    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+
+
+#: extra particle-matrix GEMMs of each rule beyond a DE step, in units of 2 n^2 D FLOPs
+#: (an (n, D) x (D, n) or (n, n) x (n, D) product): squared distances 1, the kernel-gradient
+#: sum 1, SVGD's direction 1 (it folds the kernel gradient in), SGE / SSGE's solve 1; DRLE's
+#: distances and kernel gradients are over particles and n prior draws together (4 + 2)
+_EXTRA_GEMMS = {"de": 0, "anchored": 0, "dle": 0, "drle": 6, "svgd": 2, "kde-wgd": 2, "sge-wgd": 3,
+                "ssge-wgd": 3}
+
+
+def flop_bound_vs_de(config: dict, method: str) -> tuple[float, str]:
+    """The least a method's step can cost relative to a DE step from its extra FLOPs alone,
+    and what they are. Function-space rules run m = n prior networks forward each step (a
+    third of a DE step's FLOPs; their kernels act on (n, B*C) outputs, negligible here)."""
+    n, dim, de = config["particles"], mlp_dim(config), mlp_de_flops(config)
+    if method in _EXTRA_GEMMS:
+        extra = _EXTRA_GEMMS[method] * 2 * n * n * dim
+        what = f"{_EXTRA_GEMMS[method]} x 2n^2D" if extra else "none"
+    else:  # function space
+        widths = [config["inputs"], *config["hidden"], config["outputs"]]
+        extra = 2 * n * config["batch"] * sum(a * b for a, b in zip(widths, widths[1:]))
+        what = "prior forward"
+    rng = {"drle": n * dim, "dle": n * dim}.get(method, n * dim if method not in _EXTRA_GEMMS else 0)
+    if rng:
+        what += f" + {rng / 1e3:,.0f}k normals"
+    return (de + extra) / de, what
+
+
 def hand_written_de_step(config: dict, sets: int, steps: int, threads: int) -> float:
     """Seconds per step of DE written by hand for a one-hidden-layer MLP stack: explicit
     batched matmuls forward and backward, closed-form prior gradient, Adam in place."""
     import torch
 
+    from repens.host_memory import keep_freed_memory
+
+    keep_freed_memory()  # as the engine's loop does: the limit is not page faults
     torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
     n, d, h, b, rows = config["particles"] * sets, config["inputs"], config["hidden"][0], config["batch"], config["rows"]
@@ -218,12 +252,18 @@ def _baseline_src(rev: str, tmp: str) -> str:
     return str(Path(tmp) / "src")
 
 
-def _run_worker(src: str, configs: list[str], methods: list[str], stack: bool, args) -> dict:
+#: glibc settings equal to repens.host_memory.keep_freed_memory, for a baseline run with them
+_TUNED_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+
+
+def _run_worker(src: str, configs: list[str], methods: list[str], stack: bool, args, tuned_malloc: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--src", src, "--threads", str(args.threads),
            "--splits", str(args.splits), "--configs", *configs, "--methods", *methods]
     if stack:
         cmd.append("--stack")
     env = {**os.environ, "PYTHONPATH": src}
+    if tuned_malloc:
+        env["GLIBC_TUNABLES"] = _TUNED_MALLOC
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"worker failed ({src}):\n{proc.stderr[-3000:]}")
@@ -239,6 +279,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--splits", type=int, default=20, help="UCI splits stacked by this engine")
     p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--baseline-malloc", action="store_true",
+                   help="also time the baseline with glibc keeping freed memory (GLIBC_TUNABLES), "
+                        "as this engine does itself: how much of the speed-up the allocator is")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--stack", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--src", help=argparse.SUPPRESS)
@@ -252,8 +295,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         old_src, new_src = _baseline_src(args.baseline, tmp), str(ROOT / "src")
         runs: dict[str, list[dict]] = {"baseline": [], "current": []}
+        if args.baseline_malloc:
+            runs["baseline_malloc"] = []
         for r in range(args.rounds):
             runs["baseline"].append(_run_worker(old_src, args.configs, args.methods, False, args))
+            if args.baseline_malloc:
+                runs["baseline_malloc"].append(_run_worker(old_src, args.configs, args.methods, False, args, True))
             runs["current"].append(_run_worker(new_src, args.configs, args.methods, True, args))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     med = {which: {c: {m: statistics.median(run[c][m] for run in rs) for m in args.methods} for c in args.configs}
@@ -268,14 +315,24 @@ def main() -> None:
         sets = args.splits if c == "uci" else 1
         unit = "splits x steps/s" if c == "uci" else "steps/s"
         print(f"== {c}" + (f" ({sets} splits stacked here, one split at a time in the baseline)" if c == "uci" else ""))
-        print(f"{'method':>10} {'baseline ' + unit:>24} {'current ' + unit:>24} {'speed-up':>9} {'x DE':>6}")
+        tuned = "baseline_malloc" in med
+        print(f"{'method':>10} {'baseline ' + unit:>24} {'current ' + unit:>24} {'speed-up':>9}"
+              + (f" {'vs tuned-malloc baseline':>25}" if tuned else "") + f" {'x DE':>6}  FLOP bound (extra work)")
         rows = {}
         for m in args.methods:
             old, new = 1 / med["baseline"][c][m], sets / med["current"][c][m]
             rows[m] = {"baseline": old, "current": new, "speedup": new / old,
                        "vs_de": med["current"][c][m] / med["current"][c]["de"] if "de" in args.methods else None}
             vs = f"{rows[m]['vs_de']:.2f}" if rows[m]["vs_de"] is not None else "-"
-            print(f"{m:>10} {old:>24.1f} {new:>24.1f} {new / old:>8.1f}x {vs:>6}")
+            line = f"{m:>10} {old:>24.1f} {new:>24.1f} {new / old:>8.1f}x"
+            if tuned:
+                rows[m]["speedup_vs_tuned_malloc"] = new * med["baseline_malloc"][c][m]
+                line += f" {rows[m]['speedup_vs_tuned_malloc']:>24.1f}x"
+            bound = ""
+            if not config.get("resnet"):
+                rows[m]["flop_bound_vs_de"], what = flop_bound_vs_de(config, m)
+                bound = f"  {rows[m]['flop_bound_vs_de']:.2f} ({what})"
+            print(f"{line} {vs:>6}{bound}")
         if not config.get("resnet") and "de" in args.methods:
             flops = mlp_de_flops(config) * sets
             share = flops / med["current"][c]["de"] / 1e9 / rate
