@@ -305,3 +305,101 @@ def test_deferred_check_at_the_last_step():
     settings = TrainSettings(steps=10, lr=0.05, nonfinite_check_every=100)
     with pytest.raises(NonFiniteError, match="between steps 1 and 10/10"):
         train(TrainState(start), _nan_at(make_update("ensemble"), 10), lambda b, a: ctx, settings, g)
+
+
+# ----------------------------------------------------- epochs, lr decay, repulsion diagnostic
+def _network_problem(sets=3, n=4, rows=10, seed=0):
+    from repens.models import mlp
+    from repens.particles import StackedModel
+    from repens.posteriors import NetworkPosterior
+
+    g = torch.Generator().manual_seed(seed)
+    post = NetworkPosterior(StackedModel(mlp(2, [5], 1)), "gaussian", num_train=rows, noise_std=0.5)
+    x = torch.randn(sets, rows, 2, generator=g, dtype=torch.float64)
+    y = torch.randn(sets, rows, generator=g, dtype=torch.float64)
+    start = post.sample_prior(sets * n, g).double().view(sets, n, -1)
+    return post, x, y, start
+
+
+def test_epoch_sampler_visits_every_row_once_an_epoch_per_split():
+    from repens.minibatches import EpochSampler
+
+    x = torch.arange(2 * 10 * 1, dtype=torch.float64).view(2, 10, 1)
+    y = torch.arange(20, dtype=torch.float64).view(2, 10)
+    sampler = EpochSampler(x, y, batch_size=4)
+    assert sampler.steps_per_epoch == 3
+    g = torch.Generator().manual_seed(0)
+    for _epoch in range(2):
+        batches = [sampler(g) for _ in range(sampler.steps_per_epoch)]
+        assert [b.y.shape for b in batches] == [(2, 4), (2, 4), (2, 2)]  # the last batch is the rest
+        seen = torch.cat([b.y for b in batches], dim=-1)
+        for k in range(2):  # each split its own rows, each exactly once
+            assert sorted(seen[k].tolist()) == y[k].tolist()
+        assert torch.equal(torch.cat([b.x for b in batches], dim=-2).squeeze(-1), seen)
+
+
+def test_learning_rate_decays_per_epoch_staircase():
+    from repens.train import learning_rate
+
+    settings = TrainSettings(steps=30, lr=0.1, lr_decay=0.5, steps_per_epoch=4)
+    assert [learning_rate(settings, s) for s in (0, 3, 4, 7, 8, 12)] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.0125]
+    assert learning_rate(TrainSettings(steps=3, lr=0.1), 100) == 0.1
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        learning_rate(TrainSettings(steps=3, lr=0.1, lr_decay=0.9), 1)
+
+
+def test_sgd_step_uses_the_decayed_rate():
+    """With SGD the move of step t is exactly lr_t * phi: a constant direction shows the schedule."""
+    start = torch.zeros(1, 1, dtype=torch.float64)
+    ones = lambda p, c: __import__("repens.updates", fromlist=["Update"]).Update(torch.ones_like(p))  # noqa: E731
+    settings = TrainSettings(steps=6, lr=1.0, optimizer="sgd", lr_decay=0.5, steps_per_epoch=2)
+    out = train(TrainState(start), ones, lambda b, a: None, settings, torch.Generator()).params
+    assert float(out) == 1 + 1 + 0.5 + 0.5 + 0.25 + 0.25
+
+
+@pytest.mark.parametrize("rule,options", [("svgd", {}), ("langevin", {"temperature": 1.0, "mmd_weight": 5.0})])
+def test_resume_with_epochs_and_decay_equals_uninterrupted_run(tmp_path, rule, options):
+    """The epoch sampler's permutation and position and the decayed rate survive a kill
+    mid-epoch: the resumed run equals the uninterrupted one bit for bit."""
+    from repens.kernels import RBF
+    from repens.minibatches import EpochSampler
+
+    post, x, y, start = _network_problem()
+    settings = TrainSettings(steps=23, lr=0.01, lr_decay=0.9, steps_per_epoch=3, checkpoint_seconds=0.0, log_every=5)
+    update = make_update(rule, **options)
+
+    def run(g, sampler, upd, ckpt=None):
+        return train(TrainState(start), upd, lambda b, a: StepContext(post, RBF(), g, b, a), settings, g,
+                     next_batch=sampler, checkpoint=ckpt)
+
+    reference = run(torch.Generator().manual_seed(1), EpochSampler(x, y, 4), update)
+    calls = {"n": 0}
+
+    def crashing(params, context):
+        calls["n"] += 1
+        if calls["n"] == 14:  # mid-epoch (steps 12-14 are epoch 4)
+            raise KeyboardInterrupt
+        return update(params, context)
+
+    ckpt = tmp_path / "run.ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        run(torch.Generator().manual_seed(1), EpochSampler(x, y, 4), crashing, ckpt)
+    resumed = run(torch.Generator().manual_seed(99), EpochSampler(x, y, 4), update, ckpt)
+    assert torch.equal(resumed.params, reference.params)
+    assert resumed.repulsion == reference.repulsion
+    assert [step for step, _ in reference.repulsion] == [5, 10, 15, 20, 23]
+    assert all(len(ratios) == 3 and all(r > 0 for r in ratios) for _, ratios in reference.repulsion)
+
+
+def test_repulsion_ratio_is_absent_without_repulsion_and_zero_for_one_particle():
+    from repens.kernels import RBF
+    from repens.posteriors import Batch
+    from repens.updates import repulsion_ratio
+
+    post, x, y, start = _network_problem(sets=2, n=1)
+    ctx = StepContext(post, RBF(), torch.Generator().manual_seed(0), Batch(x, y))
+    assert repulsion_ratio(make_update("ensemble")(start, ctx)) is None
+    assert repulsion_ratio(make_update("langevin", temperature=1.0)(start, ctx)) is None
+    assert torch.equal(repulsion_ratio(make_update("svgd")(start, ctx)), torch.zeros(2, dtype=torch.float64))
+    assert torch.equal(repulsion_ratio(make_update("wgd", estimator="kde")(start, ctx)),
+                       torch.zeros(2, dtype=torch.float64))

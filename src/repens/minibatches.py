@@ -10,7 +10,7 @@ from torch import Tensor
 
 from repens.posteriors import Batch
 
-__all__ = ["batch_sampler", "stacked_batch_sampler"]
+__all__ = ["batch_sampler", "stacked_batch_sampler", "EpochSampler"]
 
 
 def batch_sampler(data: Any, batch_size: int):
@@ -39,3 +39,46 @@ def stacked_batch_sampler(x: Tensor, y: Tensor, batch_size: int):
         return Batch(x[rows, idx], y[rows, idx])
 
     return next_batch
+
+
+class EpochSampler:
+    """Minibatches in epochs for a stack of splits (G, N, d), (G, N) or one set (N, d), (N,):
+    at each epoch's start every split draws its own permutation of its N rows (split after
+    split, from the run's generator); the epoch's batches are consecutive slices of it,
+    ``ceil(N / B)`` of them, the last one smaller when ``B`` does not divide ``N`` (every
+    row seen once an epoch, as in Keras' shuffled ``fit``, which Pearce et al. 2020 used).
+
+    The position in the epoch and its permutation are state: :meth:`state_dict` and
+    :meth:`load_state_dict` let the training loop checkpoint them with the generator, so a
+    resumed run draws exactly the batches of an uninterrupted one.
+    """
+
+    def __init__(self, x: Tensor, y: Tensor, batch_size: int) -> None:
+        self.x, self.y = x, y
+        self.stacked = y.dim() == 2
+        self.n = y.shape[-1]
+        self.batch_size = min(int(batch_size), self.n)
+        self.rows = torch.arange(y.shape[0]).unsqueeze(-1) if self.stacked else None
+        self.order: Tensor | None = None
+        self.position = 0
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return -(-self.n // self.batch_size)
+
+    def __call__(self, generator: torch.Generator) -> Batch:
+        if self.order is None or self.position >= self.n:
+            sets = self.y.shape[0] if self.stacked else 1
+            self.order = torch.stack([torch.randperm(self.n, generator=generator) for _ in range(sets)])
+            self.position = 0
+        idx = self.order[:, self.position : self.position + self.batch_size]
+        self.position += self.batch_size
+        if self.stacked:
+            return Batch(self.x[self.rows, idx], self.y[self.rows, idx])
+        return Batch(self.x[idx[0]], self.y[idx[0]])
+
+    def state_dict(self) -> dict:
+        return {"order": None if self.order is None else self.order.clone(), "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.order, self.position = state["order"], int(state["position"])

@@ -29,10 +29,10 @@ from repens.atomic import torch_save_atomic
 from repens.host_memory import keep_freed_memory
 from repens.jobkey import set_aside
 from repens.posteriors import Batch
-from repens.updates import StepContext, Update
+from repens.updates import StepContext, Update, repulsion_ratio
 
 __all__ = [
-    "TrainSettings", "TrainState", "train", "OPTIMIZERS", "make_optimizer", "direction_is_finite", "NonFiniteError",
+    "TrainSettings", "TrainState", "train", "learning_rate", "OPTIMIZERS", "make_optimizer", "direction_is_finite", "NonFiniteError",
     "Interrupted", "ENGINE_VERSION",
 ]
 
@@ -94,6 +94,11 @@ class TrainSettings:
     steps: int
     lr: float
     optimizer: str = "adam"
+    #: the learning rate of epoch ``e`` is ``lr * lr_decay**e`` (staircase, decayed at each
+    #: epoch's first step; Pearce et al. 2020, Table 4 "Decay Rate"); 1: constant
+    lr_decay: float = 1.0
+    #: steps in an epoch (``ceil(N / B)``); needed when ``lr_decay != 1``
+    steps_per_epoch: int | None = None
     log_every: int = 500
     #: steps between finiteness checks (``None``: every step on a CPU, every 50 on a GPU,
     #: where each check is a host round-trip); a bad update is always caught before a
@@ -107,12 +112,26 @@ class TrainSettings:
 class TrainState:
     params: Tensor
     anchors: Tensor | None = None
+    #: (step, ratio) at each log step: ``||repulsion|| / ||drift||`` of the update there, one
+    #: value per set of a stack (see :func:`repens.updates.repulsion_ratio`)
+    repulsion: list[tuple[int, list[float]]] = field(default_factory=list)
+
+
+def learning_rate(settings: TrainSettings, step: int) -> float:
+    """The learning rate of step ``step`` (0-based): ``lr * lr_decay**(step // steps_per_epoch)``."""
+    if settings.lr_decay == 1.0:
+        return settings.lr
+    if not settings.steps_per_epoch:
+        raise ValueError("lr_decay needs steps_per_epoch")
+    return settings.lr * settings.lr_decay ** (step // settings.steps_per_epoch)
 
 
 def _state_key(checkpoint_key: str | None, settings: TrainSettings, params: Tensor) -> str:
     """The key stored in a checkpoint: the job's key and what ``train`` itself is given."""
     text = (f"{checkpoint_key}|{settings.steps}|{settings.lr!r}|{settings.optimizer}|{tuple(params.shape)}"
             f"|engine{ENGINE_VERSION}")
+    if settings.lr_decay != 1.0:
+        text += f"|decay{settings.lr_decay!r}/{settings.steps_per_epoch}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -153,7 +172,9 @@ def train(
         settings: steps, learning rate, optimizer, logging and checkpoint cadence.
         generator: the one random stream (batches, prior draws, Langevin noise);
             its state is checkpointed so a resumed run equals an uninterrupted one.
-        next_batch: draws the next minibatch from ``generator`` (``None`` if no data).
+        next_batch: draws the next minibatch from ``generator`` (``None`` if no data). A
+            sampler with state of its own (``state_dict`` / ``load_state_dict``, e.g. the
+            epoch sampler of :mod:`repens.minibatches`) has it checkpointed too.
         checkpoint: file for checkpoints; removed when training completes.
         on_log: optional extra figures (name -> value) added to each progress line.
         checkpoint_key: the settings that decide the result (``repens.jobkey.job_key``
@@ -166,6 +187,8 @@ def train(
     params = state.params.detach().clone().requires_grad_(True)
     optimizer = make_optimizer(settings.optimizer, params, settings.lr)
     start = 0
+    repulsion: list[tuple[int, list[float]]] = list(state.repulsion)
+    sampler_state = getattr(next_batch, "state_dict", None)
     key = _state_key(checkpoint_key, settings, params)
     saved = _load_checkpoint(checkpoint, key) if checkpoint is not None and checkpoint.exists() else None
     if saved is not None:
@@ -173,6 +196,9 @@ def train(
             params.copy_(saved["params"])
         optimizer.load_state_dict(saved["optimizer"])
         generator.set_state(saved["generator"])
+        if sampler_state is not None:
+            next_batch.load_state_dict(saved["sampler"])
+        repulsion = [tuple(r) for r in saved.get("repulsion", [])]
         start = saved["step"]
         log.info("resumed from %s at step %d/%d", checkpoint, start, settings.steps)
 
@@ -181,7 +207,8 @@ def train(
         if checkpoint is not None:
             torch_save_atomic(
                 {"key": key, "step": step, "params": params.detach(), "optimizer": optimizer.state_dict(),
-                 "generator": generator.get_state()},
+                 "generator": generator.get_state(), "repulsion": repulsion,
+                 **({"sampler": sampler_state()} if sampler_state is not None else {})},
                 checkpoint,
             )
 
@@ -213,6 +240,9 @@ def train(
     t0, last_ckpt = time.perf_counter(), time.perf_counter()
     try:
         for step in range(start, settings.steps):
+            if settings.lr_decay != 1.0 and (step == start or step % settings.steps_per_epoch == 0):
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate(settings, step)
             batch = next_batch(generator)
             try:
                 result = update(params.detach(), make_context(batch, state.anchors))
@@ -234,6 +264,9 @@ def train(
             if check_every > 1 and (done % check_every == 0 or done == settings.steps):
                 check(done)
             if done % settings.log_every == 0 or done == settings.steps:
+                ratio = repulsion_ratio(result)
+                if ratio is not None:
+                    repulsion.append((done, [round(float(r), 6) for r in ratio.flatten()]))
                 rate = (done - start) / max(time.perf_counter() - t0, 1e-9)
                 extra = on_log(done, params.detach()) if on_log else {}
                 fields = " ".join(f"{k}={v:.4g}" for k, v in extra.items())
@@ -249,4 +282,4 @@ def train(
     finally:
         for signum, handler_ in previous.items():
             signal.signal(signum, signal.SIG_DFL if handler_ is None else handler_)
-    return TrainState(params.detach(), state.anchors)
+    return TrainState(params.detach(), state.anchors, repulsion)

@@ -26,6 +26,7 @@ from repens.scores import SCORE_ESTIMATORS, ssge_score
 
 __all__ = [
     "Update",
+    "repulsion_ratio",
     "StepContext",
     "UPDATE_RULES",
     "FUNCTION_SPACE_RULES",
@@ -52,6 +53,20 @@ class Update:
     direction: Tensor
     temperature: float = 0.0
     after_step: Callable[[Tensor, torch.optim.Optimizer, torch.Generator], None] | None = None
+    #: for a repulsive rule, ``() -> (drift, repulsion)``: the two terms of its direction in
+    #: the space it works in (weights, or function values for the function-space rules),
+    #: computed only when asked (the training loop asks at log steps; see :func:`repulsion_ratio`)
+    forces: Callable[[], tuple[Tensor, Tensor]] | None = None
+
+
+def repulsion_ratio(update: Update) -> Tensor | None:
+    """``||repulsion|| / ||drift||`` of an update, one value per set of a stack (norms over
+    the set's whole particle matrix); ``None`` for a rule with no repulsion (DE, anchored,
+    DLE). Shows whether the repulsion moves the particles at all next to the posterior's pull."""
+    if update.forces is None:
+        return None
+    drift, repulsion = update.forces()
+    return repulsion.flatten(-2).norm(dim=-1) / drift.flatten(-2).norm(dim=-1)
 
 
 @dataclass
@@ -120,7 +135,9 @@ def svgd(params: Tensor, ctx: StepContext) -> Update:
     """
     w = params.detach()
     gram, h = ctx.kernel.self_gram(w)
-    return Update(_svgd_direction(w, grad_log_posterior(w, ctx), gram, h))
+    score = grad_log_posterior(w, ctx)
+    direction = _svgd_direction(w, score, gram, h)
+    return Update(direction, forces=partial(_svgd_forces, score, gram, direction))
 
 
 def wgd(params: Tensor, ctx: StepContext, estimator: str = "kde", **estimator_options) -> Update:
@@ -130,7 +147,7 @@ def wgd(params: Tensor, ctx: StepContext, estimator: str = "kde", **estimator_op
     """
     score = grad_log_posterior(params, ctx)
     density_score = SCORE_ESTIMATORS[estimator](params.detach(), ctx.kernel, **estimator_options)
-    return Update(score - density_score)
+    return Update(score - density_score, forces=lambda: (score, -density_score))
 
 
 def anchored(params: Tensor, ctx: StepContext) -> Update:
@@ -167,6 +184,7 @@ def langevin(
     draws together, so both terms of the MMD use one kernel.
     """
     direction = grad_log_likelihood(params, ctx) + temperature * grad_log_prior(params, ctx)
+    forces = None
     if mmd_weight:
         w = params.detach()
         draws = prior_draws(ctx, w, prior_samples or w.shape[-2])
@@ -177,8 +195,11 @@ def langevin(
         # to_prior - to_self = sum_j grad_1 k(w_i, .) weighted +1/m on draws, -1/n on particles:
         # one kernel-gradient product over both sets (the sum is linear in the weights)
         weights = torch.cat([-torch.exp(-sq[..., :n, :n] / h) / n, torch.exp(-sq[..., :n, n:] / h) / m], dim=-1)
-        direction = direction + 2.0 * mmd_weight * kernel_grad_sum(w, both, weights, h)
-    return Update(direction, temperature, partial(add_langevin_noise, temperature=temperature) if temperature else None)
+        drift, repulsion = direction, 2.0 * mmd_weight * kernel_grad_sum(w, both, weights, h)
+        direction = drift + repulsion
+        forces = lambda: (drift, repulsion)  # noqa: E731
+    return Update(direction, temperature, partial(add_langevin_noise, temperature=temperature) if temperature else None,
+                  forces)
 
 
 def langevin_noise_std(optimizer: torch.optim.Optimizer, params: Tensor, temperature: float) -> Tensor | float:
@@ -272,11 +293,18 @@ def _svgd_direction(x: Tensor, score: Tensor, gram: Tensor, h: Tensor) -> Tensor
     return direction.div_(x.shape[-2])
 
 
+def _svgd_forces(score: Tensor, gram: Tensor, direction: Tensor) -> tuple[Tensor, Tensor]:
+    """SVGD's driving term ``K score / n`` and its repulsion, the rest of ``direction``."""
+    drift = torch.matmul(gram, score).div_(score.shape[-2])
+    return drift, direction - drift
+
+
 def fsvgd(params: Tensor, ctx: StepContext, **prior_options) -> Update:
     """Function-space SVGD, Eq. 7, on outputs over the batch, pulled back with the Jacobian."""
     flat, score, pull_back = _function_space(params, ctx, prior_options)
     gram, h = ctx.kernel.self_gram(flat)
-    return Update(pull_back(_svgd_direction(flat, score, gram, h)))
+    direction_f = _svgd_direction(flat, score, gram, h)
+    return Update(pull_back(direction_f), forces=partial(_svgd_forces, score, gram, direction_f))
 
 
 def fwgd(params: Tensor, ctx: StepContext, estimator: str = "kde", eta: float | None = None,
@@ -285,7 +313,7 @@ def fwgd(params: Tensor, ctx: StepContext, estimator: str = "kde", eta: float | 
     ``phi_f = grad_f log p(f|D) - grad_f log rho(f)``, pulled back with the Jacobian."""
     flat, score, pull_back = _function_space(params, ctx, prior_options)
     density_score = SCORE_ESTIMATORS[estimator](flat, ctx.kernel, **_estimator_options(eta, num_eigs))
-    return Update(pull_back(score - density_score))
+    return Update(pull_back(score - density_score), forces=lambda: (score, -density_score))
 
 
 def _estimator_options(eta: float | None, num_eigs: int | None) -> dict:
