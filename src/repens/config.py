@@ -112,7 +112,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     ),
     "uci": Experiment(
         datasets=frozenset({"boston", "concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht"}),
-        settings=frozenset({"batch_size", "epochs", "hidden", "noise_std", "prior_bias_var", "prior_std", "splits"}),
+        settings=frozenset({"batch_size", "epochs", "hidden", "lr_decay", "noise_std", "prior_bias_var", "prior_std", "splits"}),
         required=frozenset({"particles", "lr", "batch_size", "noise_std", "prior_bias_var"}), network=True,
     ),
 }

@@ -34,10 +34,10 @@ def fit_particles(
     checkpoint: Path | None = None,
     on_log: Callable[[int, torch.Tensor], dict] | None = None,
     checkpoint_key: str | None = None,
-) -> torch.Tensor:
+) -> TrainState:
     """Move the particles ``init`` with the job's update rule (``rule``, ``space``, its
-    options and ``bandwidth``) through :func:`repens.train.train`; returns the final
-    particles. Anchored ensembles are anchored at ``init`` (Pearce et al.: anchor = draw).
+    options and ``bandwidth``) through :func:`repens.train.train`; returns its final
+    state (``.params``: the particles; ``.repulsion``: the repulsion diagnostic). Anchored ensembles are anchored at ``init`` (Pearce et al.: anchor = draw).
     The checkpoint is keyed by ``checkpoint_key`` (default: ``job_key(job)``), so one
     made under other settings is set aside instead of resumed.
     """
@@ -55,4 +55,4 @@ def fit_particles(
         on_log=on_log,
         checkpoint_key=job_key(job) if checkpoint_key is None else checkpoint_key,
     )
-    return state.params
+    return state

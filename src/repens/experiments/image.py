@@ -189,7 +189,7 @@ def _train_stack(job, data_x, data_y, model, prior_std, init, generator, steps, 
 
     return fit_particles(job, posterior, init.to(device), _settings(job, steps), generator,
                          next_batch=_batches(data_x, data_y, job.get("batch_size", 256)),
-                         checkpoint=checkpoint, on_log=progress)
+                         checkpoint=checkpoint, on_log=progress).params
 
 
 def _split_validation(data: ImageData, fraction: float, generator: torch.Generator):

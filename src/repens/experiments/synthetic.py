@@ -49,7 +49,7 @@ def run_synthetic(job: dict[str, Any], out: Path, checkpoint: Path | None = None
         return {"mean_x": float(mean[0]), "mean_y": float(mean[1]),
                 "log_p": float(target.log_prob(params).mean())}
 
-    particles = fit_particles(job, posterior, init, settings, generator, checkpoint=checkpoint, on_log=progress)
+    particles = fit_particles(job, posterior, init, settings, generator, checkpoint=checkpoint, on_log=progress).params
     out.parent.mkdir(parents=True, exist_ok=True)
     save_npz_atomic(out, particles=particles.numpy(), initial=init.numpy(),
                     job=np.array(json.dumps(job, sort_keys=True)))

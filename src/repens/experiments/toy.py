@@ -89,7 +89,7 @@ def run_toy(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
 
     params = fit_particles(job, posterior, init, settings, generator,
                            next_batch=batch_sampler(data, job.get("batch_size", 64)),
-                           checkpoint=checkpoint, on_log=progress)
+                           checkpoint=checkpoint, on_log=progress).params
     out.parent.mkdir(parents=True, exist_ok=True)
     arrays = toy_predictions(posterior, params, data)
     save_npz_atomic(out, **arrays, job=np.array(json.dumps(job, sort_keys=True)),

@@ -3,13 +3,23 @@
 One job trains ``particles`` one-hidden-layer ReLU networks (50 units, 100 for
 protein: ``n_hidden.txt``) on each standard split of Hernandez-Lobato & Adams
 (2015), all splits at once as one stack of independent sets (:func:`train_splits`),
-and evaluates the predictive mixture on each split's test rows:
+and evaluates on each split's test rows, in the original units (member means
+``m_s = f_s(x) * y_std + y_mean``; ``sigma = noise_std * y_std``, ``noise_std`` the
+homoscedastic noise sd on the standardized targets):
 
-* each particle ``f_s`` gives ``N(y | f_s(x) * y_std + y_mean, (noise_std * y_std)^2)``
-  in the original units (``noise_std`` is the homoscedastic noise sd on the
-  standardized targets);
-* the predictive is their equal-weight mixture; test RMSE of its mean and test NLL
-  ``-1/T sum_t log 1/S sum_s N(y_t | m_st, sigma^2)`` (:func:`mixture_metrics`).
+* RMSE of the ensemble mean ``m = 1/S sum_s m_s``;
+* NLL under Pearce et al.'s predictive (2020, Algorithm 1), the seeds' own:
+  ``N(y | m, s_model^2 + sigma^2)`` with the members' unbiased variance
+  (:func:`ensemble_gaussian_metrics`) -- the ``nll`` of the tables;
+* NLL of the members' equal-weight mixture ``1/S sum_s N(y | m_s, sigma^2)``
+  (:func:`mixture_metrics`), ``nll_mixture``: with Pearce's sigma^2 = 1e-7 (energy,
+  naval, yacht) a few members cannot cover a test point and it runs to 1e3-1e4;
+* the repulsion diagnostic ``||repulsion|| / ||drift||`` (:func:`repens.updates.repulsion_ratio`),
+  its mean over the log steps and its last value.
+
+Training follows Pearce et al.'s protocol (their Table 4 in ``config.yaml``): shuffled
+epochs (:class:`repens.minibatches.EpochSampler`), the learning rate decayed per epoch
+(``lr_decay``), Adam.
 
 When the stack is done, each split's result is written to ``<out dir>/split<K>.json``
 (with the job's key, :func:`repens.jobkey.job_key`); a rerun of the same settings
@@ -37,7 +47,7 @@ from repens.atomic import write_json_atomic
 from repens.data.uci import UCI_FOLDERS, UCISplit, dataset_info, load_split
 from repens.fitting import fit_particles
 from repens.jobkey import job_key, load_keyed_json
-from repens.minibatches import stacked_batch_sampler
+from repens.minibatches import EpochSampler
 from repens.models import mlp
 from repens.particles import StackedModel
 from repens.posteriors import NetworkPosterior
@@ -49,11 +59,17 @@ __all__ = [
     "data_root",
     "layer_prior_stds",
     "mixture_metrics",
+    "ensemble_gaussian_metrics",
     "uci_posterior",
     "train_splits",
     "run_uci",
     "DATA_ENV",
 ]
+
+#: per-split figures of a UCI job: RMSE of the ensemble mean; NLL under Pearce et al.'s
+#: predictive (:func:`ensemble_gaussian_metrics`, the main NLL) and under the members'
+#: equal-weight mixture (:func:`mixture_metrics`); the repulsion diagnostic
+METRICS = ("rmse", "nll", "nll_mixture", "repulsion_ratio_mean", "repulsion_ratio_last")
 
 #: environment variable naming the UCI data root (overridden by the job's ``uci_data``)
 DATA_ENV = "REPENS_UCI_DATA"
@@ -97,6 +113,29 @@ def uci_posterior(job: dict[str, Any], split: UCISplit, hidden: int) -> NetworkP
     )
 
 
+def ensemble_gaussian_metrics(means: np.ndarray, noise_std: float, y: np.ndarray) -> dict[str, float]:
+    """RMSE and NLL of Pearce et al.'s predictive (2020, Algorithm 1): one Gaussian
+    ``N(y | m, s_model^2 + noise_std^2)`` per test point with ``m = 1/S sum_s m_s`` and the
+    members' unbiased variance ``s_model^2 = 1/(S-1) sum_s (m_s - m)^2``.
+
+    Args:
+        means: (S, T) member means, in the units of ``y`` (S >= 2).
+        noise_std: the data noise sd (same units).
+        y: (T,) targets.
+
+    Returns:
+        ``rmse = sqrt(mean_t (m_t - y_t)^2)`` and ``nll = -mean_t log N(y_t | m_t, var_t)``.
+    """
+    means = np.asarray(means, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    if means.ndim != 2 or means.shape[1] != y.shape[0] or means.shape[0] < 2:
+        raise ValueError(f"means must be (S >= 2, T) with T = {y.shape[0]}, got {means.shape}")
+    mean = means.mean(0)
+    var = means.var(0, ddof=1) + noise_std**2
+    nll = 0.5 * np.log(2 * math.pi * var) + 0.5 * (y - mean) ** 2 / var
+    return {"rmse": float(np.sqrt(((mean - y) ** 2).mean())), "nll": float(nll.mean())}
+
+
 def mixture_metrics(means: np.ndarray, noise_std: float, y: np.ndarray) -> dict[str, float]:
     """RMSE and NLL of the equal-weight Gaussian mixture ``1/S sum_s N(m_s, noise_std^2)``.
 
@@ -130,7 +169,11 @@ def _steps(job: dict[str, Any], n_train: int, n_epochs: int) -> int:
     if job.get("steps"):
         return int(job["steps"])
     epochs = int(job.get("epochs") or n_epochs)
-    return epochs * math.ceil(n_train / min(int(job["batch_size"]), n_train))
+    return epochs * _steps_per_epoch(job, n_train)
+
+
+def _steps_per_epoch(job: dict[str, Any], n_train: int) -> int:
+    return math.ceil(n_train / min(int(job["batch_size"]), n_train))
 
 
 def train_splits(job: dict[str, Any], splits: list[UCISplit], ks: list[int], info: dict[str, int],
@@ -151,9 +194,11 @@ def train_splits(job: dict[str, Any], splits: list[UCISplit], ks: list[int], inf
     n = int(job["particles"])
     init = torch.stack([posterior.sample_prior(n, torch.Generator().manual_seed(int(job["seed"]) + k)) for k in ks])
     generator = torch.Generator().manual_seed(int(job["seed"]))
-    steps = _steps(job, splits[0].x_train.shape[0], info["n_epochs"])
+    n_train = splits[0].x_train.shape[0]
+    steps = _steps(job, n_train, info["n_epochs"])
     settings = TrainSettings(steps=steps, lr=float(job["lr"]), optimizer=job.get("optimizer", "adam"),
-                             log_every=int(job.get("log_every", max(1, steps // 5))))
+                             lr_decay=float(job.get("lr_decay") or 1.0), steps_per_epoch=_steps_per_epoch(job, n_train),
+                             log_every=int(job.get("log_every", max(1, steps // 20))))
     x = torch.stack([s.x_train for s in splits])
     y = torch.stack([s.y_train for s in splits])
 
@@ -164,17 +209,25 @@ def train_splits(job: dict[str, Any], splits: list[UCISplit], ks: list[int], inf
         return {"train_rmse_std_units_mean": float(rmse.mean())}
 
     # anchored members are anchored at their prior draw (Pearce et al., Alg. 1)
-    params = fit_particles(job, posterior, init, settings, generator,
-                           next_batch=stacked_batch_sampler(x, y, int(job["batch_size"])),
-                           checkpoint=checkpoint, on_log=progress, checkpoint_key=job_key(job, "splits", ks))
+    # shuffled epochs (Pearce et al. trained with Keras' shuffled fit), lr decayed per epoch
+    state = fit_particles(job, posterior, init, settings, generator,
+                          next_batch=EpochSampler(x, y, int(job["batch_size"])),
+                          checkpoint=checkpoint, on_log=progress, checkpoint_key=job_key(job, "splits", ks))
     results = []
-    for k, split, members in zip(ks, splits, params):
+    for g, (k, split, members) in enumerate(zip(ks, splits, state.params)):
         with torch.no_grad():
             f = posterior.predict(members, split.x_test).squeeze(-1).double().numpy()  # (S, T)
         means = f * split.y_std + split.y_mean
-        metrics = mixture_metrics(means, posterior.noise_std * split.y_std, split.y_test_raw)
+        noise = posterior.noise_std * split.y_std
+        pearce = ensemble_gaussian_metrics(means, noise, split.y_test_raw) if means.shape[0] > 1 else {}
+        mixture = mixture_metrics(means, noise, split.y_test_raw)
+        ratios = [r[g] for _, r in state.repulsion]
         results.append({"split": k, "steps": steps, "n_train": int(split.x_train.shape[0]),
-                        "n_test": int(split.x_test.shape[0]), **metrics})
+                        "n_test": int(split.x_test.shape[0]), "rmse": mixture["rmse"],
+                        "nll": pearce.get("nll", math.nan), "nll_mixture": mixture["nll"],
+                        # ||repulsion|| / ||drift|| over training: mean of the log steps and last
+                        "repulsion_ratio_mean": float(np.mean(ratios)) if ratios else 0.0,
+                        "repulsion_ratio_last": float(ratios[-1]) if ratios else 0.0})
     return results
 
 
@@ -188,8 +241,8 @@ def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     split files ends as an uninterrupted one would). Split results made under other
     settings are set aside (``<name>.stale``).
 
-    Writes ``out`` (JSON): ``rmse``/``nll`` per split and their ``*_mean`` and ``*_se``
-    (standard error ``sd / sqrt(K)``, ``ddof = 1``) over splits, plus the job.
+    Writes ``out`` (JSON): each of :data:`METRICS` per split and their ``*_mean`` and
+    ``*_se`` (standard error ``sd / sqrt(K)``, ``ddof = 1``) over splits, plus the job.
     """
     folder = UCI_FOLDERS.get(job["dataset"])
     if folder is None:
@@ -225,8 +278,8 @@ def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
         if checkpoint is not None and checkpoint.exists():
             checkpoint.unlink()
     summary: dict[str, Any] = {"job": job, "splits": results}
-    for name in ("rmse", "nll"):
-        values = np.array([r[name] for r in results], dtype=np.float64)
+    for name in METRICS:
+        values = np.array([r.get(name, math.nan) for r in results], dtype=np.float64)
         summary[name] = values.tolist()
         summary[f"{name}_mean"] = float(values.mean())
         summary[f"{name}_se"] = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
