@@ -16,6 +16,11 @@ min_version("8.0")
 configfile: "config.yaml"
 
 
+# `snakemake --report report.html`: this page, then every figure and table marked
+# with report() in the rule files (categories, labels and captions: workflow/report/).
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/synthetic.smk"
 include: "workflow/rules/toy.smk"

@@ -55,17 +55,20 @@ def test_table2_files(tmp_path):
         metrics_file(tmp_path / "b", "yacht", "anchored", [0.5, 0.7], [1.0, 1.5]),
         metrics_file(tmp_path / "c", "wine", "de", [0.6, 0.7], [1.0, 1.2]),
     ]
-    outs = {k: tmp_path / "out" / f"t.{k}" for k in ("tex", "csv", "png")}
+    outs = {k: tmp_path / "out" / f"t.{k}" for k in ("tex", "csv", "html")}
     seeds_out = tmp_path / "out" / "vs.csv"
     write_uci_tables(inputs, ["wine", "yacht"], ["de", "anchored"], {"de": "Deep ensemble"}, SEEDS,
-                     outs["tex"], outs["csv"], outs["png"], seeds_out)
+                     outs["tex"], outs["csv"], outs["html"], seeds_out, out_seeds_html=tmp_path / "out" / "vs.html")
     tex = outs["tex"].read_text()
     assert r"\toprule" in tex and "Deep ensemble" in tex and tex.index("Wine") < tex.index("Yacht")
     assert r"\textbf{0.600$\pm$0.100}" in tex  # yacht: anchored has the lower RMSE
     rows = list(csv.DictReader(outs["csv"].open()))
     assert [(r["block"], r["method"]) for r in rows] == [("wine", "de"), ("yacht", "de"), ("yacht", "anchored")]
     assert float(rows[1]["rmse_mean"]) == pytest.approx(2.0) and float(rows[1]["rmse_se"]) == pytest.approx(1.0)
-    assert outs["png"].stat().st_size > 1000
+    page = outs["html"].read_text()
+    assert ">Yacht<" in page and ">0.600±0.100<" in page and "font-weight: bold" in page
+    assert not (tmp_path / "out" / "t.png").exists()  # Table 2 has no PNG (issue 15: PNG only for Table 1)
+    assert ">pearce2020_t1<" in (tmp_path / "out" / "vs.html").read_text()  # every seed value, with its source
     vs = list(csv.DictReader(seeds_out.open()))
     yacht_anchored = [r for r in vs if r["dataset"] == "yacht" and r["method"] == "anchored" and r["metric"] == "nll"]
     assert float(yacht_anchored[0]["ours_mean"]) == pytest.approx(1.25)

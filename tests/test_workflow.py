@@ -147,9 +147,21 @@ def test_changed_settings_rerun_exactly_the_affected_jobs(tmp_path):
     assert "method=kde-wgd" in out and "method=svgd" not in out
 
 
-@pytest.mark.parametrize("name", ["fig2_gaussian.rst", "figF1_funnel.rst", "synthetic_metrics.rst"])
+@pytest.mark.parametrize("name", ["fig2_gaussian.rst", "figF1_funnel.rst", "synthetic_metrics.rst", "workflow.rst"])
 def test_report_captions_exist(name):
     assert (ROOT / "workflow" / "report" / name).read_text().strip()
+
+
+def test_every_table_rule_writes_html_for_the_report(tmp_path):
+    """Issue 15: each table rule writes .tex, .csv and the .html the report shows; PNG
+    only for Table 1."""
+    rc, out = snakemake(tmp_path, "-n", "all", "results/table2_uci.tex")
+    assert rc == 0, out
+    for stem in ("synthetic/metrics", "toy/distance_to_hmc", "table1", "table2_uci"):
+        for ext in ("tex", "csv", "html"):
+            assert f"results/{stem}.{ext}" in out, (stem, ext)
+    assert "results/table1_vs_paper.html" in out and "results/table2_vs_seeds.html" in out
+    assert "results/table1.png" in out and "table2_uci.png" not in out
 
 
 # --------------------------------------------------------------------------- issue 17

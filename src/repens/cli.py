@@ -6,7 +6,7 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 * ``hmc --spec JSON --out FILE``: the HMC reference of a toy problem (``resolve_hmc_job``).
 * ``prepare-images --dataset D --root DIR [--mirror DIR] --out NPZ``: an image data set, verified.
 * ``image-table ... METRICS...``: Table 1 and its comparison with the paper.
-* ``synthetic-table --out-csv F --out-tex F NPZ...``: metrics table of the synthetic runs.
+* ``synthetic-table --out-csv F --out-tex F [--out-html F] NPZ...``: metrics table of the synthetic runs.
 * ``synthetic-figure --target T --out-png F --out-pdf F NPZ...``: Figure 2 / Figure F.1.
 * ``toy-figure --dataset D ...`` and ``toy-table ...``: Figures 1 and 3, distance to HMC.
 * ``uci-download --root DIR --name NAME``: fetch one UCI dataset with its standard splits.
@@ -15,7 +15,8 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
   from (commit, versions, device, job spec, log; :mod:`repens.provenance`).
 
 ``train`` and ``hmc`` stamp their result files with the provenance; every table command
-writes ``<csv>.provenance.json`` beside its CSV.
+writes ``<csv>.provenance.json`` beside its CSV. Every table is written through
+:func:`repens.report.tables.write_table` (LaTeX, HTML, CSV; Table 1 also PNG).
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ def _stamp(paths: list[Path], job: dict, log_file: str | None) -> None:
             stamp(path, prov)
 
 
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
 def _sidecar(out_csv: str, inputs: list[str]) -> None:
     from repens.provenance import write_sidecar
 
@@ -122,7 +127,8 @@ def _image_table(args: argparse.Namespace) -> int:
 
     write_table1([Path(p) for p in args.inputs], Path(args.reference), json.loads(args.labels),
                  args.datasets.split(","), args.methods.split(","), Path(args.out_tex), Path(args.out_png),
-                 Path(args.out_csv), Path(args.out_vs_paper))
+                 Path(args.out_csv), Path(args.out_vs_paper), out_html=_path(args.out_html),
+                 out_vs_paper_html=_path(args.out_vs_paper_html))
     _sidecar(args.out_csv, args.inputs)
     return 0
 
@@ -131,7 +137,7 @@ def _synthetic_table(args: argparse.Namespace) -> int:
     from repens.report.synthetic import write_metrics_table
 
     write_metrics_table([Path(p) for p in args.inputs], Path(args.out_csv), Path(args.out_tex),
-                        labels=json.loads(args.labels))
+                        labels=json.loads(args.labels), out_html=_path(args.out_html))
     _sidecar(args.out_csv, args.inputs)
     return 0
 
@@ -159,7 +165,8 @@ def _toy_table(args: argparse.Namespace) -> int:
         return None if hmc is None else (Path(hmc), [Path(m) for m in methods or []])
 
     write_distance_table(pair(args.regression_hmc, args.regression), pair(args.classification_hmc, args.classification),
-                         Path(args.out_csv), Path(args.out_tex), labels=json.loads(args.labels))
+                         Path(args.out_csv), Path(args.out_tex), labels=json.loads(args.labels),
+                         out_html=_path(args.out_html))
     _sidecar(args.out_csv, [p for p in [args.regression_hmc, *(args.regression or []), args.classification_hmc,
                                         *(args.classification or [])] if p])
     return 0
@@ -176,8 +183,8 @@ def _uci_table(args: argparse.Namespace) -> int:
     from repens.report.uci import write_uci_tables
 
     write_uci_tables([Path(p) for p in args.inputs], args.datasets, args.methods, json.loads(args.labels),
-                     Path(args.seeds), Path(args.out_tex), Path(args.out_csv), Path(args.out_png),
-                     Path(args.out_seeds))
+                     Path(args.seeds), Path(args.out_tex), Path(args.out_csv), _path(args.out_html),
+                     Path(args.out_seeds), out_seeds_html=_path(args.out_seeds_html))
     _sidecar(args.out_csv, args.inputs)
     return 0
 
@@ -211,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help=".npz to write")
     p.set_defaults(func=_prepare_images)
 
-    p = sub.add_parser("image-table", help="Table 1 (LaTeX, PNG, CSV) and its comparison with the paper")
+    p = sub.add_parser("image-table", help="Table 1 (LaTeX, PNG, CSV, HTML) and its comparison with the paper")
     p.add_argument("--reference", required=True, help="the paper's values (CSV)")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("--datasets", required=True, help="comma-separated, in block order")
@@ -219,13 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-tex", required=True)
     p.add_argument("--out-png", required=True)
     p.add_argument("--out-csv", required=True)
+    p.add_argument("--out-html", help="the table as HTML (the Snakemake report's)")
     p.add_argument("--out-vs-paper", required=True)
+    p.add_argument("--out-vs-paper-html", help="the comparison as HTML")
     p.add_argument("inputs", nargs="+", help="metrics.json files written by image training jobs")
     p.set_defaults(func=_image_table)
 
-    p = sub.add_parser("synthetic-table", help="metrics of the synthetic runs as CSV and LaTeX")
+    p = sub.add_parser("synthetic-table", help="metrics of the synthetic runs as CSV, LaTeX and HTML")
     p.add_argument("--out-csv", required=True)
     p.add_argument("--out-tex", required=True)
+    p.add_argument("--out-html", help="the table as HTML (the Snakemake report's)")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("inputs", nargs="+", help="particle files (.npz) written by 'train'")
     p.set_defaults(func=_synthetic_table)
@@ -249,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("toy-table", help="distance of each method's predictive to HMC's")
     p.add_argument("--out-csv", required=True)
     p.add_argument("--out-tex", required=True)
+    p.add_argument("--out-html", help="the table as HTML (the Snakemake report's)")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("--regression-hmc")
     p.add_argument("--regression", nargs="+")
@@ -269,8 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", required=True, help="the transcribed seed values (CSV)")
     p.add_argument("--out-tex", required=True)
     p.add_argument("--out-csv", required=True)
-    p.add_argument("--out-png", required=True)
+    p.add_argument("--out-html", help="the table as HTML (the Snakemake report's)")
     p.add_argument("--out-seeds", required=True)
+    p.add_argument("--out-seeds-html", help="the comparison as HTML")
     p.add_argument("inputs", nargs="+", help="metrics.json of the UCI jobs")
     p.set_defaults(func=_uci_table)
 

@@ -35,7 +35,8 @@ def test_table1_files(tmp_path):
     ]
     out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
     write_table1(inputs, REFERENCE, {"de": "Deep ensemble", "dle": "DLE"}, ["fashionmnist"], ["dle", "de"],
-                 out["tex"], out["png"], out["csv"], tmp_path / "vs.csv")
+                 out["tex"], out["png"], out["csv"], tmp_path / "vs.csv", out_html=tmp_path / "t.html",
+                 out_vs_paper_html=tmp_path / "vs.html")
     tex = out["tex"].read_text()
     # DLE is not in the paper: below the rule even though config lists it first
     assert tex.index("Deep ensemble") < tex.index(r"\cmidrule") < tex.index("DLE")
@@ -55,6 +56,11 @@ def test_table1_files(tmp_path):
     assert float(de["aupr_entropy_mean"]) == pytest.approx(0.8) and float(de["brier_mean"]) == pytest.approx(0.15)
     assert de["fpr95_md_mean"] == "nan"  # written before the metric existed
     assert "AUPR" not in tex and "Brier" not in tex
+    assert r"D'Angelo \& Fortuin" in tex and r"Accuracy in \%" in tex  # the caption, escaped
+    assert out["png"].read_bytes()[:4] == b"\x89PNG"  # Table 1 keeps its PNG
+    page = (tmp_path / "t.html").read_text()
+    assert ">95.000±0.000<" in page and ">Deep ensemble<" in page and "AUPR" not in page
+    assert "91.122" in (tmp_path / "vs.html").read_text()  # the paper's value beside ours
 
 
 def test_mixed_scales_refused(tmp_path):

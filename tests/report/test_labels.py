@@ -4,7 +4,7 @@ Every report takes its labels the same way: the workflow passes ``config.yaml``'
 labels as JSON (``--labels``, tests/test_workflow.py checks every report rule does) and
 each report function shows them, also for a method key no built-in table knows. Here
 each report is drawn from small fake inputs with a new label and the label is looked
-for in what it writes: the text of tables (TeX, CSV) and every text artist of figures
+for in what it writes: the text of tables (TeX, CSV, HTML) and every text artist of figures
 (captured at save time, since PNG/PDF text cannot be grepped).
 """
 
@@ -70,8 +70,9 @@ def test_synthetic_figures_and_table_show_config_labels(tmp_path, monkeypatch, f
     labels = {"svgd": "SVGD (config)", "zeta": LABEL}
     synthetic_rep.plot_target_panels(target, runs, tmp_path / "f.png", tmp_path / "f.pdf", labels=labels)
     assert any(LABEL in t for t in figure_texts) and any("SVGD (config)" in t for t in figure_texts)
-    synthetic_rep.write_metrics_table(runs, tmp_path / "m.csv", tmp_path / "m.tex", labels=labels)
-    assert LABEL in (tmp_path / "m.csv").read_text()
+    synthetic_rep.write_metrics_table(runs, tmp_path / "m.csv", tmp_path / "m.tex", labels=labels,
+                                      out_html=tmp_path / "m.html")
+    assert LABEL in (tmp_path / "m.csv").read_text() and LABEL in (tmp_path / "m.html").read_text()
     assert "Zeta (our new one)" in (tmp_path / "m.tex").read_text()
     assert "SVGD (config)" in (tmp_path / "m.csv").read_text()
 
@@ -87,16 +88,19 @@ def test_toy_figures_and_table_show_config_labels(tmp_path, figure_texts):
                                        labels=labels)
     assert any(LABEL in t for t in figure_texts)
     toy_rep.write_distance_table((reg["hmc"], [reg["de"]]), (cls["hmc"], [cls["de"]]),
-                                 tmp_path / "d.csv", tmp_path / "d.tex", labels=labels)
+                                 tmp_path / "d.csv", tmp_path / "d.tex", labels=labels, out_html=tmp_path / "d.html")
     assert LABEL in (tmp_path / "d.csv").read_text() and LABEL in (tmp_path / "d.tex").read_text()
+    assert LABEL in (tmp_path / "d.html").read_text()
 
 
 def test_image_table_shows_config_labels(tmp_path, figure_texts):
     inputs = [image_fixtures._metrics(tmp_path / f"{m}{s}.json", m, s, 0.9) for m in ("de", "zeta") for s in (38, 39)]
     out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
     image_rep.write_table1(inputs, image_fixtures.REFERENCE, {"de": "DE (config)", "zeta": LABEL}, ["fashionmnist"],
-                           ["de", "zeta"], out["tex"], out["png"], out["csv"], tmp_path / "vs.csv")
+                           ["de", "zeta"], out["tex"], out["png"], out["csv"], tmp_path / "vs.csv",
+                           out_html=tmp_path / "t.html", out_vs_paper_html=tmp_path / "vs.html")
     assert LABEL in out["csv"].read_text() and LABEL in (tmp_path / "vs.csv").read_text()
+    assert LABEL in (tmp_path / "t.html").read_text() and LABEL in (tmp_path / "vs.html").read_text()
     assert LABEL in out["tex"].read_text() and "DE (config)" in out["tex"].read_text()
     assert any(LABEL in t for t in figure_texts)
 
@@ -109,10 +113,10 @@ def test_uci_table_shows_config_labels(tmp_path, figure_texts):
         splits = [{"split": k, "rmse": 1.0 + k, "nll": 2.0} for k in range(2)]
         path.write_text(json.dumps({"job": {"dataset": "yacht", "method": method, "scale": "quick"}, "splits": splits}))
         inputs.append(path)
-    out = {k: tmp_path / "out" / f"t.{k}" for k in ("tex", "csv", "png")}
+    out = {k: tmp_path / "out" / f"t.{k}" for k in ("tex", "csv", "html")}
     uci_rep.write_uci_tables(inputs, ["yacht"], ["de", "zeta"], {"de": "DE", "zeta": LABEL},
                              ROOT / "workflow" / "resources" / "table2_seeds.csv",
-                             out["tex"], out["csv"], out["png"], tmp_path / "out" / "vs.csv")
+                             out["tex"], out["csv"], out["html"], tmp_path / "out" / "vs.csv")
     assert LABEL in out["tex"].read_text() and LABEL in out["csv"].read_text()
+    assert LABEL in out["html"].read_text()
     assert "DE" in (tmp_path / "out" / "vs.csv").read_text().splitlines()[1]  # vs the seeds: de rows only
-    assert any(LABEL in t for t in figure_texts)

@@ -69,7 +69,8 @@ def test_compute_metrics_funnel_reports_absolute_xy_error():
 
 def test_write_metrics_table(tmp_path, gaussian_runs):
     out_csv, out_tex = tmp_path / "out" / "metrics.csv", tmp_path / "out" / "metrics.tex"
-    rep.write_metrics_table(gaussian_runs, out_csv, out_tex)
+    out_html = tmp_path / "out" / "metrics.html"
+    rep.write_metrics_table(gaussian_runs, out_csv, out_tex, out_html=out_html)
     frame = pd.read_csv(out_csv)
     expected = ["target", "method", "label", "seed", "scale", "n", "steps", "mean_error", "cov_rel_err_xx",
                 "cov_xy_err", "cov_rel_err_yy", "max_cov_rel_err", "energy_distance"]
@@ -85,6 +86,13 @@ def test_write_metrics_table(tmp_path, gaussian_runs):
     assert r"\toprule" in tex and r"\bottomrule" in tex and r"\midrule" in tex
     assert "quick" in tex and "exact iid" in tex and "SVGD" in tex
     assert "0.6871" in tex and "3.389" in tex  # exact moments in the caption
+    assert r"\textit{exact iid (n=60)}" in tex and r"$\Sigma_{xx}$" in tex
+    # one LaTeX row per CSV row, the iid row's seed and steps a dash
+    rows = [line for line in tex.splitlines() if line.endswith(r"\\")][1:]
+    assert len(rows) == len(frame) and rows[-1].split(" & ")[2:5] == ["--", "60", "--"]
+    page = out_html.read_text()
+    assert "exact iid (n=60)" in page and "kde-WGD" in page and "Σxx" in page
+    assert f">{frame.loc[0, 'energy_distance']:.3f}<" in page
     assert not list((tmp_path / "out").glob(".*tmp*"))  # no temp files left behind
 
 

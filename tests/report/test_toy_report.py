@@ -149,8 +149,9 @@ def test_regions_and_near_mask():
 def test_write_distance_table_values(tmp_path, files):
     reg, cls = files
     out_csv, out_tex = tmp_path / "out" / "distance_to_hmc.csv", tmp_path / "out" / "distance_to_hmc.tex"
+    out_html = tmp_path / "out" / "distance_to_hmc.html"
     rep.write_distance_table((reg["hmc"], [reg["de"], reg["kde-fwgd"]]),
-                             (cls["hmc"], [cls["de"], cls["svgd"]]), out_csv, out_tex)
+                             (cls["hmc"], [cls["de"], cls["svgd"]]), out_csv, out_tex, out_html=out_html)
     frame = pd.read_csv(out_csv)
     assert list(frame.columns) == rep.COLUMNS
     # regression methods in input order, then the classification-only one
@@ -192,14 +193,20 @@ def test_write_distance_table_values(tmp_path, files):
     assert row.loc["svgd", "hmc_entropy_near"] == pytest.approx(entropy_conf, rel=1e-5)
 
     tex = out_tex.read_text()
-    for needle in (r"\toprule", r"\bottomrule", r"\emph{HMC (reference)}", "Deep ensemble", "kde-fWGD",
-                   r"\texttt{quick}", f"seed {SEED}", r"\sqrt{(m_1-m_2)^2+(s_1-s_2)^2}", r"\mathrm{KL}",
+    for needle in (r"\toprule", r"\bottomrule", r"\textit{HMC (reference)}", "Deep ensemble", "kde-fWGD",
+                   r"\multicolumn{7}{c}{Regression}", r"\cmidrule(lr){2-8} \cmidrule(lr){9-12}", r"$W_2$ gap",
+                   "scale quick", f"seed {SEED}", r"\sqrt{(m_1-m_2)^2+(s_1-s_2)^2}", r"\mathrm{KL}",
                    "Regression", "Classification", "6 particles, 100 steps", "chains 2"):
         assert needle in tex, needle
     assert tex.count(r"\\") == 2 + 1 + 3  # 2 header lines, HMC row, 3 method rows
     # every body row has the same number of cells as the header
     body = [line for line in tex.splitlines() if line.endswith(r"\\")]
     assert len({line.count("&") for line in body[1:]}) == 1
+    # the report's HTML: the same rows and values, HMC's row in italics
+    page = out_html.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "HMC (reference)" in page and "kde-fWGD" in page
+    assert f">{row.loc['kde-fwgd', 'w2_gap']:.3f}<" in page and f">{row.loc['de', 'kl_far']:.3f}<" in page
+    assert "font-style: italic" in page and 'colspan="7"' in page
 
 
 def test_distance_table_single_dataset(tmp_path, files):

@@ -8,8 +8,12 @@ IMAGE_OUTPUTS = [
     "results/table1.tex",
     "results/table1.png",
     "results/table1.csv",
+    "results/table1.html",
     "results/table1_vs_paper.csv",
+    "results/table1_vs_paper.html",
 ]
+
+IMAGE_CATEGORY = "3. Image classification (Table 1)"
 
 
 localrules:
@@ -79,21 +83,29 @@ rule summarize_image:
         metrics=image_metrics(),
         reference=f"{workflow.basedir}/workflow/resources/table1_paper.csv",
     output:
-        tex=report(
-            "results/table1.tex",
-            caption="../report/table1.rst",
-            category="Table 1",
-        ),
+        tex="results/table1.tex",
         png=report(
             "results/table1.png",
             caption="../report/table1.rst",
-            category="Table 1",
+            category=IMAGE_CATEGORY,
+            subcategory="Tables",
+            labels={"output": "Table 1", "format": "PNG"},
         ),
         csv="results/table1.csv",
-        vs_paper=report(
-            "results/table1_vs_paper.csv",
+        html=report(
+            "results/table1.html",
+            caption="../report/table1.rst",
+            category=IMAGE_CATEGORY,
+            subcategory="Tables",
+            labels={"output": "Table 1", "format": "HTML"},
+        ),
+        vs_paper="results/table1_vs_paper.csv",
+        vs_paper_html=report(
+            "results/table1_vs_paper.html",
             caption="../report/table1_vs_paper.rst",
-            category="Table 1",
+            category=IMAGE_CATEGORY,
+            subcategory="Tables",
+            labels={"output": "Table 1 beside the paper's values", "format": "HTML"},
         ),
     log:
         "logs/image/summarize_image.log",
@@ -108,5 +120,6 @@ rule summarize_image:
             "python -m repens image-table --reference {input.reference:q}"
             " --labels {params.labels:q} --datasets {params.datasets} --methods {params.methods}"
             " --out-tex {output.tex:q} --out-png {output.png:q} --out-csv {output.csv:q}"
-            " --out-vs-paper {output.vs_paper:q} {input.metrics:q} > {log:q} 2>&1"
+            " --out-html {output.html:q} --out-vs-paper {output.vs_paper:q}"
+            " --out-vs-paper-html {output.vs_paper_html:q} {input.metrics:q} > {log:q} 2>&1"
         )

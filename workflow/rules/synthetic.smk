@@ -4,9 +4,12 @@
 # aggregate rules copy their outputs to results/last_good/ (repens.last_good)
 from repens.last_good import shell as keep_last_good
 
+SYNTHETIC_CATEGORY = "1. Synthetic targets (Appendix G.1)"
+
 SYNTHETIC_OUTPUTS = [
     "results/synthetic/metrics.csv",
     "results/synthetic/metrics.tex",
+    "results/synthetic/metrics.html",
     "results/figures/fig2_gaussian.png",
     "results/figures/fig2_gaussian.pdf",
     "results/figures/figF1_funnel.png",
@@ -46,12 +49,15 @@ rule summarize_synthetic:
             for ds in experiment_datasets("synthetic")
         ],
     output:
-        csv=report(
-            "results/synthetic/metrics.csv",
-            caption="../report/synthetic_metrics.rst",
-            category="Synthetic sampling",
-        ),
+        csv="results/synthetic/metrics.csv",
         tex="results/synthetic/metrics.tex",
+        html=report(
+            "results/synthetic/metrics.html",
+            caption="../report/synthetic_metrics.rst",
+            category=SYNTHETIC_CATEGORY,
+            subcategory="Tables",
+            labels={"output": "Sample quality (beyond the paper)", "format": "HTML"},
+        ),
     log:
         "logs/synthetic/summarize_synthetic.log",
     conda:
@@ -62,7 +68,8 @@ rule summarize_synthetic:
     shell:
         keep_last_good(
             "python -m repens synthetic-table --labels {params.labels:q}"
-            " --out-csv {output.csv:q} --out-tex {output.tex:q} {input:q} > {log:q} 2>&1"
+            " --out-csv {output.csv:q} --out-tex {output.tex:q} --out-html {output.html:q}"
+            " {input:q} > {log:q} 2>&1"
         )
 
 
@@ -73,7 +80,9 @@ rule plot_gaussian:
         png=report(
             "results/figures/fig2_gaussian.png",
             caption="../report/fig2_gaussian.rst",
-            category="Synthetic sampling",
+            category=SYNTHETIC_CATEGORY,
+            subcategory="Figures",
+            labels={"output": "Figure 2 (2-D Gaussian)", "format": "PNG"},
         ),
         pdf="results/figures/fig2_gaussian.pdf",
     log:
@@ -97,7 +106,9 @@ rule plot_funnel:
         png=report(
             "results/figures/figF1_funnel.png",
             caption="../report/figF1_funnel.rst",
-            category="Synthetic sampling",
+            category=SYNTHETIC_CATEGORY,
+            subcategory="Figures",
+            labels={"output": "Figure F.1 (Neal's funnel)", "format": "PNG"},
         ),
         pdf="results/figures/figF1_funnel.pdf",
     log:

@@ -11,7 +11,10 @@ TOY_OUTPUTS = [
     "results/figures/fig3_classification.pdf",
     "results/toy/distance_to_hmc.csv",
     "results/toy/distance_to_hmc.tex",
+    "results/toy/distance_to_hmc.html",
 ]
+
+TOY_CATEGORY = "2. BNN toys against HMC (Appendix G.2, G.3)"
 
 
 ruleorder: sample_hmc > train_toy
@@ -69,7 +72,9 @@ rule plot_regression:
         png=report(
             "results/figures/fig1_regression.png",
             caption="../report/fig1_regression.rst",
-            category="BNN toys",
+            category=TOY_CATEGORY,
+            subcategory="Figures",
+            labels={"output": "Figure 1 (1-D regression)", "format": "PNG"},
         ),
         pdf="results/figures/fig1_regression.pdf",
     log:
@@ -93,7 +98,9 @@ rule plot_classification:
         png=report(
             "results/figures/fig3_classification.png",
             caption="../report/fig3_classification.rst",
-            category="BNN toys",
+            category=TOY_CATEGORY,
+            subcategory="Figures",
+            labels={"output": "Figure 3 (2-D classification)", "format": "PNG"},
         ),
         pdf="results/figures/fig3_classification.pdf",
     log:
@@ -117,12 +124,15 @@ rule summarize_toy:
         classification_hmc=toy_hmc("classification"),
         classification=first_seed_files("toy", "classification", "predictions.npz"),
     output:
-        csv=report(
-            "results/toy/distance_to_hmc.csv",
-            caption="../report/toy_distance_to_hmc.rst",
-            category="BNN toys",
-        ),
+        csv="results/toy/distance_to_hmc.csv",
         tex="results/toy/distance_to_hmc.tex",
+        html=report(
+            "results/toy/distance_to_hmc.html",
+            caption="../report/toy_distance_to_hmc.rst",
+            category=TOY_CATEGORY,
+            subcategory="Tables",
+            labels={"output": "Distance to HMC (beyond the paper)", "format": "HTML"},
+        ),
     log:
         "logs/toy/summarize_toy.log",
     conda:
@@ -133,7 +143,7 @@ rule summarize_toy:
     shell:
         keep_last_good(
             "python -m repens toy-table --labels {params.labels:q}"
-            " --out-csv {output.csv:q} --out-tex {output.tex:q}"
+            " --out-csv {output.csv:q} --out-tex {output.tex:q} --out-html {output.html:q}"
             " --regression-hmc {input.regression_hmc:q} --regression {input.regression:q}"
             " --classification-hmc {input.classification_hmc:q}"
             " --classification {input.classification:q} > {log:q} 2>&1"

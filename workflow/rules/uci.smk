@@ -56,21 +56,25 @@ rule summarize_uci:
         metrics=uci_metrics(),
         seeds=UCI_SEEDS,
     output:
-        tex=report(
-            "results/table2_uci.tex",
-            caption="../report/table2_uci.rst",
-            category="UCI regression",
-        ),
+        tex="results/table2_uci.tex",
         csv="results/table2_uci.csv",
-        png=report(
-            "results/table2_uci.png",
+        html=report(
+            "results/table2_uci.html",
             caption="../report/table2_uci.rst",
-            category="UCI regression",
+            category=UCI_CATEGORY,
+            subcategory="Tables",
+            labels={"output": "Table 2", "format": "HTML"},
         ),
-        seeds=report(
-            "results/table2_vs_seeds.csv",
+        seeds="results/table2_vs_seeds.csv",
+        seeds_html=report(
+            "results/table2_vs_seeds.html",
             caption="../report/table2_vs_seeds.rst",
-            category="UCI regression",
+            category=UCI_CATEGORY,
+            subcategory="Tables",
+            labels={
+                "output": "Table 2 beside the seed papers' values",
+                "format": "HTML",
+            },
         ),
     log:
         "logs/uci/summarize_uci.log",
@@ -86,5 +90,6 @@ rule summarize_uci:
             "python -m repens uci-table --labels {params.labels:q}"
             " --datasets {params.datasets} --methods {params.methods}"
             " --seeds {input.seeds:q} --out-tex {output.tex:q} --out-csv {output.csv:q}"
-            " --out-png {output.png:q} --out-seeds {output.seeds:q} {input.metrics:q} > {log:q} 2>&1"
+            " --out-html {output.html:q} --out-seeds {output.seeds:q}"
+            " --out-seeds-html {output.seeds_html:q} {input.metrics:q} > {log:q} 2>&1"
         )

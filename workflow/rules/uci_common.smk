@@ -13,9 +13,12 @@ UCI_SEEDS = str(Path(workflow.basedir) / "workflow" / "resources" / "table2_seed
 UCI_OUTPUTS = [
     "results/table2_uci.tex",
     "results/table2_uci.csv",
-    "results/table2_uci.png",
+    "results/table2_uci.html",
     "results/table2_vs_seeds.csv",
+    "results/table2_vs_seeds.html",
 ]
+
+UCI_CATEGORY = "4. UCI regression (Table 2)"
 
 
 def uci_data_file(wildcards):

@@ -13,8 +13,10 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from repens.report.tables import (Column, build_blocks, csv_text, mean_se, with_labels, write_table,
-                                  write_text_atomic)
+import pandas as pd
+
+from repens.report.tables import (Column, build_blocks, mean_se, mean_se_table, plain_table, with_labels,
+                                  write_table)
 
 __all__ = ["TABLE1_COLUMNS", "EXTRA_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows"]
 
@@ -105,11 +107,12 @@ def vs_paper_rows(records: Sequence[Mapping[str, Any]], reference: Mapping[tuple
 
 def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Mapping[str, str],
                  datasets: Sequence[str], methods: Sequence[str], out_tex: Path, out_png: Path, out_csv: Path,
-                 out_vs_paper: Path) -> None:
-    """Write Table 1 (LaTeX, PNG, CSV) and the comparison with the paper's values.
+                 out_vs_paper: Path, out_html: Path | None = None, out_vs_paper_html: Path | None = None) -> None:
+    """Write Table 1 (LaTeX, PNG, CSV, HTML) and the comparison with the paper's values
+    (CSV, HTML), all through :func:`repens.report.tables.write_table`.
 
     The CSV has the paper's columns and :data:`EXTRA_COLUMNS` (AUPR, FPR95, Brier, mutual
-    information); the LaTeX and PNG only the paper's."""
+    information); the LaTeX, HTML and PNG only the paper's."""
     records = load_records(inputs)
     ref = read_reference(reference)
     paper_methods = {m for (_, m) in ref}
@@ -125,17 +128,24 @@ def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Ma
     )
     ood = ", ".join(f"{DATASET_LABELS.get(d, d)} vs {OOD_LABELS.get(d, '?')}" for d in datasets)
     caption = (
-        "BNN image classification (Table 1 of D'Angelo \\& Fortuin 2021, reproduced). Mean $\\pm$ standard "
+        "BNN image classification (Table 1 of D'Angelo & Fortuin 2021, reproduced). Mean $\\pm$ standard "
         f"error over seeds {', '.join(map(str, seeds))}; best value per dataset in bold. OOD sets: {ood}. "
         "AUROC(H) and AUROC(MD): OOD detection by predictive entropy and by model disagreement; "
         "$H_o/H_t$, $MD_o/MD_t$: OOD over test means. ECE: 15 equal-width bins of the top-label "
-        f"confidence. Accuracy in \\%. Rows below the rule are methods the paper does not report. "
+        f"confidence. Accuracy in %. Rows below the rule are methods the paper does not report. "
         f"Scale: {scale} ({sizes})."
     )
-    footer = f"scale {scale}; seeds {seeds}; {sizes}; ECE: 15 equal-width top-label bins"
-    write_table(blocks, TABLE1_COLUMNS + EXTRA_COLUMNS, out_csv=out_csv)
-    write_table(blocks, TABLE1_COLUMNS, out_tex=out_tex, out_png=out_png, caption=caption,
-                label="tab:table1", title="Table 1: BNN image classification (mean ± s.e. over seeds)",
-                footer=footer)
+    note = f"mean ± s.e. over seeds; bold: best per dataset; scale {scale}; seeds {seeds}; {sizes}; " \
+           "ECE: 15 equal-width top-label bins"
+    table = mean_se_table(blocks, TABLE1_COLUMNS, csv_columns=TABLE1_COLUMNS + EXTRA_COLUMNS,
+                          title="Table 1: BNN image classification (mean ± s.e. over seeds)", caption=caption,
+                          label="tab:table1", note=note, source="repens.report.image.write_table1",
+                          size="footnotesize", tabcolsep="4pt")
+    write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv, out_png=out_png)
     vs_paper = vs_paper_rows(records, ref, datasets, [r[0] for r in rows])
-    write_text_atomic(Path(out_vs_paper), csv_text(with_labels(vs_paper, labels)))
+    vs_columns = ["dataset", "method", "label", "metric", "ours_mean", "ours_se", "ours_seeds", "paper_mean",
+                  "paper_error", "difference", "difference_in_errors"]
+    write_table(plain_table(pd.DataFrame(with_labels(vs_paper, labels), columns=vs_columns),
+                            title="Table 1 beside the paper's values",
+                            note="difference = ours - paper; in errors: over the combined standard error"),
+                out_html=out_vs_paper_html, out_csv=out_vs_paper)

@@ -7,7 +7,8 @@ holding the JSON job spec, with ``dataset`` = target name, ``method``, ``seed``,
 
 * :func:`compute_metrics`: mean error, covariance errors and energy distance of
   one particle set against the exact target, plus an exact-i.i.d. noise floor.
-* :func:`write_metrics_table`: CSV + booktabs LaTeX table over many runs.
+* :func:`write_metrics_table`: CSV + booktabs LaTeX + HTML table over many runs
+  (through :mod:`repens.report.tables`).
 * :func:`plot_target_panels`: one joint plot per method, left to right in input
   order (the paper's layout: SVGD, kde-WGD, sge-WGD, ssge-WGD): target
   log-density contours, particles (blue) and the one-dimensional marginals as
@@ -23,7 +24,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from repens.atomic import save_figure_atomic, write_text_atomic
+from repens.atomic import save_figure_atomic
 from repens.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
 from repens.report.style import PALETTE, figure_style
 from repens.targets import make_target
@@ -47,6 +47,7 @@ __all__ = [
     "compute_metrics",
     "iid_baseline",
     "metrics_frame",
+    "metrics_table",
     "write_metrics_table",
     "plot_target_panels",
 ]
@@ -345,25 +346,17 @@ def metrics_frame(inputs: Sequence[Path | str], reference_samples: int | None = 
     return frame
 
 
-# --------------------------------------------------------------------------- LaTeX
+# --------------------------------------------------------------------------- table
 
-_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-                "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def _tex_escape(text: Any) -> str:
-    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(text))
-
-
-def _tex_number(value: Any) -> str:
-    """A metric for the table: 3 decimals, scientific below 1e-3 or from 1e4, ``--`` for NaN."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "--"
-    v = float(value)
-    if v != 0.0 and (abs(v) < 1e-3 or abs(v) >= 1e4):
-        mantissa, exponent = f"{v:.2e}".split("e")
-        return rf"${mantissa}\times 10^{{{int(exponent)}}}$"
-    return f"{v:.3f}"
+#: The table's metric columns: plain header (HTML, PNG) and LaTeX header.
+_METRIC_HEADERS: dict[str, tuple[str, str]] = {
+    "mean_error": ("Mean", "Mean"),
+    "cov_rel_err_xx": ("Σxx", r"$\Sigma_{xx}$"),
+    "cov_xy_err": ("Σxy", r"$\Sigma_{xy}$"),
+    "cov_rel_err_yy": ("Σyy", r"$\Sigma_{yy}$"),
+    "max_cov_rel_err": ("Max", "Max"),
+    "energy_distance": ("ED", "ED"),
+}
 
 
 def _fmt_moment(value: float) -> str:
@@ -378,68 +371,58 @@ def _moments_text(target_name: str) -> str:
     return f"{TARGET_TITLES.get(target_name, target_name)}: mean {mean_s}, covariance {cov_s}{extra}"
 
 
-def _latex_table(frame, reference_samples: int, seed: int) -> str:
+def metrics_table(frame, reference_samples: int, seed: int):
+    """The metrics frame (:func:`metrics_frame`) as a :class:`repens.report.tables.Table`:
+    rows grouped by target (a rule between targets), the exact-iid rows in italics,
+    every number as in :func:`repens.report.tables.number`."""
     import pandas as pd
+
+    from repens.report.tables import Table
 
     scales = sorted({str(s) for s in frame.loc[frame["method"] != "iid", "scale"]})
     targets = list(dict.fromkeys(frame["target"]))
-    scale_text = ", ".join(f"\\texttt{{{_tex_escape(s)}}}" for s in scales)
     kinds = {t: frame.loc[frame["target"] == t, "cov_xy_err_kind"].iloc[0] for t in targets}
     xy_text = "; ".join(f"{kinds[t]} for the {_SHORT_NAMES.get(t, t)}" for t in targets)
     caption = (
         f"Sample quality of the particle methods on the synthetic targets (Appendix G.1/F), "
-        f"run scale{'s' if len(scales) != 1 else ''}: {scale_text}. "
-        r"One row per training run; the \emph{exact iid} rows average the same metrics over "
+        f"run scale{'s' if len(scales) != 1 else ''}: {', '.join(scales)}. "
+        "One row per training run; the exact iid rows (in italics) average the same metrics over "
         f"{IID_REPEATS} independent sets of $n$ exact target samples (the noise floor for $n$ points). "
         r"Mean: $\lVert\hat\mu-\mu\rVert_2$. "
         r"$\Sigma_{xx}$, $\Sigma_{yy}$: relative error $\lvert\hat\Sigma_{ii}-\Sigma_{ii}\rvert/\lvert\Sigma_{ii}\rvert$ "
-        r"of the particle covariance (population form, divided by $n$). "
+        "of the particle covariance (population form, divided by $n$). "
         f"$\\Sigma_{{xy}}$: relative error where the exact value is nonzero, absolute where it is 0 ({xy_text}). "
-        r"Max: largest relative error over covariance entries with nonzero exact value. "
+        "Max: largest relative error over covariance entries with nonzero exact value. "
         r"ED: energy distance $2\mathbb{E}\lVert X-Y\rVert-\mathbb{E}\lVert X-X'\rVert-\mathbb{E}\lVert Y-Y'\rVert$ "
         f"(V-statistic) to {reference_samples} exact samples (seed {seed}). "
         "Exact moments: " + "; ".join(_moments_text(t) for t in targets) + "."
     )
-    header = (r"Target & Method & Seed & $n$ & Steps & Mean & $\Sigma_{xx}$ & $\Sigma_{xy}$ & "
-              r"$\Sigma_{yy}$ & Max & ED \\")
-    lines = [
-        "% Generated by repens.report.synthetic.write_metrics_table; do not edit.",
-        r"% Needs \usepackage{booktabs}, \usepackage{amsmath} (\lVert) and \usepackage{amssymb} (\mathbb).",
-        r"\begin{table}[ht]",
-        r"\centering",
-        r"\small",
-        rf"\caption{{{caption}}}",
-        r"\label{tab:synthetic-metrics}",
-        r"\begin{tabular}{llrrrrrrrrr}",
-        r"\toprule",
-        header,
-        r"\midrule",
-    ]
-    for i, target_name in enumerate(targets):
-        if i:
-            lines.append(r"\midrule")
-        for _, row in frame[frame["target"] == target_name].iterrows():
-            is_base = row["method"] == "iid"
-            label = _tex_escape(row["label"])
-            cells = [
-                _tex_escape(TARGET_TITLES.get(target_name, target_name)),
-                rf"\emph{{{label}}}" if is_base else label,
-                "--" if is_base or pd.isna(row["seed"]) else str(row["seed"]),
-                str(row["n"]),
-                "--" if is_base else str(row["steps"]),
-                *(_tex_number(row[key]) for key in METRIC_KEYS),
-            ]
-            lines.append(" & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
-    return "\n".join(lines)
+    base = frame["method"] == "iid"
+    cells = pd.DataFrame({
+        "Seed": ["--" if b or pd.isna(v) else int(v) for b, v in zip(base, frame["seed"])],
+        "n": [int(v) for v in frame["n"]],
+        "Steps": ["--" if b or pd.isna(v) else int(v) for b, v in zip(base, frame["steps"])],
+        **{plain: frame[key].astype(float).to_numpy() for key, (plain, _) in _METRIC_HEADERS.items()},
+    })
+    cells.index = pd.MultiIndex.from_arrays([[TARGET_TITLES.get(t, t) for t in frame["target"]], list(frame["label"])])
+    starts = frame["target"].ne(frame["target"].shift()).to_numpy()
+    return Table(
+        cells=cells, csv=frame, caption=caption, label="tab:synthetic-metrics",
+        title=f"Synthetic targets: sample quality of each method (scale: {', '.join(scales)})",
+        note="italic: exact iid samples of the same size (the noise floor); ED: energy distance",
+        source="repens.report.synthetic.write_metrics_table",
+        tex_headers={"n": "$n$", **{plain: tex for plain, tex in _METRIC_HEADERS.values()}},
+        italic=list(base), rules=["midrule" if s and i else "" for i, s in enumerate(starts)],
+        packages=("booktabs", "amsmath", "amssymb"), size="small", position="ht",
+    )
 
 
 # --------------------------------------------------------------------------- output
 
 
 def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path,
-                        labels: Mapping[str, str] | None = None) -> None:
-    """Write the synthetic metrics table as CSV and as a booktabs LaTeX table.
+                        labels: Mapping[str, str] | None = None, out_html: Path | None = None) -> None:
+    """Write the synthetic metrics table as CSV, booktabs LaTeX and (optionally) HTML.
 
     One row per input run (target, method, seed) in input order, grouped by
     target, followed by one ``exact iid (n=...)`` baseline row per target and
@@ -447,7 +430,8 @@ def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path,
     ``cov_xy_err`` is relative or absolute; ``source`` is the input file name).
     The LaTeX caption states the scale(s) of the runs, the meaning of each
     column and the targets' exact moments. If the inputs mix scales, all of them
-    are listed and the ``scale`` column tells the rows apart.
+    are listed and the ``scale`` column tells the rows apart. Written through
+    :func:`repens.report.tables.write_table`.
 
     Args:
         inputs: Result files (``.npz``) of synthetic jobs.
@@ -455,14 +439,16 @@ def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path,
         out_tex: LaTeX path.
         labels: Method key -> display name (``config.yaml``'s labels); overrides the
             labels of the files and :data:`LABELS`.
+        out_html: HTML path (the Snakemake report shows it), or None.
 
     Raises:
         ValueError: an input is malformed or two inputs are the same run.
     """
+    from repens.report.tables import write_table
+
     frame = metrics_frame(inputs, labels=labels)
-    out_csv, out_tex = Path(out_csv), Path(out_tex)
-    write_text_atomic(out_csv, frame.to_csv(index=False))
-    write_text_atomic(out_tex, _latex_table(frame, REFERENCE_SAMPLES, REFERENCE_SEED))
+    write_table(metrics_table(frame, REFERENCE_SAMPLES, REFERENCE_SEED), out_tex=out_tex, out_html=out_html,
+                out_csv=out_csv)
     log.info("wrote %s and %s (%d rows)", out_csv, out_tex, len(frame))
 
 

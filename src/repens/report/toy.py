@@ -21,7 +21,7 @@ Functions:
 * :func:`plot_classification_panels`: Figure 3, predictive entropy over the grid.
 * :func:`distance_frame` / :func:`write_distance_table`: each method's predictive
   against HMC's (Wasserstein-2 per region for regression, KL near/far from the
-  data for classification), CSV + booktabs LaTeX.
+  data for classification), CSV, booktabs LaTeX and HTML through :mod:`repens.report.tables`.
 
 Distances are defined in :mod:`repens.distances`.
 """
@@ -37,11 +37,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from repens.atomic import write_text_atomic
 from repens.data.toy import REGRESSION_CLUSTERS
 from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
 from repens.report.style import PALETTE, figure_style
-from repens.report.synthetic import LABELS, read_npz, _save_figure, _tex_escape, _tex_number
+from repens.report.synthetic import LABELS, _save_figure, read_npz
 
 log = logging.getLogger("repens.report")
 
@@ -55,6 +54,7 @@ __all__ = [
     "regression_regions",
     "near_mask",
     "distance_frame",
+    "distance_table",
     "write_distance_table",
     "plot_regression_panels",
     "plot_classification_panels",
@@ -424,27 +424,52 @@ def _settings_summary(preds: Sequence[ToyPredictions]) -> tuple[str, list[str | 
     return "; ".join([f"scale: {preds[0].scale}", f"seed {preds[0].seed}", *parts]), extra
 
 
-def _latex_table(frame, present: dict[str, Any]) -> str:
-    has_reg, has_cls = "regression" in present, "classification" in present
+#: The table's columns: key in the frame -> (plain header, LaTeX header).
+_REGRESSION_HEADERS: dict[str, tuple[str, str]] = {
+    "w2_data": ("W2 data", "$W_2$ data"),
+    "w2_gap": ("W2 gap", "$W_2$ gap"),
+    "w2_outside": ("W2 out", "$W_2$ out"),
+    "gap_sd": ("gap sd", "gap sd"),
+    "gap_sd_ratio": ("ratio", "ratio"),
+    "gap_sd_epistemic": ("gap sd (f)", "gap sd$_f$"),
+    "gap_sd_epistemic_ratio": ("ratio (f)", "ratio$_f$"),
+}
+_CLASSIFICATION_HEADERS: dict[str, tuple[str, str]] = {
+    "kl_near": ("KL near", "KL near"),
+    "kl_far": ("KL far", "KL far"),
+    "entropy_near": ("H near", "$H$ near"),
+    "entropy_far": ("H far", "$H$ far"),
+}
+
+
+def distance_table(frame, present: dict[str, Any]):
+    """The distance frame as a :class:`repens.report.tables.Table`: HMC's own values
+    (in italics) first, a rule, then one row per method; the columns of each dataset
+    present under a group header (Regression, Classification)."""
+    import pandas as pd
+
+    from repens.report.tables import Table
+
     any_pred = next(iter(present.values()))[0]
     settings = "; ".join(f"{dataset}: " + "; ".join(_settings_detail([hmc, *methods])[0])
                          for dataset, (hmc, methods) in present.items())
     parts = [
-        r"Distance of each method's predictive distribution to that of the HMC reference posterior "
-        f"(HMC is the reference; scale \\texttt{{{_tex_escape(any_pred.scale)}}}, seed {_tex_escape(any_pred.seed)}; "
-        f"{_tex_escape(settings)}).",
+        "Distance of each method's predictive distribution to that of the HMC reference posterior "
+        f"(HMC is the reference; scale {any_pred.scale}, seed {any_pred.seed}; {settings}).",
     ]
-    if has_reg:
+    headers: dict[tuple[str, str], str] = {}  # (group, key) -> plain header
+    if "regression" in present:
         parts.append(
             r"Regression (G.2): the predictive at $x$ is the mixture $\frac1S\sum_s\mathcal N(f_s(x),\sigma^2)$, "
-            r"approximated by the Gaussian with its mean and standard deviation "
+            "approximated by the Gaussian with its mean and standard deviation "
             r"(sd; $\mathrm{sd}^2 = \mathrm{Var}_s f_s(x) + \sigma^2$); "
             r"$W_2 = \sqrt{(m_1-m_2)^2+(s_1-s_2)^2}$ between the method's and HMC's Gaussian, averaged over "
             r"the test points in the data region ($x\in[1.5,2.5]\cup[4.5,6]$), the gap ($2.5<x<4.5$) "
             r"and outside ($[0,1.5)\cup(6,7]$). Gap sd: mean predictive sd over the gap, total (with the "
             r"noise $\sigma$) and epistemic ($f$ only, $\sqrt{\mathrm{Var}_s f_s(x)}$); ratio = method / HMC."
         )
-    if has_cls:
+        headers.update({("Regression", key): plain for key, (plain, _) in _REGRESSION_HEADERS.items()})
+    if "classification" in present:
         hmc_cls = present["classification"][0]
         n_grid, n_classes = math.isqrt(hmc_cls.x_test.shape[0]), hmc_cls.probs_test.shape[1]
         parts.append(
@@ -453,67 +478,34 @@ def _latex_table(frame, present: dict[str, Any]) -> str:
             f"{NEAR_RADIUS:g} of a training point (near) and over the rest (far); "
             f"$H$: mean predictive entropy (nats, at most $\\log {n_classes}$) of the method, HMC's in the first row."
         )
-    caption = " ".join(parts)
+        headers.update({("Classification", key): plain for key, (plain, _) in _CLASSIFICATION_HEADERS.items()})
 
-    reg_cols = ["w2_data", "w2_gap", "w2_outside", "gap_sd", "gap_sd_ratio", "gap_sd_epistemic",
-                "gap_sd_epistemic_ratio"]
-    cls_cols = ["kl_near", "kl_far", "entropy_near", "entropy_far"]
-    group_head, sub_head, rules, spec = [], [], [], "l"
-    col = 2
-    if has_reg:
-        group_head.append(r"\multicolumn{7}{c}{Regression}")
-        sub_head += [r"$W_2$ data", r"$W_2$ gap", r"$W_2$ out", "gap sd", "ratio", r"gap sd$_f$", "ratio$_f$"]
-        rules.append(rf"\cmidrule(lr){{{col}-{col + 6}}}")
-        spec += "r" * 7
-        col += 7
-    if has_cls:
-        group_head.append(r"\multicolumn{4}{c}{Classification}")
-        sub_head += ["KL near", "KL far", "$H$ near", "$H$ far"]
-        rules.append(rf"\cmidrule(lr){{{col}-{col + 3}}}")
-        spec += "r" * 4
-
-    def cells(values: dict[str, Any], reference: bool) -> list[str]:
-        out = []
-        if has_reg:
-            out += [("--" if reference and (c.startswith("w2") or c.endswith("ratio"))
-                     else _tex_number(values.get(c))) for c in reg_cols]
-        if has_cls:
-            out += [("--" if reference and c.startswith("kl") else _tex_number(values.get(c))) for c in cls_cols]
-        return out
-
-    hmc_values = {}  # HMC's own values, repeated in every row that has the dataset
+    hmc_values = {}  # HMC's own values; its distances to itself and ratios are left empty
     for key in ("gap_sd", "gap_sd_epistemic", "entropy_near", "entropy_far"):
         values = frame["hmc_" + key].dropna()
         hmc_values[key] = float(values.iloc[0]) if len(values) else float("nan")
-
-    lines = [
-        "% Generated by repens.report.toy.write_distance_table; do not edit.",
-        r"% Needs \usepackage{booktabs} and \usepackage{amsmath}.",
-        r"\begin{table}[ht]",
-        r"\centering",
-        r"\footnotesize",
-        r"\setlength{\tabcolsep}{4pt}",
-        rf"\caption{{{caption}}}",
-        r"\label{tab:toy-distance-to-hmc}",
-        rf"\begin{{tabular}}{{{spec}}}",
-        r"\toprule",
-        " & " + " & ".join(group_head) + r" \\",
-        " ".join(rules),
-        "Method & " + " & ".join(sub_head) + r" \\",
-        r"\midrule",
-        r"\emph{HMC (reference)} & " + " & ".join(cells(hmc_values, True)) + r" \\",
-        r"\midrule",
-    ]
-    for _, row in frame.iterrows():
-        lines.append(_tex_escape(row["label"]) + " & " + " & ".join(cells(row.to_dict(), False)) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
-    return "\n".join(lines)
+    rows = [[hmc_values.get(key, float("nan")) for _, key in headers]]
+    rows += [[float(row[key]) for _, key in headers] for _, row in frame.iterrows()]
+    columns = pd.MultiIndex.from_tuples([(group, plain) for (group, _), plain in headers.items()],
+                                        names=[None, "Method"])
+    index = pd.Index(["HMC (reference)", *frame["label"]])
+    tex = {plain: tex for plain, tex in [*_REGRESSION_HEADERS.values(), *_CLASSIFICATION_HEADERS.values()]}
+    return Table(
+        cells=pd.DataFrame(rows, index=index, columns=columns), csv=frame, caption=" ".join(parts),
+        label="tab:toy-distance-to-hmc", title=f"BNN toys: distance of each predictive to HMC's "
+                                               f"(scale: {any_pred.scale}, seed {any_pred.seed})",
+        note="W2: Wasserstein-2 between Gaussian summaries; ratio: method / HMC; KL(HMC || method); "
+             "H: predictive entropy (nats); (f): epistemic, without the noise",
+        source="repens.report.toy.write_distance_table", tex_headers=tex,
+        italic=[True] + [False] * len(frame), rules=["", "midrule"] + [""] * (len(frame) - 1),
+        packages=("booktabs", "amsmath"), size="footnotesize", tabcolsep="4pt", position="ht",
+    )
 
 
 def write_distance_table(regression: ToyInputs | None, classification: ToyInputs | None,
                          out_csv: Path | str, out_tex: Path | str,
-                         labels: Mapping[str, str] | None = None) -> None:
-    """Write the distance-to-HMC table of the toys as CSV and booktabs LaTeX.
+                         labels: Mapping[str, str] | None = None, out_html: Path | str | None = None) -> None:
+    """Write the distance-to-HMC table of the toys as CSV, booktabs LaTeX and (optionally) HTML.
 
     One row per method, in input order (the regression methods first, then any
     classification-only ones); columns (see :data:`COLUMNS`, NaN where a dataset
@@ -540,6 +532,8 @@ def write_distance_table(regression: ToyInputs | None, classification: ToyInputs
         classification: ``(hmc_path, method_paths)`` for the classification toy, or None.
         out_csv: CSV path (parent directories are created).
         out_tex: LaTeX path.
+        labels: Method key -> display name (``config.yaml``'s labels).
+        out_html: HTML path (the Snakemake report shows it), or None.
 
     Raises:
         ValueError: both are None; a file is malformed, is for the other dataset,
@@ -547,10 +541,10 @@ def write_distance_table(regression: ToyInputs | None, classification: ToyInputs
             seeds or scales, or a method's test/training inputs differ from the
             reference's (messages name the files).
     """
+    from repens.report.tables import write_table
+
     frame, present = _distance_data(regression, classification, labels)
-    out_csv, out_tex = Path(out_csv), Path(out_tex)
-    write_text_atomic(out_csv, frame.to_csv(index=False))
-    write_text_atomic(out_tex, _latex_table(frame, present))
+    write_table(distance_table(frame, present), out_tex=out_tex, out_html=out_html, out_csv=out_csv)
     log.info("wrote %s and %s (%d methods)", out_csv, out_tex, len(frame))
 
 

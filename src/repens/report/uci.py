@@ -3,8 +3,8 @@
 Reads the ``metrics.json`` files of the UCI jobs (one per dataset and method, all
 splits inside; see :mod:`repens.experiments.uci`), writes the table through
 :func:`repens.report.tables.write_table` (the layout of Table 1: one block per
-dataset, bold best per block) and a comparison with the values the seed papers
-report (``workflow/resources/table2_seeds.csv``).
+dataset, bold best per block; LaTeX, HTML, CSV) and a comparison with the values the
+seed papers report (``workflow/resources/table2_seeds.csv``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from repens.report.tables import (Column, build_blocks, csv_text, mean_se, with_labels, write_table,
-                                  write_text_atomic)
+import pandas as pd
+
+from repens.report.tables import (Column, build_blocks, mean_se, mean_se_table, plain_table, with_labels,
+                                  write_table)
 
 __all__ = ["UCI_COLUMNS", "DATASET_LABELS", "load_records", "read_seeds", "compare_with_seeds", "write_uci_tables"]
 
@@ -85,10 +87,12 @@ def write_uci_tables(
     seeds_file: Path,
     out_tex: Path,
     out_csv: Path,
-    out_png: Path,
+    out_html: Path | None,
     out_seeds: Path,
+    out_seeds_html: Path | None = None,
 ) -> None:
-    """Table 2 (tex, csv, png) and the comparison with the seeds (csv)."""
+    """Table 2 (tex, csv, html) and the comparison with the seeds (csv, html), all
+    through :func:`repens.report.tables.write_table`."""
     records, scale = load_records(inputs)
     blocks = build_blocks(
         records, UCI_COLUMNS,
@@ -97,8 +101,12 @@ def write_uci_tables(
     )
     caption = ("UCI regression: test RMSE and NLL of the predictive mixture in the original units, "
                f"mean $\\pm$ s.e. over splits (scale: {scale}).")
-    write_table(blocks, UCI_COLUMNS, out_tex=out_tex, out_csv=out_csv, out_png=out_png, caption=caption,
-                label="tab:uci", title=f"Table 2: UCI regression (scale: {scale})",
-                footer="mean ± s.e. over splits; bold: best per dataset; results/uci/<dataset>/<method>/")
-    vs_seeds = compare_with_seeds(records, read_seeds(seeds_file))
-    write_text_atomic(out_seeds, csv_text(with_labels(vs_seeds, labels)))
+    table = mean_se_table(blocks, UCI_COLUMNS, title=f"Table 2: UCI regression (scale: {scale})", caption=caption,
+                          label="tab:uci", source="repens.report.uci.write_uci_tables", size="small",
+                          note="mean ± s.e. over splits; bold: best per dataset; results/uci/<dataset>/<method>/")
+    write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
+    vs_seeds = with_labels(compare_with_seeds(records, read_seeds(seeds_file)), labels)
+    write_table(plain_table(pd.DataFrame(vs_seeds), title="Table 2 beside the seed papers' values",
+                            note="z = (ours - seed) / combined s.e.; beyond_error_bars: the mean ± s.e. "
+                                 "intervals do not overlap"),
+                out_html=out_seeds_html, out_csv=out_seeds)

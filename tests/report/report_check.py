@@ -1,0 +1,302 @@
+"""The Snakemake report, built and checked (the report stage of .ci/run).
+
+    python tests/report/report_check.py WORKDIR [--shared-data DIR] [--browser chromium] [--skip-run]
+
+1. runs the pipeline on a tiny config (config.yaml with tests/report/config.yaml over it;
+   Table 1 and Table 2 only where a copy of their data is at hand, ``--shared-data``,
+   default ``$REPENS_SHARED_DATA`` or ``../shared/data``: left out loudly otherwise) in
+   WORKDIR, every aggregate rule as a target;
+2. builds ``snakemake --report WORKDIR/report.html``;
+3. checks the report holds every figure and table the run made: every output marked
+   ``report(...)`` in workflow/rules/ that exists, every table HTML and figure PNG under
+   results/, each with the file's exact bytes, a caption, a category and labels; and
+   the workflow description page;
+4. with ``--browser``, opens the report in that headless browser (Chromium) and takes
+   a screenshot of the main page and of the report showing each result (a small script
+   appended to a copy of the report selects it, as a click on its eye button does):
+   each must be non-blank, and the rendered page must hold the result (an ``<img>`` or
+   ``<iframe>`` with its data). Screenshots are kept in WORKDIR/screenshots/.
+
+Exits non-zero with one line per problem. The check functions are unit-tested in
+tests/report/test_report_check.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAY = Path(__file__).with_name("config.yaml")
+#: The aggregate rules (no wildcards): the run's targets, by experiment.
+RULES = {
+    "synthetic": ["summarize_synthetic", "plot_gaussian", "plot_funnel"],
+    "toy": ["plot_regression", "plot_classification", "summarize_toy"],
+    "image": ["summarize_image"],
+    "uci": ["summarize_uci"],
+}
+MIME = {".png": "image/png", ".html": "text/html", ".pdf": "application/pdf", ".csv": "text/csv"}
+DESCRIPTION = "Repulsive Deep Ensembles are Bayesian"
+
+
+def say(message: str) -> None:
+    print(f"[report-check] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def tiny_config(shared: Path | None) -> tuple[dict, list[str]]:
+    """The run's config and its experiments (image/uci only with their data at hand)."""
+    config = merge(yaml.safe_load((ROOT / "config.yaml").read_text()), yaml.safe_load(OVERLAY.read_text()))
+    experiments = ["synthetic", "toy"]
+    if shared is not None and (shared / "FashionMNIST" / "raw").is_dir() and (shared / "MNIST" / "raw").is_dir():
+        config.update(image_data_mirror=str(shared), image_data_download=False)
+        experiments.append("image")
+    else:
+        say(f"LEFT OUT: Table 1 (no FashionMNIST/MNIST copy under {shared})")
+    if shared is not None and (shared / "uci" / "yacht" / "data" / "data.txt").is_file():
+        uci = config["experiments"]["uci"]
+        uci["datasets"] = {"yacht": uci["datasets"]["yacht"]}
+        config["uci_data"] = str(shared / "uci")
+        experiments.append("uci")
+    else:
+        say(f"LEFT OUT: Table 2 (no UCI yacht copy under {shared}/uci)")
+    return config, experiments
+
+
+def snakemake(workdir: Path, *args: str, timeout: int) -> None:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args]
+    say("$ " + " ".join(cmd[2:]))
+    env = {**os.environ, "REPENS_OFFLINE": "1"}  # data from the copies only
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    (workdir / "snakemake.log").open("a").write(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:] + proc.stderr[-5000:], file=sys.stderr)
+        raise SystemExit(f"[report-check] FAIL: snakemake {' '.join(args[:3])} exited {proc.returncode}")
+    say(f"done in {time.time() - t0:.0f} s")
+
+
+def run(workdir: Path, shared: Path | None, cores: int) -> list[str]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    config, experiments = tiny_config(shared)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    targets = [rule for exp in experiments for rule in RULES[exp]]
+    snakemake(workdir, f"--cores={cores}", *targets, timeout=900)
+    (workdir / "experiments.json").write_text(json.dumps(experiments))
+    return experiments
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def read_var(page: str, name: str) -> Any:
+    """The JSON value of ``var <name> = ...;`` in the report's data scripts (the bundled
+    libraries declare variables of the same names: the first that is JSON counts)."""
+    for match in re.finditer(rf"\bvar {re.escape(name)} = ", page):
+        try:
+            return json.JSONDecoder().raw_decode(page, match.end())[0]
+        except ValueError:
+            continue
+    raise ValueError(f"the report has no `var {name} = <JSON>`")
+
+
+def report_outputs(rules_dir: Path = ROOT / "workflow" / "rules") -> list[str]:
+    """Every output path marked ``report("...")`` in the rule files."""
+    found = []
+    for path in sorted(rules_dir.glob("*.smk")):
+        found += re.findall(r"report\(\s*\"([^\"]+)\"", path.read_text())
+    return found
+
+
+def produced_outputs(workdir: Path) -> list[str]:
+    """The figures and tables a run made: PNG figures and HTML tables under results/."""
+    results = workdir / "results"
+    files = [*results.glob("figures/*.png"), *results.glob("*.png"), *results.glob("*.html"),
+             *results.glob("*/*.html")]
+    return sorted(str(p.relative_to(workdir)) for p in files if "last_good" not in p.parts)
+
+
+def decode(data_uri: str) -> bytes:
+    head, _, data = data_uri.partition(",")
+    return base64.b64decode(data) if head.endswith(";base64") else data.encode()
+
+
+def check_report(page: str, workdir: Path, marked: list[str] | None = None) -> list[str]:
+    """Problems of the report ``page`` (its HTML text) against the run in ``workdir``."""
+    marked = report_outputs() if marked is None else marked
+    problems = []
+    try:
+        results, categories = read_var(page, "results"), read_var(page, "categories")
+        description = read_var(page, "workflow_desc")
+    except ValueError as err:
+        return [str(err)]
+    if DESCRIPTION not in description:
+        problems.append(f"no workflow description page (no {DESCRIPTION!r} in workflow_desc)")
+    expected = sorted({p for p in marked if (workdir / p).exists()} | set(produced_outputs(workdir)))
+    if not expected:
+        problems.append(f"the run in {workdir} made no figure or table")
+    in_category = {p for subcats in categories.values() for paths in subcats.values() for p in paths}
+    for path in expected:
+        if path not in marked:
+            problems.append(f"{path}: made by the run but not marked report(...) in workflow/rules/")
+            continue
+        entry = results.get(path)
+        if entry is None:
+            problems.append(f"{path}: not in the report")
+            continue
+        if decode(entry.get("data_uri", "")) != (workdir / path).read_bytes():
+            problems.append(f"{path}: the report's copy differs from the file")
+        if entry.get("mime_type") != MIME.get(Path(path).suffix):
+            problems.append(f"{path}: mime type {entry.get('mime_type')!r}")
+        if not (entry.get("caption") or "").strip():
+            problems.append(f"{path}: no caption")
+        labels = entry.get("labels") or {}
+        if not {"output", "format"} <= set(labels):
+            problems.append(f"{path}: labels {labels} lack output/format")
+        if path not in in_category:
+            problems.append(f"{path}: in no category")
+    for path in sorted(set(results) - set(expected)):
+        problems.append(f"{path}: in the report but not made by this run")
+    return problems
+
+
+# --------------------------------------------------------------------------- the browser
+
+#: Appended to a copy of the report: shows one result as a click on its eye button does.
+SHOW = """<script>
+window.addEventListener("load", function () {{
+  setTimeout(function () {{
+    var path = {path};
+    var entry = results[path];
+    var kind = entry.mime_type === "text/html" ? "html" : "img";
+    app.setView({{content: kind, contentPath: entry.data_uri, resultPath: path, navbarMode: "resultinfo"}});
+  }}, 200);
+}});
+</script>
+"""
+
+
+def blank(png: Path) -> str | None:
+    """Why a screenshot is blank (None if it is not): one colour, or almost no ink."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(png).convert("RGB"), dtype=np.int16)
+    colours = len(np.unique(pixels.reshape(-1, 3), axis=0))
+    ink = float((np.abs(pixels - pixels[0, 0]).sum(axis=2) > 60).mean())
+    if colours < 8 or ink < 0.002:
+        return f"{colours} colours, {ink:.2%} of the pixels differ from the background"
+    return None
+
+
+def browse(browser: str, page: Path, *flags: str, timeout: int = 90) -> subprocess.CompletedProcess:
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--mute-audio",
+           "--no-first-run", "--virtual-time-budget=8000", *flags, page.resolve().as_uri()]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def screenshot(browser: str, page: Path, png: Path) -> str | None:
+    png.unlink(missing_ok=True)
+    proc = browse(browser, page, "--window-size=1800,1100", f"--screenshot={png}")
+    if not png.is_file():
+        return f"{browser} wrote no screenshot (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
+    return blank(png)
+
+
+def check_browser(browser: str, report: Path, workdir: Path) -> list[str]:
+    """Screenshots of the main page and of each result shown in the report."""
+    shots = workdir / "screenshots"
+    shots.mkdir(exist_ok=True)
+    problems = []
+    why = screenshot(browser, report, shots / "main.png")
+    if why:
+        problems.append(f"main page: screenshot blank ({why})")
+    dom = browse(browser, report, "--dump-dom").stdout
+    if DESCRIPTION not in dom:
+        problems.append("main page: the rendered page does not show the workflow description")
+    page = report.read_text()
+    results = read_var(page, "results")
+    for i, (path, entry) in enumerate(sorted(results.items())):
+        shown = shots / f"show{i:02d}.html"
+        end = page.rindex("</body>")  # the page's own (the bundled libraries hold the string too)
+        shown.write_text(page[:end] + SHOW.format(path=json.dumps(path)) + page[end:])
+        tag = "iframe" if entry["mime_type"] == "text/html" else "img"
+        dom = browse(browser, shown, "--dump-dom").stdout
+        if not re.search(rf"<{tag}\b[^>]*src=\"{re.escape(entry['data_uri'])}\"", dom):
+            problems.append(f"{path}: the report does not show it (no <{tag}> with its data in the rendered page)")
+        png = shots / (path.replace("/", "_") + ".png")
+        why = screenshot(browser, shown, png)
+        if why:
+            problems.append(f"{path}: screenshot blank ({why})")
+        shown.unlink()
+        say(f"shown in {browser}: {path} -> {png.relative_to(workdir)}")
+    return problems
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("--shared-data", type=Path,
+                        default=Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "data")))
+    parser.add_argument("--browser", help="a headless Chromium (chromium); no browser check without it")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--skip-run", action="store_true", help="check the report of a run already in WORKDIR")
+    args = parser.parse_args(argv)
+    workdir = args.workdir.resolve()
+    shared = args.shared_data.resolve() if args.shared_data.is_dir() else None
+    if args.skip_run:
+        experiments = json.loads((workdir / "experiments.json").read_text())
+    else:
+        experiments = run(workdir, shared, args.cores)
+    say(f"experiments: {', '.join(experiments)}")
+    report = workdir / "report.html"
+    report.unlink(missing_ok=True)
+    # the report of the run's targets (Table 2 is not in `all`)
+    snakemake(workdir, "--report", str(report), *[rule for exp in experiments for rule in RULES[exp]], timeout=300)
+    page = report.read_text()
+    results = read_var(page, "results")
+    say(f"{report} ({report.stat().st_size / 1e6:.1f} MB): {len(results)} results")
+    for category, subcats in read_var(page, "categories").items():
+        for subcat, paths in subcats.items():
+            say(f"  {category} / {subcat}: {', '.join(paths)}")
+    problems = check_report(page, workdir)
+    if args.browser:
+        if shutil.which(args.browser) is None:
+            problems.append(f"no browser {args.browser!r} on PATH")
+        else:
+            problems += check_browser(args.browser, report, workdir)
+    for problem in problems:
+        print(f"[report-check] FAIL: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    say(f"OK: every figure and table of the run is in the report ({len(results)})"
+        + (f" and shown by {args.browser}" if args.browser else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
