@@ -22,7 +22,7 @@ from repens.data.uci import (
     download_dataset,
     load_split,
 )
-from repens.experiments.uci import layer_prior_stds, mixture_metrics, run_uci, uci_posterior
+from repens.experiments.uci import ensemble_gaussian_metrics, layer_prior_stds, mixture_metrics, run_uci, uci_posterior
 from repens.models import mlp
 from repens.particles import StackedModel
 from repens.posteriors import NetworkPosterior
@@ -153,6 +153,35 @@ def test_mixture_nll_scale_and_far_tails():
     assert far == pytest.approx(math.log(2) + math.log(1e-3) + 0.5 * math.log(2 * math.pi))
     with pytest.raises(ValueError, match=r"\(S, T\)"):
         mixture_metrics(np.zeros((2, 4)), 1.0, y)
+
+
+def test_pearce_predictive_by_hand():
+    """Members 0 and 2 at one point, 1 and 1 at another, noise sd 1: means 1 and 1, unbiased
+    member variances 2 and 0, so the predictive is N(1, 3) and N(1, 1)."""
+    means = np.array([[0.0, 1.0], [2.0, 1.0]])
+    y = np.array([2.0, 3.0])
+    out = ensemble_gaussian_metrics(means, 1.0, y)
+    nll_a = 0.5 * math.log(2 * math.pi * 3.0) + 0.5 * 1.0 / 3.0   # (2 - 1)^2 / 3
+    nll_b = 0.5 * math.log(2 * math.pi * 1.0) + 0.5 * 4.0         # (3 - 1)^2 / 1
+    assert out["nll"] == pytest.approx((nll_a + nll_b) / 2, rel=1e-12)
+    assert out["rmse"] == pytest.approx(math.sqrt((1.0 + 4.0) / 2))
+    with pytest.raises(ValueError, match="S >= 2"):
+        ensemble_gaussian_metrics(np.zeros((1, 2)), 1.0, y)
+
+
+def test_pearce_predictive_stays_of_order_one_where_the_mixture_explodes():
+    """Pearce's sigma^2 = 1e-7 (energy, naval, yacht): members 0.1 apart leave a test point
+    between them far in every component's tail (mixture NLL ~ 1e4) while the predictive
+    with the members' spread as its variance scores it like any Gaussian."""
+    means = np.array([[0.0], [0.1], [0.2], [0.3], [0.4]])
+    y = np.array([0.25])
+    sigma = math.sqrt(1e-7)
+    mixture = mixture_metrics(means, sigma, y)["nll"]
+    pearce = ensemble_gaussian_metrics(means, sigma, y)["nll"]
+    assert mixture > 1e3
+    var = 0.025 + 1e-7  # unbiased variance of 0, .1, .2, .3, .4
+    assert pearce == pytest.approx(0.5 * math.log(2 * math.pi * var) + 0.5 * 0.05**2 / var, rel=1e-12)
+    assert abs(pearce) < 2
 
 
 # ------------------------------------------------------------------ prior

@@ -77,7 +77,7 @@ class Column:
     Args:
         key: the metric's name in the per-run records.
         header: LaTeX header (math allowed, e.g. ``r"$H_o/H_t$"``).
-        better: ``"max"`` or ``"min"``: which end is bold.
+        better: ``"max"`` or ``"min"``: which end is bold; ``None``: a diagnostic, never bold.
         digits: decimals shown.
         scale: factor applied before display (100 shows a fraction as a percentage).
         plain: header for HTML, CSV and PNG (default: ``key``).
@@ -85,14 +85,14 @@ class Column:
 
     key: str
     header: str
-    better: str = "max"
+    better: str | None = "max"
     digits: int = 3
     scale: float = 1.0
     plain: str | None = None
 
     def __post_init__(self) -> None:
-        if self.better not in ("max", "min"):
-            raise ValueError(f"column {self.key}: better must be 'max' or 'min', got {self.better!r}")
+        if self.better not in ("max", "min", None):
+            raise ValueError(f"column {self.key}: better must be 'max', 'min' or None, got {self.better!r}")
 
     @property
     def name(self) -> str:
@@ -167,7 +167,7 @@ def best_rows(block: Block, column: Column) -> set[str]:
     """Keys of the rows whose displayed mean is the best of the block (ties: all)."""
     shown = {r.key: _shown(r.cells[column.key].mean, column) for r in block.rows
              if math.isfinite(r.cells[column.key].mean)}
-    if not shown:
+    if not shown or column.better is None:
         return set()
     target = max(shown.values()) if column.better == "max" else min(shown.values())
     return {k for k, v in shown.items() if v == target}
