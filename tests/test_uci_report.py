@@ -27,9 +27,15 @@ def test_seed_reference_is_complete_and_cited():
     text = SEEDS.read_text()
     assert "Pearce" in text and "Table 1" in text and "Wild" in text and "poster" in text
     rows = read_seeds(SEEDS)
-    for source, methods, datasets in (("pearce2020_t1", {"de", "anchored"}, 9), ("wild2023_poster", {"de", "dle", "drle"}, 8)):
+    for source, methods, datasets in (("pearce2020_t1", {"de", "anchored"}, 9), ("wild2023_poster", {"de", "dle", "drle"}, 8),
+                                      ("pearce2020_t2", {"anchored", "relu-gp"}, 9), ("pearce2020_t3", {"relu-gp"}, 9)):
         got = [r for r in rows if r["source"] == source]
         assert {r["method"] for r in got} == methods and len(got) == len(methods) * datasets
+    # like for like: only Pearce's anchored ensemble and its ReLU GP, both set beside our anchored
+    like = [r for r in rows if r["like_for_like"]]
+    assert {(r["method"], r["ours"]) for r in like} == {("anchored", "anchored"), ("relu-gp", "anchored")}
+    assert all(r["what"] for r in rows)
+    assert not any(r["like_for_like"] for r in rows if r["source"] == "wild2023_poster" or r["method"] == "de")
 
 
 def test_compare_with_seeds_flags_non_overlap():
@@ -42,11 +48,19 @@ def test_compare_with_seeds_flags_non_overlap():
     out = compare_with_seeds(records, seeds)
     nll, rmse, inferred, absent = out
     assert nll["ours_mean"] == pytest.approx(1.1) and nll["ours_se"] == pytest.approx(0.1)
-    assert nll["diff"] == pytest.approx(0.15) and nll["beyond_error_bars"] == 1  # 0.15 > 0.1 + 0.01
+    assert nll["diff"] == pytest.approx(0.15) and nll["within_error_bars"] == 0  # 0.15 > 0.1 + 0.01
     assert nll["z"] == pytest.approx(0.15 / math.hypot(0.1, 0.01))
-    assert rmse["beyond_error_bars"] == 0  # |0.65 - 0.63| < 0.05 + 0.01
+    assert rmse["within_error_bars"] == 1  # |0.65 - 0.63| < 0.05 + 0.01
     assert inferred["ours_mean"] == pytest.approx(1.1)  # the poster's metric set beside our NLL
-    assert absent["ours_splits"] == 0 and absent["beyond_error_bars"] == 0
+    assert absent["ours_splits"] == 0 and absent["within_error_bars"] == ""  # no value: no verdict
+
+
+def test_a_seed_row_is_set_beside_the_method_it_names_in_ours():
+    records = [{"dataset": "wine", "method": "anchored", "rmse": 0.6, "nll": 1.0}]
+    seeds = [{"source": "g", "dataset": "wine", "method": "relu-gp", "metric": "nll", "mean": 0.92, "se": 0.01,
+              "ours": "anchored", "like_for_like": 1}]
+    (row,) = compare_with_seeds(records, seeds)
+    assert row["method"] == "anchored" and row["seed_method"] == "relu-gp" and row["ours_mean"] == 1.0
 
 
 def test_table2_files(tmp_path):

@@ -58,30 +58,38 @@ def read_seeds(path: Path) -> list[dict[str, Any]]:
     rows = list(csv.DictReader(lines))
     for row in rows:
         row["mean"], row["se"] = float(row["mean"]), float(row["se"])
+        row["ours"] = row.get("ours") or row["method"]
+        row["like_for_like"] = int(row.get("like_for_like") or 0)
     return rows
 
 
 def compare_with_seeds(records: Sequence[Mapping[str, Any]], seeds: Sequence[Mapping[str, Any]]) -> list[dict]:
-    """One row per seed value with ours beside it.
+    """One row per seed value with ours (the seed row's ``ours`` method) beside it.
 
     ``metric`` ``nll_inferred`` (the poster's unnamed metric) is set beside our NLL.
-    ``z = (ours - seed) / sqrt(se_ours^2 + se_seed^2)``; ``beyond_error_bars`` when the
-    two mean +- s.e. intervals do not overlap (``|diff| > se_ours + se_seed``).
+    ``z = (ours - seed) / sqrt(se_ours^2 + se_seed^2)``; ``within_error_bars`` when the two
+    mean +- s.e. intervals overlap (``|diff| <= se_ours + se_seed``), empty where we have
+    no value; ``like_for_like`` (from the seed file) says whether the seed's model and
+    protocol are ours, so a difference in a 0 row is not evidence either way.
     """
     out = []
     for ref in seeds:
         metric = "nll" if ref["metric"] == "nll_inferred" else ref["metric"]
-        values = [float(r[metric]) for r in records if r["dataset"] == ref["dataset"] and r["method"] == ref["method"]]
+        ours = ref.get("ours") or ref["method"]
+        values = [float(r[metric]) for r in records if r["dataset"] == ref["dataset"] and r["method"] == ours]
         cell = mean_se(values)
         diff = cell.mean - ref["mean"]
         se_ours = cell.se if math.isfinite(cell.se) else 0.0
         combined = math.hypot(se_ours, ref["se"])
         out.append({
-            "dataset": ref["dataset"], "method": ref["method"], "metric": ref["metric"],
+            "dataset": ref["dataset"], "method": ours, "metric": ref["metric"],
             "ours_mean": cell.mean, "ours_se": cell.se, "ours_splits": cell.n,
-            "seed_source": ref["source"], "seed_mean": ref["mean"], "seed_se": ref["se"],
+            "seed_source": ref["source"], "seed_method": ref["method"], "seed_mean": ref["mean"],
+            "seed_se": ref["se"], "like_for_like": int(ref.get("like_for_like") or 0),
             "diff": diff, "z": diff / combined if combined > 0 else math.nan,
-            "beyond_error_bars": int(cell.n > 0 and abs(diff) > se_ours + ref["se"]),
+            "within_error_bars": (int(abs(diff) <= se_ours + ref["se"]) if cell.n > 0 and math.isfinite(diff)
+                                  else ""),
+            "seed_what": ref.get("what", ""),
         })
     return out
 
@@ -116,6 +124,6 @@ def write_uci_tables(
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
     vs_seeds = with_labels(compare_with_seeds(records, read_seeds(seeds_file)), labels)
     write_table(plain_table(pd.DataFrame(vs_seeds), title="Table 2 beside the seed papers' values",
-                            note="z = (ours - seed) / combined s.e.; beyond_error_bars: the mean ± s.e. "
-                                 "intervals do not overlap"),
+                            note="z = (ours - seed) / combined s.e.; within_error_bars: the mean ± s.e. "
+                                 "intervals overlap; like_for_like 0: the seed's model or protocol is not ours"),
                 out_html=out_seeds_html, out_csv=out_seeds)
