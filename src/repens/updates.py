@@ -2,9 +2,11 @@
 
 Each rule maps stacked particles ``params`` (n, D) and a :class:`StepContext` to an
 :class:`Update` whose ``direction`` is the ascent direction ``phi`` of the paper
-(particles move as ``w <- w + eps * phi``). The training loop feeds ``-phi`` to a
-standard optimizer (Adam in the paper) and, for Langevin rules, adds Gaussian
-noise of variance ``2 * lr * temperature`` after the optimizer step.
+(particles move as ``w <- w + eps * phi``). The training loop hands ``phi`` to a
+standard optimizer ascending it (Adam in the paper) and then calls the update's
+``after_step``: the Langevin rules' Gaussian noise (:func:`add_langevin_noise`).
+A repulsive rule also says what its drift and its repulsion are (``Update.forces``),
+for the diagnostic :func:`repulsion_ratio`.
 
 Equation numbers: D'Angelo & Fortuin (2021) unless stated; anchored ensembles:
 Pearce et al. (2020), Eq. 11; DLE / DRLE: Wild et al. (2023).
