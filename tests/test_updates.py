@@ -380,3 +380,22 @@ def test_declared_rule_options_are_the_rules_keyword_arguments():
     # options, passed through) and the function prior's, by keyword
     assert keywords(fwgd, {"params", "ctx"}) == {"estimator", "eta", "num_eigs"}
     assert keywords(fsvgd, {"params", "ctx"}) == set()
+
+
+def test_svgd_direction_is_eq_6_term_by_term():
+    """The one-GEMM SVGD direction against Eq. 6 written as a double loop, with the kernel
+    gradient by autograd: 1/n sum_j [k(w_j, w_i) score_j + grad_{w_j} k(w_j, w_i)]."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(5, 2, generator=g, dtype=torch.float64)
+    ctx = StepContext(TargetPosterior(TARGET), RBF(), g)
+    direction = svgd(x, ctx).direction
+    score = analytic_target_score(x).to(x.dtype)
+    h = RBF().bandwidth_for(x).squeeze()
+    expected = torch.zeros_like(x)
+    for i in range(5):
+        for j in range(5):
+            wj = x[j].clone().requires_grad_(True)
+            k = torch.exp(-((wj - x[i]) ** 2).sum() / h)
+            (grad_k,) = torch.autograd.grad(k, wj)
+            expected[i] += k.detach() * score[j] + grad_k
+    torch.testing.assert_close(direction, expected / 5, rtol=1e-12, atol=1e-12)
