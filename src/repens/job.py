@@ -165,20 +165,29 @@ def _plain(value: Any) -> Any:
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
+_FIELDS: dict[type, dict[str, Any]] = {}
 
 
 def _hints(cls: type) -> dict[str, Any]:
+    """The evaluated annotation of every field of ``cls``."""
     if cls not in _HINTS:
         _HINTS[cls] = get_type_hints(cls)
     return _HINTS[cls]
 
 
+def _fields(cls: type) -> dict[str, Any]:
+    """The settings of ``cls`` (every field but ``spec``) by name, in field order."""
+    if cls not in _FIELDS:
+        _FIELDS[cls] = {f.name: f for f in fields(cls) if f.name != "spec"}
+    return _FIELDS[cls]
+
+
 def default_of(cls: type, name: str) -> Any:
-    """The default of field ``name`` of ``cls`` (:data:`dataclasses.MISSING` if it has none)."""
-    for f in fields(cls):
-        if f.name == name:
-            return f.default if f.default_factory is MISSING else f.default_factory()
-    raise KeyError(f"{cls.__name__} has no field {name!r}")
+    """The default of setting ``name`` of ``cls`` (:data:`dataclasses.MISSING` if it has none)."""
+    if name not in _fields(cls):
+        raise KeyError(f"{cls.__name__} has no setting {name!r}")
+    f = _fields(cls)[name]
+    return f.default if f.default_factory is MISSING else f.default_factory()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,12 +197,12 @@ class _Settings:
     @classmethod
     def setting_names(cls) -> frozenset[str]:
         """The keys a spec of this class may hold."""
-        return frozenset(f.name for f in fields(cls) if f.name != "spec")
+        return frozenset(_fields(cls))
 
     @classmethod
     def required_names(cls) -> tuple[str, ...]:
         """Settings without a default, in field order."""
-        return tuple(f.name for f in fields(cls) if f.name != "spec" and default_of(cls, f.name) is MISSING)
+        return tuple(n for n, f in _fields(cls).items() if f.default is MISSING and f.default_factory is MISSING)
 
     @classmethod
     def pick(cls, settings: Mapping[str, Any]) -> Self:
