@@ -1,5 +1,6 @@
 """Training loop: resume after an interruption equals an uninterrupted run; NaN guard."""
 
+import json
 import os
 import signal
 
@@ -221,7 +222,9 @@ def test_cli_exit_code_of_an_interrupted_run(tmp_path, monkeypatch, signum, code
         raise Interrupted(f"{signal.Signals(signum).name} at step 3; checkpoint written to {checkpoint}", signum)
 
     monkeypatch.setitem(RUNNERS, "synthetic", runner)
-    assert cli.main(["train", "--spec", '{"experiment": "synthetic"}', "--out", str(tmp_path / "x.npz")]) == code
+    spec = {"experiment": "synthetic", "dataset": "gaussian", "method": "svgd", "seed": 0, "rule": "svgd",
+            "particles": 2, "steps": 5, "lr": 0.1, "init_std": 1.0}  # the CLI reads the spec before the runner
+    assert cli.main(["train", "--spec", json.dumps(spec), "--out", str(tmp_path / "x.npz")]) == code
 
 
 def test_ctrl_c_outside_training_is_one_line_and_exit_130(monkeypatch, capsys):

@@ -42,11 +42,13 @@ def _setup_logging(path: str | None) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from repens.experiments import RUNNERS
+    from repens.job import Job, SpecError
     from repens.train import Interrupted, NonFiniteError
 
-    job = json.loads(args.spec)
-    if job.get("experiment") not in RUNNERS:
-        raise SystemExit(f"error: spec.experiment {job.get('experiment')!r} has no runner; known: {sorted(RUNNERS)}")
+    try:  # an unknown experiment or setting, or a value of the wrong type: one line naming it
+        job = Job.from_spec(json.loads(args.spec))
+    except (SpecError, json.JSONDecodeError) as err:
+        raise SystemExit(f"error: --spec: {err}") from None
     out = Path(args.out)
     checkpoint = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".ckpt")
     runtime: dict = {}
@@ -58,14 +60,14 @@ def _train(args: argparse.Namespace) -> int:
     if args.device:
         runtime["device"] = args.device
     try:
-        RUNNERS[job["experiment"]](job, out, checkpoint, **runtime)
+        RUNNERS[job.experiment](job, out, checkpoint, **runtime)
     except NonFiniteError as err:
         logging.getLogger("repens").error("%s", err)
         return 3
     except Interrupted as err:
         logging.getLogger("repens").warning("%s", err)
         return 128 + err.signum  # 143 for SIGTERM, 130 for SIGINT
-    _stamp([out, out.with_name("predictions.npz")] if job["experiment"] == "image" else [out], job, args.log)
+    _stamp([out, out.with_name("predictions.npz")] if job.experiment == "image" else [out], job.spec, args.log)
     return 0
 
 

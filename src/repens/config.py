@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from repens.job import RULE_FIELDS, HMCJob, ImageJob, Job, SpecError, SyntheticJob, ToyJob, UCIJob, settings_of
 from repens.rule_options import ESTIMATOR_OPTIONS, FUNCTION_SPACE, RULE_OPTIONS, options_of
 
 __all__ = [
@@ -43,20 +44,7 @@ __all__ = [
 ]
 
 #: keys that describe the algorithm; the rest of a resolved job are training settings
-METHOD_KEYS = (
-    "rule",
-    "space",
-    "estimator",
-    "eta",
-    "num_eigs",
-    "function_prior",
-    "prior_samples",
-    "prior_eta",
-    "gp_lengthscale",
-    "gp_variance",
-    "temperature",
-    "mmd_weight",
-)
+METHOD_KEYS = RULE_FIELDS
 
 #: names the pipeline uses for outputs that are not methods
 RESERVED_METHODS = {"hmc": "HMC reference posterior", "iid": "exact-sample baseline of the synthetic table"}
@@ -66,8 +54,13 @@ RESERVED_METHODS = {"hmc": "HMC reference posterior", "iid": "exact-sample basel
 #: with room for the per-split / per-chain offsets the runners add
 SEED_RANGE = (0, 2**32 - 1)
 
-#: training settings every runner reads (the update rule's options are METHOD_KEYS)
-_COMMON_SETTINGS = frozenset({"particles", "steps", "lr", "optimizer", "bandwidth", "log_every"})
+#: training settings every runner reads (fields of repens.job.Job; the rule's are METHOD_KEYS)
+_COMMON_SETTINGS = settings_of(Job) - set(METHOD_KEYS)
+
+
+def _reads(job_type: type[Job]) -> frozenset[str]:
+    """The settings only ``job_type``'s runner reads: its fields beyond every job's."""
+    return settings_of(job_type) - _COMMON_SETTINGS - set(METHOD_KEYS)
 
 
 @dataclass(frozen=True)
@@ -77,6 +70,7 @@ class Experiment:
 
     datasets: frozenset[str]
     #: settings keys the runner reads, besides the method options and _COMMON_SETTINGS
+    #: (the fields of its repens.job class)
     settings: frozenset[str]
     #: keys every resolved job must have
     required: frozenset[str]
@@ -94,25 +88,23 @@ _IMAGE_SHAPES = {"fashionmnist": (1, 28, 28), "mnist": (1, 28, 28), "cifar10": (
 
 EXPERIMENTS: dict[str, Experiment] = {
     "synthetic": Experiment(
-        datasets=frozenset({"gaussian", "funnel"}), settings=frozenset({"init_std"}),
+        datasets=frozenset({"gaussian", "funnel"}), settings=_reads(SyntheticJob),
         required=frozenset({"particles", "steps", "lr", "init_std"}), network=False,
     ),
     "toy": Experiment(
         datasets=frozenset({"regression", "classification"}),
-        settings=frozenset({"batch_size", "hidden", "noise_std", "prior_std"}),
+        settings=_reads(ToyJob),
         required=frozenset({"particles", "steps", "lr"}), network=True,
     ),
     "image": Experiment(
         datasets=frozenset({"fashionmnist", "mnist", "cifar10"}),
-        settings=frozenset({"batch_size", "checkpoint_seconds", "chunk_size", "init", "l2_search", "l2_range", "normalize", "prior_std",
-                            "search_steps", "search_top", "search_trials", "val_fraction", "ood", "model",
-                            "hidden", "depth", "width", "norm"}),
+        settings=_reads(ImageJob),
         required=frozenset({"particles", "steps", "lr", "ood", "model"}), network=True, validation=True,
         ood_only=frozenset({"svhn"}), shapes=_IMAGE_SHAPES,
     ),
     "uci": Experiment(
         datasets=frozenset({"boston", "concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht"}),
-        settings=frozenset({"batch_size", "epochs", "hidden", "lr_decay", "noise_std", "prior_bias_var", "prior_std", "splits"}),
+        settings=_reads(UCIJob),
         required=frozenset({"particles", "lr", "batch_size", "noise_std", "prior_bias_var"}), network=True,
     ),
 }
@@ -143,12 +135,15 @@ def experiment_seeds(config: Mapping[str, Any], experiment: str) -> list[int]:
     return list(config["experiments"][experiment].get("seeds", config["seeds"]))
 
 
-def method_options(job: Mapping[str, Any]) -> dict[str, Any]:
-    """The options of a resolved job that its update rule accepts (keyword arguments).
+def method_options(job: Job | Mapping[str, Any]) -> dict[str, Any]:
+    """The options of a job (or a resolved job's dict) that its update rule accepts
+    (keyword arguments): :meth:`repens.job.Job.rule_options`.
 
     Experiment-wide settings may set an option (say ``prior_samples``) for every
     method; each rule receives only the options it uses.
     """
+    if isinstance(job, Job):
+        return job.rule_options()
     allowed = options_of(job["rule"], job.get("space", "weight"), job.get("estimator"))
     return {k: job[k] for k in METHOD_KEYS if k in allowed and k in job and job[k] is not None}
 
@@ -313,15 +308,12 @@ def _check_job(job: Mapping[str, Any], caps: Experiment, where: str) -> None:
     missing = sorted(k for k in caps.required if job.get(k) is None)
     if missing:
         raise ConfigError(f"{where}: no {missing[0]!r} in any settings layer")
-    if job.get("l2_search"):
-        trials, top = job.get("search_trials", 20), job.get("search_top", 5)
-        if top > trials:
-            raise ConfigError(f"{where}: search_top={top} is more than search_trials={trials}")
-        low, high = job.get("l2_range", (1e-3, 1e3))
-        if not low < high:
-            raise ConfigError(f"{where}: l2_range [{low}, {high}] is empty (the first bound must be the lower)")
-    if caps.shapes is not None:
-        ood, ds = job.get("ood"), job["dataset"]
+    try:
+        typed = Job.from_spec(job)  # what the runner will be given (repens.job checks the settings together)
+    except SpecError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    if isinstance(typed, ImageJob) and caps.shapes is not None:
+        ood, ds = typed.ood, typed.dataset
         known = sorted(caps.datasets | caps.ood_only)
         if ood not in caps.shapes:
             raise ConfigError(f"{where}: ood {ood!r} is not an image data set; known: {known}")
@@ -462,9 +454,8 @@ def resolve_hmc_job(config: Mapping[str, Any], experiment: str, dataset: str, se
         quick = exp.get("quick") or {}
         layers += [quick.get("settings"), (quick.get("datasets") or {}).get(dataset)]
         hmc_layers.append(quick.get("hmc"))
-    job = _merge(*layers)
-    for key in METHOD_KEYS + ("particles", "steps", "lr", "optimizer", "init_std", "bandwidth", "batch_size"):
-        job.pop(key, None)  # training settings of the particle methods
+    # the network's settings only (repens.job.HMCJob): not the particle methods' training
+    job = {k: v for k, v in _merge(*layers).items() if k in HMCJob.setting_names()}
     job.update(hmc=_merge(*hmc_layers), experiment=experiment, dataset=dataset, method="hmc",
                seed=int(seed), scale=config["scale"])
     return job

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
+from repens.job import ImageJob, default_of
+
 __all__ = ["duration", "image_cpu_seconds", "image_cost_notice"]
 
 
@@ -27,8 +29,9 @@ def image_cpu_seconds(spec: Mapping[str, Any], step_seconds: Mapping[str, Mappin
     step time of its data set and scale (NaN where none was measured)."""
     rate = step_seconds.get(spec["dataset"], {}).get(spec["scale"])
     steps = spec["steps"]
-    if spec.get("l2_search"):
-        steps += spec.get("search_trials", 0) * spec.get("search_steps", 0)
+    if spec.get("l2_search"):  # unset: the runner's defaults (repens.job.ImageJob)
+        trials = spec.get("search_trials", default_of(ImageJob, "search_trials"))
+        steps += trials * (spec.get("search_steps") or steps)
     return float(rate) * steps if rate is not None else math.nan
 
 

@@ -4,28 +4,37 @@ shares (kernel from the job, update rule with its options, anchors, the training
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
-from repens.config import method_options
-from repens.jobkey import job_key
+from repens.job import Job, default_of
 from repens.kernels import RBF
 from repens.posteriors import Batch, Posterior
 from repens.train import TrainSettings, TrainState, train
 from repens.updates import StepContext, make_update
 
-__all__ = ["kernel_from_job", "fit_particles"]
+__all__ = ["kernel_from_job", "train_settings", "fit_particles"]
 
 
-def kernel_from_job(job: dict[str, Any]) -> RBF:
-    """RBF kernel with the job's ``bandwidth``: ``"median"`` or a fixed ``h``."""
-    bandwidth = job.get("bandwidth", "median")
+def kernel_from_job(job: Job | Mapping[str, Any]) -> RBF:
+    """RBF kernel with the job's ``bandwidth``: ``"median"`` or a fixed ``h`` (a dict's
+    missing bandwidth takes :class:`repens.job.Job`'s default)."""
+    bandwidth = job.bandwidth if isinstance(job, Job) else job.get("bandwidth", default_of(Job, "bandwidth"))
     return RBF(None if bandwidth == "median" else float(bandwidth))
 
 
+def train_settings(job: Job, steps: int | None = None, **extra: Any) -> TrainSettings:
+    """The training loop's settings of ``job`` for a run of ``steps`` (default: the job's)
+    steps; ``extra`` are further :class:`repens.train.TrainSettings` fields."""
+    steps = job.steps if steps is None else steps
+    if job.checkpoint_seconds is not None:  # else TrainSettings' own ($REPENS_CHECKPOINT_SECONDS)
+        extra.setdefault("checkpoint_seconds", job.checkpoint_seconds)
+    return TrainSettings(steps=steps, lr=job.lr, optimizer=job.optimizer, log_every=job.log_interval(steps), **extra)
+
+
 def fit_particles(
-    job: dict[str, Any],
+    job: Job,
     posterior: Posterior,
     init: torch.Tensor,
     settings: TrainSettings,
@@ -37,13 +46,14 @@ def fit_particles(
 ) -> TrainState:
     """Move the particles ``init`` with the job's update rule (``rule``, ``space``, its
     options and ``bandwidth``) through :func:`repens.train.train`; returns its final
-    state (``.params``: the particles; ``.repulsion``: the repulsion diagnostic). Anchored ensembles are anchored at ``init`` (Pearce et al.: anchor = draw).
-    The checkpoint is keyed by ``checkpoint_key`` (default: ``job_key(job)``), so one
+    state (``.params``: the particles; ``.repulsion``: the repulsion diagnostic).
+    Anchored ensembles are anchored at ``init`` (Pearce et al.: anchor = draw).
+    The checkpoint is keyed by ``checkpoint_key`` (default: ``job.key()``), so one
     made under other settings is set aside instead of resumed.
     """
     kernel = kernel_from_job(job)
-    update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
-    anchors = init.clone() if job["rule"] == "anchored" else None
+    update = make_update(job.rule, job.space, **job.rule_options())
+    anchors = init.clone() if job.rule == "anchored" else None
     state = train(
         TrainState(init, anchors),
         update,
@@ -53,6 +63,6 @@ def fit_particles(
         next_batch=next_batch,
         checkpoint=checkpoint,
         on_log=on_log,
-        checkpoint_key=job_key(job) if checkpoint_key is None else checkpoint_key,
+        checkpoint_key=job.key() if checkpoint_key is None else checkpoint_key,
     )
     return state

@@ -15,9 +15,12 @@ members. ``norm="none"`` gives the plain network (no normalisation at all).
 from __future__ import annotations
 
 import math
+from typing import Any, Callable, Mapping
 
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from repens.job import ImageNetwork
 
 __all__ = ["mlp", "resnet", "MODELS", "build_model"]
 
@@ -93,19 +96,15 @@ def resnet(depth: int = 32, width: int = 16, num_classes: int = 10, in_channels:
     return ResNet(depth, width, num_classes, in_channels, norm)
 
 
-def build_model(spec: dict, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
-    """The network a job's ``model`` setting names: ``mlp`` (``hidden``) or ``resnet``
-    (``depth``, ``width``, ``norm``)."""
-    kind = spec.get("model", "mlp")
-    if kind not in MODELS:
-        raise ValueError(f"unknown model {kind!r}; known: {sorted(MODELS)}")
-    return MODELS[kind](spec, input_shape, num_classes)
+def build_model(network: ImageNetwork | Mapping[str, Any], input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """The network of an image job (:class:`repens.job.ImageNetwork`; an image job is one, and
+    from a dict its keys are read): ``mlp`` (``hidden``) or ``resnet`` (``depth``, ``width``, ``norm``)."""
+    network = ImageNetwork.pick(network)  # an unknown model is a SpecError (a ValueError) naming it
+    return MODELS[network.model](network, input_shape, num_classes)
 
 
-MODELS = {
-    "mlp": lambda s, shape, c: nn.Sequential(
-        nn.Flatten(), mlp(math.prod(shape), [int(h) for h in s.get("hidden", [100, 100, 100])], c)
-    ),
-    "resnet": lambda s, shape, c: resnet(int(s.get("depth", 32)), int(s.get("width", 16)), c, shape[0],
-                                         s.get("norm", "group")),
+#: builders by ImageNetwork.model (tests/test_job.py: the same names as its choices)
+MODELS: dict[str, Callable[[ImageNetwork, tuple[int, ...], int], nn.Module]] = {
+    "mlp": lambda n, shape, c: nn.Sequential(nn.Flatten(), mlp(math.prod(shape), list(n.hidden), c)),
+    "resnet": lambda n, shape, c: resnet(n.depth, n.width, c, shape[0], n.norm),
 }

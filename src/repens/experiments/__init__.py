@@ -13,8 +13,10 @@ from repens.experiments.synthetic import run_synthetic
 from repens.experiments.toy import run_toy
 from repens.experiments.uci import run_uci
 
-#: ``runner(job, out, checkpoint, **runtime)``; runtime keywords (``inputs``, ``device``)
-#: come from the command line and are passed only when given.
+#: ``runner(job, out, checkpoint, **runtime)``: ``job`` is the experiment's
+#: :class:`repens.job.Job` (or its spec, which the runner reads with ``from_spec``);
+#: runtime keywords (``inputs``, ``device``) come from the command line and are passed
+#: only when given.
 Runner = Callable[..., None]
 
 RUNNERS: dict[str, Runner] = {"synthetic": run_synthetic, "toy": run_toy, "image": run_image}

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -31,7 +31,8 @@ from torch.func import functional_call
 from repens.atomic import save_npz_atomic, torch_save_atomic, write_json_atomic
 from repens.data.toy import make_toy
 from repens.experiments.toy import toy_posterior
-from repens.jobkey import job_key, set_aside
+from repens.job import HMCJob
+from repens.jobkey import set_aside
 from repens.hmc import (
     ChainStats,
     HMCSettings,
@@ -225,17 +226,16 @@ def _log_density_summary(log_density: Callable[[Tensor], Tensor], draws: Tensor)
     return out
 
 
-def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> None:
+def run_hmc(job: HMCJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
     """NUTS reference posterior of a toy BNN job; predictions on ``x_test`` to ``out`` (.npz).
 
-    Job keys: ``dataset`` ("regression" | "classification"), ``seed`` (data, initial
-    points and sampler), ``scale`` (recorded only), ``prior_std`` (1.0),
-    ``noise_std`` (regression, 0.5), ``hidden`` ([50, 50]), ``hmc`` (fields of
-    :class:`~repens.hmc.HMCSettings`; missing keys take the defaults),
-    ``dtype`` ("float32", the default, or "float64") and ``threads`` (torch
-    intra-op threads while running, default 1: NUTS on these small networks is a
-    long chain of tiny operations, which extra threads only slow down, badly so
-    on a busy machine; the caller's setting is restored afterwards).
+    ``job``: a :class:`repens.job.HMCJob` or its spec: ``dataset`` ("regression" |
+    "classification"), ``seed`` (data, initial points and sampler), ``scale`` (recorded
+    only), the toy network (``prior_std``, ``noise_std``, ``hidden``), ``hmc`` (fields of
+    :class:`~repens.hmc.HMCSettings`; missing keys take the defaults), ``dtype`` and
+    ``threads`` (torch intra-op threads while running: NUTS on these small networks is a
+    long chain of tiny operations, which extra threads only slow down, badly so on a busy
+    machine; the caller's setting is restored afterwards).
 
     Chains start from prior draws. First ``out.with_name("diagnostics.json")`` is
     written (settings, R-hat / ESS of the predictive, per-chain step size,
@@ -256,23 +256,24 @@ def run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     failed one: its key leaves out ``hmc.rhat_max`` / ``hmc.ess_min``, so rerunning
     with looser thresholds reuses the draws instead of sampling again.
     """
+    job = HMCJob.of(job)
     threads = torch.get_num_threads()
-    torch.set_num_threads(int(job.get("threads", 1)))
+    torch.set_num_threads(job.threads)
     try:
         _run_hmc(job, Path(out), checkpoint)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
+def _run_hmc(job: HMCJob, out: Path, checkpoint: Path | None) -> None:
     start = time.perf_counter()
-    job_json = json.dumps(job, sort_keys=True)
+    job_json = json.dumps(job.spec, sort_keys=True)
     log.info("job %s", job_json)
-    settings = HMCSettings.from_dict(job.get("hmc"))
-    dtype = _DTYPES[job.get("dtype", "float32")]
-    seed = int(job["seed"])
+    settings = HMCSettings.from_dict(job.hmc)
+    dtype = _DTYPES[job.dtype]
+    seed = job.seed
 
-    data = make_toy(job["dataset"], seed)
+    data = make_toy(job.dataset, seed)
     posterior = toy_posterior(job, data, dtype)
     model = posterior.model
     y = data.y_train.to(dtype) if data.task == "regression" else data.y_train.long()
@@ -282,13 +283,12 @@ def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
     generator = torch.Generator().manual_seed(seed)
     init = posterior.sample_prior(settings.chains, generator).to(dtype)
     log.info("%s: %d weights, %d training points, %d chains x (%d warmup + %d samples, thin %d), %s",
-             job["dataset"], model.dim, batch.x.shape[0], settings.chains, settings.warmup,
+             job.dataset, model.dim, batch.x.shape[0], settings.chains, settings.warmup,
              settings.samples, settings.thin, dtype)
 
     # the acceptance thresholds do not change the draws: a run that failed its check
     # can be accepted with looser thresholds without sampling again
-    sampling_job = {**job, "hmc": {k: v for k, v in (job.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
-    key = job_key(sampling_job)
+    key = job.replace(hmc={k: v for k, v in job.hmc.items() if k not in ("rhat_max", "ess_min")}).key()
     done = _load_checkpoint(checkpoint, key)
     finished = dict(done)
 
@@ -306,7 +306,7 @@ def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
 
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out.with_name("diagnostics.json"), {
-        "job": job,
+        "job": job.to_spec(),
         "settings": settings.to_dict(),
         "dtype": str(dtype).removeprefix("torch."),
         "num_weights": model.dim,

@@ -28,7 +28,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -37,12 +37,12 @@ from torch import Tensor
 from repens.atomic import save_npz_atomic, write_json_atomic
 from repens.data.images import load_arrays
 from repens.evaluation import classification_metrics, ensemble_summary, mutual_information
-from repens.fitting import fit_particles
-from repens.jobkey import job_key, load_keyed_json
+from repens.fitting import fit_particles, train_settings
+from repens.job import ImageJob
+from repens.jobkey import load_keyed_json
 from repens.models import build_model
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
-from repens.train import TrainSettings
 
 log = logging.getLogger("repens.image")
 
@@ -151,23 +151,10 @@ def _batches(x: Tensor, y: Tensor, batch_size: int):
     return next_batch
 
 
-def _initial(model: StackedModel, job: dict[str, Any], n: int, prior_std: Any, generator: torch.Generator) -> Tensor:
-    init = job.get("init", "prior")
-    if init == "prior":  # G.4: "initialized with random samples from the prior"
+def _initial(model: StackedModel, job: ImageJob, n: int, prior_std: Any, generator: torch.Generator) -> Tensor:
+    if job.init == "prior":  # G.4: "initialized with random samples from the prior"
         return model.sample_gaussian(n, prior_std, generator)
-    if init == "he":  # G.5: He initialisation
-        return model.sample_he(n, generator)
-    raise ValueError(f"unknown init {init!r}; use 'prior' or 'he'")
-
-
-def _settings(job: dict[str, Any], steps: int) -> TrainSettings:
-    return TrainSettings(
-        steps=steps,
-        lr=float(job["lr"]),
-        optimizer=job.get("optimizer", "adam"),
-        log_every=int(job.get("log_every", max(1, steps // 20))),
-        checkpoint_seconds=float(job.get("checkpoint_seconds", 300.0)),
-    )
+    return model.sample_he(n, generator)  # G.5: He initialisation
 
 
 def _train_stack(job, data_x, data_y, model, prior_std, init, generator, steps, checkpoint, monitor, device):
@@ -187,8 +174,8 @@ def _train_stack(job, data_x, data_y, model, prior_std, init, generator, steps, 
             figures[f"{name}_acc"] = float((probs.argmax(-1) == labels).double().mean())
         return figures
 
-    return fit_particles(job, posterior, init.to(device), _settings(job, steps), generator,
-                         next_batch=_batches(data_x, data_y, job.get("batch_size", 256)),
+    return fit_particles(job, posterior, init.to(device), train_settings(job, steps), generator,
+                         next_batch=_batches(data_x, data_y, job.batch_size),
                          checkpoint=checkpoint, on_log=progress).params
 
 
@@ -200,23 +187,20 @@ def _split_validation(data: ImageData, fraction: float, generator: torch.Generat
     return (data.x_train[fit], data.y_train[fit]), (data.x_train[val], data.y_train[val])
 
 
-def l2_search(job: dict[str, Any], data: ImageData, model: StackedModel, generator: torch.Generator,
+def l2_search(job: ImageJob, data: ImageData, model: StackedModel, generator: torch.Generator,
               checkpoint: Path | None, device: torch.device) -> dict[str, Any]:
     """Random search of the L2 strength (prior precision ``lambda``, log-uniform in
     ``l2_range``): every candidate is one member of a stack trained at once on the
     training set minus a validation split; ranked by validation NLL."""
-    low, high = (float(v) for v in job.get("l2_range", [1e-3, 1e3]))
-    trials = int(job.get("search_trials", 20))
-    top = int(job.get("search_top", 5))
-    if not 0 < top <= trials:
-        raise ValueError(f"search_top={top} must be between 1 and search_trials={trials}")
-    (fit_x, fit_y), (val_x, val_y) = _split_validation(data, float(job.get("val_fraction", 0.1)), generator)
+    low, high = job.l2_range
+    trials, top = job.search_trials, job.search_top
+    (fit_x, fit_y), (val_x, val_y) = _split_validation(data, job.val_fraction, generator)
     strengths = torch.exp(math.log(low) + (math.log(high) - math.log(low))
                           * torch.rand(trials, generator=generator, dtype=torch.float64, device=generator.device))
     prior_std = (1.0 / strengths.sqrt()).float().view(-1, 1).to(device)
     init = _initial(model, job, trials, prior_std, generator)
-    steps = int(job.get("search_steps", job["steps"]))
-    params = _train_stack({**job, "rule": "ensemble", "space": "weight"}, fit_x, fit_y, model,
+    steps = job.steps if job.search_steps is None else job.search_steps
+    params = _train_stack(job.replace(rule="ensemble", space="weight"), fit_x, fit_y, model,
                           prior_std.to(device), init, generator, steps, checkpoint, (val_x[:1000], val_y[:1000]),
                           device)
     nll = member_nll(model, params, val_x, val_y).tolist()
@@ -227,37 +211,38 @@ def l2_search(job: dict[str, Any], data: ImageData, model: StackedModel, generat
     return result
 
 
-def run_image(job: dict[str, Any], out: Path, checkpoint: Path | None = None, *,
+def run_image(job: ImageJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None, *,
               inputs: dict[str, str] | None = None, device: str = "auto") -> None:
     """Train one method with one seed on an image data set and write predictions and metrics.
 
     Args:
-        job: the resolved job (``repens.config.resolve_job``).
+        job: the job (:class:`repens.job.ImageJob`) or its spec (``repens.config.resolve_job``).
         out: the metrics JSON; ``predictions.npz`` goes beside it.
         checkpoint: checkpoint file (a hyper-DE search uses ``<checkpoint>.search``).
         inputs: ``train`` (the data set's ``.npz``) and ``ood`` (the OOD set's).
         device: ``auto``, ``cpu`` or ``cuda``.
     """
+    job = ImageJob.of(job)
     if not inputs or "train" not in inputs or "ood" not in inputs:
         raise ValueError("image jobs need inputs 'train' and 'ood' (the prepared .npz files)")
     started = time.time()
     dev = resolve_device(device)
-    seed = int(job["seed"])
+    seed = job.seed
     torch.manual_seed(seed)
-    data = load_image_data(inputs["train"], inputs["ood"], job.get("normalize", "unit"), dev)
+    data = load_image_data(inputs["train"], inputs["ood"], job.normalize, dev)
     net = build_model(job, data.input_shape, data.num_classes).to(dev)
-    model = StackedModel(net, chunk_size=job.get("chunk_size"))
+    model = StackedModel(net, chunk_size=job.chunk_size)
     # the run's one random stream lives on the training device: batches, prior draws and
     # Langevin noise are drawn where they are used, with no host-to-device copy per step
     generator = torch.Generator(device=dev).manual_seed(seed)
-    log.info("job %s", json.dumps(job, sort_keys=True))
+    log.info("job %s", json.dumps(job.spec, sort_keys=True))
     log.info("device %s; %d parameters per particle; %d training images", dev, model.dim, data.x_train.shape[0])
-    n = int(job["particles"])
-    prior_std: Any = float(job.get("prior_std", 1.0))
+    n = job.particles
+    prior_std: Any = job.prior_std
     out.parent.mkdir(parents=True, exist_ok=True)
-    if job.get("l2_search"):
+    if job.l2_search:
         search_file = out.with_name("l2_search.json")
-        key = job_key(job)
+        key = job.key()
         search = load_keyed_json(search_file, key, log, then="running the search again", what="L2 search")
         if search is not None:
             generator.set_state(torch.tensor(search["generator_state"], dtype=torch.uint8))
@@ -276,7 +261,7 @@ def run_image(job: dict[str, Any], out: Path, checkpoint: Path | None = None, *,
     prior = prior_std.to(dev) if isinstance(prior_std, Tensor) else prior_std
     monitor = (data.x_test[:1000], data.y_test[:1000])
     t0 = time.perf_counter()
-    params = _train_stack(job, data.x_train, data.y_train, model, prior, init, generator, int(job["steps"]),
+    params = _train_stack(job, data.x_train, data.y_train, model, prior, init, generator, job.steps,
                           checkpoint, monitor, dev)
     train_seconds = time.perf_counter() - t0
     test_probs, test_md, test_mi = predict_details(model, params, data.x_test)
@@ -287,10 +272,10 @@ def run_image(job: dict[str, Any], out: Path, checkpoint: Path | None = None, *,
                     test_md=test_md.float().numpy(), test_labels=labels.numpy(),
                     ood_probs=ood_probs.float().numpy(), ood_md=ood_md.float().numpy(),
                     test_mi=test_mi.float().numpy(), ood_mi=ood_mi.float().numpy(),
-                    job=np.array(json.dumps(job, sort_keys=True)))
+                    job=np.array(json.dumps(job.spec, sort_keys=True)))
     record = {
         "metrics": metrics,
-        "job": job,
+        "job": job.to_spec(),
         "device": str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev),
         "train_seconds_this_run": train_seconds,
         "wall_seconds_this_run": time.time() - started,

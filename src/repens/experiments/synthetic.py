@@ -5,44 +5,41 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 
 from repens.atomic import save_npz_atomic
-from repens.fitting import fit_particles
+from repens.fitting import fit_particles, train_settings
+from repens.job import SyntheticJob
 from repens.posteriors import TargetPosterior
 from repens.targets import make_target
-from repens.train import TrainSettings
 
 log = logging.getLogger("repens.synthetic")
 
 __all__ = ["run_synthetic", "initial_particles"]
 
 
-def initial_particles(job: dict[str, Any], generator: torch.Generator) -> torch.Tensor:
+def initial_particles(job: SyntheticJob, generator: torch.Generator) -> torch.Tensor:
     """``particles`` draws from N(0, init_std^2 I) in float64."""
-    return job["init_std"] * torch.randn(job["particles"], 2, generator=generator, dtype=torch.float64)
+    return job.init_std * torch.randn(job.particles, 2, generator=generator, dtype=torch.float64)
 
 
-def run_synthetic(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> None:
+def run_synthetic(job: SyntheticJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
     """Train one method on one synthetic target and save the particles to ``out`` (.npz).
 
-    The file holds ``particles`` (n, 2), ``initial`` (n, 2) and ``job`` (the JSON spec,
-    including the scale), so plots and tables never need the config.
+    ``job``: a :class:`repens.job.SyntheticJob` or its spec. The file holds ``particles``
+    (n, 2), ``initial`` (n, 2) and ``job`` (the JSON spec, including the scale), so plots
+    and tables never need the config.
     """
-    generator = torch.Generator().manual_seed(int(job["seed"]))
-    target = make_target(job["dataset"])
+    job = SyntheticJob.of(job)
+    generator = torch.Generator().manual_seed(job.seed)
+    target = make_target(job.dataset)
     init = initial_particles(job, generator)
     posterior = TargetPosterior(target)
-    settings = TrainSettings(
-        steps=int(job["steps"]),
-        lr=float(job["lr"]),
-        optimizer=job.get("optimizer", "adam"),
-        log_every=int(job.get("log_every", max(1, int(job["steps"]) // 10))),
-    )
-    log.info("job %s", json.dumps(job, sort_keys=True))
+    settings = train_settings(job)
+    log.info("job %s", json.dumps(job.spec, sort_keys=True))
 
     def progress(step: int, params: torch.Tensor) -> dict[str, float]:
         mean = params.mean(0)
@@ -52,7 +49,7 @@ def run_synthetic(job: dict[str, Any], out: Path, checkpoint: Path | None = None
     particles = fit_particles(job, posterior, init, settings, generator, checkpoint=checkpoint, on_log=progress).params
     out.parent.mkdir(parents=True, exist_ok=True)
     save_npz_atomic(out, particles=particles.numpy(), initial=init.numpy(),
-                    job=np.array(json.dumps(job, sort_keys=True)))
+                    job=np.array(json.dumps(job.spec, sort_keys=True)))
     if checkpoint is not None and checkpoint.exists():
         checkpoint.unlink()
     log.info("wrote %s", out)

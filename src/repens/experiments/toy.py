@@ -15,37 +15,39 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 
 from repens.atomic import save_npz_atomic
 from repens.data.toy import ToyData, make_toy
-from repens.fitting import fit_particles
+from repens.fitting import fit_particles, train_settings
+from repens.job import ToyJob, ToyNetwork
 from repens.minibatches import batch_sampler
 from repens.models import mlp
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
-from repens.train import TrainSettings
 
 log = logging.getLogger("repens.toy")
 
 __all__ = ["run_toy", "toy_posterior", "toy_predictions"]
 
 
-def toy_posterior(job: dict[str, Any], data: ToyData, dtype: torch.dtype = torch.float32) -> NetworkPosterior:
-    """MLP (``hidden`` ReLU layers, default 2 x 50) with N(0, prior_std^2 I) on all weights,
-    Gaussian (sd ``noise_std``, default 0.5) or softmax likelihood. Shared with the HMC job."""
-    hidden = [int(h) for h in job.get("hidden", [50, 50])]
-    net = mlp(data.x_train.shape[-1], hidden, data.num_outputs).to(dtype)
+def toy_posterior(network: ToyNetwork | Mapping[str, Any], data: ToyData,
+                  dtype: torch.dtype = torch.float32) -> NetworkPosterior:
+    """MLP (``hidden`` ReLU layers) with N(0, prior_std^2 I) on all weights, Gaussian (sd
+    ``noise_std``) or softmax likelihood: :class:`repens.job.ToyNetwork` (a toy or HMC job is
+    one; from a dict, its keys), shared with the HMC job."""
+    network = ToyNetwork.pick(network)
+    net = mlp(data.x_train.shape[-1], list(network.hidden), data.num_outputs).to(dtype)
     likelihood = "gaussian" if data.task == "regression" else "categorical"
     return NetworkPosterior(
         StackedModel(net),
         likelihood,
         num_train=data.x_train.shape[0],
-        prior_std=float(job.get("prior_std", 1.0)),
-        noise_std=float(job.get("noise_std", 0.5)),
+        prior_std=network.prior_std,
+        noise_std=network.noise_std,
     )
 
 
@@ -66,21 +68,17 @@ def toy_predictions(posterior: NetworkPosterior, params: torch.Tensor, data: Toy
     return arrays
 
 
-def run_toy(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> None:
-    """Train one method on one toy data set (G.2 / G.3) and save its predictions to ``out``."""
-    data = make_toy(job["dataset"], int(job["seed"]))
+def run_toy(job: ToyJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
+    """Train one method on one toy data set (G.2 / G.3) and save its predictions to ``out``
+    (``job``: a :class:`repens.job.ToyJob` or its spec)."""
+    job = ToyJob.of(job)
+    data = make_toy(job.dataset, job.seed)
     posterior = toy_posterior(job, data)
-    generator = torch.Generator().manual_seed(int(job["seed"]))
-    init = posterior.sample_prior(int(job["particles"]), generator)  # G.2/G.3: from the prior
-    steps = int(job["steps"])
-    settings = TrainSettings(
-        steps=steps,
-        lr=float(job["lr"]),
-        optimizer=job.get("optimizer", "adam"),
-        log_every=int(job.get("log_every", max(1, steps // 20))),
-    )
+    generator = torch.Generator().manual_seed(job.seed)
+    init = posterior.sample_prior(job.particles, generator)  # G.2/G.3: from the prior
+    settings = train_settings(job)
     full = Batch(data.x_train, data.y_train)
-    log.info("job %s", json.dumps(job, sort_keys=True))
+    log.info("job %s", json.dumps(job.spec, sort_keys=True))
 
     def progress(step: int, params: torch.Tensor) -> dict[str, float]:
         with torch.no_grad():
@@ -88,11 +86,11 @@ def run_toy(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
         return {"train_nll": float(nll)}
 
     params = fit_particles(job, posterior, init, settings, generator,
-                           next_batch=batch_sampler(data, job.get("batch_size", 64)),
+                           next_batch=batch_sampler(data, job.batch_size),
                            checkpoint=checkpoint, on_log=progress).params
     out.parent.mkdir(parents=True, exist_ok=True)
     arrays = toy_predictions(posterior, params, data)
-    save_npz_atomic(out, **arrays, job=np.array(json.dumps(job, sort_keys=True)),
+    save_npz_atomic(out, **arrays, job=np.array(json.dumps(job.spec, sort_keys=True)),
                     label=np.array(""))  # display names come from the config at plot time
     if checkpoint is not None and checkpoint.exists():
         checkpoint.unlink()

@@ -37,7 +37,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -45,13 +45,13 @@ from torch import Tensor
 
 from repens.atomic import write_json_atomic
 from repens.data.uci import UCI_FOLDERS, UCISplit, dataset_info, load_split
-from repens.fitting import fit_particles
-from repens.jobkey import job_key, load_keyed_json
+from repens.fitting import fit_particles, train_settings
+from repens.job import UCIJob, UCINetwork
+from repens.jobkey import load_keyed_json
 from repens.minibatches import EpochSampler
 from repens.models import mlp
 from repens.particles import StackedModel
 from repens.posteriors import NetworkPosterior
-from repens.train import TrainSettings
 
 log = logging.getLogger("repens.uci")
 
@@ -95,21 +95,23 @@ def layer_prior_stds(model: StackedModel, first_bias_var: float) -> Tensor:
     return stds
 
 
-def uci_posterior(job: dict[str, Any], split: UCISplit, hidden: int) -> NetworkPosterior:
-    """One-hidden-layer ReLU MLP (``hidden`` units unless the job sets ``hidden``), Gaussian
+def uci_posterior(network: UCINetwork | Mapping[str, Any], split: UCISplit, hidden: int) -> NetworkPosterior:
+    """One-hidden-layer ReLU MLP (``hidden`` units unless the network sets ``hidden``), Gaussian
     likelihood with sd ``noise_std`` on standardized targets, prior from ``prior_bias_var``
-    (:func:`layer_prior_stds`) or isotropic ``prior_std``."""
-    widths = [int(h) for h in job.get("hidden") or [hidden]]
+    (:func:`layer_prior_stds`) or isotropic ``prior_std`` (:class:`repens.job.UCINetwork`:
+    a UCI job is one; from a dict, its keys)."""
+    network = UCINetwork.pick(network)
+    widths = list(network.hidden or [hidden])
     model = StackedModel(mlp(split.x_train.shape[1], widths, 1))
-    prior_std: float | Tensor = float(job.get("prior_std", 1.0))
-    if job.get("prior_bias_var") is not None:
-        prior_std = layer_prior_stds(model, float(job["prior_bias_var"]))  # per weight, (D,)
+    prior_std: float | Tensor = network.prior_std
+    if network.prior_bias_var is not None:
+        prior_std = layer_prior_stds(model, network.prior_bias_var)  # per weight, (D,)
     return NetworkPosterior(
         model,
         "gaussian",
         num_train=split.x_train.shape[0],
         prior_std=prior_std,
-        noise_std=float(job["noise_std"]),
+        noise_std=network.noise_std,
     )
 
 
@@ -159,24 +161,23 @@ def mixture_metrics(means: np.ndarray, noise_std: float, y: np.ndarray) -> dict[
     return {"rmse": rmse, "nll": float(-log_mix.mean())}
 
 
-def data_root(job: dict[str, Any]) -> Path:
+def data_root(job: UCIJob) -> Path:
     """The UCI root: the job's ``uci_data``, else ``$REPENS_UCI_DATA``, else ``data/uci``."""
-    return Path(job.get("uci_data") or os.environ.get(DATA_ENV) or "data/uci")
+    return Path(job.uci_data or os.environ.get(DATA_ENV) or "data/uci")
 
 
-def _steps(job: dict[str, Any], n_train: int, n_epochs: int) -> int:
+def _steps(job: UCIJob, n_train: int, n_epochs: int) -> int:
     """``steps`` if set, else ``epochs`` (default: ``n_epochs.txt``) passes of ``ceil(N / B)`` batches."""
-    if job.get("steps"):
-        return int(job["steps"])
-    epochs = int(job.get("epochs") or n_epochs)
-    return epochs * _steps_per_epoch(job, n_train)
+    if job.steps is not None:
+        return job.steps
+    return (job.epochs or n_epochs) * _steps_per_epoch(job, n_train)
 
 
-def _steps_per_epoch(job: dict[str, Any], n_train: int) -> int:
-    return math.ceil(n_train / min(int(job["batch_size"]), n_train))
+def _steps_per_epoch(job: UCIJob, n_train: int) -> int:
+    return math.ceil(n_train / min(job.batch_size, n_train))
 
 
-def train_splits(job: dict[str, Any], splits: list[UCISplit], ks: list[int], info: dict[str, int],
+def train_splits(job: UCIJob, splits: list[UCISplit], ks: list[int], info: dict[str, int],
                  checkpoint: Path | None = None) -> list[dict[str, Any]]:
     """Train the job's method on the splits ``ks`` as one stack and return their test metrics.
 
@@ -191,14 +192,12 @@ def train_splits(job: dict[str, Any], splits: list[UCISplit], ks: list[int], inf
     if len(sizes) != 1:
         raise ValueError(f"splits {ks} have different training sizes {sorted(sizes)}; stacks need one")
     posterior = uci_posterior(job, splits[0], info["n_hidden"])
-    n = int(job["particles"])
-    init = torch.stack([posterior.sample_prior(n, torch.Generator().manual_seed(int(job["seed"]) + k)) for k in ks])
-    generator = torch.Generator().manual_seed(int(job["seed"]))
+    init = torch.stack([posterior.sample_prior(job.particles, torch.Generator().manual_seed(job.seed + k))
+                        for k in ks])
+    generator = torch.Generator().manual_seed(job.seed)
     n_train = splits[0].x_train.shape[0]
     steps = _steps(job, n_train, info["n_epochs"])
-    settings = TrainSettings(steps=steps, lr=float(job["lr"]), optimizer=job.get("optimizer", "adam"),
-                             lr_decay=float(job.get("lr_decay") or 1.0), steps_per_epoch=_steps_per_epoch(job, n_train),
-                             log_every=int(job.get("log_every", max(1, steps // 20))))
+    settings = train_settings(job, steps, lr_decay=job.lr_decay, steps_per_epoch=_steps_per_epoch(job, n_train))
     x = torch.stack([s.x_train for s in splits])
     y = torch.stack([s.y_train for s in splits])
 
@@ -211,8 +210,8 @@ def train_splits(job: dict[str, Any], splits: list[UCISplit], ks: list[int], inf
     # anchored members are anchored at their prior draw (Pearce et al., Alg. 1)
     # shuffled epochs (Pearce et al. trained with Keras' shuffled fit), lr decayed per epoch
     state = fit_particles(job, posterior, init, settings, generator,
-                          next_batch=EpochSampler(x, y, int(job["batch_size"])),
-                          checkpoint=checkpoint, on_log=progress, checkpoint_key=job_key(job, "splits", ks))
+                          next_batch=EpochSampler(x, y, job.batch_size),
+                          checkpoint=checkpoint, on_log=progress, checkpoint_key=job.key("splits", ks))
     results = []
     for g, (k, split, members) in enumerate(zip(ks, splits, state.params)):
         with torch.no_grad():
@@ -231,8 +230,9 @@ def train_splits(job: dict[str, Any], splits: list[UCISplit], ks: list[int], inf
     return results
 
 
-def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> None:
-    """Train one method on the first ``splits`` (default all) splits of one UCI dataset.
+def run_uci(job: UCIJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
+    """Train one method on the first ``splits`` (default all) splits of one UCI dataset
+    (``job``: a :class:`repens.job.UCIJob` or its spec).
 
     The splits train as one stack (:func:`train_splits`), checkpointed as one; each
     split's result is then written to ``<out dir>/split<K>.json`` with the job's key. A
@@ -244,18 +244,16 @@ def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
     Writes ``out`` (JSON): each of :data:`METRICS` per split and their ``*_mean`` and
     ``*_se`` (standard error ``sd / sqrt(K)``, ``ddof = 1``) over splits, plus the job.
     """
-    folder = UCI_FOLDERS.get(job["dataset"])
+    job = UCIJob.of(job)  # a missing setting fails here, before any data is read
+    folder = UCI_FOLDERS.get(job.dataset)
     if folder is None:
-        raise ValueError(f"unknown UCI dataset {job['dataset']!r}; known: {sorted(UCI_FOLDERS)}")
-    for key in ("particles", "lr", "batch_size", "noise_std"):
-        if job.get(key) is None:
-            raise ValueError(f"UCI job {job['dataset']}/{job['method']}: setting {key!r} is missing")
+        raise ValueError(f"unknown UCI dataset {job.dataset!r}; known: {sorted(UCI_FOLDERS)}")
     root = data_root(job)
     info = dataset_info(root, folder)  # raises naming missing files before any training
-    n = info["n_splits"] if job.get("splits") is None else min(int(job["splits"]), info["n_splits"])
+    n = info["n_splits"] if job.splits is None else min(job.splits, info["n_splits"])
     out.parent.mkdir(parents=True, exist_ok=True)
-    key = job_key(job)  # what decides a split's result (not where the data live)
-    log.info("job %s; data %s/%s, %d of %d splits", json.dumps(job, sort_keys=True), root, folder, n,
+    key = job.key()  # what decides a split's result (not where the data live)
+    log.info("job %s; data %s/%s, %d of %d splits", json.dumps(job.spec, sort_keys=True), root, folder, n,
              info["n_splits"])
     ks = list(range(n))
     done: dict[int, dict[str, Any]] = {}
@@ -277,7 +275,7 @@ def run_uci(job: dict[str, Any], out: Path, checkpoint: Path | None = None) -> N
                               sort_keys=True)
         if checkpoint is not None and checkpoint.exists():
             checkpoint.unlink()
-    summary: dict[str, Any] = {"job": job, "splits": results}
+    summary: dict[str, Any] = {"job": job.to_spec(), "splits": results}
     for name in METRICS:
         values = np.array([r.get(name, math.nan) for r in results], dtype=np.float64)
         summary[name] = values.tolist()
