@@ -67,7 +67,9 @@ RESERVED_METHODS = {"hmc": "HMC reference posterior", "iid": "exact-sample basel
 SEED_RANGE = (0, 2**32 - 1)
 
 #: training settings every runner reads (the update rule's options are METHOD_KEYS)
-_COMMON_SETTINGS = frozenset({"particles", "steps", "lr", "optimizer", "bandwidth", "log_every"})
+#: (``step_size``/``curvature_fraction``: repens.fitting.curvature_step)
+_COMMON_SETTINGS = frozenset({"particles", "steps", "lr", "optimizer", "bandwidth", "log_every", "step_size",
+                              "curvature_fraction"})
 
 
 @dataclass(frozen=True)

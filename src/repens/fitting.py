@@ -1,8 +1,11 @@
 """Fitting a stack of particles with a job's update rule: the wiring every experiment
-shares (kernel from the job, update rule with its options, anchors, the training loop)."""
+shares (kernel from the job, update rule with its options, anchors, the step size, the
+training loop)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,10 +15,17 @@ from repens.config import method_options
 from repens.jobkey import job_key
 from repens.kernels import RBF
 from repens.posteriors import Batch, Posterior
+from repens.step_size import DEFAULT_FRACTION, StepSize, langevin_step_size
 from repens.train import TrainSettings, TrainState, train
 from repens.updates import StepContext, make_update
 
-__all__ = ["kernel_from_job", "fit_particles"]
+__all__ = ["kernel_from_job", "fit_particles", "curvature_step", "CURVATURE_BATCHES"]
+
+log = logging.getLogger("repens.fitting")
+
+#: minibatches whose Hessians are averaged for the curvature of ``V`` (drawn from a stream
+#: of their own, seeded with the job's seed, so the run's stream is untouched)
+CURVATURE_BATCHES = 8
 
 
 def kernel_from_job(job: dict[str, Any]) -> RBF:
@@ -42,6 +52,15 @@ def fit_particles(
     made under other settings is set aside instead of resumed.
     """
     kernel = kernel_from_job(job)
+    if job.get("step_size", "fixed") == "curvature":
+        step = curvature_step(job, posterior, init, next_batch, kernel, generator.device)
+        log.info("step size: curvature %.4g (MMD bound %.3g) at the initial particles, eta = %g / L = %.4g "
+                 "(lr %g is the cap)", step.curvature, step.mmd_curvature, step.fraction, step.lr, settings.lr)
+        settings = dataclasses.replace(settings, lr=min(settings.lr, step.lr))
+    elif job["rule"] == "langevin" and settings.optimizer == "adam" and job.get("temperature", 1.0):
+        log.warning("Langevin noise preconditioned by Adam (no correction term) does not sample the target: "
+                    "it over-disperses a Gaussian by tens of percent (tests/test_langevin.py); use "
+                    "optimizer: sgd with step_size: curvature for ULA")
     update = make_update(job["rule"], job.get("space", "weight"), **method_options(job))
     anchors = init.clone() if job["rule"] == "anchored" else None
     state = train(
@@ -56,3 +75,36 @@ def fit_particles(
         checkpoint_key=job_key(job) if checkpoint_key is None else checkpoint_key,
     )
     return state.params
+
+
+def curvature_step(job: dict[str, Any], posterior: Posterior, init: torch.Tensor,
+                   next_batch: Callable[[torch.Generator], Batch | None], kernel: RBF,
+                   device: torch.device | str = "cpu") -> StepSize:
+    """The job's ``step_size: curvature`` step, ``curvature_fraction / L``
+    (:func:`repens.step_size.langevin_step_size`) at the initial particles.
+
+    ``V`` is the rule's: the full-data scaled likelihood plus ``temperature`` times the prior
+    for a Langevin rule (plus DRLE's MMD bound at the initial particles' median bandwidth),
+    likelihood plus prior otherwise; its Hessian is averaged over :data:`CURVATURE_BATCHES`
+    minibatches from a stream seeded with the job's seed. The step is rounded to 3
+    significant digits, so a rerun (say on another thread count, which rounds the power
+    iteration differently) finds the same ``lr`` and resumes its checkpoint.
+    """
+    seed = int(job.get("seed", 0))
+    batch_stream = torch.Generator(device=device).manual_seed(seed)
+    batches = [next_batch(batch_stream) for _ in range(CURVATURE_BATCHES)]
+    if all(b is None for b in batches):
+        batches = [None]
+    langevin = job["rule"] == "langevin"
+    mmd_weight = float(job.get("mmd_weight") or 0.0) if langevin else 0.0
+    bandwidth = None
+    if mmd_weight:
+        bandwidth = float(torch.as_tensor(kernel.self_gram(init)[1]).min())
+    step = langevin_step_size(
+        posterior, init, batches,
+        temperature=float(job.get("temperature", 1.0)) if langevin else 1.0,
+        fraction=float(job.get("curvature_fraction", DEFAULT_FRACTION)),
+        mmd_weight=mmd_weight, bandwidth=bandwidth,
+        generator=torch.Generator(device=init.device).manual_seed(seed),
+    )
+    return dataclasses.replace(step, lr=float(f"{step.lr:.3g}"))
