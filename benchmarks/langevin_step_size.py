@@ -12,11 +12,15 @@ For the G.2 toy regression (``experiments.toy``, ``paper`` scale) and UCI datase
   output layer), at a few points, then ``L`` again at the end;
 * the same for a deep ensemble (Adam at the config's ``lr``) as the fit one could have;
 * DRLE's forces: per particle ``|2 MMD force| / |grad V|`` at ``lambda = 1`` (median and range
-  over particles, full data, fresh prior draws), at the initial, the ULA-final and the DE-final
-  particles, and the ``lambda`` that makes the median ratio 0.3.
+  over particles, full data, fresh prior draws), along the ULA run (last column), at the initial,
+  the ULA-final and the DE-final particles, and the ``lambda`` that makes the median ratio 0.3;
+  config.yaml's lambda is 0.3 over the median of the ULA run's column;
+* with ``--drle``: DRLE at config.yaml's lambda (fit and the actual force ratio along the run).
 
     python benchmarks/langevin_step_size.py                          # toy, boston, energy
     python benchmarks/langevin_step_size.py --problems toy --steps 2000
+    python benchmarks/langevin_step_size.py --problems toy-classification,concrete,kin8nm,naval,power,protein,wine,yacht \
+        --no-de --steps 3000 --points 3
     python benchmarks/langevin_step_size.py --uci-data /work/shared/data/uci --problems boston
 """
 
@@ -51,6 +55,10 @@ PEARCE_EPOCHS = {"boston": 3000, "concrete": 2000, "energy": 2000, "kin8nm": 200
                  "protein": 3000, "wine": 500, "yacht": 3000}
 
 TARGET_RATIO = 0.3
+
+
+def experiment_of(name: str) -> tuple[str, str]:
+    return {"toy": ("toy", "regression"), "toy-classification": ("toy", "classification")}.get(name, ("uci", name))
 
 
 def problem(name: str, config: dict, uci_data: Path, splits: int):
@@ -124,13 +132,13 @@ def run(posterior, init, job, update, optimizer: str, lr: float, steps: int, nex
     return out.params, rows, time.perf_counter() - t0
 
 
-def show(rows, label: str) -> None:
+def show(rows, label: str, mmd_weight: float = 1.0) -> None:
     print(f"  {label}")
     print(f"    {'step':>7} {'ens RMSE':>9} {'member RMSE':>11} {'|w-w0|/|w0|':>12} {'output layer':>12} "
-          f"{'MMD/drift at lambda=1':>22}")
+          f"{f'MMD/drift at lambda={mmd_weight:.3g}':>28}")
     for step, r in rows:
         print(f"    {step:>7} {r['rmse_ens']:>9.4f} {r['rmse_member']:>11.4f} {r['moved']:>12.3g} {r['out_moved']:>12.3g} "
-              f"{r['ratio']:>22.3g}")
+              f"{mmd_weight * r['ratio']:>28.3g}")
 
 
 def describe(ratios: torch.Tensor, where: str) -> float:
@@ -149,6 +157,7 @@ def main() -> None:
     p.add_argument("--points", type=int, default=5, help="fit reports per run")
     p.add_argument("--fraction", type=float, default=DEFAULT_FRACTION)
     p.add_argument("--no-de", action="store_true", help="skip the deep-ensemble reference run")
+    p.add_argument("--drle", action="store_true", help="also run DRLE at config.yaml's lambda for the dataset")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -190,6 +199,16 @@ def main() -> None:
         print("  DRLE force ratio |2 lambda MMD force| / |grad V| at lambda = 1 (per particle):")
         describe(force_ratios(posterior, init, full, job), "initial (prior draws)")
         describe(force_ratios(posterior, ula, full, job), "after ULA")
+        if args.drle:
+            drle_job = resolve_job(config, *experiment_of(name), "drle", 42)
+            lam = float(drle_job["mmd_weight"])
+            drle_step = curvature_step(dict(drle_job, curvature_fraction=args.fraction), posterior, init, next_batch,
+                                       kernel_from_job(drle_job))
+            drle, rows, secs = run(posterior, init, drle_job, make_update("langevin", temperature=temperature,
+                                                                          mmd_weight=lam),
+                                   "sgd", drle_step.lr, steps, next_batch, full, args.points)
+            show(rows, f"DRLE (config lambda {lam:.3g}; MMD curvature bound {drle_step.mmd_curvature:.3g}), ULA at "
+                       f"eta = {drle_step.lr:.3g}, {secs:.0f} s", lam)
         if not args.no_de:
             de, rows, secs = run(posterior, init, job, make_update("ensemble"), "adam", float(job["lr"]), steps,
                                  next_batch, full, args.points)
