@@ -227,6 +227,11 @@ BAD = {
     "unknown estimator": (_set("methods.kde-wgd.estimator", "kdee"), "methods.kde-wgd.estimator"),
     "unknown space": (_set("methods.fsvgd.space", "functional"), "methods.fsvgd.space"),
     "unknown optimizer": (_set("experiments.synthetic.settings.optimizer", "adamw"), "optimizer"),
+    "unknown step-size rule": (_set("experiments.toy.method_settings.dle.step_size", "auto"), "step_size"),
+    "curvature fraction where ULA is unstable": (
+        _set("experiments.uci.method_settings.drle.curvature_fraction", 2.0),
+        "curvature_fraction",
+    ),
     "unknown scale": (_set("scale", "full"), "scale"),
     "method name not wildcard-safe": (_set("methods.Kde_WGD", {"rule": "svgd"}), "Kde_WGD"),
     "wgd without estimator": (
@@ -457,3 +462,19 @@ def test_command_line_overrides_are_read_as_yaml(tmp_path, override, expect):
         assert proc.returncode == 0, output
     else:
         assert proc.returncode != 0 and expect in output, output
+
+
+def test_langevin_methods_run_as_ula_with_a_measured_mmd_weight():
+    """DLE / DRLE sample only as ULA (tests/test_langevin.py): SGD at the curvature step on the
+    toy and UCI experiments, and DRLE's lambda set per dataset (lambda = 1 is negligible next to
+    a likelihood of scale N / sigma^2; config.yaml says how each was measured)."""
+    config = load_config()
+    for scale in ("paper", "quick"):
+        config["scale"] = scale
+        for exp in ("toy", "uci"):
+            for ds in config["experiments"][exp]["datasets"]:
+                for method in ("dle", "drle"):
+                    job = resolve_job(config, exp, ds, method, 42)
+                    assert job["optimizer"] == "sgd" and job["step_size"] == "curvature", (exp, ds, method)
+                    assert job["curvature_fraction"] <= 0.18  # ULA's variance within 10 %
+                assert resolve_job(config, exp, ds, "drle", 42)["mmd_weight"] >= 1e4, (exp, ds)

@@ -338,7 +338,8 @@ def test_direct_construction_writes_its_spec():
 
 def test_rule_options_are_the_rules_own():
     drle = Job.from_spec(toy_spec())
-    assert drle.rule_options() == {"temperature": 1.0, "mmd_weight": 1.0}
+    assert drle.rule_options() == {"temperature": 1.0, "mmd_weight": float(drle.spec["mmd_weight"])}
+    assert drle.mmd_weight > 1e4  # lambda of the order of the likelihood (config.yaml, toy)
     spec = resolve_job(CONFIG, "toy", "regression", "ssge-fwgd", 42)
     # ssge-fwgd: the estimator and its ridge; num_eigs null (keep all) is the rule's default
     assert Job.from_spec({**spec, "prior_samples": 7}).rule_options() == {"estimator": "ssge", "eta": 0.01,
@@ -354,3 +355,9 @@ def test_networks_from_jobs_and_dicts():
         UCINetwork.pick({"prior_std": 0.7})
     with pytest.raises(SpecError, match="unknown model 'vgg'"):
         ImageNetwork.pick({"model": "vgg"})
+
+
+def test_curvature_fraction_default_is_the_step_size_rules():
+    from repens.step_size import DEFAULT_FRACTION
+
+    assert default_of(Job, "curvature_fraction") == DEFAULT_FRACTION

@@ -416,6 +416,11 @@ class Job(_Spec):
     log_every: int | None = None
     #: seconds between periodic checkpoints (None: $REPENS_CHECKPOINT_SECONDS, else 300; repens.train)
     checkpoint_seconds: float | None = None
+    #: fixed: lr is the step; curvature: eta = curvature_fraction / L at the initial particles,
+    #: capped by lr (repens.fitting.curvature_step; ULA for the Langevin rules)
+    step_size: Literal["fixed", "curvature"] = "fixed"
+    #: curvature step: eta * L (0.1: ULA's variance +5 % in the stiffest direction; repens.step_size)
+    curvature_fraction: float = 0.1
 
     @classmethod
     def _class_for(cls, spec: Mapping[str, Any]) -> type[Job]:
