@@ -55,6 +55,18 @@ def test_compare_with_seeds_flags_non_overlap():
     assert absent["ours_splits"] == 0 and absent["within_error_bars"] == ""  # no value: no verdict
 
 
+def test_the_seeds_printed_precision_counts_as_error(tmp_path):
+    """A seed printed 0.07 +- 0.00 only says the value lies in [0.065, 0.075]."""
+    seeds_file = tmp_path / "seeds.csv"
+    seeds_file.write_text("# test\nsource,dataset,method,metric,mean,se\np,kin8nm,anchored,rmse,0.07,0.00\n")
+    (seed,) = read_seeds(seeds_file)
+    assert seed["rounding"] == pytest.approx(0.005)
+    near = [{"dataset": "kin8nm", "method": "anchored", "rmse": v} for v in (0.0680, 0.0686)]
+    far = [{"dataset": "kin8nm", "method": "anchored", "rmse": v} for v in (0.0600, 0.0602)]
+    assert compare_with_seeds(near, [seed])[0]["within_error_bars"] == 1
+    assert compare_with_seeds(far, [seed])[0]["within_error_bars"] == 0
+
+
 def test_a_seed_row_is_set_beside_the_method_it_names_in_ours():
     records = [{"dataset": "wine", "method": "anchored", "rmse": 0.6, "nll": 1.0}]
     seeds = [{"source": "g", "dataset": "wine", "method": "relu-gp", "metric": "nll", "mean": 0.92, "se": 0.01,

@@ -57,6 +57,9 @@ def read_seeds(path: Path) -> list[dict[str, Any]]:
     lines = [ln for ln in Path(path).read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     rows = list(csv.DictReader(lines))
     for row in rows:
+        # half a unit of the last printed digit: a value printed 0.07 +- 0.00 is anywhere in [0.065, 0.075]
+        decimals = len(row["mean"].partition(".")[2])
+        row["rounding"] = 0.5 * 10.0**-decimals
         row["mean"], row["se"] = float(row["mean"]), float(row["se"])
         row["ours"] = row.get("ours") or row["method"]
         row["like_for_like"] = int(row.get("like_for_like") or 0)
@@ -68,8 +71,8 @@ def compare_with_seeds(records: Sequence[Mapping[str, Any]], seeds: Sequence[Map
 
     ``metric`` ``nll_inferred`` (the poster's unnamed metric) is set beside our NLL.
     ``z = (ours - seed) / sqrt(se_ours^2 + se_seed^2)``; ``within_error_bars`` when the two
-    mean +- s.e. intervals overlap (``|diff| <= se_ours + se_seed``), empty where we have
-    no value; ``like_for_like`` (from the seed file) says whether the seed's model and
+    mean +- s.e. intervals overlap (``|diff| <= se_ours + se_seed + rounding``, ``rounding``
+    half a unit of the seed's last printed digit), empty where we have no value; ``like_for_like`` (from the seed file) says whether the seed's model and
     protocol are ours, so a difference in a 0 row is not evidence either way.
     """
     out = []
@@ -87,8 +90,8 @@ def compare_with_seeds(records: Sequence[Mapping[str, Any]], seeds: Sequence[Map
             "seed_source": ref["source"], "seed_method": ref["method"], "seed_mean": ref["mean"],
             "seed_se": ref["se"], "like_for_like": int(ref.get("like_for_like") or 0),
             "diff": diff, "z": diff / combined if combined > 0 else math.nan,
-            "within_error_bars": (int(abs(diff) <= se_ours + ref["se"]) if cell.n > 0 and math.isfinite(diff)
-                                  else ""),
+            "within_error_bars": (int(abs(diff) <= se_ours + ref["se"] + ref.get("rounding", 0.0))
+                                  if cell.n > 0 and math.isfinite(diff) else ""),
             "seed_what": ref.get("what", ""),
         })
     return out
