@@ -105,7 +105,7 @@ def test_registry():
 def _write_csv(path: Path, rows: list[dict], scale: str | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)), restval="")
         writer.writeheader()
         writer.writerows(rows)
     if scale is not None:  # the provenance sidecar every table command writes
@@ -261,3 +261,44 @@ def test_cli_writes_csv_and_markdown(tmp_path):
     assert md.count("| **not run** |") == len(cl.CLAIMS) and "## Verdict rule" in md
     assert "mean ± 2 s.e." in md
     assert "<table" in out_html.read_text() and (tmp_path / "claims.csv.provenance.json").is_file()
+
+
+def test_uci_claims_on_table2(tmp_path):
+    """Table 2 as repens.report.uci writes it (block = dataset, <metric>_mean/_se/_n over
+    splits) beside the transcribed seed values."""
+    seeds = {(r["dataset"], r["method"], r["metric"]): (float(r["mean"]), float(r["se"]))
+             for r in csv.DictReader(ln for ln in (RESOURCES / "table2_seeds.csv").open() if not ln.startswith("#"))
+             if r["source"].startswith("pearce2020") and r["method"] == "anchored"}
+    rows = []
+    for ds in cl.UCI_DATASETS:
+        row = {"block": ds, "method": "anchored", "label": "Anchored ensemble", "extra": 0}
+        for metric in ("rmse", "nll"):
+            mean, se = seeds[(ds, "anchored", metric)]
+            row.update({f"{metric}_mean": mean + se, f"{metric}_se": max(se, 0.01), f"{metric}_n": 20})
+        rows.append(row)
+        drle = {"block": ds, "method": "drle", "label": "DRLE", "extra": 0,
+                "repulsion_ratio_mean_mean": 0.3, "repulsion_ratio_mean_se": 0.01, "repulsion_ratio_mean_n": 20}
+        rows.append(drle)
+    files = {"uci": _write_csv(tmp_path / "table2_uci.csv", rows, "paper"), "uci_seeds": RESOURCES / "table2_seeds.csv"}
+    by_id = {r.claim.id: r for r in cl.evaluate(cl.Evidence(files))}
+    match = by_id["anchored-matches-pearce"]
+    assert match.verdict == "reproduced" and len(match.comparisons) == 18  # one s.e. off: within the bars
+    assert match.source_verdict == ""  # matching the paper's numbers: no check on them alone
+    assert by_id["drle-repulsion-acts"].verdict == "reproduced"
+    # DLE and DE are not in this table: not run, naming the rows
+    assert by_id["langevin-no-difference"].verdict == "not run"
+    assert "no kin8nm/dle row" in cl.summary(by_id["langevin-no-difference"].comparisons)
+    # the poster's own numbers differ beyond 2 s.e. (kin8nm DLE 13.25 +- 4.3 vs DE 0.33 +- 0.1)
+    assert by_id["langevin-no-difference"].source_verdict == "contradicted"
+    # the same table at quick scale
+    files["uci"] = _write_csv(tmp_path / "quick" / "table2_uci.csv", rows, "quick")
+    assert {r.verdict for r in cl.evaluate(cl.Evidence(files)) if "uci" in r.claim.files} == {"not run"}
+
+
+def test_printed_values_count_their_rounding():
+    # Pearce prints naval's RMSE as 0.00 +- 0.00: "below 0.005", not exactly 0
+    printed = Estimate("Pearce", 0.0, 0.0, 0, cl.PUBLISHED, rounding=cl._rounding("0.00", "0.00"))
+    assert printed.interval() == pytest.approx((-0.015, 0.015))
+    assert compare(est(0.0012, 0.0001), "~", printed).verdict == "reproduced"
+    assert compare(est(0.03, 0.001), "~", printed).verdict == "contradicted"
+    assert cl._rounding("91.122", "0.013") == pytest.approx(0.0005) and cl._rounding("13", "") == 0.5

@@ -18,7 +18,8 @@ its provenance sidecar ``<csv>.provenance.json`` (:mod:`repens.provenance`).
 **The verdict rule** (:func:`compare`, :func:`combine`). Every claim is a set of
 comparisons between two quantities, each a mean with a standard error (over seeds, or
 splits for UCI; a published value with its printed error; an exact constant with none).
-Each quantity's interval is mean ± :data:`K` s.e. (K = 2: about 95% for a normal mean).
+Each quantity's interval is mean ± :data:`K` s.e. (K = 2: about 95% for a normal mean);
+a printed value's interval is widened by its rounding (:attr:`Estimate.rounding`).
 
 * an ordering (``a > b``, ``a < b``): *reproduced* if the intervals do not overlap and
   the difference has the claimed sign, *contradicted* if they do not overlap and it has
@@ -108,7 +109,10 @@ class Estimate:
     ``scale``: the scale of the run that made it (``"paper"``, ``"quick"``, ...), or
     :data:`PUBLISHED` (a paper's printed value and error) or :data:`EXACT` (a constant).
     ``missing``: why there is no value (the file or its row is absent). ``source``: the
-    file it was read from (names it in "not run" reasons).
+    file it was read from (names it in "not run" reasons). ``rounding``: half a unit of
+    the last digit a paper printed (0.005 for "0.07 ± 0.00"): the interval is widened by
+    it and the error taken as at least it, so a value printed as 0.00 ± 0.00 reads as
+    "below 0.005", not as exact.
     """
 
     label: str
@@ -118,6 +122,7 @@ class Estimate:
     scale: str | None = None
     source: str = ""
     missing: str | None = None
+    rounding: float = 0.0
 
     @classmethod
     def constant(cls, label: str, value: float) -> "Estimate":
@@ -143,7 +148,8 @@ class Estimate:
         return None
 
     def interval(self, k: float = K) -> tuple[float, float]:
-        return self.value - k * self.se, self.value + k * self.se
+        half = k * max(self.se, self.rounding) + self.rounding
+        return self.value - half, self.value + half
 
     def text(self) -> str:
         if self.problem() and (self.missing or not _finite(self.value)):
@@ -267,6 +273,12 @@ def _float(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
+
+
+def _rounding(*texts: Any) -> float:
+    """Half a unit of the last printed digit of the finest of ``texts`` ("0.07" -> 0.005)."""
+    places = [len(str(t).strip().split(".", 1)[1]) if "." in str(t) else 0 for t in texts if str(t).strip()]
+    return 0.5 * 10.0 ** -max(places) if places else 0.0
 
 
 def _int(value: Any) -> int:
@@ -422,7 +434,8 @@ class Evidence:
         if not mine:
             return Estimate.absent(label, f"{self.paths['uci_seeds']}: no {source} {dataset}/{method} {metric}")
         r = mine[0]
-        return Estimate(label, _float(r["mean"]), _float(r["se"]), 0, PUBLISHED, str(self.paths["uci_seeds"]))
+        return Estimate(label, _float(r["mean"]), _float(r["se"]), 0, PUBLISHED, str(self.paths["uci_seeds"]),
+                        rounding=_rounding(r["mean"], r["se"]))
 
 
 _SOURCE_NAMES = {"pearce2020": "Pearce's", "wild2023": "Wild's"}
@@ -451,7 +464,7 @@ class PaperEvidence(Evidence):
             return Estimate.absent(label, f"{self.paths['table1_paper']}: no {dataset}/{method} {metric}")
         r = mine[0]
         return Estimate(label, _float(r[metric]), _float(r.get(f"{metric}_se")), 5, PUBLISHED,
-                        str(self.paths["table1_paper"]))
+                        str(self.paths["table1_paper"]), rounding=_rounding(r[metric], r.get(f"{metric}_se", "")))
 
     def uci(self, dataset: str, method: str, metric: str) -> Estimate:
         source = {"pearce": "pearce2020", "wild": "wild2023"}.get(self.which)
@@ -797,7 +810,8 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
 LEGEND = (
     f"Each claim is checked as comparisons of two quantities, each a mean ± standard error (over seeds; over "
     f"splits for UCI; a paper's printed error; none for a constant), with the interval mean ± {K:g} s.e. "
-    "(about 95% for a normal mean). An ordering (a > b) is **reproduced** when the intervals are disjoint and "
+    "(about 95% for a normal mean; a printed value's interval is widened by half a unit of its last digit, "
+    "its error taken as at least that). An ordering (a > b) is **reproduced** when the intervals are disjoint and "
     "the difference has the claimed sign, **contradicted** when they are disjoint with the other sign, "
     "**inconclusive** when they overlap (disjoint intervals: a difference of more than 2 (se_a + se_b), at least "
     "2 combined standard errors, a conservative test for claims that rest on many comparisons). An agreement "
