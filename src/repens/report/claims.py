@@ -99,7 +99,7 @@ def _finite(x: Any) -> bool:
 def _num(x: float, digits: int = 5) -> str:
     if not _finite(x):
         return "nan"
-    return f"{x:.{digits}g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
+    return f"{x:.{digits}g}"
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,7 @@ class Estimate:
 
     @classmethod
     def constant(cls, label: str, value: float) -> "Estimate":
+        """An exact value; ``label`` names it (e.g. "1 (HMC's)")."""
         return cls(label, float(value), 0.0, 0, EXACT)
 
     @classmethod
@@ -154,8 +155,8 @@ class Estimate:
     def text(self) -> str:
         if self.problem() and (self.missing or not _finite(self.value)):
             return f"{self.label} n/a"
-        if self.scale == EXACT:
-            return f"{self.label} {_num(self.value)}"
+        if self.scale == EXACT:  # a constant's label names its value
+            return self.label
         n = f", n={self.n}" if self.n else ""
         return f"{self.label} {_num(self.value)} ± {_num(self.se, 2)}{n}"
 
@@ -366,7 +367,8 @@ class Evidence:
         n = sizes.pop()
         label = f"exact iid (n={n}) {METRIC_LABELS.get(metric, metric)}"
         if not with_error:  # the other side is not run: the noise floor's error is not computed
-            return Estimate(label + " (s.e. not computed)", _float(floor[0].get(metric)), 0.0, 0, EXACT,
+            value = _float(floor[0].get(metric))
+            return Estimate(f"{label} {_num(value)} (s.e. not computed)", value, 0.0, 0, EXACT,
                             str(self.paths["synthetic"]))
         return Estimate(label, _float(floor[0].get(metric)), self._floor_se(target, metric, n), 0, PUBLISHED,
                         str(self.paths["synthetic"]))
@@ -632,7 +634,7 @@ def _langevin_no_difference(ev: Evidence) -> list[Comparison]:
 
 
 def _drle_repulsion_acts(ev: Evidence) -> list[Comparison]:
-    floor = Estimate.constant(f"{NEGLIGIBLE_REPULSION:g}", NEGLIGIBLE_REPULSION)
+    floor = Estimate.constant(f"{NEGLIGIBLE_REPULSION:g} (negligible)", NEGLIGIBLE_REPULSION)
     return [compare(ev.uci(ds, "drle", "repulsion_ratio_mean"), ">", floor) for ds in POSTER_DATASETS]
 
 
