@@ -751,7 +751,7 @@ CLAIMS: tuple[Claim, ...] = (
           "DRLE: the MMD repulsion towards the prior, lambda_1 / N_E sum_j grad_1 kappa, moves the particles",
           f"(a check of the poster's 'why?') DRLE's ||repulsion|| / ||drift|| averaged over training > "
           f"{NEGLIGIBLE_REPULSION:g} on each of the poster's 8 datasets",
-          _UCI, _drle_repulsion_acts),
+          ("uci",), _drle_repulsion_acts),
 )
 
 
