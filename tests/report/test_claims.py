@@ -360,6 +360,8 @@ def test_scorecard_reads_the_tables_the_pipeline_writes(tmp_path):
     # identical NLL of DE, DLE and DRLE on the poster's datasets present; the others missing
     nodiff = by_id["langevin-no-difference"]
     assert nodiff["verdict"] == "not run" and int(nodiff["n_reproduced"]) == 4  # yacht, energy x DLE, DRLE
+    assert nodiff["figures"].startswith("12 of 16 comparisons not run (") and nodiff["figures"].endswith("; 4 reproduced")
+    assert "no kin8nm/dle row" in nodiff["figures"]
     # DRLE's repulsion 0.0115 +- 0.0006 (4 splits) is below the 0.05 of "negligible" beyond
     # its error bars: contradicted, though 6 of the poster's datasets are not in this run
     assert by_id["drle-repulsion-acts"]["n_contradicted"] == "2" and by_id["drle-repulsion-acts"]["n_not_run"] == "6"

@@ -216,25 +216,30 @@ def combine(comparisons: Sequence[Comparison]) -> str:
 
 
 def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
-    """The figures a verdict rests on, short: the reasons when not run, else every
-    comparison (up to ``limit``) or the counts and the ones that decide."""
-    verdict = combine(comparisons)
+    """The figures a verdict rests on, short: why it was not run (and how the comparisons
+    that did run came out), else every comparison (up to ``limit``) or the counts and
+    the comparisons that decide the verdict."""
     if not comparisons:
         return "no comparison"
+    verdict = combine(comparisons)
+
+    def counts(items: Sequence[Comparison]) -> str:
+        return ", ".join(f"{sum(c.verdict == v for c in items)} {v}" for v in VERDICTS
+                         if any(c.verdict == v for c in items))
+
     if verdict == "not run":
         reasons = list(dict.fromkeys(r for c in comparisons for r in c.reason.split("; ") if r))
-        head = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
-        return head
+        text = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+        ran = [c for c in comparisons if c.verdict != "not run"]
+        if ran:
+            text = f"{len(comparisons) - len(ran)} of {len(comparisons)} comparisons not run ({text}); {counts(ran)}"
+        return text
     if len(comparisons) <= limit:
         return "; ".join(c.text() for c in comparisons)
-    counts = ", ".join(f"{sum(c.verdict == v for c in comparisons)} {v}" for v in VERDICTS
-                       if any(c.verdict == v for c in comparisons))
-    deciding = [c for c in comparisons if c.verdict == verdict] if verdict != "reproduced" else []
-    if verdict == "inconclusive":
-        deciding = [c for c in comparisons if c.verdict == "inconclusive"]
+    deciding = [c for c in comparisons if c.verdict == verdict and verdict != "reproduced"]
     shown = "; ".join(c.text() for c in deciding[:limit])
     more = f"; and {len(deciding) - limit} more" if len(deciding) > limit else ""
-    return f"{len(comparisons)} comparisons: {counts}" + (f". {shown}{more}" if shown else "")
+    return f"{len(comparisons)} comparisons: {counts(comparisons)}" + (f". {shown}{more}" if shown else "")
 
 
 # --------------------------------------------------------------------------- reading tables
