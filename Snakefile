@@ -26,6 +26,7 @@ include: "workflow/rules/synthetic.smk"
 include: "workflow/rules/toy.smk"
 include: "workflow/rules/uci.smk"
 include: "workflow/rules/image.smk"
+include: "workflow/rules/claims.smk"
 include: "workflow/rules/preflight.smk"
 
 
@@ -39,6 +40,7 @@ rule all:
         SYNTHETIC_OUTPUTS,
         TOY_OUTPUTS,
         IMAGE_OUTPUTS,
+        CLAIMS_OUTPUTS,
 
 
 # Profile mistakes (profiles/slurm) stop the run here, once every rule is defined.

@@ -71,6 +71,7 @@ def test_dry_run_default_target(tmp_path):
         "prepare_images": 2,
         "train_image": len(CONFIG["experiments"]["image"]["methods"]) * len(CONFIG["seeds"]),
         "summarize_image": 1,
+        "summarize_claims": 1,
         "all": 1,
     }
     assert "results/toy/distance_to_hmc.csv" in out
@@ -170,7 +171,7 @@ def test_every_table_rule_writes_html_for_the_report(tmp_path):
 
 SHARED = Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "data"))
 REPORT_RULES = ["summarize_synthetic", "plot_gaussian", "plot_funnel", "plot_regression", "plot_classification",
-                "summarize_toy", "summarize_image", "summarize_uci"]
+                "summarize_toy", "summarize_image", "summarize_uci", "summarize_claims"]
 
 
 def test_fresh_clone_without_network_stops_before_any_job(tmp_path):

@@ -11,6 +11,8 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 * ``toy-figure --dataset D ...`` and ``toy-table ...``: Figures 1 and 3, distance to HMC.
 * ``uci-download --root DIR --name NAME``: fetch one UCI dataset with its standard splits.
 * ``uci-table ... METRICS.json...``: Table 2 (UCI regression) and its comparison with the seeds.
+* ``claims --out-csv F --out-md F [--synthetic F --toy F --table1 F --uci F ...]``: the claim
+  scorecard over the result tables (a missing table makes its claims "not run").
 * ``where FILE [--dataset D --method M --metric KEY]``: where a result or a table row came
   from (commit, versions, device, job spec, log; :mod:`repens.provenance`).
 
@@ -191,6 +193,17 @@ def _uci_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _claims(args: argparse.Namespace) -> int:
+    from repens.provenance import sidecar_path
+    from repens.report.claims import write_scorecard
+
+    files = {"synthetic": args.synthetic, "toy": args.toy, "table1": args.table1, "uci": args.uci,
+             "table1_paper": args.table1_paper, "uci_seeds": args.uci_seeds}
+    write_scorecard(files, Path(args.out_csv), Path(args.out_md), _path(args.out_html), json.loads(args.labels))
+    _sidecar(args.out_csv, [str(sidecar_path(p)) for p in files.values() if p and sidecar_path(p).exists()])
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="repens", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -287,6 +300,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-seeds-html", help="the comparison as HTML")
     p.add_argument("inputs", nargs="+", help="metrics.json of the UCI jobs")
     p.set_defaults(func=_uci_table)
+
+    p = sub.add_parser("claims", help="the claim scorecard: each claim of the papers checked on the result tables")
+    p.add_argument("--out-csv", required=True)
+    p.add_argument("--out-md", required=True)
+    p.add_argument("--out-html", help="the scorecard as HTML (the Snakemake report's)")
+    p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
+    for name, what in (("synthetic", "results/synthetic/metrics.csv"), ("toy", "results/toy/distance_to_hmc.csv"),
+                       ("table1", "results/table1.csv"), ("uci", "results/table2_uci.csv"),
+                       ("table1-paper", "workflow/resources/table1_paper.csv"),
+                       ("uci-seeds", "workflow/resources/table2_seeds.csv")):
+        p.add_argument(f"--{name}", help=f"{what} (absent or missing: its claims are 'not run')")
+    p.set_defaults(func=_claims)
 
     p = sub.add_parser("where", help="where the numbers of a result file or table row came from")
     p.add_argument("file", help="a result file (metrics.json, .npz) or a table CSV (reads its .provenance.json)")

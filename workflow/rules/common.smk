@@ -5,6 +5,7 @@
 # environment with --use-conda); job shells get the same src/ through PYTHONPATH.
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -151,6 +152,16 @@ def toy_hmc(dataset):
 def toy_panels(dataset):
     """HMC first, then the methods in config order (the paper's panel order)."""
     return [toy_hmc(dataset), *first_seed_files("toy", dataset, "predictions.npz")]
+
+
+def file_state(*paths):
+    """SHA-256 of the files (``absent`` for those not there): a param that changes when
+    a file a rule reads outside the DAG changes (summarize_claims' Table 2)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.encode())
+        digest.update(Path(path).read_bytes() if Path(path).is_file() else b"absent")
+    return digest.hexdigest()[:16]
 
 
 def image_data_file(dataset):

@@ -1,0 +1,882 @@
+"""The claim scorecard: each experimental claim of the main paper (Sec. 4 of D'Angelo &
+Fortuin 2021) and the anchored / Langevin claims of the two seed papers the pipeline
+tests, written as a check over result files, with the figures it rests on and a verdict.
+
+It reads tables only (never trains):
+
+* ``results/synthetic/metrics.csv`` (Figure 2, F.1: :mod:`repens.report.synthetic`),
+* ``results/toy/distance_to_hmc.csv`` (Figures 1, 3 against HMC: :mod:`repens.report.toy`;
+  one row per method, or per method and seed, or ``<metric>_mean/_se/_n`` columns),
+* ``results/table1.csv`` (Table 1: :mod:`repens.report.image`),
+* ``results/table2_uci.csv`` (Table 2: :mod:`repens.report.uci`), when present,
+* the transcribed values of the papers: ``workflow/resources/table1_paper.csv`` and
+  ``workflow/resources/table2_seeds.csv``.
+
+The scale of a table (``quick`` or ``paper``) comes from its ``scale`` column, else from
+its provenance sidecar ``<csv>.provenance.json`` (:mod:`repens.provenance`).
+
+**The verdict rule** (:func:`compare`, :func:`combine`). Every claim is a set of
+comparisons between two quantities, each a mean with a standard error (over seeds, or
+splits for UCI; a published value with its printed error; an exact constant with none).
+Each quantity's interval is mean ± :data:`K` s.e. (K = 2: about 95% for a normal mean);
+a printed value's interval is widened by its rounding (:attr:`Estimate.rounding`).
+
+* an ordering (``a > b``, ``a < b``): *reproduced* if the intervals do not overlap and
+  the difference has the claimed sign, *contradicted* if they do not overlap and it has
+  the other sign, *inconclusive* if they overlap. Disjoint 2-s.e. intervals mean
+  ``|a - b| > 2 (se_a + se_b) >= 2 sqrt(se_a^2 + se_b^2)``: a difference of more than
+  2 combined standard errors (at equal errors, 2.8), a conservative test, which suits
+  claims that each rest on many comparisons;
+* an agreement (``a ~ b``: "within error bars", "comparable", "no difference"):
+  *reproduced* if the intervals overlap, *contradicted* if not; ``a <= b`` ("not worse
+  than") is contradicted only by an ``a`` interval wholly above ``b``'s. Agreement at
+  the measured error bars is what such a verdict says, no more: wide error bars agree
+  with much;
+* *not run*: a quantity is missing (its file, or its row), or it was made at a scale
+  other than ``paper``, or it has fewer than 2 seeds (no standard error).
+
+A claim's verdict combines its comparisons: *contradicted* if any is, else *not run* if
+any is, else *reproduced* if all are, else *inconclusive*. Where the source paper
+prints the numbers a claim rests on (Table 1; the seed papers' UCI tables), the same
+check on the paper's own numbers is given beside ours (``source_verdict``): how strong
+the claim is in its own paper at this rule.
+
+:func:`write_scorecard` writes ``results/claims.csv``, ``claims.md`` (one table and a
+legend of the rule) and the HTML of the Snakemake report.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "K",
+    "VERDICTS",
+    "RELATIONS",
+    "Estimate",
+    "Comparison",
+    "compare",
+    "combine",
+    "Claim",
+    "CLAIMS",
+    "Evidence",
+    "PaperEvidence",
+    "table_scale",
+    "evaluate",
+    "scorecard_rows",
+    "scorecard_markdown",
+    "write_scorecard",
+]
+
+#: Each quantity's interval is mean ± K standard errors.
+K = 2.0
+VERDICTS = ("reproduced", "contradicted", "inconclusive", "not run")
+#: relation -> how the figures read it
+RELATIONS = {">": ">", "<": "<", "~": "~", "<=": "<=", ">=": ">="}
+#: scale of a value printed in a paper (its error as printed) and of an exact constant
+PUBLISHED = "published"
+EXACT = "exact"
+#: below this ||repulsion|| / ||drift|| (averaged over training) a repulsion is negligible
+NEGLIGIBLE_REPULSION = 0.05
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _num(x: float, digits: int = 5) -> str:
+    if not _finite(x):
+        return "nan"
+    return f"{x:.{digits}g}"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One quantity a claim compares: mean ± s.e. over ``n`` seeds (or splits).
+
+    ``scale``: the scale of the run that made it (``"paper"``, ``"quick"``, ...), or
+    :data:`PUBLISHED` (a paper's printed value and error) or :data:`EXACT` (a constant).
+    ``missing``: why there is no value (the file or its row is absent). ``source``: the
+    file it was read from (names it in "not run" reasons). ``rounding``: half a unit of
+    the last digit a paper printed (0.005 for "0.07 ± 0.00"): the interval is widened by
+    it and the error taken as at least it, so a value printed as 0.00 ± 0.00 reads as
+    "below 0.005", not as exact.
+    """
+
+    label: str
+    value: float = math.nan
+    se: float = math.nan
+    n: int = 0
+    scale: str | None = None
+    source: str = ""
+    missing: str | None = None
+    rounding: float = 0.0
+
+    @classmethod
+    def constant(cls, label: str, value: float) -> "Estimate":
+        """An exact value; ``label`` names it (e.g. "1 (HMC's)")."""
+        return cls(label, float(value), 0.0, 0, EXACT)
+
+    @classmethod
+    def absent(cls, label: str, why: str) -> "Estimate":
+        return cls(label, missing=why)
+
+    def problem(self) -> str | None:
+        """Why this quantity cannot be judged (a "not run" reason), or None."""
+        if self.missing:
+            return self.missing
+        where = self.source or self.label
+        if not _finite(self.value):
+            return f"{where}: {self.label} is not a number"
+        if self.scale in (PUBLISHED, EXACT):
+            return None if _finite(self.se) else f"{where}: {self.label} has no error bar"
+        if self.scale != "paper":
+            return f"{where}: {self.scale or 'unknown'} scale"
+        if self.n < 2 or not _finite(self.se):
+            return f"{where}: {self.label} from {self.n} seed(s), no standard error"
+        return None
+
+    def interval(self, k: float = K) -> tuple[float, float]:
+        half = k * max(self.se, self.rounding) + self.rounding
+        return self.value - half, self.value + half
+
+    def text(self) -> str:
+        if self.problem() and (self.missing or not _finite(self.value)):
+            return f"{self.label} n/a"
+        if self.scale == EXACT:  # a constant's label names its value
+            return self.label
+        n = f", n={self.n}" if self.n else ""
+        return f"{self.label} {_num(self.value)} ± {_num(self.se, 2)}{n}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``a <relation> b`` and its verdict; ``reason``: why not run, else empty."""
+
+    a: Estimate
+    relation: str
+    b: Estimate
+    verdict: str
+    reason: str = ""
+
+    def text(self) -> str:
+        return f"{self.a.text()} {self.relation} {self.b.text()}: {self.verdict}"
+
+
+def compare(a: Estimate, relation: str, b: Estimate, k: float = K) -> Comparison:
+    """The verdict of the claim ``a <relation> b`` at mean ± ``k`` s.e. intervals.
+
+    ``relation``: ``">"`` / ``"<"`` (ordering: reproduced, contradicted or inconclusive),
+    ``"~"`` (agreement: intervals overlap), ``"<="`` / ``">="`` (not worse: contradicted
+    only by disjoint intervals on the wrong side). "not run" when either quantity has a
+    :meth:`Estimate.problem` (missing, not paper scale, fewer than 2 seeds).
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {sorted(RELATIONS)}, got {relation!r}")
+    problems = [p for p in (a.problem(), b.problem()) if p]
+    if problems:
+        return Comparison(a, relation, b, "not run", "; ".join(dict.fromkeys(problems)))
+    a_lo, a_hi = a.interval(k)
+    b_lo, b_hi = b.interval(k)
+    above, below = a_lo > b_hi, a_hi < b_lo  # a's interval wholly above / below b's
+    if relation == ">":
+        verdict = "reproduced" if above else "contradicted" if below else "inconclusive"
+    elif relation == "<":
+        verdict = "reproduced" if below else "contradicted" if above else "inconclusive"
+    elif relation == "~":
+        verdict = "contradicted" if above or below else "reproduced"
+    elif relation == "<=":
+        verdict = "contradicted" if above else "reproduced"
+    else:  # ">="
+        verdict = "contradicted" if below else "reproduced"
+    return Comparison(a, relation, b, verdict)
+
+
+def combine(comparisons: Sequence[Comparison]) -> str:
+    """A claim's verdict from its comparisons: contradicted if any is, else not run if
+    any is (or there are none), else reproduced if all are, else inconclusive."""
+    verdicts = [c.verdict for c in comparisons]
+    if "contradicted" in verdicts:
+        return "contradicted"
+    if not verdicts or "not run" in verdicts:
+        return "not run"
+    return "reproduced" if all(v == "reproduced" for v in verdicts) else "inconclusive"
+
+
+def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
+    """The figures a verdict rests on, short: why it was not run (and how the comparisons
+    that did run came out), else every comparison (up to ``limit``) or the counts and
+    the comparisons that decide the verdict."""
+    if not comparisons:
+        return "no comparison"
+    verdict = combine(comparisons)
+
+    def counts(items: Sequence[Comparison]) -> str:
+        return ", ".join(f"{sum(c.verdict == v for c in items)} {v}" for v in VERDICTS
+                         if any(c.verdict == v for c in items))
+
+    if verdict == "not run":
+        reasons = list(dict.fromkeys(r for c in comparisons for r in c.reason.split("; ") if r))
+        text = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+        ran = [c for c in comparisons if c.verdict != "not run"]
+        if ran:
+            text = f"{len(comparisons) - len(ran)} of {len(comparisons)} comparisons not run ({text}); {counts(ran)}"
+        return text
+    if len(comparisons) <= limit:
+        return "; ".join(c.text() for c in comparisons)
+    deciding = [c for c in comparisons if c.verdict == verdict and verdict != "reproduced"]
+    shown = "; ".join(c.text() for c in deciding[:limit])
+    more = f"; and {len(deciding) - limit} more" if len(deciding) > limit else ""
+    return f"{len(comparisons)} comparisons: {counts(comparisons)}" + (f". {shown}{more}" if shown else "")
+
+
+# --------------------------------------------------------------------------- reading tables
+
+
+def table_scale(path: Path | str) -> str | None:
+    """The scale a table was made at, from its provenance sidecar (``<csv>.provenance.json``:
+    the table job's ``scale``, else its inputs' job scales); None when it does not say."""
+    side = Path(str(path) + ".provenance.json")
+    try:
+        data = json.loads(side.read_text())
+    except (OSError, ValueError):
+        return None
+    scale = (data.get("provenance") or {}).get("scale")
+    if not scale or scale == "unknown":
+        scales = sorted({str((r.get("job") or {}).get("scale")) for r in data.get("inputs", []) if r.get("job")})
+        scale = ",".join(scales) or None
+    return scale
+
+
+def _read_csv(path: Path | None) -> tuple[list[dict[str, str]] | None, str | None]:
+    """(rows, None), or (None, why) when the file is absent or unreadable."""
+    if path is None:
+        return None, "not given"
+    path = Path(path)
+    if not path.is_file():
+        return None, f"{path}: missing"
+    try:
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        return list(csv.DictReader(lines)), None
+    except (OSError, csv.Error, UnicodeDecodeError) as err:
+        return None, f"{path}: unreadable ({err})"
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _rounding(*texts: Any) -> float:
+    """Half a unit of the last printed digit of the finest of ``texts`` ("0.07" -> 0.005)."""
+    places = [len(str(t).strip().split(".", 1)[1]) if "." in str(t) else 0 for t in texts if str(t).strip()]
+    return 0.5 * 10.0 ** -max(places) if places else 0.0
+
+
+def _int(value: Any) -> int:
+    x = _float(value)
+    return int(x) if _finite(x) else 0
+
+
+def _mean_se(values: Sequence[float]) -> tuple[float, float, int]:
+    xs = [v for v in values if _finite(v)]
+    if not xs:
+        return math.nan, math.nan, 0
+    mean = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return mean, math.nan, len(xs)
+    var = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+    return mean, math.sqrt(var / len(xs)), len(xs)
+
+
+#: The display names of a few metrics in the figures.
+METRIC_LABELS = {
+    "accuracy": "accuracy (%)", "auroc_entropy": "AUROC(H)", "auroc_md": "AUROC(MD)", "nll": "NLL",
+    "entropy_ratio": "H_o/H_t", "md_ratio": "MD_o/MD_t", "rmse": "RMSE", "energy_distance": "energy distance",
+    "gap_sd_epistemic_ratio": "gap sd_f / HMC's", "w2_gap": "W2 gap", "entropy_far": "H far",
+    "entropy_near": "H near", "hmc_entropy_far": "HMC's H far", "kl_far": "KL far",
+    "repulsion_ratio_mean": "||repulsion||/||drift||",
+}
+DATASET_LABELS = {"fashionmnist": "FMNIST", "cifar10": "CIFAR10"}
+
+
+class Evidence:
+    """Our estimates, read from the result tables (any may be absent: its quantities are
+    then "not run", naming the file).
+
+    Args:
+        files: ``{"synthetic", "toy", "table1", "uci"}`` -> path (or None).
+        labels: method key -> display name (config.yaml's labels).
+    """
+
+    def __init__(self, files: Mapping[str, Path | str | None], labels: Mapping[str, str] | None = None):
+        self.labels = dict(labels or {})
+        self.paths = {key: (Path(p) if p else None) for key, p in files.items()}
+        self._rows: dict[str, tuple[list[dict[str, str]] | None, str | None]] = {}
+        self._floor_cache: dict[tuple[str, int, str], float] = {}
+
+    def label(self, method: str) -> str:
+        return self.labels.get(method, method)
+
+    def rows(self, key: str) -> tuple[list[dict[str, str]] | None, str | None]:
+        if key not in self._rows:
+            self._rows[key] = _read_csv(self.paths.get(key))
+        return self._rows[key]
+
+    def _scale(self, key: str, rows: Sequence[Mapping[str, str]]) -> str | None:
+        scales = sorted({r["scale"] for r in rows if r.get("scale")})
+        if scales:
+            return "+".join(scales)
+        path = self.paths.get(key)
+        return table_scale(path) if path else None
+
+    # ---- synthetic targets: one row per (target, method, seed); "iid" rows: the noise floor
+    def synthetic(self, target: str, method: str, metric: str) -> Estimate:
+        label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)}"
+        rows, why = self.rows("synthetic")
+        if rows is None:
+            return Estimate.absent(label, why or "")
+        mine = [r for r in rows if r.get("target") == target and r.get("method") == method]
+        if not mine:
+            return Estimate.absent(label, f"{self.paths['synthetic']}: no {target}/{method} row")
+        by_seed = {r.get("seed"): _float(r.get(metric)) for r in mine}
+        mean, se, n = _mean_se(list(by_seed.values()))
+        return Estimate(label, mean, se, n, self._scale("synthetic", mine), str(self.paths["synthetic"]))
+
+    def iid_floor(self, target: str, metric: str, like: str, with_error: bool = True) -> Estimate:
+        """The metric of as many exact i.i.d. target samples as ``like``'s particles (the
+        table's ``iid`` row: mean of its draws), with the s.e. of that mean
+        (:func:`repens.report.synthetic.iid_baseline`; computed only if ``with_error``)."""
+        label = f"exact iid {METRIC_LABELS.get(metric, metric)}"
+        rows, why = self.rows("synthetic")
+        if rows is None:
+            return Estimate.absent(label, why or "")
+        sizes = {_int(r.get("n")) for r in rows if r.get("target") == target and r.get("method") == like}
+        floor = [r for r in rows if r.get("target") == target and r.get("method") == "iid" and _int(r.get("n")) in sizes]
+        if len(sizes) != 1 or len(floor) != 1:
+            return Estimate.absent(label, f"{self.paths['synthetic']}: no iid row for the {target}/{like} particles")
+        n = sizes.pop()
+        label = f"exact iid (n={n}) {METRIC_LABELS.get(metric, metric)}"
+        if not with_error:  # the other side is not run: the noise floor's error is not computed
+            value = _float(floor[0].get(metric))
+            return Estimate(f"{label} {_num(value)} (s.e. not computed)", value, 0.0, 0, EXACT,
+                            str(self.paths["synthetic"]))
+        return Estimate(label, _float(floor[0].get(metric)), self._floor_se(target, metric, n), 0, PUBLISHED,
+                        str(self.paths["synthetic"]))
+
+    def _floor_se(self, target: str, metric: str, n: int) -> float:
+        key = (target, n, metric)
+        if key not in self._floor_cache:
+            self._floor_cache[key] = noise_floor_se(target, n, metric)
+        return self._floor_cache[key]
+
+    # ---- toys vs HMC: a row per method (and seed), or <metric>_mean/_se/_n columns
+    def toy(self, method: str, metric: str) -> Estimate:
+        label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)}"
+        if metric.startswith("hmc_"):
+            label = f"HMC {METRIC_LABELS.get(metric[4:], metric[4:])} (beside {self.label(method)})"
+        rows, why = self.rows("toy")
+        if rows is None:
+            return Estimate.absent(label, why or "")
+        mine = [r for r in rows if r.get("method") == method]
+        if not mine:
+            return Estimate.absent(label, f"{self.paths['toy']}: no {method} row")
+        scale, source = self._scale("toy", mine), str(self.paths["toy"])
+        if f"{metric}_mean" in mine[0]:  # already aggregated over seeds
+            r = mine[0]
+            n = _int(r.get(f"{metric}_n") or r.get("n_seeds") or r.get("seeds"))
+            return Estimate(label, _float(r[f"{metric}_mean"]), _float(r.get(f"{metric}_se")), n, scale, source)
+        if metric not in mine[0]:
+            return Estimate.absent(label, f"{self.paths['toy']}: no column {metric}")
+        by_seed = {r.get("seed"): _float(r.get(metric)) for r in mine}
+        mean, se, n = _mean_se(list(by_seed.values()))
+        return Estimate(label, mean, se, n, scale, source)
+
+    # ---- Table 1: one row per (block = dataset, method), <metric>_mean/_se/_n
+    def table1(self, dataset: str, method: str, metric: str) -> Estimate:
+        label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)}"
+        return self._block_cell("table1", dataset, method, metric, label)
+
+    # ---- Table 2 (UCI): one row per (block = dataset, method), mean ± s.e. over splits
+    def uci(self, dataset: str, method: str, metric: str) -> Estimate:
+        label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)} ({dataset})"
+        return self._block_cell("uci", dataset, method, metric, label)
+
+    def _block_cell(self, key: str, dataset: str, method: str, metric: str, label: str) -> Estimate:
+        rows, why = self.rows(key)
+        if rows is None:
+            return Estimate.absent(label, why or "")
+        mine = [r for r in rows if r.get("block") == dataset and r.get("method") == method]
+        if not mine:
+            return Estimate.absent(label, f"{self.paths[key]}: no {dataset}/{method} row")
+        r = mine[0]
+        if f"{metric}_mean" not in r:
+            return Estimate.absent(label, f"{self.paths[key]}: no column {metric}_mean")
+        return Estimate(label, _float(r[f"{metric}_mean"]), _float(r.get(f"{metric}_se")), _int(r.get(f"{metric}_n")),
+                        self._scale(key, mine), str(self.paths[key]))
+
+    # ---- the seed papers' published UCI values (workflow/resources/table2_seeds.csv)
+    def seed_value(self, source: str, dataset: str, method: str, metric: str) -> Estimate:
+        """A published value: rows of the seeds file whose ``source`` starts with ``source``."""
+        label = f"{_SOURCE_NAMES.get(source, source)} {method} {METRIC_LABELS.get(metric, metric)} ({dataset})"
+        rows, why = self.rows("uci_seeds")
+        if rows is None:
+            return Estimate.absent(label, why or "")
+        mine = [r for r in rows if r.get("source", "").startswith(source) and r.get("dataset") == dataset
+                and r.get("method") == method and r.get("metric") in (metric, f"{metric}_inferred")]
+        if not mine:
+            return Estimate.absent(label, f"{self.paths['uci_seeds']}: no {source} {dataset}/{method} {metric}")
+        r = mine[0]
+        return Estimate(label, _float(r["mean"]), _float(r["se"]), 0, PUBLISHED, str(self.paths["uci_seeds"]),
+                        rounding=_rounding(r["mean"], r["se"]))
+
+
+_SOURCE_NAMES = {"pearce2020": "Pearce's", "wild2023": "Wild's"}
+
+
+class PaperEvidence(Evidence):
+    """The source paper's own numbers, read as ours are, so a claim's check runs on them.
+
+    ``which``: ``"table1"`` (D'Angelo & Fortuin's Table 1, ``table1_paper.csv``: 5 seeds),
+    ``"pearce"`` (Pearce et al.'s anchored ensemble, Table 1 NLL / App. C Table 2 RMSE)
+    or ``"wild"`` (Wild et al.'s poster table, its unnamed metric read as an NLL).
+    Quantities the paper does not print are absent.
+    """
+
+    def __init__(self, which: str, files: Mapping[str, Path | str | None], labels: Mapping[str, str] | None = None):
+        super().__init__(files, labels)
+        self.which = which
+
+    def table1(self, dataset: str, method: str, metric: str) -> Estimate:
+        label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)}"
+        rows, why = self.rows("table1_paper")
+        if self.which != "table1" or rows is None:
+            return Estimate.absent(label, why or "the paper prints no such value")
+        mine = [r for r in rows if r.get("dataset") == dataset and r.get("method") == method]
+        if not mine or metric not in mine[0]:
+            return Estimate.absent(label, f"{self.paths['table1_paper']}: no {dataset}/{method} {metric}")
+        r = mine[0]
+        return Estimate(label, _float(r[metric]), _float(r.get(f"{metric}_se")), 5, PUBLISHED,
+                        str(self.paths["table1_paper"]), rounding=_rounding(r[metric], r.get(f"{metric}_se", "")))
+
+    def uci(self, dataset: str, method: str, metric: str) -> Estimate:
+        source = {"pearce": "pearce2020", "wild": "wild2023"}.get(self.which)
+        if source is None:
+            return Estimate.absent(method, "the paper prints no such value")
+        if source == "pearce2020" and method == "anchored":  # Table 1 (NLL) / App. C Table 2 (RMSE)
+            return self.seed_value(source, dataset, "anchored", metric)
+        return self.seed_value(source, dataset, method, metric)
+
+    def synthetic(self, target: str, method: str, metric: str) -> Estimate:
+        return Estimate.absent(method, "the paper shows a figure only")
+
+    def toy(self, method: str, metric: str) -> Estimate:
+        return Estimate.absent(method, "the paper shows a figure only")
+
+
+def noise_floor_se(target: str, n: int, metric: str) -> float:
+    """Standard error of the ``iid`` row's mean (:func:`repens.report.synthetic.iid_baseline`:
+    ``repeats`` draws of ``n`` exact samples, the same reference set as the table's)."""
+    from repens.report.synthetic import iid_baseline
+
+    base = iid_baseline(target, n)
+    return float(base[f"{metric}_sd"]) / math.sqrt(base["repeats"])
+
+
+# --------------------------------------------------------------------------- the claims
+
+#: method groups (config.yaml keys)
+WEIGHT_SPACE = ("de", "svgd", "kde-wgd", "sge-wgd", "ssge-wgd")
+FUNCTION_SPACE = ("fsvgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd")
+WGD = ("kde-wgd", "sge-wgd", "ssge-wgd")
+FWGD = ("kde-fwgd", "sge-fwgd", "ssge-fwgd")
+COUNTERPARTS = (("kde-wgd", "kde-fwgd"), ("sge-wgd", "sge-fwgd"), ("ssge-wgd", "ssge-fwgd"))
+TABLE1_METHODS = ("de", "svgd", "fsvgd", "hyper-de", *WGD, *FWGD)
+UCI_DATASETS = ("boston", "concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht")
+POSTER_DATASETS = ("kin8nm", "concrete", "energy", "naval", "power", "protein", "wine", "yacht")
+
+MAIN = "D'Angelo & Fortuin 2021"
+PEARCE = "Pearce et al. 2020"
+WILD = "Wild et al. 2023"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim: where it is, its words, how it is read, the files, its check.
+
+    ``check(evidence)`` returns the comparisons; ``reference`` names the paper numbers
+    the same check can run on (:class:`PaperEvidence`), or None (a figure only).
+    """
+
+    id: str
+    source: str
+    words: str
+    reading: str
+    files: tuple[str, ...]
+    check: Callable[[Evidence], list[Comparison]]
+    reference: str | None = None
+    notes: str = ""
+
+
+def _gaussian_fit(ev: Evidence) -> list[Comparison]:
+    out = []
+    for m in ("sge-wgd", "ssge-wgd", "svgd"):
+        a = ev.synthetic("gaussian", m, "energy_distance")
+        out.append(compare(a, "<=", ev.iid_floor("gaussian", "energy_distance", m, with_error=a.problem() is None)))
+    return out
+
+
+def _funnel_best(ev: Evidence) -> list[Comparison]:
+    return [compare(ev.synthetic("funnel", best, "energy_distance"), "<", ev.synthetic("funnel", other, "energy_distance"))
+            for best in ("sge-wgd", "svgd") for other in ("kde-wgd", "ssge-wgd")]
+
+
+def _regression_weight_gap(ev: Evidence) -> list[Comparison]:
+    return [compare(ev.toy(m, "gap_sd_epistemic_ratio"), "<", Estimate.constant("1 (HMC's)", 1.0)) for m in WEIGHT_SPACE]
+
+
+def _regression_function_gap(ev: Evidence) -> list[Comparison]:
+    return [compare(ev.toy(m, "gap_sd_epistemic_ratio"), "~", Estimate.constant("1 (HMC's)", 1.0))
+            for m in FUNCTION_SPACE]
+
+
+def _regression_function_closer(ev: Evidence) -> list[Comparison]:
+    return [compare(ev.toy(f, "w2_gap"), "<", ev.toy(w, "w2_gap")) for f in FUNCTION_SPACE for w in WEIGHT_SPACE]
+
+
+def _classification_overconfident(ev: Evidence) -> list[Comparison]:
+    return [compare(ev.toy(m, "entropy_far"), "<", ev.toy(m, "hmc_entropy_far")) for m in (*WEIGHT_SPACE, "fsvgd")]
+
+
+def _classification_distance_aware(ev: Evidence) -> list[Comparison]:
+    out = [compare(ev.toy(m, "entropy_far"), ">", ev.toy(m, "entropy_near")) for m in FWGD]
+    out += [compare(ev.toy(f, "kl_far"), "<", ev.toy(w, "kl_far")) for f in FWGD for w in (*WEIGHT_SPACE, "fsvgd")]
+    return out
+
+
+def _table1(ev: Evidence, dataset: str, pairs: Sequence[tuple[str, str, str]], metric: str) -> list[Comparison]:
+    """``(a, relation, b)`` method pairs on one metric of one dataset."""
+    return [compare(ev.table1(dataset, a, metric), rel, ev.table1(dataset, b, metric)) for a, rel, b in pairs]
+
+
+def _fmnist_improve(ev: Evidence) -> list[Comparison]:
+    return _table1(ev, "fashionmnist", [(m, ">", base) for m in (*WGD, *FWGD) for base in ("de", "svgd")], "accuracy")
+
+
+def _fmnist_sge_best(ev: Evidence) -> list[Comparison]:
+    return _table1(ev, "fashionmnist", [("sge-wgd", ">", m) for m in TABLE1_METHODS if m != "sge-wgd"], "accuracy")
+
+
+def _fmnist_function_ood(ev: Evidence) -> list[Comparison]:
+    return _table1(ev, "fashionmnist", [(f, ">", w) for w, f in COUNTERPARTS], "auroc_entropy")
+
+
+def _fmnist_function_diversity(ev: Evidence) -> list[Comparison]:
+    pairs = [(f, ">", w) for w, f in COUNTERPARTS]
+    return _table1(ev, "fashionmnist", pairs, "entropy_ratio") + _table1(ev, "fashionmnist", pairs, "md_ratio")
+
+
+def _fmnist_function_nll(ev: Evidence) -> list[Comparison]:
+    others = [m for m in TABLE1_METHODS if m not in FWGD]
+    return _table1(ev, "fashionmnist", [(f, "<", m) for f in FWGD for m in others], "nll")
+
+
+def _fmnist_md_vs_entropy(ev: Evidence) -> list[Comparison]:
+    return [compare(ev.table1("fashionmnist", m, "auroc_md"), ">", ev.table1("fashionmnist", m, "auroc_entropy"))
+            for m in TABLE1_METHODS]
+
+
+def _fmnist_hyperde_md(ev: Evidence) -> list[Comparison]:
+    return _table1(ev, "fashionmnist", [("hyper-de", "~", f) for f in FWGD], "auroc_md")
+
+
+def _cifar_weight_beats_function(ev: Evidence) -> list[Comparison]:
+    pairs = [(w, ">", f) for w, f in (("svgd", "fsvgd"), *COUNTERPARTS)]
+    return _table1(ev, "cifar10", pairs, "accuracy") + _table1(ev, "cifar10", pairs, "auroc_entropy")
+
+
+def _cifar_repulsive_vs_svgd(ev: Evidence) -> list[Comparison]:
+    pairs = [(m, ">", "svgd") for m in (*WGD, *FWGD)]
+    return [c for metric in ("md_ratio", "accuracy", "auroc_md") for c in _table1(ev, "cifar10", pairs, metric)]
+
+
+def _cifar_de_best_entropy(ev: Evidence) -> list[Comparison]:
+    return _table1(ev, "cifar10", [("de", ">", m) for m in TABLE1_METHODS if m != "de"], "auroc_entropy")
+
+
+def _table1_improve_over_de(ev: Evidence) -> list[Comparison]:
+    pairs = [(m, ">", "de") for m in (*WGD, *FWGD)]
+    return [c for ds in ("fashionmnist", "cifar10") for metric in ("accuracy", "md_ratio")
+            for c in _table1(ev, ds, pairs, metric)]
+
+
+def _anchored_matches_pearce(ev: Evidence) -> list[Comparison]:
+    return [compare(ev.uci(ds, "anchored", metric), "~", ev.seed_value("pearce2020", ds, "anchored", metric))
+            for metric in ("rmse", "nll") for ds in UCI_DATASETS]
+
+
+def _anchored_approaches_gp(ev: Evidence) -> list[Comparison]:
+    return [compare(ev.uci(ds, "anchored", metric), "~", ev.seed_value("pearce2020", ds, "relu-gp", metric))
+            for metric in ("rmse", "nll") for ds in UCI_DATASETS]
+
+
+def _langevin_no_difference(ev: Evidence) -> list[Comparison]:
+    return [compare(ev.uci(ds, m, "nll"), "~", ev.uci(ds, "de", "nll")) for m in ("dle", "drle") for ds in POSTER_DATASETS]
+
+
+def _drle_repulsion_acts(ev: Evidence) -> list[Comparison]:
+    floor = Estimate.constant(f"{NEGLIGIBLE_REPULSION:g} (negligible)", NEGLIGIBLE_REPULSION)
+    return [compare(ev.uci(ds, "drle", "repulsion_ratio_mean"), ">", floor) for ds in POSTER_DATASETS]
+
+
+_SYN = ("synthetic",)
+_TOY = ("toy",)
+_T1 = ("table1", "table1_paper")
+_UCI = ("uci", "uci_seeds")
+
+#: The registry, in the order of the papers' text.
+CLAIMS: tuple[Claim, ...] = (
+    Claim("gaussian-fit", f"{MAIN}, Sec. 4 (synthetic; Fig. 2)",
+          "our SGE-WGD, SSGE-WGD and the SVGD fit the target almost perfectly",
+          "energy distance to the 2-D Gaussian (mean ± s.e. over seeds) not above that of as many exact i.i.d. "
+          "samples (the table's iid row, s.e. of its 10 draws): <=",
+          _SYN, _gaussian_fit),
+    Claim("funnel-best", f"{MAIN}, Sec. 4 (synthetic; Fig. F.1)",
+          "There, SGE-WGD and SVGD also perform best",
+          "energy distance to Neal's funnel: sge-WGD and SVGD each < kde-WGD and ssge-WGD",
+          _SYN, _funnel_best),
+    Claim("regression-weight-gap", f"{MAIN}, Sec. 4 (BNN 1D regression; Fig. 1)",
+          "all methods performing inference in the weight space (DE, w-SVGD, WGD) are unable to capture the "
+          "epistemic uncertainty between the two clusters",
+          "epistemic predictive sd in the gap over HMC's (gap_sd_epistemic_ratio) < 1 for DE, SVGD, kde/sge/ssge-WGD",
+          _TOY, _regression_weight_gap),
+    Claim("regression-function-gap", f"{MAIN}, Sec. 4 (BNN 1D regression; Fig. 1)",
+          "the functional methods (f-SVGD, fWGD) are perfectly able to infer the diversity of the hypotheses in "
+          "this region",
+          "gap_sd_epistemic_ratio ~ 1 (HMC's epistemic sd in the gap) for f-SVGD, kde/sge/ssge-fWGD",
+          _TOY, _regression_function_gap),
+    Claim("regression-function-closer", f"{MAIN}, Sec. 4 (BNN 1D regression; Fig. 1)",
+          "They thereby achieve a predictive posterior that very closely resembles the one obtained with the "
+          "gold-standard HMC sampling",
+          "W2 to HMC's predictive in the gap (the region the claim is about): every function-space method < every "
+          "weight-space method",
+          _TOY, _regression_function_closer),
+    Claim("classification-overconfident", f"{MAIN}, Sec. 4 (BNN 2D classification; Fig. 3)",
+          "the weight-space methods are overconfident [...] f-SVGD suffers from similar issues [...] being "
+          "overconfident away from the training data",
+          "mean predictive entropy far from the data < HMC's, for DE, SVGD, kde/sge/ssge-WGD and f-SVGD",
+          _TOY, _classification_overconfident),
+    Claim("classification-fwgd-distance-aware", f"{MAIN}, Sec. 4 (BNN 2D classification; Fig. 3)",
+          "our fWGD methods are confident (low entropy) around the data but not out-of-distribution, thus "
+          "representing the epistemic uncertainty better",
+          "for kde/sge/ssge-fWGD: entropy far > entropy near, and KL(HMC || method) far from the data < that of "
+          "every weight-space method and f-SVGD",
+          _TOY, _classification_distance_aware),
+    Claim("fmnist-improve-accuracy", f"{MAIN}, Sec. 4 (FashionMNIST; Table 1)",
+          "all our methods improve upon standard deep ensembles and SVGD",
+          "FashionMNIST accuracy: each of kde/sge/ssge-WGD and -fWGD > DE and > SVGD",
+          _T1, _fmnist_improve, "table1"),
+    Claim("fmnist-sge-best-accuracy", f"{MAIN}, Sec. 4 (FashionMNIST; Table 1)",
+          "the sge-WGD offers the best accuracy",
+          "FashionMNIST accuracy: sge-WGD > each other method of the paper's Table 1",
+          _T1, _fmnist_sge_best, "table1"),
+    Claim("fmnist-function-ood", f"{MAIN}, Sec. 4 (FashionMNIST; Table 1)",
+          "the methods in function space all offer a better OOD detection",
+          "FashionMNIST AUROC(H): each fWGD > its weight-space counterpart (kde, sge, ssge); f-SVGD is left out: the "
+          "paper's own f-SVGD is below every WGD",
+          _T1, _fmnist_function_ood, "table1"),
+    Claim("fmnist-function-diversity", f"{MAIN}, Sec. 4 (FashionMNIST; Table 1)",
+          "these methods achieve a higher entropy ratio and functional diversity measured via the model "
+          "disagreement when compared to their weight-space counterparts",
+          "FashionMNIST H_o/H_t and MD_o/MD_t: each fWGD > its WGD counterpart",
+          _T1, _fmnist_function_diversity, "table1"),
+    Claim("fmnist-function-nll", f"{MAIN}, Sec. 4 (FashionMNIST; Table 1)",
+          "Interestingly, they also reach the lowest NLL values",
+          "FashionMNIST NLL: each fWGD < each other method of Table 1",
+          _T1, _fmnist_function_nll, "table1"),
+    Claim("fmnist-md-beats-entropy", f"{MAIN}, Sec. 4 (FashionMNIST; Table 1)",
+          "the model disagreement (MD) [...] allows for a better OOD detection in comparison to the entropy",
+          "FashionMNIST, every method: AUROC(MD) > AUROC(H) (unpaired intervals: conservative)",
+          _T1, _fmnist_md_vs_entropy, "table1"),
+    Claim("fmnist-hyperde-md", f"{MAIN}, Sec. 4 (FashionMNIST; Table 1)",
+          "using this metric, the hyper-deep ensemble shows OOD detection performance comparable with our "
+          "repulsive ensemble in function space",
+          "FashionMNIST AUROC(MD): hyper-DE ~ each fWGD",
+          _T1, _fmnist_hyperde_md, "table1"),
+    Claim("cifar-weight-beats-function", f"{MAIN}, Sec. 4 (CIFAR; Table 1)",
+          "the weight-space methods achieve better performance in accuracy and OOD detection using the entropy "
+          "than the ones in function space",
+          "CIFAR-10 accuracy and AUROC(H): SVGD > f-SVGD and each WGD > its fWGD counterpart",
+          _T1, _cifar_weight_beats_function, "table1"),
+    Claim("cifar-repulsive-beat-svgd", f"{MAIN}, Sec. 4 (CIFAR; Table 1)",
+          "all our repulsive ensembles improve functional diversity, accuracy, and OOD detection when compared to "
+          "standard SVGD",
+          "CIFAR-10 MD_o/MD_t, accuracy and AUROC(MD): each of kde/sge/ssge-WGD and -fWGD > SVGD (OOD detection read "
+          "as AUROC(MD), the diversity measure; by AUROC(H) the paper's own fWGD are below SVGD)",
+          _T1, _cifar_repulsive_vs_svgd, "table1"),
+    Claim("cifar-de-best-entropy", f"{MAIN}, Sec. 4 (CIFAR; Table 1)",
+          "the standard deep ensemble achieves the best OOD detection using the entropy",
+          "CIFAR-10 AUROC(H): DE > each other method of Table 1",
+          _T1, _cifar_de_best_entropy, "table1"),
+    Claim("table1-improve-over-de", f"{MAIN}, Table 1 caption",
+          "All our proposed methods improve over standard deep ensembles in terms of accuracy and diversity",
+          "FashionMNIST and CIFAR-10 accuracy and MD_o/MD_t: each of kde/sge/ssge-WGD and -fWGD > DE",
+          _T1, _table1_improve_over_de, "table1"),
+    Claim("anchored-matches-pearce", f"{PEARCE}, Table 1 and App. C Table 2",
+          "Anch. Ens. (5x 50 NNs): test NLL and RMSE on the UCI benchmark, mean ± 1 s.e.",
+          "our anchored ensemble (Table 4 protocol) ~ Pearce's, per dataset, RMSE and NLL (9 datasets)",
+          _UCI, _anchored_matches_pearce),
+    Claim("anchored-approaches-gp", f"{PEARCE}, Sec. 5 and Table 1",
+          "anchored ensembles [...] approaching the performance limit achievable with the equivalent Gaussian "
+          "Process (GP)",
+          "our anchored ensemble ~ Pearce's exact ReLU GP, per dataset, RMSE and NLL (their own: 'performed "
+          "slightly worse than the GP')",
+          _UCI, _anchored_approaches_gp, "pearce"),
+    Claim("langevin-no-difference", f"{WILD}, poster 'Theory meets Practice'",
+          "No difference, but why?",
+          "UCI NLL (Pearce's predictive): DLE ~ DE and DRLE ~ DE on each of the poster's 8 datasets (the literal "
+          "reading; the poster's own table differs beyond 2 s.e. in both directions on 8 of these 16 pairs, so "
+          "its 'no difference' is read best as 'no consistent improvement')",
+          _UCI, _langevin_no_difference, "wild"),
+    Claim("drle-repulsion-acts", f"{WILD}, poster (DRLE, Step 2)",
+          "DRLE: the MMD repulsion towards the prior, lambda_1 / N_E sum_j grad_1 kappa, moves the particles",
+          f"(a check of the poster's 'why?') DRLE's ||repulsion|| / ||drift|| averaged over training > "
+          f"{NEGLIGIBLE_REPULSION:g} on each of the poster's 8 datasets",
+          ("uci",), _drle_repulsion_acts),
+)
+
+
+# --------------------------------------------------------------------------- the scorecard
+
+#: Where each file key lives in a run (the CLI's options say which path each is).
+FILES = {
+    "synthetic": "results/synthetic/metrics.csv",
+    "toy": "results/toy/distance_to_hmc.csv",
+    "table1": "results/table1.csv",
+    "uci": "results/table2_uci.csv",
+    "table1_paper": "workflow/resources/table1_paper.csv",
+    "uci_seeds": "workflow/resources/table2_seeds.csv",
+}
+
+
+@dataclass
+class Result:
+    claim: Claim
+    comparisons: list[Comparison]
+    verdict: str
+    source_comparisons: list[Comparison] = field(default_factory=list)
+    source_verdict: str = ""
+
+
+def evaluate(evidence: Evidence, claims: Sequence[Claim] = CLAIMS) -> list[Result]:
+    """Run every claim's check on our results and, where the paper prints the numbers,
+    on the paper's."""
+    out = []
+    for claim in claims:
+        comparisons = claim.check(evidence)
+        result = Result(claim, comparisons, combine(comparisons))
+        if claim.reference:
+            paper = PaperEvidence(claim.reference, evidence.paths, evidence.labels)
+            result.source_comparisons = claim.check(paper)
+            result.source_verdict = combine(result.source_comparisons)
+        out.append(result)
+    return out
+
+
+def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | None]) -> list[dict[str, Any]]:
+    """One CSV row per claim."""
+    rows = []
+    for r in results:
+        c = r.claim
+        rows.append({
+            "id": c.id, "source": c.source, "claim": c.words, "reading": c.reading,
+            "files": " ".join(str(files.get(k) or FILES[k]) for k in c.files),
+            "verdict": r.verdict, "figures": summary(r.comparisons),
+            "source_verdict": r.source_verdict or "n/a",
+            "source_figures": summary(r.source_comparisons) if r.source_comparisons else "",
+            **{f"n_{v.replace(' ', '_')}": sum(x.verdict == v for x in r.comparisons) for v in VERDICTS},
+            "comparisons": " | ".join(x.text() for x in r.comparisons),
+        })
+    return rows
+
+
+LEGEND = (
+    f"Each claim is checked as comparisons of two quantities, each a mean ± standard error (over seeds; over "
+    f"splits for UCI; a paper's printed error; none for a constant), with the interval mean ± {K:g} s.e. "
+    "(about 95% for a normal mean; a printed value's interval is widened by half a unit of its last digit, "
+    "its error taken as at least that). An ordering (a > b) is **reproduced** when the intervals are disjoint and "
+    "the difference has the claimed sign, **contradicted** when they are disjoint with the other sign, "
+    "**inconclusive** when they overlap (disjoint intervals: a difference of more than 2 (se_a + se_b), at least "
+    "2 combined standard errors, a conservative test for claims that rest on many comparisons). An agreement "
+    "(a ~ b: 'within error bars', 'comparable', 'no difference') is reproduced when the intervals overlap, "
+    "contradicted when not; a <= b is contradicted only by a's interval wholly above b's. **not run**: a "
+    "quantity's file or row is missing, or it was made at a scale other than paper, or from fewer than 2 seeds "
+    "(no standard error). A claim is contradicted if any of its comparisons is, else not run if any is, else "
+    "reproduced if all are, else inconclusive. 'On the paper's numbers': the same check on the values the "
+    "source paper prints (n/a where it shows a figure only, or where the claim is about matching them)."
+)
+
+
+def _md_cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def scorecard_markdown(rows: Sequence[Mapping[str, Any]], scales: Mapping[str, str | None]) -> str:
+    """``claims.md``: one table (claim, source, figures, verdict, the paper's own) and the legend."""
+    counts = ", ".join(f"{sum(r['verdict'] == v for r in rows)} {v}" for v in VERDICTS)
+    made = "; ".join(f"{key}: {scale or 'absent'}" for key, scale in scales.items())
+    lines = [
+        "# Claim scorecard",
+        "",
+        f"{len(rows)} claims: {counts}. Scale of each result table: {made}.",
+        "",
+        "| # | claim | source | figures | verdict | on the paper's numbers |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for i, r in enumerate(rows, 1):
+        claim = f"**{r['id']}**: \"{r['claim']}\" ({r['reading']})"
+        lines.append("| " + " | ".join(_md_cell(x) for x in (
+            str(i), claim, r["source"], r["figures"], f"**{r['verdict']}**", r["source_verdict"])) + " |")
+    lines += ["", "## Verdict rule", "", LEGEND, ""]
+    return "\n".join(lines)
+
+
+def write_scorecard(files: Mapping[str, Path | str | None], out_csv: Path | str, out_md: Path | str,
+                    out_html: Path | str | None = None, labels: Mapping[str, str] | None = None,
+                    claims: Sequence[Claim] = CLAIMS) -> list[dict[str, Any]]:
+    """Evaluate every claim on the tables in ``files`` (keys of :data:`FILES`; a missing
+    path or file makes its claims "not run") and write the CSV, Markdown and HTML."""
+    import pandas as pd
+
+    from repens.atomic import write_text_atomic
+    from repens.report.tables import plain_table, write_table
+
+    evidence = Evidence(files, labels)
+    rows = scorecard_rows(evaluate(evidence, claims), files)
+    scales = {}
+    for key in ("synthetic", "toy", "table1", "uci"):
+        table, _ = evidence.rows(key)
+        scales[key] = None if table is None else evidence._scale(key, table)
+    columns = list(rows[0]) if rows else ["id"]
+    frame = pd.DataFrame(rows, columns=columns)
+    shown = frame[["id", "source", "claim", "figures", "verdict", "source_verdict"]].rename(
+        columns={"source_verdict": "on the paper's numbers"})
+    write_table(plain_table(frame, title="Claim scorecard"), out_csv=out_csv)
+    write_text_atomic(Path(out_md), scorecard_markdown(rows, scales))
+    if out_html is not None:
+        write_table(plain_table(shown, title="Claim scorecard (beyond the paper)", note=LEGEND), out_html=out_html)
+    return rows
