@@ -238,6 +238,18 @@ BAD = {
         _set("experiments.synthetic.quick.datasets.gausian", {"steps": 10}),
         "gausian",
     ),
+    "NUTS tree depth (the sampler is batched static HMC)": (
+        _set("experiments.toy.hmc.max_tree_depth", 10),
+        "max_tree_depth",
+    ),
+    "non-positive HMC trajectory length": (
+        _set("experiments.toy.hmc.trajectory_length", 0),
+        "experiments.toy.hmc.trajectory_length",
+    ),
+    "HMC mass adaptation not a boolean": (
+        _set("experiments.toy.hmc.adapt_mass", "sometimes"),
+        "experiments.toy.hmc.adapt_mass",
+    ),
     "method settings for a method not run": (
         _set("experiments.synthetic.method_settings", {"dee": {"lr": 0.1}}),
         "experiments.synthetic.method_settings.dee",
@@ -457,3 +469,21 @@ def test_command_line_overrides_are_read_as_yaml(tmp_path, override, expect):
         assert proc.returncode == 0, output
     else:
         assert proc.returncode != 0 and expect in output, output
+
+
+def test_hmc_reference_settings():
+    """The paper-scale reference is checked at Vehtari et al. (2021)'s thresholds; every
+    key of the hmc blocks is a field of HMCSettings; a learnt (null) trajectory length passes."""
+    from repens.config import resolve_hmc_job
+    from repens.hmc import HMCSettings
+
+    config = load_config()
+    for scale in ("paper", "quick"):
+        for dataset in ("regression", "classification"):
+            job = resolve_hmc_job(dict(config, scale=scale), "toy", dataset, 42)
+            settings = HMCSettings.from_dict(job["hmc"])
+            if scale == "paper":
+                assert (settings.rhat_max, settings.ess_min) == (1.01, 400)
+                assert settings.chains >= 4
+    config["experiments"]["toy"]["hmc"]["trajectory_length"] = None
+    assert problems(config) == []
