@@ -18,18 +18,24 @@ def _deterministic_threads():
 
 
 @pytest.fixture
-def interrupt_hmc_after_first_chain(monkeypatch):
-    """``interrupt(True)`` makes ``repens.experiments.hmc`` raise KeyboardInterrupt once
-    its first chain is checkpointed (a killed HMC job); ``interrupt(False)`` undoes it."""
+def interrupt_hmc(monkeypatch):
+    """``interrupt(True)`` makes ``repens.experiments.hmc`` stop with KeyboardInterrupt (a
+    killed HMC job) half-way through sampling, with the sampler state of the iteration
+    before checkpointed; ``interrupt(False)`` undoes it."""
     import repens.experiments.hmc as exp
 
-    real = exp.sample_nuts_with_stats
+    real = exp.sample_hmc
 
-    def interrupted(*args, on_chain=None, **kwargs):
-        def once(i, draws, st):
-            on_chain(i, draws, st)
-            raise KeyboardInterrupt
+    def interrupted(value_and_grad, init, settings, seed, **kwargs):
+        checkpoint = kwargs["checkpoint"]
 
-        return real(*args, on_chain=once, **kwargs)
+        def dying(q):
+            if checkpoint.exists():
+                done = torch.load(checkpoint, weights_only=False)["state"]["iteration"]
+                if done >= (settings.warmup + settings.samples) // 2:
+                    raise KeyboardInterrupt
+            return value_and_grad(q)
 
-    return lambda on: monkeypatch.setattr(exp, "sample_nuts_with_stats", interrupted if on else real)
+        return real(dying, init, settings, seed, **{**kwargs, "checkpoint_seconds": 0.0})
+
+    return lambda on: monkeypatch.setattr(exp, "sample_hmc", interrupted if on else real)

@@ -243,6 +243,18 @@ BAD = {
         _set("experiments.synthetic.quick.datasets.gausian", {"steps": 10}),
         "gausian",
     ),
+    "NUTS tree depth (the sampler is batched static HMC)": (
+        _set("experiments.toy.hmc.max_tree_depth", 10),
+        "max_tree_depth",
+    ),
+    "non-positive HMC trajectory length": (
+        _set("experiments.toy.hmc.trajectory_length", 0),
+        "experiments.toy.hmc.trajectory_length",
+    ),
+    "HMC mass adaptation not a boolean": (
+        _set("experiments.toy.hmc.adapt_mass", "sometimes"),
+        "experiments.toy.hmc.adapt_mass",
+    ),
     "method settings for a method not run": (
         _set("experiments.synthetic.method_settings", {"dee": {"lr": 0.1}}),
         "experiments.synthetic.method_settings.dee",
@@ -478,3 +490,21 @@ def test_langevin_methods_run_as_ula_with_a_measured_mmd_weight():
                     assert job["optimizer"] == "sgd" and job["step_size"] == "curvature", (exp, ds, method)
                     assert job["curvature_fraction"] <= 0.18  # ULA's variance within 10 %
                 assert resolve_job(config, exp, ds, "drle", 42)["mmd_weight"] >= 1e4, (exp, ds)
+
+
+def test_hmc_reference_settings():
+    """The paper-scale reference is checked at Vehtari et al. (2021)'s thresholds; every
+    key of the hmc blocks is a field of HMCSettings; a learnt (null) trajectory length passes."""
+    from repens.config import resolve_hmc_job
+    from repens.hmc import HMCSettings
+
+    config = load_config()
+    for scale in ("paper", "quick"):
+        for dataset in ("regression", "classification"):
+            job = resolve_hmc_job(dict(config, scale=scale), "toy", dataset, 42)
+            settings = HMCSettings.from_dict(job["hmc"])
+            if scale == "paper":
+                assert (settings.rhat_max, settings.ess_min) == (1.01, 400)
+                assert settings.chains >= 4
+    config["experiments"]["toy"]["hmc"]["trajectory_length"] = None
+    assert problems(config) == []

@@ -103,6 +103,7 @@ def _where(args: argparse.Namespace) -> int:
 def _hmc(args: argparse.Namespace) -> int:
     from repens.experiments.hmc import run_hmc
     from repens.hmc import HMCDiagnosticsError
+    from repens.train import Interrupted
 
     try:
         out = Path(args.out)
@@ -111,6 +112,9 @@ def _hmc(args: argparse.Namespace) -> int:
     except HMCDiagnosticsError as err:
         logging.getLogger("repens").error("%s", err)
         return 4
+    except Interrupted as err:  # SIGTERM / SIGINT: the sampler state is checkpointed
+        logging.getLogger("repens").warning("%s", err)
+        return 128 + err.signum
     _stamp([out], job, args.log)
     return 0
 

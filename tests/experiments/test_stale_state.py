@@ -209,20 +209,20 @@ def test_hyper_de_search_redone_when_l2_range_changes(tmp_path, tiny_sets, monke
 
 
 # ------------------------------------------------------------------ HMC chains
-def test_hmc_chains_of_other_settings_are_set_aside(tmp_path, interrupt_hmc_after_first_chain, caplog):
+def test_hmc_chains_of_other_settings_are_set_aside(tmp_path, interrupt_hmc, caplog):
     import repens.experiments.hmc as exp
 
-    hmc = {"chains": 2, "warmup": 10, "samples": 8, "max_tree_depth": 5, "rhat_max": 1e9, "ess_min": 0.0}
+    hmc = {"chains": 2, "warmup": 10, "samples": 8, "max_leapfrog": 20, "rhat_max": 1e9, "ess_min": 0.0}
     job = {"experiment": "hmc", "dataset": "regression", "seed": 0, "scale": "quick", "hidden": [4], "hmc": hmc}
     new = {**job, "prior_std": 0.5}
     clean = tmp_path / "clean" / "predictive.npz"
     exp.run_hmc(new, clean)
 
     out, ckpt = tmp_path / "killed" / "predictive.npz", tmp_path / "killed" / "ckpt.pt"
-    interrupt_hmc_after_first_chain(True)
+    interrupt_hmc(True)
     with pytest.raises(KeyboardInterrupt):
         exp.run_hmc(job, out, ckpt)
-    interrupt_hmc_after_first_chain(False)
+    interrupt_hmc(False)
     with caplog.at_level("INFO"):
         exp.run_hmc(new, out, ckpt)
     (line,) = set_aside_lines(caplog)

@@ -1,148 +1,78 @@
-"""The HMC (NUTS) reference posterior of the BNN toy problems, Appendix G.2 / G.3.
+"""The HMC reference posterior of the BNN toy problems, Appendix G.2 / G.3.
 
-The gold standard that Figures 1 and 3 compare the ensembles with: the same
-network, prior and likelihood as the method runs, but sampled by NUTS on the full
-training set. Writes the predictive on the test inputs in the format the method
-runs and the plotting code share (see :func:`run_hmc`).
+The gold standard that Figures 1 and 3 compare the ensembles with: the same network,
+prior and likelihood as the method runs, sampled by many HMC chains moved together
+(:func:`repens.hmc.sample_hmc`) on the full training set. Writes the predictive on the
+test inputs in the format the method runs and the plotting code share (see
+:func:`run_hmc`).
 
-Cost (measured on one core of a 2-core CPU, MLP 2 x 50, float32): one leapfrog step
-(one gradient plus pyro's bookkeeping) takes about 0.6 ms on the regression toy and
-0.73 ms on the classification toy, and NUTS uses nearly all of its 2**max_tree_depth - 1
-steps per iteration on these posteriors. A chain of 1000 warmup + 1000 sampling
-iterations thus takes about 20 min at max_tree_depth 10 and 5-6 min at depth 8; the
-depth-10 chains mix far better per gradient (regression, 2 chains x 1000 draws: split
-R-hat of f <= 1.05 and ESS >= 97 at depth 10 against 1.20 and 8 at depth 8).
+Every leapfrog step of all chains is one batched full-data gradient of the MLP stack
+(:meth:`~repens.posteriors.NetworkPosterior.grad_log_likelihood`'s written-out backward,
+no autograd), with the network in the job's ``dtype`` (float32 by default: about twice
+as fast as float64 here) and the prior term, the sampler state and the energies in
+float64. Measured costs are in ``config.yaml`` (``experiments.toy.hmc``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import torch
-from torch import Tensor, nn
-from torch.func import functional_call
+from torch import Tensor
 
-from repens.atomic import save_npz_atomic, torch_save_atomic, write_json_atomic
+from repens.atomic import save_npz_atomic, write_json_atomic
 from repens.data.toy import make_toy
 from repens.experiments.toy import toy_posterior
-from repens.job import HMCJob
-from repens.jobkey import set_aside
 from repens.hmc import (
-    ChainStats,
     HMCSettings,
+    ValueAndGrad,
     check_diagnostics,
     predictive_diagnostics,
-    sample_nuts_with_stats,
+    sample_hmc,
     summarise_diagnostics,
 )
+from repens.job import HMCJob
+from repens.jobkey import job_key
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
 
 log = logging.getLogger("repens.hmc")
 
-__all__ = ["run_hmc", "evaluate_samples", "predict_and_diagnose", "LABEL"]
+__all__ = ["LABEL", "evaluate_samples", "predict_and_diagnose", "run_hmc"]
 
 LABEL = "HMC"
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
-def _log_density(posterior: NetworkPosterior, batch: Batch) -> Callable[[Tensor], Tensor]:
-    """log p(w | D) + const for one weight vector (D,) on the full batch (scale N/B = 1).
+def value_and_grad(posterior: NetworkPosterior, batch: Batch) -> ValueAndGrad:
+    """log p(w | D) + const and its gradient for the rows (C, D) of a chain stack, full batch.
 
-    For an :func:`~repens.models.mlp` (``Linear``/``ReLU`` layers) with the Gaussian or
-    categorical likelihood, value and gradient come from a hand-written forward and
-    backward pass (:class:`_MLPLogDensity`), about half the cost of autograd through
-    ``functional_call`` for these small networks; NUTS spends nearly all its time
-    here and in pyro's own bookkeeping. Other networks use ``functional_call``.
-    Either way the value is ``posterior.log_likelihood(w[None], batch) + log_prior(w)``.
-    """
-    model = posterior.model
-    layers = _mlp_layers(model)
-    if layers is not None and posterior.likelihood in ("gaussian", "categorical"):
-        fused = _MLPValueAndGrad(posterior, batch, layers)
-        return lambda w: _MLPLogDensity.apply(w, fused)
+    The likelihood and its gradient come from one batched forward and written-out backward
+    of the network (:meth:`NetworkPosterior.outputs_with_pullback`) in the network's own
+    dtype; the Gaussian prior term and its gradient are computed in float64 from the
+    float64 rows (the prior's sum over D weights is the large term of the energy). Returns
+    float64. Equals ``posterior.log_likelihood(w, batch) + posterior.log_prior(w)``."""
+    if isinstance(posterior.prior_std, Tensor):
+        raise TypeError("value_and_grad takes an isotropic prior (a float prior_std)")
+    dtype = batch.x.dtype
+    prior_var = float(posterior.prior_std) ** 2
+    const = -0.5 * posterior.model.dim * math.log(2 * math.pi * prior_var)
 
-    def log_density(w: Tensor) -> Tensor:
-        out = functional_call(model.module, {**model.unflatten(w), **model.buffers}, (batch.x,))
-        return posterior.log_likelihood_outputs(out.unsqueeze(0), batch)[0] + posterior.log_prior(w)
+    def fn(q: Tensor) -> tuple[Tensor, Tensor]:
+        w = q.to(dtype)
+        outputs, pull_back = posterior.outputs_with_pullback(w, batch.x)
+        loglik = posterior.log_likelihood_outputs(outputs, batch).double()
+        grad = pull_back(posterior.output_grad_log_likelihood(outputs, batch)).double()
+        value = loglik - 0.5 * (q * q).sum(-1) / prior_var + const
+        return value, grad.sub_(q, alpha=1.0 / prior_var)
 
-    return log_density
-
-
-def _mlp_layers(model: StackedModel) -> list[tuple[slice, tuple[int, int], slice]] | None:
-    """(weight slice, weight shape, bias slice) per ``Linear`` when the module is a
-    ``Sequential`` of ``Linear`` layers with a ``ReLU`` between consecutive ones; else None."""
-    module = model.module
-    if not isinstance(module, nn.Sequential) or len(model.buffers):
-        return None
-    kinds = [type(m) for m in module]
-    expected = [nn.Linear, nn.ReLU] * (len(kinds) // 2) + [nn.Linear]
-    if kinds != expected or not all(m.bias is not None for m in module if isinstance(m, nn.Linear)):
-        return None
-    slots = {s.name: s for s in model.slots}
-    layers = []
-    for i, m in enumerate(module):
-        if isinstance(m, nn.Linear):
-            w, b = slots[f"{i}.weight"], slots[f"{i}.bias"]
-            layers.append((slice(w.start, w.stop), (m.out_features, m.in_features), slice(b.start, b.stop)))
-    return layers
-
-
-class _MLPValueAndGrad:
-    """Log posterior density of a ReLU MLP and its gradient, by hand (no autograd graph)."""
-
-    def __init__(self, posterior: NetworkPosterior, batch: Batch, layers: list) -> None:
-        self.posterior = posterior
-        self.batch = batch
-        self.layers = layers
-        self.scale = posterior.num_train / batch.x.shape[0]
-        if posterior.likelihood == "categorical":
-            self.onehot = torch.nn.functional.one_hot(batch.y.long(), posterior.model.module[-1].out_features)
-
-    @torch.no_grad()
-    def __call__(self, w: Tensor) -> tuple[Tensor, Tensor]:
-        post, layers = self.posterior, self.layers
-        acts, h = [self.batch.x], self.batch.x
-        for k, (ws, shape, bs) in enumerate(layers):
-            h = torch.addmm(w[bs], h, w[ws].view(shape).T)
-            if k < len(layers) - 1:
-                h = h.clamp_min(0)
-                acts.append(h)
-        value = post.log_likelihood_outputs(h.unsqueeze(0), self.batch)[0] + post.log_prior(w)
-        # d loglik / d outputs
-        if post.likelihood == "gaussian":
-            g = ((self.batch.y.reshape(-1) - h[:, 0]) * (self.scale / post.noise_std**2)).unsqueeze(1)
-        else:
-            g = (self.onehot - torch.softmax(h, dim=-1)) * self.scale
-        grad = w / (-post.prior_std**2)
-        for k in range(len(layers) - 1, -1, -1):
-            ws, shape, bs = layers[k]
-            grad[ws] += (g.T @ acts[k]).reshape(-1)
-            grad[bs] += g.sum(0)
-            if k > 0:
-                g = (g @ w[ws].view(shape)) * (acts[k] > 0)
-        return value, grad
-
-
-class _MLPLogDensity(torch.autograd.Function):
-    """Wraps a (value, gradient) function as a differentiable scalar of ``w``."""
-
-    @staticmethod
-    def forward(ctx: Any, w: Tensor, fn: _MLPValueAndGrad) -> Tensor:  # type: ignore[override]
-        value, grad = fn(w.detach())
-        ctx.save_for_backward(grad)
-        return value
-
-    @staticmethod
-    def backward(ctx: Any, upstream: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        (grad,) = ctx.saved_tensors
-        return upstream * grad, None
+    return fn
 
 
 @torch.no_grad()
@@ -163,8 +93,8 @@ def predict_and_diagnose(
     classes would otherwise be a few GB with the FFTs of the ESS).
     """
     chains, kept, dim = draws.shape
-    flat = draws.reshape(chains * kept, dim)
-    parts, rhat, ess = [], [], []
+    flat = draws.reshape(chains * kept, dim).to(x_test.dtype)
+    parts, rhat, bulk, tail = [], [], [], []
     for i in range(0, x_test.shape[0], points):
         out = evaluate_samples(model, flat, x_test[i : i + points])  # (S, t, out)
         if task == "regression":
@@ -175,28 +105,11 @@ def predict_and_diagnose(
             parts.append(value.mean(0))
         d = predictive_diagnostics(value.reshape(chains, kept, *value.shape[1:]))
         rhat.append(d["rhat"])
-        ess.append(d["ess"])
+        bulk.append(d["ess_bulk"])
+        tail.append(d["ess_tail"])
     predictive = torch.cat(parts, dim=1 if task == "regression" else 0)
-    return predictive, summarise_diagnostics(np.concatenate(rhat), np.concatenate(ess), chains, chains * kept)
-
-
-def _load_checkpoint(path: Path | None, key: str) -> dict[int, tuple[Tensor, ChainStats]]:
-    if path is None or not path.exists():
-        return {}
-    try:
-        state = torch.load(path, weights_only=False)
-    except Exception as err:  # a corrupt checkpoint only costs a rerun
-        log.warning("ignoring unreadable checkpoint %s (%s)", path, err)
-        return {}
-    if not isinstance(state, dict) or state.get("key") != key:
-        set_aside(path, state.get("key") if isinstance(state, dict) else None, key, log,
-                  then="sampling every chain again")
-        return {}
-    return {int(i): (draws, ChainStats(**st)) for i, (draws, st) in state["chains"].items()}
-
-
-def _save_checkpoint(path: Path, key: str, chains: dict[int, tuple[Tensor, ChainStats]]) -> None:
-    torch_save_atomic({"key": key, "chains": {i: (d, st.to_dict()) for i, (d, st) in chains.items()}}, path)
+    return predictive, summarise_diagnostics(np.concatenate(rhat), np.concatenate(bulk), np.concatenate(tail),
+                                             chains, chains * kept)
 
 
 def _json_default(obj: Any) -> Any:
@@ -207,12 +120,12 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj)}")
 
 
-def _log_density_summary(log_density: Callable[[Tensor], Tensor], draws: Tensor) -> dict[str, Any]:
-    """Log posterior density of the kept draws, per chain: a chain still drifting (mean of its
-    second half above its first) or chains at different levels point to too short a warmup.
-    Reported, not checked (modes of a BNN may differ in density yet give similar f)."""
-    with torch.no_grad():
-        lp = torch.stack([torch.stack([log_density(w) for w in chain]) for chain in draws]).double()
+def _log_density_summary(draw_logp: Tensor) -> dict[str, Any]:
+    """Log posterior density of the kept draws (chains, kept), per chain: a chain still
+    drifting (second half above its first) or chains at different levels point to too
+    short a warmup. Reported, not checked (modes of a BNN may differ in density yet give
+    similar f)."""
+    lp = draw_logp.double()
     half = lp.shape[1] // 2
     out: dict[str, Any] = {
         "mean_per_chain": lp.mean(1).tolist(),
@@ -227,21 +140,22 @@ def _log_density_summary(log_density: Callable[[Tensor], Tensor], draws: Tensor)
 
 
 def run_hmc(job: HMCJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
-    """NUTS reference posterior of a toy BNN job; predictions on ``x_test`` to ``out`` (.npz).
+    """HMC reference posterior of a toy BNN job; predictions on ``x_test`` to ``out`` (.npz).
 
-    ``job``: a :class:`repens.job.HMCJob` or its spec: ``dataset`` ("regression" |
-    "classification"), ``seed`` (data, initial points and sampler), ``scale`` (recorded
-    only), the toy network (``prior_std``, ``noise_std``, ``hidden``), ``hmc`` (fields of
-    :class:`~repens.hmc.HMCSettings`; missing keys take the defaults), ``dtype`` and
-    ``threads`` (torch intra-op threads while running: NUTS on these small networks is a
-    long chain of tiny operations, which extra threads only slow down, badly so on a busy
-    machine; the caller's setting is restored afterwards).
+    Job keys: ``dataset`` ("regression" | "classification"), ``seed`` (data, initial
+    points and sampler), ``scale`` (recorded only), ``prior_std`` (1.0),
+    ``noise_std`` (regression, 0.5), ``hidden`` ([50, 50]), ``hmc`` (fields of
+    :class:`~repens.hmc.HMCSettings`; missing keys take the defaults),
+    ``dtype`` of the network ("float32", the default, or "float64"; the sampler is
+    float64 either way) and ``threads`` (torch intra-op threads while running, default 1:
+    the batched gradients of these small networks gain little from a second thread and
+    lose badly on a busy machine; the caller's setting is restored afterwards).
 
     Chains start from prior draws. First ``out.with_name("diagnostics.json")`` is
-    written (settings, R-hat / ESS of the predictive, per-chain step size,
-    acceptance, divergences, gradient evaluations, wall time), then the
-    diagnostics are checked (:class:`~repens.hmc.HMCDiagnosticsError` on failure, so a
-    bad run leaves the diagnostics but no predictions), then ``out`` with
+    written (settings, rank-normalised R-hat and bulk / tail ESS of the predictive,
+    per-chain step size, acceptance, divergences, trajectory length, gradient calls,
+    wall time), then the diagnostics are checked (:class:`~repens.hmc.HMCDiagnosticsError`
+    on failure, so a bad run leaves the diagnostics but no predictions), then ``out`` with
 
     * ``x_train`` (N, d) float32, ``y_train`` (N,) float32 targets or int64 labels,
       ``x_test`` (T, d) float32;
@@ -251,78 +165,75 @@ def run_hmc(job: HMCJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
     * classification: ``probs_test`` (T, C) float32, mean over samples of softmax(f_s(x));
     * ``job``: 0-d string array, ``json.dumps(job, sort_keys=True)``; ``label``: "HMC".
 
-    ``checkpoint`` (optional) keeps finished chains, so an interrupted run resumes
-    at the chain it was in. It is removed after a passed check and kept after a
-    failed one: its key leaves out ``hmc.rhat_max`` / ``hmc.ess_min``, so rerunning
-    with looser thresholds reuses the draws instead of sampling again.
+    ``checkpoint`` (optional) holds the sampler state (see :func:`~repens.hmc.sample_hmc`):
+    a killed run resumes where it stopped, bit-identically. It is removed after a passed
+    check and kept after a failed one: its key leaves out ``hmc.rhat_max`` /
+    ``hmc.ess_min``, so rerunning with looser thresholds reuses the draws instead of
+    sampling again.
     """
-    job = HMCJob.of(job)
+    job = job.to_spec() if isinstance(job, HMCJob) else dict(job)  # the spec, as its key hashes it
     threads = torch.get_num_threads()
-    torch.set_num_threads(job.threads)
+    torch.set_num_threads(int(job.get("threads", 1)))
     try:
         _run_hmc(job, Path(out), checkpoint)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_hmc(job: HMCJob, out: Path, checkpoint: Path | None) -> None:
+def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
     start = time.perf_counter()
-    job_json = json.dumps(job.spec, sort_keys=True)
+    job_json = json.dumps(job, sort_keys=True)
     log.info("job %s", job_json)
-    settings = HMCSettings.from_dict(job.hmc)
-    dtype = _DTYPES[job.dtype]
-    seed = job.seed
+    settings = HMCSettings.from_dict(job.get("hmc"))
+    dtype = _DTYPES[job.get("dtype", "float32")]
+    seed = int(job["seed"])
 
-    data = make_toy(job.dataset, seed)
+    data = make_toy(job["dataset"], seed)
     posterior = toy_posterior(job, data, dtype)
     model = posterior.model
     y = data.y_train.to(dtype) if data.task == "regression" else data.y_train.long()
     batch = Batch(data.x_train.to(dtype), y)
-    log_density = _log_density(posterior, batch)
 
     generator = torch.Generator().manual_seed(seed)
-    init = posterior.sample_prior(settings.chains, generator).to(dtype)
-    log.info("%s: %d weights, %d training points, %d chains x (%d warmup + %d samples, thin %d), %s",
-             job.dataset, model.dim, batch.x.shape[0], settings.chains, settings.warmup,
+    init = posterior.sample_prior(settings.chains, generator).double()
+    log.info("%s: %d weights, %d training points, %d chains x (%d warmup + %d samples, thin %d), network in %s",
+             job["dataset"], model.dim, batch.x.shape[0], settings.chains, settings.warmup,
              settings.samples, settings.thin, dtype)
 
     # the acceptance thresholds do not change the draws: a run that failed its check
     # can be accepted with looser thresholds without sampling again
-    key = job.replace(hmc={k: v for k, v in job.hmc.items() if k not in ("rhat_max", "ess_min")}).key()
-    done = _load_checkpoint(checkpoint, key)
-    finished = dict(done)
-
-    def on_chain(i: int, draws: Tensor, st: ChainStats) -> None:
-        finished[i] = (draws, st)
-        if checkpoint is not None:
-            _save_checkpoint(checkpoint, key, finished)
-
-    draws, stats = sample_nuts_with_stats(log_density, init, settings, seed, done=done, on_chain=on_chain)
-    chains, kept, _ = draws.shape
-
+    sampling_job = {**job, "hmc": {k: v for k, v in (job.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
+    draws, stats = sample_hmc(value_and_grad(posterior, batch), init, settings, seed,
+                              checkpoint=checkpoint, checkpoint_key=job_key(sampling_job))
+    diag_start = time.perf_counter()
     predictive, diag = predict_and_diagnose(model, draws, data.x_test.to(dtype), data.task)
-    lp_diag = _log_density_summary(log_density, draws)
+    lp_diag = _log_density_summary(stats.pop("draw_logp"))
+    diagnostics_s = time.perf_counter() - diag_start
     wall = time.perf_counter() - start
 
     out.parent.mkdir(parents=True, exist_ok=True)
+    passed = bool(diag["rhat_max"] <= settings.rhat_max and diag["ess_min"] >= settings.ess_min)
     write_json_atomic(out.with_name("diagnostics.json"), {
-        "job": job.to_spec(),
+        "job": job,
         "settings": settings.to_dict(),
         "dtype": str(dtype).removeprefix("torch."),
         "num_weights": model.dim,
         "quantity": "f(x_test)" if data.task == "regression" else "softmax(f(x_test)), worst class per input",
         "diagnostics": diag,
-        "passed": bool(diag["rhat_max"] <= settings.rhat_max and diag["ess_min"] >= settings.ess_min),
+        "passed": passed,
         "log_density": lp_diag,
-        "divergences": int(sum(st.divergences for st in stats)),
+        "divergences": int(sum(stats["divergences"])),
         "wall_time_s": wall,
-        "sampling_time_s": float(sum(st.seconds for st in stats)),
-        "chains": [st.to_dict() for st in stats],
+        "sampling_time_s": stats["seconds"],
+        "diagnostics_time_s": diagnostics_s,
+        "sampler": stats,
     }, indent=1, default=_json_default, allow_nan=True)
-    log.info("diagnostics: split R-hat max %.4f (mean %.4f), ESS min %.1f (mean %.1f) over %d draws, "
-             "%d divergences, %.1f s; log density per chain %s (R-hat %.3g)", diag["rhat_max"], diag["rhat_mean"],
-             diag["ess_min"], diag["ess_mean"], diag["draws"], sum(st.divergences for st in stats), wall,
-             ", ".join(f"{v:.1f}" for v in lp_diag["mean_per_chain"]), lp_diag.get("rhat", float("nan")))
+    log.info("diagnostics: rank-normalised split R-hat max %.4f (mean %.4f), ESS min bulk %.1f tail %.1f "
+             "(mean %.1f) over %d draws, %d divergences, sampling %.1f s (warmup %.1f s), %.1f s in all; "
+             "log density per chain %s (R-hat %.3g)", diag["rhat_max"], diag["rhat_mean"], diag["ess_bulk_min"],
+             diag["ess_tail_min"], diag["ess_mean"], diag["draws"], sum(stats["divergences"]), stats["seconds"],
+             stats["warmup_seconds"], wall, ", ".join(f"{v:.1f}" for v in lp_diag["mean_per_chain"]),
+             lp_diag.get("rhat", float("nan")))
     check_diagnostics(diag, settings)  # on failure the checkpoint stays (see above)
     if checkpoint is not None and checkpoint.exists():
         checkpoint.unlink()
