@@ -94,6 +94,16 @@ def test_dry_run_table1_builds_exactly_what_it_needs(tmp_path):
     assert jobs(out)["train_image"] == 2 * len(methods) * 5 and jobs(out)["prepare_images"] == 4
 
 
+def test_claim_scorecard_reads_table2_but_never_trains_it(tmp_path):
+    """Issue 13: the scorecard takes the tables of `all`; Table 2 is read if present."""
+    rc, out = snakemake(tmp_path, "-n", "-p", "results/claims.csv")
+    assert rc == 0, out
+    planned = jobs(out)
+    assert planned["summarize_claims"] == 1 and "train_uci" not in planned and "summarize_uci" not in planned
+    assert {"summarize_synthetic", "summarize_toy", "summarize_image"} <= set(planned)
+    assert "--uci results/table2_uci.csv" in out
+
+
 def test_dry_run_specs_follow_scale(tmp_path):
     rc, out = snakemake(tmp_path, "-n", "-p", "--config", "scale=paper")
     assert rc == 0, out

@@ -171,7 +171,7 @@ def test_quick_scale_table_and_missing_table_are_not_run(tmp_path):
     partial = {k: v for k, v in ACCURACY.items() if k != "ssge-fwgd"}
     files = {"table1": _table1(tmp_path / "p" / "table1.csv", "paper", partial)}
     result = _fmnist(cl.Evidence(files))
-    assert result.verdict == "not run" and "no fashionmnist/ssge-fwgd row" in cl.summary(result.comparisons)
+    assert result.verdict == "not run" and "no rows for ssge-fwgd (fashionmnist)" in cl.summary(result.comparisons)
     # too few seeds for a standard error
     files = {"table1": _table1(tmp_path / "one" / "table1.csv", "paper",
                                {k: (v[0], math.nan) for k, v in ACCURACY.items()}, n=1)}
@@ -287,7 +287,8 @@ def test_uci_claims_on_table2(tmp_path):
     assert by_id["drle-repulsion-acts"].verdict == "reproduced"
     # DLE and DE are not in this table: not run, naming the rows
     assert by_id["langevin-no-difference"].verdict == "not run"
-    assert "no kin8nm/dle row" in cl.summary(by_id["langevin-no-difference"].comparisons)
+    assert "table2_uci.csv: no rows for dle, de (kin8nm, concrete, energy, naval, power, protein, wine, yacht)" in \
+        cl.summary(by_id["langevin-no-difference"].comparisons)
     # the poster's own numbers differ beyond 2 s.e. (kin8nm DLE 13.25 +- 4.3 vs DE 0.33 +- 0.1)
     assert by_id["langevin-no-difference"].source_verdict == "contradicted"
     # the same table at quick scale
@@ -354,14 +355,14 @@ def test_scorecard_reads_the_tables_the_pipeline_writes(tmp_path):
     assert "sge-wgd accuracy (%) 96 ± 0.058, n=3" in by_id["fmnist-improve-accuracy"]["comparisons"]
     # sge-WGD 96% against 95%: best (hyper-DE and f-SVGD are not in this run: not run)
     assert by_id["fmnist-sge-best-accuracy"]["verdict"] == "not run"
-    assert "no fashionmnist/fsvgd row" in by_id["fmnist-sge-best-accuracy"]["figures"]
+    assert "table1.csv: no rows for fsvgd, hyper-de (fashionmnist))" in by_id["fmnist-sge-best-accuracy"]["figures"]
     # the same AUROC(MD) and AUROC(H) for all, s.e. 0: 0.95 > 0.9
     assert by_id["fmnist-md-beats-entropy"]["verdict"] == "not run"  # f-SVGD and hyper-DE missing
     # identical NLL of DE, DLE and DRLE on the poster's datasets present; the others missing
     nodiff = by_id["langevin-no-difference"]
     assert nodiff["verdict"] == "not run" and int(nodiff["n_reproduced"]) == 4  # yacht, energy x DLE, DRLE
     assert nodiff["figures"].startswith("12 of 16 comparisons not run (") and nodiff["figures"].endswith("; 4 reproduced")
-    assert "no kin8nm/dle row" in nodiff["figures"]
+    assert "no rows for dle, de, drle (kin8nm, concrete, naval, power, protein, wine)" in nodiff["figures"]
     # DRLE's repulsion 0.0115 +- 0.0006 (4 splits) is below the 0.05 of "negligible" beyond
     # its error bars: contradicted, though 6 of the poster's datasets are not in this run
     assert by_id["drle-repulsion-acts"]["n_contradicted"] == "2" and by_id["drle-repulsion-acts"]["n_not_run"] == "6"

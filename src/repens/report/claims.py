@@ -50,6 +50,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,6 +216,24 @@ def combine(comparisons: Sequence[Comparison]) -> str:
     return "reproduced" if all(v == "reproduced" for v in verdicts) else "inconclusive"
 
 
+_NO_ROW = re.compile(r"^(?P<file>.*): no (?P<block>[\w-]+)/(?P<method>[\w-]+) row$")
+
+
+def _grouped(reasons: Sequence[str]) -> list[str]:
+    """"F: no D1/m1 row", "F: no D2/m2 row" -> "F: no rows for m1, m2 (D1, D2)", in first-seen order."""
+    out: dict[str, tuple[list[str], list[str]] | None] = {}
+    for reason in reasons:
+        m = _NO_ROW.match(reason)
+        if m is None:
+            out.setdefault(reason, None)
+            continue
+        methods, blocks = out.setdefault(f"{m['file']}: no rows for", ([], []))
+        methods.append(m["method"]) if m["method"] not in methods else None
+        blocks.append(m["block"]) if m["block"] not in blocks else None
+    return [key if found is None else f"{key} {', '.join(found[0])} ({', '.join(found[1])})"
+            for key, found in out.items()]
+
+
 def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
     """The figures a verdict rests on, short: why it was not run (and how the comparisons
     that did run came out), else every comparison (up to ``limit``) or the counts and
@@ -228,7 +247,7 @@ def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
                          if any(c.verdict == v for c in items))
 
     if verdict == "not run":
-        reasons = list(dict.fromkeys(r for c in comparisons for r in c.reason.split("; ") if r))
+        reasons = _grouped(dict.fromkeys(r for c in comparisons for r in c.reason.split("; ") if r))
         text = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
         ran = [c for c in comparisons if c.verdict != "not run"]
         if ran:
