@@ -413,6 +413,9 @@ def test_resume_is_bit_identical(tmp_path, how):
     init = mean + torch.randn(3, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     s = HMCSettings(chains=3, warmup=120, samples=40, thin=2)
     full, full_stats = sample_hmc(fn, init, s, seed=5)
+    # what the process had before (SIG_IGN where it was started in the background without
+    # job control, Python's default_int_handler otherwise)
+    handler_before = signal.getsignal(signal.SIGINT)
 
     ckpt = tmp_path / "state.pt"
     # SIGINT: checkpoint at the end of the iteration, then Interrupted; a hard kill: only
@@ -426,7 +429,7 @@ def test_resume_is_bit_identical(tmp_path, how):
     resumed, stats = sample_hmc(fn, init, s, seed=5, checkpoint=ckpt, checkpoint_key="k")
     assert torch.equal(resumed, full)
     assert stats["step_size"] == full_stats["step_size"] and stats["gradient_calls"] == full_stats["gradient_calls"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert signal.getsignal(signal.SIGINT) is handler_before  # handlers restored
 
     # a checkpoint of other settings is set aside, not resumed
     other, _ = sample_hmc(fn, init, s, seed=5, checkpoint=ckpt, checkpoint_key="other")
