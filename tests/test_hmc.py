@@ -271,6 +271,15 @@ def test_diagnostics_flag_stuck_chains():
     d = predictive_diagnostics(probs)
     assert d["rhat"].shape == (4,) and d["rhat"][2] > 1.5 and d["rhat"][[0, 1, 3]].max() < 1.1
 
+    # a class probability saturated in every draw of every chain does not count, the input's
+    # other outputs do; an input whose outputs all never move stays undefined
+    saturated = 0.01 * torch.randn(2, 200, 4, 3, generator=g, dtype=torch.float64)
+    saturated[:, :, 0, 0] = 1.0
+    d = predictive_diagnostics(saturated)
+    assert math.isfinite(d["rhat_max"]) and d["rhat_max"] < 1.1 and math.isfinite(d["rhat"][0])
+    saturated[1, :, 3, 2] += 1.0  # an unmixed output beside a saturated one still fails
+    assert predictive_diagnostics(saturated)["rhat"][3] > 1.5
+
     # a quantity that never moves has undefined R-hat and fails the check
     frozen = predictive_diagnostics(torch.ones(2, 10, 3))
     assert math.isnan(frozen["rhat_max"])

@@ -797,16 +797,24 @@ def predictive_diagnostics(f: Tensor | np.ndarray, chunk: int = 256) -> dict[str
         g = f[:, :, i : i + chunk]
         t = g.shape[2]
         g = g.reshape(chains, samples, -1)
-        rhats.append(_worst(rhat_rank(g).reshape(t, -1), np.max))
+        # R-hat is NaN exactly where a quantity never moves in any chain (a class probability
+        # saturated at 0 or 1 in every draw): chains started apart that agree exactly have
+        # nothing left to mix, so such outputs do not count; an input all of whose outputs
+        # never move stays NaN (and fails the check, as a sampler that never moved would)
+        rhats.append(_worst(rhat_rank(g).reshape(t, -1), np.nanmax, ignore_nan=True))
         bulks.append(_worst(ess_bulk(g).reshape(t, -1), np.min))
         tails.append(_worst(ess_tail(g).reshape(t, -1), np.min))
     return summarise_diagnostics(np.concatenate(rhats), np.concatenate(bulks), np.concatenate(tails),
                                  chains, chains * samples)
 
 
-def _worst(x: np.ndarray, op: Callable[..., np.ndarray]) -> np.ndarray:
-    """The worst output of each input (rows); NaN if any output is NaN."""
-    return np.where(np.isnan(x).any(-1), np.nan, op(x, axis=-1))
+def _worst(x: np.ndarray, op: Callable[..., np.ndarray], ignore_nan: bool = False) -> np.ndarray:
+    """The worst output of each input (rows); NaN if any output is NaN (``ignore_nan``: if
+    all are; ``op`` is then a NaN-ignoring reduction)."""
+    missing = np.isnan(x).all(-1) if ignore_nan else np.isnan(x).any(-1)
+    with np.errstate(all="ignore"):
+        safe = np.where(np.isnan(x).all(-1, keepdims=True), 0.0, x) if ignore_nan else x
+        return np.where(missing, np.nan, op(safe, axis=-1))
 
 
 def summarise_diagnostics(rhat: np.ndarray, ess_bulk_: np.ndarray, ess_tail_: np.ndarray,
