@@ -67,6 +67,8 @@ from scipy.special import ndtri
 from scipy.stats import rankdata
 from torch import Tensor
 
+from repens.jobkey import load_keyed_checkpoint
+
 log = logging.getLogger("repens.hmc")
 
 __all__ = [
@@ -423,24 +425,6 @@ def _state_key(key: str | None, settings: HMCSettings, init: Tensor, seed: int) 
     return f"{key}|{sorted(sampling.items())}|{tuple(init.shape)}|{seed}|v{SAMPLER_VERSION}"
 
 
-def _load_state(path: Path, key: str) -> dict[str, Any] | None:
-    from repens.jobkey import set_aside
-
-    try:
-        saved = torch.load(path, weights_only=False, map_location="cpu")
-    except Exception as err:  # noqa: BLE001 - a corrupt checkpoint only costs a rerun
-        stale = path.with_name(path.name + ".stale")
-        path.replace(stale)
-        log.warning("checkpoint %s is unreadable (%s); set aside as %s, sampling from the start",
-                    path, " ".join(str(err).split()), stale.name)
-        return None
-    if not isinstance(saved, dict) or saved.get("key") != key:
-        set_aside(path, saved.get("key") if isinstance(saved, dict) else None, key, log,
-                  then="sampling from the start")
-        return None
-    return saved["state"]
-
-
 def sample_hmc(
     value_and_grad: ValueAndGrad,
     init: Tensor,
@@ -479,7 +463,9 @@ def sample_hmc(
     if init.shape[0] != settings.chains:
         raise ValueError(f"init has {init.shape[0]} rows but settings.chains = {settings.chains}")
     key = _state_key(checkpoint_key, settings, init, seed)
-    state = _load_state(checkpoint, key) if checkpoint is not None and checkpoint.exists() else None
+    saved = (load_keyed_checkpoint(checkpoint, key, log, then="sampling from the start")
+             if checkpoint is not None else None)
+    state = saved["state"] if saved is not None else None
     if state is not None:
         log.info("resumed from %s at iteration %d/%d", checkpoint, state["iteration"],
                  settings.warmup + settings.samples)
@@ -562,7 +548,6 @@ def _run(value_and_grad: ValueAndGrad, settings: HMCSettings, state: dict[str, A
         take = ~divergent & (uniform.log() < -delta)
         st["gradient_calls"] += int(steps.max())
         st["leapfrog_steps"] += steps
-        q0 = q
         q = torch.where(take.unsqueeze(-1), q1, q)
         logp = torch.where(take, logp1, logp)
         grad = torch.where(take.unsqueeze(-1), grad1, grad)

@@ -59,3 +59,26 @@ def load_keyed_json(path: Path, key: str, log: logging.Logger, then: str, what: 
         return saved
     set_aside(path, saved.get("key") if isinstance(saved, dict) else None, key, log, then=then, what=what)
     return None
+
+
+def load_keyed_checkpoint(path: Path, key: str, log: logging.Logger, then: str = "starting from step 0") -> dict | None:
+    """The ``torch.save``d dict at ``path`` if it was made under ``key`` (its ``"key"`` entry);
+    ``None`` if there is none, and an unreadable or stale checkpoint is set aside
+    (``<name>.stale``, one log line ending in ``then``) instead of resumed."""
+    if not path.exists():
+        return None
+    import torch  # only the training and sampling processes read checkpoints
+
+    try:
+        saved = torch.load(path, weights_only=False, map_location="cpu")
+    except Exception as err:  # noqa: BLE001 - a corrupt checkpoint only costs a rerun
+        stale = path.with_name(path.name + ".stale")
+        os.replace(path, stale)
+        log.warning("checkpoint %s is unreadable (%s); set aside as %s, %s",
+                    path, " ".join(str(err).split()), stale.name, then)
+        return None
+    made = saved.get("key") if isinstance(saved, dict) else None
+    if made != key:
+        set_aside(path, made, key, log, then=then)
+        return None
+    return saved

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import os
 import signal
 import time
@@ -27,7 +26,7 @@ from torch import Tensor
 
 from repens.atomic import torch_save_atomic
 from repens.host_memory import keep_freed_memory
-from repens.jobkey import set_aside
+from repens.jobkey import load_keyed_checkpoint
 from repens.posteriors import Batch
 from repens.updates import StepContext, Update, repulsion_ratio
 
@@ -135,23 +134,6 @@ def _state_key(checkpoint_key: str | None, settings: TrainSettings, params: Tens
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _load_checkpoint(checkpoint: Path, key: str) -> dict | None:
-    """The checkpoint's contents if it was made under ``key``; else it is set aside."""
-    try:
-        saved = torch.load(checkpoint, weights_only=False, map_location="cpu")
-    except Exception as err:  # noqa: BLE001 - a corrupt checkpoint only costs a rerun
-        stale = checkpoint.with_name(checkpoint.name + ".stale")
-        checkpoint.replace(stale)
-        log.warning("checkpoint %s is unreadable (%s); set aside as %s, starting from step 0",
-                    checkpoint, " ".join(str(err).split()), stale.name)
-        return None
-    made = saved.get("key") if isinstance(saved, dict) else None
-    if made != key:
-        set_aside(checkpoint, made, key, log)
-        return None
-    return saved
-
-
 def train(
     state: TrainState,
     update: Callable[[Tensor, StepContext], Update],
@@ -190,7 +172,7 @@ def train(
     repulsion: list[tuple[int, list[float]]] = list(state.repulsion)
     sampler_state = getattr(next_batch, "state_dict", None)
     key = _state_key(checkpoint_key, settings, params)
-    saved = _load_checkpoint(checkpoint, key) if checkpoint is not None and checkpoint.exists() else None
+    saved = load_keyed_checkpoint(checkpoint, key, log) if checkpoint is not None else None
     if saved is not None:
         with torch.no_grad():
             params.copy_(saved["params"])
