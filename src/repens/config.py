@@ -255,6 +255,7 @@ def _layers_of(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], st
             out.append((f"{prefix}method_settings.{m}", layer or {}, m))
         for ds, ds_layer in (block.get("datasets") or {}).items():
             ds_layer = dict(ds_layer or {})
+            ds_layer.pop("hmc", None)  # the dataset's HMC reference settings (resolve_hmc_job)
             for m, layer in (ds_layer.pop("method_settings", None) or {}).items():
                 out.append((f"{prefix}datasets.{ds}.method_settings.{m}", layer or {}, m))
             out.append((f"{prefix}datasets.{ds}", ds_layer, None))
@@ -429,6 +430,7 @@ def resolve_job(
     layers: list[Mapping[str, Any] | None] = [config["methods"][method]]
     for block in blocks:
         on_dataset = dict((block.get("datasets") or {}).get(dataset) or {})
+        on_dataset.pop("hmc", None)  # the HMC reference's, not training's (resolve_hmc_job)
         per_method = on_dataset.pop("method_settings", None) or {}
         layers += [
             block.get("settings"),
@@ -454,14 +456,18 @@ def report_datasets(config: Mapping[str, Any], experiment: str) -> list[str]:
 
 def resolve_hmc_job(config: Mapping[str, Any], experiment: str, dataset: str, seed: int) -> dict[str, Any]:
     """Job of the HMC reference of ``experiment`` on ``dataset``: the experiment's and
-    dataset's settings (no method layer) plus the merged ``hmc`` block (quick patches it)."""
+    dataset's settings (no method layer) plus the merged ``hmc`` blocks: the experiment's,
+    then the dataset's (``datasets.<dataset>.hmc``), then at quick scale the quick block's
+    and its dataset's."""
     exp = config["experiments"][experiment]
-    layers = [exp.get("settings"), (exp.get("datasets") or {}).get(dataset)]
-    hmc_layers = [exp.get("hmc")]
+    on_dataset = dict((exp.get("datasets") or {}).get(dataset) or {})
+    layers = [exp.get("settings"), on_dataset]
+    hmc_layers = [exp.get("hmc"), on_dataset.pop("hmc", None)]
     if config["scale"] == "quick":
         quick = exp.get("quick") or {}
-        layers += [quick.get("settings"), (quick.get("datasets") or {}).get(dataset)]
-        hmc_layers.append(quick.get("hmc"))
+        quick_dataset = dict((quick.get("datasets") or {}).get(dataset) or {})
+        layers += [quick.get("settings"), quick_dataset]
+        hmc_layers += [quick.get("hmc"), quick_dataset.pop("hmc", None)]
     job = _merge(*layers)
     for key in METHOD_KEYS + ("particles", "steps", "lr", "optimizer", "init_std", "bandwidth", "batch_size"):
         job.pop(key, None)  # training settings of the particle methods

@@ -564,7 +564,6 @@ def _run(value_and_grad: ValueAndGrad, settings: HMCSettings, state: dict[str, A
         take = ~divergent & (uniform.log() < -delta)
         st["gradient_calls"] += int(steps.max())
         st["leapfrog_steps"] += steps
-        q0 = q
         q = torch.where(take.unsqueeze(-1), q1, q)
         logp = torch.where(take, logp1, logp)
         grad = torch.where(take.unsqueeze(-1), grad1, grad)
