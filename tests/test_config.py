@@ -508,3 +508,29 @@ def test_hmc_reference_settings():
                 assert settings.chains >= 4
     config["experiments"]["toy"]["hmc"]["trajectory_length"] = None
     assert problems(config) == []
+
+
+def test_dataset_hmc_patch_reaches_only_the_hmc_job():
+    """``datasets.<name>.hmc`` patches that dataset's HMC reference, after the experiment's
+    hmc block and before the quick one; training jobs never see it (their keys stay put)."""
+    from repens.config import resolve_hmc_job
+
+    config = load_config()
+    toy = config["experiments"]["toy"]
+    toy["datasets"]["regression"]["hmc"] = {"samples": 77, "chains": 5}
+    toy["quick"]["datasets"]["regression"]["hmc"] = {"chains": 3}
+    assert problems(config) == []
+    paper, quick = dict(config, scale="paper"), dict(config, scale="quick")
+    assert resolve_hmc_job(paper, "toy", "regression", 42)["hmc"]["samples"] == 77
+    assert resolve_hmc_job(paper, "toy", "regression", 42)["hmc"]["chains"] == 5
+    assert resolve_hmc_job(quick, "toy", "regression", 42)["hmc"]["chains"] == 3
+    assert resolve_hmc_job(quick, "toy", "regression", 42)["hmc"]["samples"] == toy["quick"]["hmc"]["samples"]
+    assert resolve_hmc_job(paper, "toy", "classification", 42)["hmc"]["chains"] == toy["hmc"]["chains"]
+    for scale in (paper, quick):
+        job = resolve_job(scale, "toy", "regression", "de", 42)
+        assert "hmc" not in job
+        assert job == resolve_job(dict(scale, experiments={**config["experiments"], "toy": {
+            **toy, "datasets": {**toy["datasets"], "regression": {
+                k: v for k, v in toy["datasets"]["regression"].items() if k != "hmc"}}}}), "toy", "regression", "de", 42)
+    toy["datasets"]["regression"]["hmc"] = {"max_tree_depth": 10}
+    assert any("max_tree_depth" in p for p in problems(config))

@@ -143,8 +143,8 @@ def test_leapfrog_stops_a_chain_at_a_non_finite_density():
     q0 = torch.tensor([[0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
     p0 = torch.tensor([[10.0, 0.0], [-10.0, 0.0]], dtype=torch.float64)
     lp0, g0 = fn(q0)
-    q1, p1, lp1, _, bad, _ = leapfrog(q0, p0, lp0, g0, torch.full((2,), 0.05, dtype=torch.float64),
-                                   torch.ones(2, 2, dtype=torch.float64), torch.tensor([10, 10]), fn)
+    q1, _, lp1, _, bad, _ = leapfrog(q0, p0, lp0, g0, torch.full((2,), 0.05, dtype=torch.float64),
+                                  torch.ones(2, 2, dtype=torch.float64), torch.tensor([10, 10]), fn)
     assert bad.tolist() == [True, False]
     assert torch.isfinite(lp1).all() and q1[0, 0] < 1.0  # the last finite point is kept
 
@@ -368,7 +368,7 @@ def test_recovers_a_correlated_ill_conditioned_gaussian():
     """8 chains, learnt trajectory length and per-chain diagonal masses on a rotated Gaussian
     with scales 0.01 .. 3: converged by the paper-scale thresholds, moments within their
     Monte-Carlo errors."""
-    draws, stats, mean, cov, s = _gaussian_run(dim=10, chains=8, warmup=500, samples=1000)
+    draws, stats, mean, cov, _ = _gaussian_run(dim=10, chains=8, warmup=500, samples=1000)
     diag = predictive_diagnostics(draws)  # the "predictions" are the coordinates themselves
     check_diagnostics(diag, HMCSettings(rhat_max=1.01, ess_min=400))
     _check_moments(draws, mean, cov, diag)

@@ -250,6 +250,7 @@ def _layers_of(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], st
             out.append((f"{prefix}method_settings.{m}", layer or {}, m))
         for ds, ds_layer in (block.get("datasets") or {}).items():
             ds_layer = dict(ds_layer or {})
+            ds_layer.pop("hmc", None)  # the dataset's HMC reference settings (resolve_hmc_job)
             for m, layer in (ds_layer.pop("method_settings", None) or {}).items():
                 out.append((f"{prefix}datasets.{ds}.method_settings.{m}", layer or {}, m))
             out.append((f"{prefix}datasets.{ds}", ds_layer, None))
@@ -421,6 +422,7 @@ def resolve_job(
     layers: list[Mapping[str, Any] | None] = [config["methods"][method]]
     for block in blocks:
         on_dataset = dict((block.get("datasets") or {}).get(dataset) or {})
+        on_dataset.pop("hmc", None)  # the HMC reference's, not training's (resolve_hmc_job)
         per_method = on_dataset.pop("method_settings", None) or {}
         layers += [
             block.get("settings"),
@@ -446,14 +448,18 @@ def report_datasets(config: Mapping[str, Any], experiment: str) -> list[str]:
 
 def resolve_hmc_job(config: Mapping[str, Any], experiment: str, dataset: str, seed: int) -> dict[str, Any]:
     """Job of the HMC reference of ``experiment`` on ``dataset``: the experiment's and
-    dataset's settings (no method layer) plus the merged ``hmc`` block (quick patches it)."""
+    dataset's settings (no method layer) plus the merged ``hmc`` blocks: the experiment's,
+    then the dataset's (``datasets.<dataset>.hmc``), then at quick scale the quick block's
+    and its dataset's."""
     exp = config["experiments"][experiment]
-    layers = [exp.get("settings"), (exp.get("datasets") or {}).get(dataset)]
-    hmc_layers = [exp.get("hmc")]
+    on_dataset = dict((exp.get("datasets") or {}).get(dataset) or {})
+    layers = [exp.get("settings"), on_dataset]
+    hmc_layers = [exp.get("hmc"), on_dataset.pop("hmc", None)]
     if config["scale"] == "quick":
         quick = exp.get("quick") or {}
-        layers += [quick.get("settings"), (quick.get("datasets") or {}).get(dataset)]
-        hmc_layers.append(quick.get("hmc"))
+        quick_dataset = dict((quick.get("datasets") or {}).get(dataset) or {})
+        layers += [quick.get("settings"), quick_dataset]
+        hmc_layers += [quick.get("hmc"), quick_dataset.pop("hmc", None)]
     # the network's settings only (repens.job.HMCJob): not the particle methods' training
     job = {k: v for k, v in _merge(*layers).items() if k in HMCJob.setting_names()}
     job.update(hmc=_merge(*hmc_layers), experiment=experiment, dataset=dataset, method="hmc",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -165,7 +166,8 @@ def run_hmc(job: HMCJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
     * classification: ``probs_test`` (T, C) float32, mean over samples of softmax(f_s(x));
     * ``job``: 0-d string array, ``json.dumps(job, sort_keys=True)``; ``label``: "HMC".
 
-    ``checkpoint`` (optional) holds the sampler state (see :func:`~repens.hmc.sample_hmc`):
+    ``checkpoint`` (optional) holds the sampler state (see :func:`~repens.hmc.sample_hmc`),
+    written every ``REPENS_CHECKPOINT_SECONDS`` (default 300) and on SIGTERM / SIGINT:
     a killed run resumes where it stopped, bit-identically. It is removed after a passed
     check and kept after a failed one: its key leaves out ``hmc.rhat_max`` /
     ``hmc.ess_min``, so rerunning with looser thresholds reuses the draws instead of
@@ -204,7 +206,8 @@ def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
     # can be accepted with looser thresholds without sampling again
     sampling_job = {**job, "hmc": {k: v for k, v in (job.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
     draws, stats = sample_hmc(value_and_grad(posterior, batch), init, settings, seed,
-                              checkpoint=checkpoint, checkpoint_key=job_key(sampling_job))
+                              checkpoint=checkpoint, checkpoint_key=job_key(sampling_job),
+                              checkpoint_seconds=float(os.environ.get("REPENS_CHECKPOINT_SECONDS", "300")))
     diag_start = time.perf_counter()
     predictive, diag = predict_and_diagnose(model, draws, data.x_test.to(dtype), data.task)
     lp_diag = _log_density_summary(stats.pop("draw_logp"))
