@@ -109,6 +109,9 @@ def test_shipped_config_matches_appendix_g1():
     assert config["seeds"] == [38, 39, 40, 41, 42]
     assert config["experiments"]["synthetic"]["methods"] == ["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"]
     assert experiment_seeds(config, "synthetic") == [42]
+    # the toys: Table 1's five seeds at paper scale, one at quick scale (the quick block's)
+    assert sorted(experiment_seeds(dict(config, scale="paper"), "toy")) == [38, 39, 40, 41, 42]
+    assert experiment_seeds(config, "toy") == [42]
     assert method_label(config, "kde-wgd") == "kde-WGD"
     paper = dict(config, scale="paper")
     gauss = resolve_job(paper, "synthetic", "gaussian", "svgd", 42)

@@ -169,14 +169,14 @@ def _toy_figure(args: argparse.Namespace) -> int:
 def _toy_table(args: argparse.Namespace) -> int:
     from repens.report.toy import write_distance_table
 
-    def pair(hmc: str | None, methods: list[str] | None):
-        return None if hmc is None else (Path(hmc), [Path(m) for m in methods or []])
+    def pair(hmc: list[str] | None, methods: list[str] | None):
+        return None if not hmc else ([Path(h) for h in hmc], [Path(m) for m in methods or []])
 
     write_distance_table(pair(args.regression_hmc, args.regression), pair(args.classification_hmc, args.classification),
                          Path(args.out_csv), Path(args.out_tex), labels=json.loads(args.labels),
                          out_html=_path(args.out_html))
-    _sidecar(args.out_csv, [p for p in [args.regression_hmc, *(args.regression or []), args.classification_hmc,
-                                        *(args.classification or [])] if p])
+    _sidecar(args.out_csv, [*(args.regression_hmc or []), *(args.regression or []),
+                            *(args.classification_hmc or []), *(args.classification or [])])
     return 0
 
 
@@ -280,9 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-tex", required=True)
     p.add_argument("--out-html", help="the table as HTML (the Snakemake report's)")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
-    p.add_argument("--regression-hmc")
-    p.add_argument("--regression", nargs="+")
-    p.add_argument("--classification-hmc")
+    p.add_argument("--regression-hmc", nargs="+", help="the HMC reference of each seed")
+    p.add_argument("--regression", nargs="+", help="the methods' files of those seeds")
+    p.add_argument("--classification-hmc", nargs="+")
     p.add_argument("--classification", nargs="+")
     p.set_defaults(func=_toy_table)
 

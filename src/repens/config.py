@@ -131,8 +131,13 @@ def method_label(config: Mapping[str, Any], method: str) -> str:
 
 
 def experiment_seeds(config: Mapping[str, Any], experiment: str) -> list[int]:
-    """The experiment's own ``seeds`` if it has them, else the global list."""
-    return list(config["experiments"][experiment].get("seeds", config["seeds"]))
+    """The experiment's own ``seeds`` if it has them, else the global list; at quick
+    scale the quick block's ``seeds`` where it has them."""
+    exp = config["experiments"][experiment]
+    seeds = exp.get("seeds", config["seeds"])
+    if config.get("scale") == "quick":
+        seeds = (exp.get("quick") or {}).get("seeds", seeds)
+    return list(seeds)
 
 
 def method_options(job: Job | Mapping[str, Any]) -> dict[str, Any]:

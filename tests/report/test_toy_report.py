@@ -237,16 +237,57 @@ def test_distance_table_reference_must_be_hmc(files):
         rep.distance_frame((reg["de"], [reg["kde-fwgd"]]))
 
 
-def test_mixed_seeds_or_scales_name_the_files(tmp_path, files):
+def test_mixed_scales_or_unpaired_seeds_name_the_files(tmp_path, files):
     reg, cls = files
     other_seed = _write_regression(tmp_path, "de", seed=SEED + 1)
-    with pytest.raises(ValueError, match=r"mix seeds/scales.*seed41.*seed=41.*seed42.*seed=42"):
+    with pytest.raises(ValueError, match=r"seed42/predictions\.npz: seed 42 has no HMC reference.*seed41.*\(seed 41\)"):
         rep.distance_frame((reg["hmc"], [reg["kde-fwgd"], other_seed]))
     paper = _write_classification(tmp_path / "paper", "de", scale="paper")
-    with pytest.raises(ValueError, match=r"mix seeds/scales.*scale=paper"):
+    with pytest.raises(ValueError, match=r"mix scales.*scale=paper"):
         rep.distance_frame((reg["hmc"], [reg["de"]]), (cls["hmc"], [paper]))
+    with pytest.raises(ValueError, match=r"second HMC reference.*seed 41"):
+        rep.distance_frame(([reg["hmc"], reg["hmc"]], [reg["de"]]))
+    # a figure shows one seed
     with pytest.raises(ValueError, match="mix seeds/scales"):
         rep.plot_regression_panels([reg["hmc"], other_seed], tmp_path / "f.png", tmp_path / "f.pdf")
+
+
+def test_distance_table_over_seeds(tmp_path, files):
+    """Each seed's methods are compared with that seed's HMC; cells are mean ± s.e. over seeds."""
+    reg, cls = files
+    second = SEED + 1
+    # seed 42: the same fakes, except that kde-fWGD is DE-like in the gap (w = 0.2) and HMC's gap w is 1
+    REG_SPECS_2 = {"hmc": (0.2, 1.0, 3.0, 0.0), "de": (0.2, 0.2, 0.2, 0.0), "kde-fwgd": (0.2, 0.2, 3.0, 1.0)}
+    saved = dict(REG_SPECS)
+    try:
+        REG_SPECS.update(REG_SPECS_2)
+        reg2 = {m: _write_regression(tmp_path / "s2", m, seed=second) for m in ("hmc", "de", "kde-fwgd")}
+    finally:
+        REG_SPECS.update(saved)
+    cls2 = {m: _write_classification(tmp_path / "s2", m, seed=second) for m in ("hmc", "de")}
+    out_csv, out_tex, out_html = tmp_path / "d.csv", tmp_path / "d.tex", tmp_path / "d.html"
+    rep.write_distance_table(([reg["hmc"], reg2["hmc"]], [reg["de"], reg["kde-fwgd"], reg2["de"], reg2["kde-fwgd"]]),
+                             ([cls["hmc"], cls2["hmc"]], [cls["de"], cls["svgd"], cls2["de"]]),
+                             out_csv, out_tex, out_html=out_html)
+    frame = pd.read_csv(out_csv)
+    assert list(zip(frame["method"], frame["seed"])) == [("de", SEED), ("de", second), ("kde-fwgd", SEED),
+                                                        ("kde-fwgd", second), ("svgd", SEED)]
+    ratio = frame.set_index(["method", "seed"])["gap_sd_epistemic_ratio"]
+    # each seed against its own reference: DE 0.2 / 2 and 0.2 / 1; kde-fWGD 1.5 / 2 and 0.2 / 1
+    assert ratio[("de", SEED)] == pytest.approx(0.1) and ratio[("de", second)] == pytest.approx(0.2)
+    assert ratio[("kde-fwgd", SEED)] == pytest.approx(0.75) and ratio[("kde-fwgd", second)] == pytest.approx(0.2)
+    assert np.isnan(ratio[("svgd", SEED)])
+    # the shown cells: mean ± sd(ddof=1)/sqrt(2) = |a - b| / 2 for two seeds
+    tex, page = out_tex.read_text(), out_html.read_text()
+    assert r"0.150$\pm$0.050" in tex and "0.150±0.050" in page  # DE ratio (f): 0.1, 0.2
+    assert r"0.475$\pm$0.275" in tex  # kde-fWGD ratio (f): 0.75, 0.2
+    assert "1.500$\\pm$0.500" in tex  # HMC's own gap sd (f): 2 and 1
+    assert "(n=1)" in tex and "(n=1)" in page  # SVGD ran on one of the two seeds
+    assert "seeds 41, 42" in tex and "mean $\\pm$ standard error over the 2 seeds" in tex
+    # one seed: no ± and no (n=...)
+    rep.write_distance_table((reg["hmc"], [reg["de"]]), None, out_csv, out_tex)
+    tex = out_tex.read_text()
+    assert r"\pm" not in tex and "(n=" not in tex and f"seed {SEED}" in tex
 
 
 # --------------------------------------------------------------------------- figures

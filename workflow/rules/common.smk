@@ -149,6 +149,14 @@ def toy_hmc(dataset):
     return f"results/toy/{dataset}/hmc/seed{seed}/predictions.npz"
 
 
+def toy_hmc_references(dataset):
+    """The HMC reference of every seed of the experiment (the distance table's)."""
+    return [
+        f"results/toy/{dataset}/hmc/seed{seed}/predictions.npz"
+        for seed in experiment_seeds(config, "toy")
+    ]
+
+
 def toy_panels(dataset):
     """HMC first, then the methods in config order (the paper's panel order)."""
     return [toy_hmc(dataset), *first_seed_files("toy", dataset, "predictions.npz")]

@@ -119,10 +119,10 @@ rule plot_classification:
 
 rule summarize_toy:
     input:
-        regression_hmc=toy_hmc("regression"),
-        regression=first_seed_files("toy", "regression", "predictions.npz"),
-        classification_hmc=toy_hmc("classification"),
-        classification=first_seed_files("toy", "classification", "predictions.npz"),
+        regression_hmc=toy_hmc_references("regression"),
+        regression=run_files("toy", "regression", "predictions.npz"),
+        classification_hmc=toy_hmc_references("classification"),
+        classification=run_files("toy", "classification", "predictions.npz"),
     output:
         csv="results/toy/distance_to_hmc.csv",
         tex="results/toy/distance_to_hmc.tex",

@@ -325,24 +325,64 @@ def _classification_rows(hmc: ToyPredictions, methods: Sequence[ToyPredictions])
     return rows
 
 
-#: ``(hmc_path, method_paths)`` of one dataset.
-ToyInputs = tuple["Path | str", "Sequence[Path | str]"]
+#: ``(hmc_paths, method_paths)`` of one dataset: the HMC reference of every seed (or one
+#: path) and the methods' files of those seeds; each method file is compared with the
+#: reference of its own seed (the data are drawn per seed).
+ToyInputs = tuple["Path | str | Sequence[Path | str]", "Sequence[Path | str]"]
 
 
-def _load_pair(pair: ToyInputs | None, dataset: str, labels: Mapping[str, str] | None = None) -> tuple[ToyPredictions, list[ToyPredictions]] | None:
+def _load_pair(pair: ToyInputs | None, dataset: str, labels: Mapping[str, str] | None = None
+               ) -> dict[Any, tuple[ToyPredictions, list[ToyPredictions]]] | None:
+    """``{seed: (hmc, methods of that seed)}`` in the references' order, every file checked."""
     if pair is None:
         return None
-    hmc_path, method_paths = pair
+    hmc_paths, method_paths = pair
+    hmc_paths = [hmc_paths] if isinstance(hmc_paths, (str, Path)) else list(hmc_paths)
+    if not hmc_paths:
+        raise ValueError(f"no HMC reference for {dataset}")
     if not method_paths:
-        raise ValueError(f"no method files for {dataset} (HMC reference {hmc_path})")
-    preds = _load_all([hmc_path, *method_paths], dataset, labels)
-    hmc, methods = preds[0], preds[1:]
-    _check_reference(hmc, methods, dataset)
-    return hmc, methods
+        raise ValueError(f"no method files for {dataset} (HMC reference {', '.join(map(str, hmc_paths))})")
+    references = [load_predictions(p) for p in hmc_paths]
+    methods = [load_predictions(p) for p in method_paths]
+    if labels:
+        methods = [replace(m, label=labels.get(m.method, m.label)) for m in methods]
+    for p in (*references, *methods):
+        if p.dataset != dataset:
+            raise ValueError(f"{p.path}: a {p.dataset!r} prediction file, but {dataset!r} inputs are expected")
+    _check_same_scale([*references, *methods])
+    by_seed: dict[Any, tuple[ToyPredictions, list[ToyPredictions]]] = {}
+    for hmc in references:
+        if not hmc.is_hmc:
+            raise ValueError(f"{hmc.path}: passed as the HMC reference for {dataset}, but it is a {hmc.method!r} run")
+        if hmc.seed in by_seed:
+            raise ValueError(f"{hmc.path}: a second HMC reference for {dataset} seed {hmc.seed} "
+                             f"(also {by_seed[hmc.seed][0].path})")
+        by_seed[hmc.seed] = (hmc, [])
+    for m in methods:
+        if m.seed not in by_seed:
+            raise ValueError(f"{m.path}: seed {m.seed} has no HMC reference for {dataset} "
+                             f"(references: {', '.join(f'{h.path} (seed {h.seed})' for h in references)})")
+        by_seed[m.seed][1].append(m)
+    for seed, (hmc, group) in list(by_seed.items()):
+        if not group:
+            log.warning("%s: no method file of seed %s; the reference is not used", hmc.path, seed)
+            del by_seed[seed]
+            continue
+        _check_reference(hmc, group, dataset)
+    return by_seed
+
+
+def _check_same_scale(preds: Sequence[ToyPredictions]) -> None:
+    """One scale across the table (its seeds may differ); the error lists every file."""
+    if len({p.scale for p in preds}) > 1:
+        listing = "; ".join(f"{p.path}: scale={p.scale}" for p in preds)
+        raise ValueError(f"inputs mix scales (expected one scale): {listing}")
 
 
 def _distance_data(regression: ToyInputs | None, classification: ToyInputs | None,
                    labels: Mapping[str, str] | None = None):
+    """The tidy distance frame (one row per method and seed) and, per dataset present,
+    ``{seed: (hmc, methods)}``."""
     import pandas as pd
 
     if regression is None and classification is None:
@@ -350,21 +390,26 @@ def _distance_data(regression: ToyInputs | None, classification: ToyInputs | Non
     loaded = {"regression": _load_pair(regression, "regression", labels),
               "classification": _load_pair(classification, "classification", labels)}
     present = {k: v for k, v in loaded.items() if v is not None}
-    everything = [p for hmc, methods in present.values() for p in (hmc, *methods)]
-    _check_same_run(everything)
+    _check_same_scale([p for by_seed in present.values() for hmc, methods in by_seed.values()
+                       for p in (hmc, *methods)])
 
-    order: dict[str, ToyPredictions] = {}
-    for _, methods in present.values():
-        for m in methods:
-            order.setdefault(m.method, m)
-    rows = {key: {"method": key, "label": m.label, "seed": m.seed, "scale": m.scale} for key, m in order.items()}
-    if loaded["regression"] is not None:
-        for key, values in _regression_rows(*loaded["regression"]).items():
-            rows[key].update(values)
-    if loaded["classification"] is not None:
-        for key, values in _classification_rows(*loaded["classification"]).items():
-            rows[key].update(values)
-    frame = pd.DataFrame(list(rows.values()), columns=COLUMNS)
+    rows: dict[tuple[str, Any], dict[str, Any]] = {}  # (method, seed) -> row; methods in input order
+    order: dict[str, int] = {}
+    seeds: dict[Any, int] = {}
+    for by_seed in present.values():
+        for seed, (_, methods) in by_seed.items():
+            seeds.setdefault(seed, len(seeds))
+            for m in methods:
+                order.setdefault(m.method, len(order))
+                rows.setdefault((m.method, seed), {"method": m.method, "label": m.label, "seed": seed,
+                                                   "scale": m.scale})
+    row_builders = {"regression": _regression_rows, "classification": _classification_rows}
+    for dataset, by_seed in present.items():
+        for seed, (hmc, methods) in by_seed.items():
+            for key, values in row_builders[dataset](hmc, methods).items():
+                rows[(key, seed)].update(values)
+    ordered = sorted(rows.items(), key=lambda item: (order[item[0][0]], seeds[item[0][1]]))
+    frame = pd.DataFrame([row for _, row in ordered], columns=COLUMNS)
     for col in REGRESSION_COLUMNS + CLASSIFICATION_COLUMNS:
         frame[col] = frame[col].astype(float)
     frame["seed"] = frame["seed"].astype("Int64")
@@ -442,20 +487,45 @@ _CLASSIFICATION_HEADERS: dict[str, tuple[str, str]] = {
 }
 
 
+def _seeds_text(seeds: Sequence[Any]) -> str:
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+
+
+def _mean_se_text(n_seeds: int) -> Any:
+    """Cell formatter: mean ± s.e. (3 decimals), with ``(n=k)`` where fewer seeds than
+    the table's ran."""
+    from repens.report.tables import Cell, Column, format_cell, number
+
+    column = Column("value", "value", better=None, digits=3)
+
+    def fmt(cell: Any, kind: str) -> str:
+        if not isinstance(cell, Cell):
+            return number(cell, kind)
+        text = format_cell(cell, column, pm=r"$\pm$" if kind == "latex" else "±")
+        return text if cell.n >= n_seeds or not math.isfinite(cell.mean) else f"{text} (n={cell.n})"
+
+    return fmt
+
+
 def distance_table(frame, present: dict[str, Any]):
     """The distance frame as a :class:`repens.report.tables.Table`: HMC's own values
-    (in italics) first, a rule, then one row per method; the columns of each dataset
-    present under a group header (Regression, Classification)."""
+    (in italics) first, a rule, then one row per method; each cell the mean ± s.e. over
+    the seeds (each seed's method against its own seed's HMC); the columns of each
+    dataset present under a group header (Regression, Classification)."""
     import pandas as pd
 
-    from repens.report.tables import Table
+    from repens.report.tables import Table, mean_se
 
-    any_pred = next(iter(present.values()))[0]
-    settings = "; ".join(f"{dataset}: " + "; ".join(_settings_detail([hmc, *methods])[0])
-                         for dataset, (hmc, methods) in present.items())
+    seeds = list(dict.fromkeys(seed for by_seed in present.values() for seed in by_seed))
+    first = next(iter(next(iter(present.values())).values()))[0]
+    settings = "; ".join(
+        f"{dataset}: " + "; ".join(_settings_detail([hmc, *methods])[0])
+        for dataset, by_seed in present.items() for hmc, methods in list(by_seed.values())[:1])
+    over = "" if len(seeds) == 1 else f" Each cell: mean $\\pm$ standard error over the {len(seeds)} seeds, " \
+        "each seed's data, method and HMC reference its own."
     parts = [
         "Distance of each method's predictive distribution to that of the HMC reference posterior "
-        f"(HMC is the reference; scale {any_pred.scale}, seed {any_pred.seed}; {settings}).",
+        f"(HMC is the reference; scale {first.scale}, {_seeds_text(seeds)}; {settings}).{over}",
     ]
     headers: dict[tuple[str, str], str] = {}  # (group, key) -> plain header
     if "regression" in present:
@@ -470,7 +540,7 @@ def distance_table(frame, present: dict[str, Any]):
         )
         headers.update({("Regression", key): plain for key, (plain, _) in _REGRESSION_HEADERS.items()})
     if "classification" in present:
-        hmc_cls = present["classification"][0]
+        hmc_cls = next(iter(present["classification"].values()))[0]
         n_grid, n_classes = math.isqrt(hmc_cls.x_test.shape[0]), hmc_cls.probs_test.shape[1]
         parts.append(
             r"Classification (G.3): $\mathrm{KL}(p_{\mathrm{HMC}}\,\|\,p_{\mathrm{method}})$ of the predictive "
@@ -480,24 +550,35 @@ def distance_table(frame, present: dict[str, Any]):
         )
         headers.update({("Classification", key): plain for key, (plain, _) in _CLASSIFICATION_HEADERS.items()})
 
-    hmc_values = {}  # HMC's own values; its distances to itself and ratios are left empty
-    for key in ("gap_sd", "gap_sd_epistemic", "entropy_near", "entropy_far"):
-        values = frame["hmc_" + key].dropna()
-        hmc_values[key] = float(values.iloc[0]) if len(values) else float("nan")
-    rows = [[hmc_values.get(key, float("nan")) for _, key in headers]]
-    rows += [[float(row[key]) for _, key in headers] for _, row in frame.iterrows()]
+    def cell(values) -> Any:
+        return mean_se([float(v) for v in values if np.isfinite(v)])
+
+    # HMC's own values (one per seed); its distances to itself and ratios are left empty
+    hmc_row = []
+    for _, key in headers:
+        if key in ("gap_sd", "gap_sd_epistemic", "entropy_near", "entropy_far"):
+            per_seed = frame.dropna(subset=["hmc_" + key]).groupby("seed", sort=False)["hmc_" + key].first()
+            hmc_row.append(cell(per_seed.to_numpy()))
+        else:
+            hmc_row.append(float("nan"))
+    methods = list(dict.fromkeys(frame["method"]))
+    by_method = {m: frame[frame["method"] == m] for m in methods}
+    rows = [hmc_row] + [[cell(by_method[m][key].to_numpy()) for _, key in headers] for m in methods]
     columns = pd.MultiIndex.from_tuples([(group, plain) for (group, _), plain in headers.items()],
                                         names=[None, "Method"])
-    index = pd.Index(["HMC (reference)", *frame["label"]])
+    index = pd.Index(["HMC (reference)", *(by_method[m]["label"].iloc[0] for m in methods)])
     tex = {plain: tex for plain, tex in [*_REGRESSION_HEADERS.values(), *_CLASSIFICATION_HEADERS.values()]}
+    fmt = _mean_se_text(len(seeds))
     return Table(
-        cells=pd.DataFrame(rows, index=index, columns=columns), csv=frame, caption=" ".join(parts),
+        cells=pd.DataFrame(rows, index=index, columns=columns, dtype=object), csv=frame, caption=" ".join(parts),
         label="tab:toy-distance-to-hmc", title=f"BNN toys: distance of each predictive to HMC's "
-                                               f"(scale: {any_pred.scale}, seed {any_pred.seed})",
+                                               f"(scale: {first.scale}, {_seeds_text(seeds)})",
         note="W2: Wasserstein-2 between Gaussian summaries; ratio: method / HMC; KL(HMC || method); "
-             "H: predictive entropy (nats); (f): epistemic, without the noise",
+             "H: predictive entropy (nats); (f): epistemic, without the noise"
+             + ("" if len(seeds) == 1 else "; mean ± s.e. over seeds"),
         source="repens.report.toy.write_distance_table", tex_headers=tex,
-        italic=[True] + [False] * len(frame), rules=["", "midrule"] + [""] * (len(frame) - 1),
+        formats={plain: fmt for plain in headers.values()},
+        italic=[True] + [False] * len(methods), rules=["", "midrule"] + [""] * (len(methods) - 1),
         packages=("booktabs", "amsmath"), size="footnotesize", tabcolsep="4pt", position="ht",
     )
 
@@ -507,9 +588,12 @@ def write_distance_table(regression: ToyInputs | None, classification: ToyInputs
                          labels: Mapping[str, str] | None = None, out_html: Path | str | None = None) -> None:
     """Write the distance-to-HMC table of the toys as CSV, booktabs LaTeX and (optionally) HTML.
 
-    One row per method, in input order (the regression methods first, then any
-    classification-only ones); columns (see :data:`COLUMNS`, NaN where a dataset
-    is absent):
+    The CSV has one row per method and seed, methods in input order (the regression
+    methods first, then any classification-only ones), seeds in the order of the HMC
+    references; each method file is compared with the HMC reference of its own seed.
+    The LaTeX and HTML tables show one row per method, each cell the mean ± s.e. over
+    seeds (``(n=k)`` where fewer seeds than the table's ran). Columns of the CSV
+    (see :data:`COLUMNS`, NaN where a dataset is absent):
 
     * regression, with the predictive at x summarised by the Gaussian with the
       mixture's mean and sd (:func:`repens.distances.mixture_moments`):
@@ -528,8 +612,9 @@ def write_distance_table(regression: ToyInputs | None, classification: ToyInputs
     * ``method``, ``label``, ``seed``, ``scale``, and the source files.
 
     Args:
-        regression: ``(hmc_path, method_paths)`` for the regression toy, or None.
-        classification: ``(hmc_path, method_paths)`` for the classification toy, or None.
+        regression: ``(hmc_paths, method_paths)`` for the regression toy (one HMC
+            reference per seed, or one path), or None.
+        classification: the same for the classification toy, or None.
         out_csv: CSV path (parent directories are created).
         out_tex: LaTeX path.
         labels: Method key -> display name (``config.yaml``'s labels).
@@ -537,15 +622,16 @@ def write_distance_table(regression: ToyInputs | None, classification: ToyInputs
 
     Raises:
         ValueError: both are None; a file is malformed, is for the other dataset,
-            the reference is not an HMC file, a method appears twice, the inputs mix
-            seeds or scales, or a method's test/training inputs differ from the
-            reference's (messages name the files).
+            a reference is not an HMC file or two are for one seed, a method file's
+            seed has no reference, a method appears twice in a seed, the inputs mix
+            scales, or a method's test/training inputs differ from its reference's
+            (messages name the files).
     """
     from repens.report.tables import write_table
 
     frame, present = _distance_data(regression, classification, labels)
     write_table(distance_table(frame, present), out_tex=out_tex, out_html=out_html, out_csv=out_csv)
-    log.info("wrote %s and %s (%d methods)", out_csv, out_tex, len(frame))
+    log.info("wrote %s and %s (%d methods, %d rows)", out_csv, out_tex, frame["method"].nunique(), len(frame))
 
 
 # --------------------------------------------------------------------------- figures
