@@ -8,9 +8,12 @@ own subprocess with that revision's ``src`` first on ``sys.path``; the two alter
 
 * ``uci``: 5 members, MLP d-50-1 (boston: 13 inputs, 455 training rows), batch 64. The
   baseline trains one split at a time; this engine stacks ``--splits`` splits (20, the
-  standard number) into one problem. Throughput is splits x steps / s. Also a
-  hand-written step of the same arithmetic (explicit batched matmuls, backward by hand,
-  Adam in place; DE), timed in the current process, as the limit for a small network.
+  standard number) into one problem. Each draws its batches as its UCI training does:
+  the baseline a fresh random batch every step, this engine in epochs (one permutation
+  per split and epoch, ``repens.minibatches.EpochSampler``, Pearce et al.'s protocol).
+  Throughput is splits x steps / s. Also a hand-written step of the same arithmetic (explicit batched matmuls, backward by hand,
+  Adam in place; DE; batches in epochs as the engine's), timed in the current process, as
+  the limit for a small network.
 * ``toy``: the G.2 regression, 50 particles, MLP 1-50-50-1, 90 rows, batch 64.
 * ``fashionmnist``: 50 particles, MLP 784-100-100-100-10, batch 256 (random inputs:
   the arithmetic is what is timed). Also the machine's single-thread SGEMM rate,
@@ -54,7 +57,8 @@ METHODS = {
 }
 
 CONFIGS = {
-    "uci": {"inputs": 13, "hidden": [50], "outputs": 1, "rows": 455, "particles": 5, "batch": 64, "steps": 300},
+    "uci": {"inputs": 13, "hidden": [50], "outputs": 1, "rows": 455, "particles": 5, "batch": 64, "steps": 300,
+            "epochs": True},
     "toy": {"inputs": 1, "hidden": [50, 50], "outputs": 1, "rows": 90, "particles": 50, "batch": 64, "steps": 100},
     "fashionmnist": {"inputs": 784, "hidden": [100, 100, 100], "outputs": 10, "rows": 60000, "particles": 50,
                      "batch": 256, "steps": 3},
@@ -98,8 +102,10 @@ def _setup(config: dict, method: str, sets: int):
     if sets > 1:
         init = init.view(sets, n, -1)
     batch = min(config["batch"], rows)
-    # the samplers of repens.minibatches, written out: the baseline engine has no such module
-    if sets > 1:
+    next_batch = _epoch_sampler(x, y, batch) if config.get("epochs") else None
+    if next_batch is not None:  # UCI training's sampler (repens.minibatches.EpochSampler)
+        pass
+    elif sets > 1:  # the samplers of repens.minibatches, written out: the baseline has no such module
         set_rows = torch.arange(sets).unsqueeze(-1)
 
         def next_batch(gen):
@@ -112,6 +118,17 @@ def _setup(config: dict, method: str, sets: int):
 
     anchors = init.clone() if rule == "anchored" else None
     return post, update, init, anchors, next_batch, lambda b, a: StepContext(post, RBF(), g, b, a), g
+
+
+def _epoch_sampler(x, y, batch: int):
+    """The engine's epoch sampler (one permutation per split and epoch, as UCI training
+    draws its batches since Pearce et al.'s protocol), or None in an engine without it
+    (the baseline, whose UCI training drew a fresh random batch every step)."""
+    try:
+        from repens.minibatches import EpochSampler
+    except ImportError:
+        return None
+    return EpochSampler(x, y, batch)
 
 
 def _time_method(config: dict, method: str, sets: int, steps: int) -> float:
@@ -218,8 +235,14 @@ def hand_written_de_step(config: dict, sets: int, steps: int, threads: int) -> f
     set_rows = torch.arange(sets).unsqueeze(-1)
     scale = rows / b / 0.09
 
+    epoch = {"order": None, "position": rows}
+
     def step(t: int) -> None:
-        idx = torch.stack([torch.randperm(rows, generator=g)[:b] for _ in range(sets)])
+        if epoch["position"] >= rows:  # batches in epochs, as the engine's UCI training draws them
+            epoch["order"] = torch.stack([torch.randperm(rows, generator=g) for _ in range(sets)])
+            epoch["position"] = 0
+        idx = epoch["order"][:, epoch["position"]:epoch["position"] + b]
+        epoch["position"] += b
         xb = x[set_rows, idx].repeat_interleave(config["particles"], 0)  # (n, b, d)
         yb = y[set_rows, idx].repeat_interleave(config["particles"], 0).unsqueeze(-1)
         pre = torch.baddbmm(b1, xb, w1)

@@ -341,6 +341,18 @@ def test_epoch_sampler_visits_every_row_once_an_epoch_per_split():
         assert torch.equal(torch.cat([b.x for b in batches], dim=-2).squeeze(-1), seen)
 
 
+def test_gather_rows_equals_advanced_indexing():
+    from repens.minibatches import gather_rows
+
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(3, 7, 2, 4, generator=g), torch.randn(3, 7, generator=g)
+    idx = torch.stack([torch.randperm(7, generator=g)[:5] for _ in range(3)])
+    rows = torch.arange(3).unsqueeze(-1)
+    batch = gather_rows(x, y, idx)
+    assert torch.equal(batch.x, x[rows, idx]) and torch.equal(batch.y, y[rows, idx])
+    assert batch.x.shape == (3, 5, 2, 4) and batch.y.shape == (3, 5)
+
+
 def test_learning_rate_decays_per_epoch_staircase():
     from repens.train import learning_rate
 
