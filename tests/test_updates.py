@@ -399,3 +399,25 @@ def test_svgd_direction_is_eq_6_term_by_term():
             (grad_k,) = torch.autograd.grad(k, wj)
             expected[i] += k.detach() * score[j] + grad_k
     torch.testing.assert_close(direction, expected / 5, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("classes", [2, 5, 10, 15, 16, 40])
+def test_softmax_of_few_classes_equals_torchs_to_float_rounding(classes):
+    """The transposed route (fewer than 16 classes) gives softmax and log-softmax over the
+    last dimension to a few float32 ulps, rows summing to 1, and keeps autograd."""
+    from repens.posteriors import log_softmax_classes, softmax_classes
+
+    g = torch.Generator().manual_seed(classes)
+    logits = (4 * torch.randn(3, 17, classes, generator=g)).requires_grad_()
+    eps = torch.finfo(torch.float32).eps
+    p = softmax_classes(logits)
+    assert p.shape == logits.shape
+    # probabilities in [0, 1]: each op rounds by eps / 2 relative; 8 eps bounds exp, sum and divide
+    torch.testing.assert_close(p, torch.softmax(logits, -1), rtol=0, atol=8 * eps)
+    torch.testing.assert_close(p.sum(-1), torch.ones(3, 17), rtol=0, atol=classes * eps)
+    logp = log_softmax_classes(logits)
+    scale = logits.detach().abs().amax() + math.log(classes)  # the size of the terms summed
+    torch.testing.assert_close(logp, torch.log_softmax(logits, -1), rtol=0, atol=8 * eps * float(scale))
+    (grad,) = torch.autograd.grad(logp[..., 0].sum(), logits)
+    (ref,) = torch.autograd.grad(torch.log_softmax(logits, -1)[..., 0].sum(), logits)
+    torch.testing.assert_close(grad, ref, rtol=0, atol=8 * eps)

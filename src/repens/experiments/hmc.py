@@ -42,6 +42,7 @@ from repens.job import HMCJob
 from repens.jobkey import job_key
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
+from repens.train import ENGINE_VERSION
 
 log = logging.getLogger("repens.hmc")
 
@@ -206,7 +207,8 @@ def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
     # can be accepted with looser thresholds without sampling again
     sampling_job = {**job, "hmc": {k: v for k, v in (job.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
     draws, stats = sample_hmc(value_and_grad(posterior, batch), init, settings, seed,
-                              checkpoint=checkpoint, checkpoint_key=job_key(sampling_job),
+                              # the network's numerics are the training engine's (ENGINE_VERSION)
+                              checkpoint=checkpoint, checkpoint_key=f"{job_key(sampling_job)}|engine{ENGINE_VERSION}",
                               checkpoint_seconds=float(os.environ.get("REPENS_CHECKPOINT_SECONDS", "300")))
     diag_start = time.perf_counter()
     predictive, diag = predict_and_diagnose(model, draws, data.x_test.to(dtype), data.task)
