@@ -112,7 +112,10 @@ def classes_with(name: str) -> list[type]:
 def test_every_schema_setting_is_a_job_field_and_back():
     """What a settings layer may hold reaches a job as a field, and a job has no field the
     config cannot set (but the few NOT_SETTINGS, and what only the workflow reads)."""
-    from_schema = set(schema_settings()) - WORKFLOW_ONLY
+    # a dataset's `hmc` patches its experiment's hmc block: it reaches the HMC reference's
+    # job as part of its `hmc` field (resolve_hmc_job), never a training job
+    assert "hmc" in HMCJob.setting_names() and "hmc" in schema_settings()
+    from_schema = set(schema_settings()) - WORKFLOW_ONLY - {"hmc"}
     fields = set().union(*(settings_of(cls) for cls in JOB_TYPES.values()))
     assert from_schema - fields == set(), "schema keys that are no field of any job class"
     assert fields - from_schema == set(), "job fields the schema does not allow"
@@ -237,8 +240,12 @@ def test_every_hmc_job_round_trips():
             spec = resolve_hmc_job(dict(CONFIG, scale=scale), "toy", ds, 42)
             job = HMCJob.from_spec(spec)
             assert job.to_spec() == spec and job.key() == job_key(spec)
-            assert job.hmc == CONFIG["experiments"]["toy"]["hmc"] | (
-                CONFIG["experiments"]["toy"]["quick"]["hmc"] if scale == "quick" else {})
+            toy = CONFIG["experiments"]["toy"]
+            # the experiment's block, then the dataset's patch, then (quick) the quick block's
+            expected = toy["hmc"] | toy["datasets"][ds].get("hmc", {})
+            if scale == "quick":
+                expected |= toy["quick"]["hmc"] | toy["quick"].get("datasets", {}).get(ds, {}).get("hmc", {})
+            assert job.hmc == expected
 
 
 # ------------------------------------------------------------------ from_spec

@@ -59,7 +59,7 @@ def _vmap_forward(model, params, x):
 
 def test_mlp_fast_path_equals_vmap_path_values_and_gradients():
     model = StackedModel(mlp(3, [8, 6], 2))
-    assert model._mlp == (True, True, False)
+    assert model._mlp == ((True, True), (True, True), (False, True))
     g = torch.Generator().manual_seed(2)
     params = model.sample_gaussian(5, 0.7, g, dtype=torch.float64).requires_grad_(True)
     x = torch.randn(9, 3, generator=g, dtype=torch.float64)
@@ -92,6 +92,32 @@ def test_non_mlp_modules_take_the_vmap_path():
     x = torch.randn(5, 2)
     torch.testing.assert_close(model(params, x), _vmap_forward(model, params, x))
     assert StackedModel(mlp(2, [3], 1)[:-1])._mlp is None  # ends in a ReLU: not the plain MLP
+
+
+def test_mlp_without_output_bias_takes_the_fast_path_and_equals_vmap():
+    """Pearce et al.'s networks have no final bias: the MLP fast path handles a Linear
+    without bias (its slots: weight, bias, weight) with the values and gradients of the
+    generic path, and the rows are one entry per parameter shorter."""
+    model = StackedModel(mlp(3, [8], 1, output_bias=False))
+    assert model._mlp == ((True, True), (False, False)) and [s.name for s in model.slots] == [
+        "0.weight", "0.bias", "2.weight"]
+    assert model.dim == StackedModel(mlp(3, [8], 1)).dim - 1
+    g = torch.Generator().manual_seed(6)
+    params = model.sample_gaussian(2 * 4, 0.7, g, dtype=torch.float64).view(2, 4, -1).requires_grad_(True)
+    for x in (torch.randn(9, 3, generator=g, dtype=torch.float64), torch.randn(2, 9, 3, generator=g, dtype=torch.float64)):
+        fast = model(params, x)
+        slow = torch.stack([_vmap_forward(model, params[k], x if x.dim() == 2 else x[k]) for k in range(2)])
+        torch.testing.assert_close(fast, slow, rtol=1e-13, atol=1e-13)
+        weights = torch.randn(fast.shape, generator=g, dtype=torch.float64)
+        (g_fast,) = torch.autograd.grad((fast * weights).sum(), params)
+        (g_slow,) = torch.autograd.grad((slow * weights).sum(), params)
+        torch.testing.assert_close(g_fast, g_slow, rtol=1e-13, atol=1e-13)
+    # a single input feature into a layer without bias (the broadcast-product branch)
+    one = StackedModel(mlp(1, [], 1, output_bias=False))
+    assert one._mlp == ((False, False),)
+    rows = one.sample_gaussian(3, 1.0, g, dtype=torch.float64)
+    x1 = torch.randn(7, 1, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(one(rows, x1), _vmap_forward(one, rows, x1), rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize("widths", [(4, [7, 3], 2), (1, [5, 5], 1), (20, [3], 1), (3, [6], 1)],

@@ -356,10 +356,10 @@ def test_gather_rows_equals_advanced_indexing():
 def test_learning_rate_decays_per_epoch_staircase():
     from repens.train import learning_rate
 
-    settings = TrainSettings(steps=30, lr=0.1, lr_decay=0.5, steps_per_epoch=4)
+    settings = TrainSettings(steps=30, lr=0.1, lr_decay=0.5, lr_decay_steps=4)
     assert [learning_rate(settings, s) for s in (0, 3, 4, 7, 8, 12)] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.0125]
     assert learning_rate(TrainSettings(steps=3, lr=0.1), 100) == 0.1
-    with pytest.raises(ValueError, match="steps_per_epoch"):
+    with pytest.raises(ValueError, match="lr_decay_steps"):
         learning_rate(TrainSettings(steps=3, lr=0.1, lr_decay=0.9), 1)
 
 
@@ -367,7 +367,7 @@ def test_sgd_step_uses_the_decayed_rate():
     """With SGD the move of step t is exactly lr_t * phi: a constant direction shows the schedule."""
     start = torch.zeros(1, 1, dtype=torch.float64)
     ones = lambda p, c: __import__("repens.updates", fromlist=["Update"]).Update(torch.ones_like(p))  # noqa: E731
-    settings = TrainSettings(steps=6, lr=1.0, optimizer="sgd", lr_decay=0.5, steps_per_epoch=2)
+    settings = TrainSettings(steps=6, lr=1.0, optimizer="sgd", lr_decay=0.5, lr_decay_steps=2)
     out = train(TrainState(start), ones, lambda b, a: None, settings, torch.Generator()).params
     assert float(out) == 1 + 1 + 0.5 + 0.5 + 0.25 + 0.25
 
@@ -380,7 +380,7 @@ def test_resume_with_epochs_and_decay_equals_uninterrupted_run(tmp_path, rule, o
     from repens.minibatches import EpochSampler
 
     post, x, y, start = _network_problem()
-    settings = TrainSettings(steps=23, lr=0.01, lr_decay=0.9, steps_per_epoch=3, checkpoint_seconds=0.0, log_every=5)
+    settings = TrainSettings(steps=23, lr=0.01, lr_decay=0.9, lr_decay_steps=3, checkpoint_seconds=0.0, log_every=5)
     update = make_update(rule, **options)
 
     def run(g, sampler, upd, ckpt=None):

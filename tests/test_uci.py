@@ -193,6 +193,11 @@ def test_layer_prior_follows_pearce():
     assert torch.allclose(var["0.bias"], torch.full((10,), 8.0))     # b1
     assert torch.allclose(var["2.weight"], torch.full((10,), 0.1))   # 1 / H
     assert torch.allclose(var["2.bias"], torch.full((1,), 0.1))
+    # Pearce et al.'s network, no final bias: the same variances for the weights there are
+    no_bias = StackedModel(mlp(4, [10], 1, output_bias=False))
+    var = {s.name: layer_prior_stds(no_bias, 8.0)[s.start : s.stop].pow(2) for s in no_bias.slots}
+    assert set(var) == {"0.weight", "0.bias", "2.weight"}
+    assert torch.allclose(var["0.weight"], torch.full((40,), 2.0)) and torch.allclose(var["2.weight"], torch.full((10,), 0.1))
 
 
 def test_isotropic_uci_prior_equals_network_prior(tmp_path):

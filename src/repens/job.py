@@ -262,6 +262,8 @@ class UCINetwork(_Settings):
     prior_bias_var: float | None = None
     #: sd of an isotropic prior on every weight, used when prior_bias_var is None
     prior_std: float = 1.0
+    #: whether the output layer has a bias (Pearce et al. 2020, Sec. 3: "we have dropped the final bias")
+    output_bias: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -483,8 +485,11 @@ class UCIJob(UCINetwork, Job):
     batch_size: int
     #: passes over the training rows when steps is None (None: n_epochs.txt, 40; 20 for protein)
     epochs: int | None = None
-    #: the learning rate of epoch e is lr * lr_decay**e (Pearce et al. 2020, Table 4); 1: constant
+    #: the learning rate decays by lr_decay every lr_decay_steps steps, staircase (Pearce et al.
+    #: 2020, Table 4 "Decay Rate"); 1: constant
     lr_decay: float = 1.0
+    #: optimizer steps between decays (None: one epoch, ceil(N / B) steps)
+    lr_decay_steps: int | None = None
     #: the first K splits (None: all, 20; 5 for protein)
     splits: int | None = None
     #: the UCI data root (None: $REPENS_UCI_DATA, else data/uci); not part of the key

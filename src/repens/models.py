@@ -25,14 +25,15 @@ from repens.job import ImageNetwork
 __all__ = ["mlp", "resnet", "MODELS", "build_model"]
 
 
-def mlp(in_dim: int, hidden: list[int] | tuple[int, ...], out_dim: int) -> nn.Sequential:
-    """Fully connected ReLU network, e.g. ``mlp(1, [50, 50], 1)`` for Appendix G.2."""
+def mlp(in_dim: int, hidden: list[int] | tuple[int, ...], out_dim: int, output_bias: bool = True) -> nn.Sequential:
+    """Fully connected ReLU network, e.g. ``mlp(1, [50, 50], 1)`` for Appendix G.2;
+    ``output_bias=False`` drops the last layer's bias (Pearce et al. 2020's networks)."""
     layers: list[nn.Module] = []
     width = in_dim
     for h in hidden:
         layers += [nn.Linear(width, h), nn.ReLU()]
         width = h
-    layers.append(nn.Linear(width, out_dim))
+    layers.append(nn.Linear(width, out_dim, bias=output_bias))
     return nn.Sequential(*layers)
 
 

@@ -31,27 +31,40 @@ from torch.func import functional_call, vmap
 __all__ = ["StackedModel", "ParamSlot"]
 
 
-def _mlp_layers(module: nn.Module) -> tuple[bool, ...] | None:
-    """For ``Sequential(Linear, ReLU, ..., Linear)``: per Linear, whether a ReLU follows;
-    ``None`` for any other module (it runs under ``vmap``)."""
+def _mlp_layers(module: nn.Module) -> tuple[tuple[bool, bool], ...] | None:
+    """For ``Sequential(Linear, ReLU, ..., Linear)``: per Linear, (whether a ReLU follows,
+    whether it has a bias); ``None`` for any other module (it runs under ``vmap``)."""
     if not isinstance(module, nn.Sequential) or len(module) == 0:
         return None
-    layers: list[bool] = []
+    layers: list[list[bool]] = []
     for child in module:
-        if type(child) is nn.Linear and child.bias is not None:
-            layers.append(False)
-        elif type(child) is nn.ReLU and layers and not layers[-1]:  # right after a Linear
-            layers[-1] = True
+        if type(child) is nn.Linear:
+            layers.append([False, child.bias is not None])
+        elif type(child) is nn.ReLU and layers and not layers[-1][0]:  # right after a Linear
+            layers[-1][0] = True
         else:
             return None
-    return tuple(layers) if not layers[-1] else None
+    return tuple((relu, bias) for relu, bias in layers) if not layers[-1][0] else None
 
 
-def _layer(params_parts: tuple[Tensor, ...], model: "StackedModel", i: int, lead: torch.Size) -> tuple[Tensor, Tensor]:
-    """Layer ``i``'s weight (..., out, in) and bias (..., 1, out): views into the rows."""
-    w_slot, b_slot = model.slots[2 * i], model.slots[2 * i + 1]
-    return (params_parts[2 * i].view(*lead, *w_slot.shape),
-            params_parts[2 * i + 1].view(*lead, 1, b_slot.shape[0]))
+def _mlp_slots(layers: tuple[tuple[bool, bool], ...]) -> tuple[tuple[int, int | None], ...]:
+    """Per Linear, the index of its weight's slot and of its bias's (None without a bias):
+    ``named_parameters`` lists each layer's weight, then its bias."""
+    out, k = [], 0
+    for _, has_bias in layers:
+        out.append((k, k + 1 if has_bias else None))
+        k += 2 if has_bias else 1
+    return tuple(out)
+
+
+def _layer(params_parts: tuple[Tensor, ...], model: "StackedModel", i: int,
+           lead: torch.Size) -> tuple[Tensor, Tensor | None]:
+    """Layer ``i``'s weight (..., out, in) and bias (..., 1, out) or None: views into the rows."""
+    w_index, b_index = model._mlp_slots[i]
+    weight = params_parts[w_index].view(*lead, *model.slots[w_index].shape)
+    if b_index is None:
+        return weight, None
+    return weight, params_parts[b_index].view(*lead, 1, model.slots[b_index].shape[0])
 
 
 def _outer_or_matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -60,18 +73,20 @@ def _outer_or_matmul(a: Tensor, b: Tensor) -> Tensor:
     return a * b if a.shape[-1] == 1 else torch.matmul(a, b)
 
 
-def _affine(h: Tensor, weight: Tensor, bias: Tensor, lead: torch.Size) -> Tensor:
-    """``h W^T + b`` for a stack: one batched GEMM (``baddbmm``) when ``h`` has one input
-    batch per particle, else a broadcast ``matmul`` (inputs shared, never copied per particle);
-    one fused multiply-add for a single input feature (the toy regressions)."""
+def _affine(h: Tensor, weight: Tensor, bias: Tensor | None, lead: torch.Size) -> Tensor:
+    """``h W^T + b`` (``h W^T`` without a bias) for a stack: one batched GEMM (``baddbmm``)
+    when ``h`` has one input batch per particle, else a broadcast ``matmul`` (inputs shared,
+    never copied per particle); one fused multiply-add for a single input feature (the toy
+    regressions)."""
     if h.shape[-1] == 1:
-        return torch.addcmul(bias, h, weight.mT)
+        return h * weight.mT if bias is None else torch.addcmul(bias, h, weight.mT)
     if h.dim() == weight.dim() and h.shape[:-2] == lead:
-        out = torch.baddbmm(bias.reshape(-1, *bias.shape[-2:]), h.reshape(-1, *h.shape[-2:]),
-                            weight.reshape(-1, *weight.shape[-2:]).mT)
+        h3, w3 = h.reshape(-1, *h.shape[-2:]), weight.reshape(-1, *weight.shape[-2:]).mT
+        out = torch.bmm(h3, w3) if bias is None else torch.baddbmm(bias.reshape(-1, *bias.shape[-2:]), h3, w3)
         return out.view(*lead, h.shape[-2], -1)
     # inputs shared by the particles: broadcast, never copied per particle
-    return torch.matmul(h, weight.mT).add_(bias)
+    out = torch.matmul(h, weight.mT)
+    return out if bias is None else out.add_(bias)
 
 
 def _mlp_forward(params: Tensor, x: Tensor, model: "StackedModel", keep: list | None) -> Tensor:
@@ -79,7 +94,7 @@ def _mlp_forward(params: Tensor, x: Tensor, model: "StackedModel", keep: list | 
     parts = torch.split(params, model._sizes, dim=-1)
     lead = params.shape[:-1]
     h = x
-    for i, relu in enumerate(model._mlp):
+    for i, (relu, _) in enumerate(model._mlp):
         if keep is not None:
             keep.append(h)
         weight, bias = _layer(parts, model, i, lead)
@@ -99,7 +114,7 @@ _NARROW_INPUT = 16
 def _mlp_backward(params: Tensor, inputs: list[Tensor], grad_out: Tensor, model: "StackedModel") -> Tensor:
     """Gradient (..., D) of ``sum(grad_out * f(params))`` for the MLP stack ``f``, layer by
     layer from the top, for the upstream gradient ``g`` (..., n, B, out) of a layer with
-    input ``h``: ``dW = g^T h``, ``db = sum_B g``, and ``g <- (g W) * [h > 0]`` for the
+    input ``h``: ``dW = g^T h``, ``db = sum_B g`` (layers with a bias), and ``g <- (g W) * [h > 0]`` for the
     layer below (``h`` is a ReLU output there). The weight gradients are written straight
     into the rows' layout."""
     lead = params.shape[:-1]
@@ -110,12 +125,14 @@ def _mlp_backward(params: Tensor, inputs: list[Tensor], grad_out: Tensor, model:
     for i in reversed(range(len(model._mlp))):
         h = inputs[i]
         weight, _ = _layer(parts, model, i, lead)
-        grad_w = grad_parts[2 * i].view(*lead, *weight.shape[-2:])
+        grad_w = grad_parts[model._mlp_slots[i][0]].view(*lead, *weight.shape[-2:])
         if h.shape[-1] <= _NARROW_INPUT:
             grad_w.copy_(torch.matmul(h.mT, g).mT)  # (..., n, in, out), transposed into place
         else:
             grad_w.copy_(torch.matmul(g.mT, h))  # (..., n, out, in); shared inputs broadcast
-        torch.sum(g, dim=-2, out=grad_parts[2 * i + 1].view(*lead, weight.shape[-2]))
+        b_index = model._mlp_slots[i][1]
+        if b_index is not None:
+            torch.sum(g, dim=-2, out=grad_parts[b_index].view(*lead, weight.shape[-2]))
         if i > 0:  # through the ReLU below: zero where its output is 0
             g = torch.ops.aten.threshold_backward(_outer_or_matmul(g, weight), h, 0.0)
     return grad
@@ -168,6 +185,7 @@ class StackedModel:
         self.buffers = dict(module.named_buffers())
         self._sizes = [s.stop - s.start for s in self.slots]
         self._mlp = _mlp_layers(module)
+        self._mlp_slots = _mlp_slots(self._mlp) if self._mlp is not None else ()
 
     def unflatten(self, row: Tensor) -> dict[str, Tensor]:
         """Named parameter views into rows (..., D) of the stacked tensor: (..., *shape) each."""

@@ -94,11 +94,12 @@ class TrainSettings:
     steps: int
     lr: float
     optimizer: str = "adam"
-    #: the learning rate of epoch ``e`` is ``lr * lr_decay**e`` (staircase, decayed at each
-    #: epoch's first step; Pearce et al. 2020, Table 4 "Decay Rate"); 1: constant
+    #: the learning rate of step ``t`` is ``lr * lr_decay**(t // lr_decay_steps)`` (staircase;
+    #: Pearce et al. 2020, Table 4 "Decay Rate"); 1: constant
     lr_decay: float = 1.0
-    #: steps in an epoch (``ceil(N / B)``); needed when ``lr_decay != 1``
-    steps_per_epoch: int | None = None
+    #: steps between decays (an epoch, ``ceil(N / B)``, or a fixed count); needed when
+    #: ``lr_decay != 1``
+    lr_decay_steps: int | None = None
     log_every: int = 500
     #: steps between finiteness checks (``None``: every step on a CPU, every 50 on a GPU,
     #: where each check is a host round-trip); a bad update is always caught before a
@@ -118,12 +119,12 @@ class TrainState:
 
 
 def learning_rate(settings: TrainSettings, step: int) -> float:
-    """The learning rate of step ``step`` (0-based): ``lr * lr_decay**(step // steps_per_epoch)``."""
+    """The learning rate of step ``step`` (0-based): ``lr * lr_decay**(step // lr_decay_steps)``."""
     if settings.lr_decay == 1.0:
         return settings.lr
-    if not settings.steps_per_epoch:
-        raise ValueError("lr_decay needs steps_per_epoch")
-    return settings.lr * settings.lr_decay ** (step // settings.steps_per_epoch)
+    if not settings.lr_decay_steps:
+        raise ValueError("lr_decay needs lr_decay_steps")
+    return settings.lr * settings.lr_decay ** (step // settings.lr_decay_steps)
 
 
 def _state_key(checkpoint_key: str | None, settings: TrainSettings, params: Tensor) -> str:
@@ -131,7 +132,7 @@ def _state_key(checkpoint_key: str | None, settings: TrainSettings, params: Tens
     text = (f"{checkpoint_key}|{settings.steps}|{settings.lr!r}|{settings.optimizer}|{tuple(params.shape)}"
             f"|engine{ENGINE_VERSION}")
     if settings.lr_decay != 1.0:
-        text += f"|decay{settings.lr_decay!r}/{settings.steps_per_epoch}"
+        text += f"|decay{settings.lr_decay!r}/{settings.lr_decay_steps}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -223,7 +224,7 @@ def train(
     t0, last_ckpt = time.perf_counter(), time.perf_counter()
     try:
         for step in range(start, settings.steps):
-            if settings.lr_decay != 1.0 and (step == start or step % settings.steps_per_epoch == 0):
+            if settings.lr_decay != 1.0 and (step == start or step % settings.lr_decay_steps == 0):
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate(settings, step)
             batch = next_batch(generator)

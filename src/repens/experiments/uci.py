@@ -83,26 +83,26 @@ def layer_prior_stds(model: StackedModel, first_bias_var: float) -> Tensor:
     """
     stds = torch.empty(model.dim)
     first = model.slots[0].shape[1]  # the first Linear's weight is (H, D)
-    layer = 0
+    layer, fan_in = -1, first
     for slot in model.slots:
-        if slot.name.endswith("weight"):
-            fan_in = slot.shape[1]
+        if slot.name.endswith("weight"):  # a new layer (its bias, if any, comes next)
+            layer, fan_in = layer + 1, slot.shape[1]
             var = first_bias_var / first if layer == 0 else 1.0 / fan_in
         else:
             var = first_bias_var if layer == 0 else 1.0 / fan_in
-            layer += 1
         stds[slot.start : slot.stop] = math.sqrt(var)
     return stds
 
 
 def uci_posterior(network: UCINetwork | Mapping[str, Any], split: UCISplit, hidden: int) -> NetworkPosterior:
-    """One-hidden-layer ReLU MLP (``hidden`` units unless the network sets ``hidden``), Gaussian
+    """One-hidden-layer ReLU MLP (``hidden`` units unless the network sets ``hidden``; an
+    output bias unless ``output_bias`` is false), Gaussian
     likelihood with sd ``noise_std`` on standardized targets, prior from ``prior_bias_var``
     (:func:`layer_prior_stds`) or isotropic ``prior_std`` (:class:`repens.job.UCINetwork`:
     a UCI job is one; from a dict, its keys)."""
     network = UCINetwork.pick(network)
     widths = list(network.hidden or [hidden])
-    model = StackedModel(mlp(split.x_train.shape[1], widths, 1))
+    model = StackedModel(mlp(split.x_train.shape[1], widths, 1, output_bias=network.output_bias))
     prior_std: float | Tensor = network.prior_std
     if network.prior_bias_var is not None:
         prior_std = layer_prior_stds(model, network.prior_bias_var)  # per weight, (D,)
@@ -197,7 +197,8 @@ def train_splits(job: UCIJob, splits: list[UCISplit], ks: list[int], info: dict[
     generator = torch.Generator().manual_seed(job.seed)
     n_train = splits[0].x_train.shape[0]
     steps = _steps(job, n_train, info["n_epochs"])
-    settings = train_settings(job, steps, lr_decay=job.lr_decay, steps_per_epoch=_steps_per_epoch(job, n_train))
+    settings = train_settings(job, steps, lr_decay=job.lr_decay,
+                              lr_decay_steps=job.lr_decay_steps or _steps_per_epoch(job, n_train))
     x = torch.stack([s.x_train for s in splits])
     y = torch.stack([s.y_train for s in splits])
 
