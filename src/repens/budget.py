@@ -397,10 +397,12 @@ class StageRun:
 def time_stage(stage: Stage, device: str = "auto", steps: int | None = None, warmup: int = 1,
                min_seconds: float = 3.0, max_steps: int = 200) -> tuple[float, int]:
     """(seconds per step, steps timed) of ``stage`` on ``device``: ``warmup`` untimed steps,
-    then ``steps`` timed ones (default: enough for ``min_seconds`` at the warm-up's pace,
-    2 to ``max_steps``)."""
+    then ``steps`` timed ones (default: enough for ``min_seconds`` at the pace of one more
+    untimed step after the warm-up, 2 to ``max_steps``)."""
     run = StageRun(stage, device)
-    warm = run.run(warmup) / warmup if warmup > 0 else None
+    if warmup > 0:
+        run.run(warmup)
     if steps is None:
-        steps = 2 if not warm else int(min(max_steps, max(2, math.ceil(min_seconds / warm))))
+        probe = run.run(1)
+        steps = int(min(max_steps, max(2, math.ceil(min_seconds / max(probe, 1e-9)))))
     return run.run(steps) / steps, steps
