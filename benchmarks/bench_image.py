@@ -130,7 +130,8 @@ def measure(config_name: str, method: str, mode: str, steps: int, warmup: int, d
     return {"config": config_name, "method": method, "mode": mode, "seconds_per_step": seconds,
             "steps_per_s": 1.0 / seconds, "peak_mb": peak_mb, "device": str(dev),
             "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            "threads": torch.get_num_threads(), "parameters": dim}
+            "threads": torch.get_num_threads(), "parameters": dim,
+            "particles": CONFIGS[config_name]["particles"], "batch_size": CONFIGS[config_name]["batch_size"]}
 
 
 def interleaved_times(config_name: str, methods: list[str], modes: tuple[str, ...], steps: int, rounds: int,

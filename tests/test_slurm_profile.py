@@ -92,15 +92,17 @@ def no_slurm_path(tmp_path: Path) -> str:
     return path
 
 
-def fake_cluster(tmp_path: Path) -> tuple[str, Path]:
-    """(PATH with the fake clients first and no real ones, the log of their calls)."""
+def fake_cluster(tmp_path: Path, **answers: str) -> tuple[str, Path]:
+    """(PATH with the fake clients first and no real ones, the log of their calls);
+    ``answers`` replace :data:`FAKE_ANSWERS` entries (say another ``sinfo``)."""
+    answers = {**FAKE_ANSWERS, **answers}
     bin_dir = tmp_path / "fake-slurm"
     bin_dir.mkdir()
     log = tmp_path / "slurm-calls.log"
     log.touch()
     for name in SLURM_CLIENTS:
-        if name in FAKE_ANSWERS:
-            answer = f"cat <<'EOF'\n{FAKE_ANSWERS[name]}\nEOF\n" if FAKE_ANSWERS[name] else ""
+        if name in answers:
+            answer = f"cat <<'EOF'\n{answers[name]}\nEOF\n" if answers[name] else ""
         else:
             answer = f"echo 'fake SLURM: {name} must not run in a dry run' >&2\nexit 1\n"
         script = bin_dir / name
@@ -208,3 +210,27 @@ def test_gpu_partition_passes_the_check(tmp_path):
     assert "GPU partitions not checked" not in out, out
     assert "sinfo --noheader --format=%R|%G" in calls(log), calls(log)
     assert {call.split()[0] for call in calls(log)} <= set(FAKE_ANSWERS), calls(log)
+
+
+def test_gpu_shares_pass_where_the_cluster_has_them_and_are_checked(tmp_path):
+    """Issue 14: the documented sharing variants, `gres: "shard:1"` and `gres: "mps:25"`."""
+    sharded = "main|(null)\ngpu|gpu:h100:4(S:0-1),shard:32\nmps|gpu:2,mps:200"
+    path, log = fake_cluster(tmp_path, sinfo=sharded)
+    for gres, partition in (("shard:1", "gpu"), ("mps:25", "mps")):
+        rc, out = snakemake(tmp_path, "--set-resources", f"train_image:gres='{gres}'",
+                            f"train_image:slurm_partition='{partition}'", path=path)
+        assert rc == 0, out
+        (line,) = resources_by_rule(out)["train_image"]
+        assert f"gres={gres}" in line and f"slurm_partition={partition}" in line and "gpu=" not in line, line
+    assert "sinfo --noheader --format=%R|%G" in calls(log), calls(log)
+    # the shipped fake cluster's GPUs have no shards: said before anything is submitted
+    (tmp_path / "plain").mkdir()
+    rc, out = snakemake(tmp_path, "--set-resources", "train_image:gres='shard:1'", "train_image:slurm_partition='gpu'",
+                        path=fake_cluster(tmp_path / "plain")[0])
+    assert rc != 0
+    assert "rule train_image asks for a GPU shard (gres shard) on partition 'gpu', whose nodes have no shard GRES" in out, out
+    # a whole GPU and a shard of one: one request too many
+    rc, out = snakemake(tmp_path, "--set-resources", "train_image:gpu=1", "train_image:gres='shard:1'",
+                        path=no_slurm_path(tmp_path / "none"))
+    assert rc != 0
+    assert "rule train_image asks for a GPU twice, as `gpu` and as `gres`" in out, out

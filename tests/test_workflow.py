@@ -94,6 +94,34 @@ def test_dry_run_table1_builds_exactly_what_it_needs(tmp_path):
     assert jobs(out)["train_image"] == 2 * len(methods) * 5 and jobs(out)["prepare_images"] == 4
 
 
+def _image_plan(output: str) -> list[tuple[str, str]]:
+    """(spec, resources line) of every train_image job of a dry run with -p."""
+    found = []
+    for block in re.split(r"^rule ", output, flags=re.M)[1:]:
+        if block.startswith("train_image:"):
+            found.append((re.search(r"train --spec '(\{.*?\})'", block)[1],
+                          re.search(r"^\s+resources: (.*)$", block, re.M)[1]))
+    return found
+
+
+def test_sharing_a_gpu_changes_no_job(tmp_path):
+    """Issue 14: k image jobs on one GPU (`--resources gpu_share=100` and a smaller share
+    per job) schedule differently and run the same jobs: the share is no part of a spec."""
+    plans = {}
+    for name, args in (("default", ()), ("one GPU", ("--resources", "gpu_share=100")),
+                       ("four per GPU", ("--resources", "gpu_share=100", "--set-resources", "train_image:gpu_share=25"))):
+        rc, out = snakemake(tmp_path, "-n", "-p", "results/table1.tex", *args)
+        assert rc == 0, out
+        plans[name] = _image_plan(out)
+    methods = CONFIG["experiments"]["image"]["methods"]
+    assert len(plans["default"]) == len(methods) * len(CONFIG["seeds"])
+    shares = {name: {re.search(r"\bgpu_share=(\d+)", line)[1] for _, line in plan} for name, plan in plans.items()}
+    assert shares == {"default": {"100"}, "one GPU": {"100"}, "four per GPU": {"25"}}
+    specs = {name: sorted(spec for spec, _ in plan) for name, plan in plans.items()}
+    assert specs["default"] == specs["one GPU"] == specs["four per GPU"]
+    assert not any("share" in spec for spec in specs["default"])
+
+
 def test_claim_scorecard_reads_table2_but_never_trains_it(tmp_path):
     """Issue 13: the scorecard takes the tables of `all`; Table 2 is read if present."""
     rc, out = snakemake(tmp_path, "-n", "-p", "results/claims.csv")

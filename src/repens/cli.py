@@ -13,6 +13,9 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 * ``uci-table ... METRICS.json...``: Table 2 (UCI regression) and its comparison with the seeds.
 * ``claims --out-csv F --out-md F [--synthetic F --toy F --table1 F --uci F ...]``: the claim
   scorecard over the result tables (a missing table makes its claims "not run").
+* ``budget [--scale paper] [--timings F | --save-timings F]``: device-hours of Table 1's
+  jobs per dataset x method on this device (step times timed here or read), before any
+  run (:mod:`repens.budget`).
 * ``where FILE [--dataset D --method M --metric KEY]``: where a result or a table row came
   from (commit, versions, device, job spec, log; :mod:`repens.provenance`).
 
@@ -208,6 +211,51 @@ def _claims(args: argparse.Namespace) -> int:
     return 0
 
 
+def _budget(args: argparse.Namespace) -> int:
+    from repens.budget import (BudgetError, budget, device_name, format_budget, load_config, plan, read_timings,
+                               time_stage, timing_rows, write_timings)
+
+    def names(value: str | None) -> list[str] | None:
+        return [v for v in value.split(",") if v] if value else None
+
+    try:
+        config = load_config(args.configfile, args.scale)
+        cells = plan(config, names(args.datasets), names(args.methods))
+        seeds = cells[0].seeds if cells else ()
+        header = [f"Table 1 budget at scale={config['scale']} ({args.configfile}): "
+                  f"{len({c.dataset for c in cells})} dataset(s) x {len({c.method for c in cells})} method(s) x "
+                  f"{len(seeds)} seed(s) {list(seeds)} = {sum(len(c.seeds) for c in cells)} jobs"]
+        steps_timed: dict[tuple, int] = {}
+        if args.timings:
+            timing, device = read_timings(args.timings)
+            unit = "CPU-hours" if device.lower().startswith("cpu") else "GPU-hours"
+            header.append("step times: read from the file; counted: training steps only "
+                          "(not start-up, data loading or evaluation)")
+        else:
+            device, unit = device_name(args.device)
+            header.append(f"step times: measured here, {args.warmup} warm-up step(s) then "
+                          + (f"{args.steps} timed step(s)" if args.steps else f"about {args.seconds:g} s of steps")
+                          + " per (dataset, method, stage), one job on the device; counted: training steps only "
+                            "(not start-up, data loading or evaluation)")
+            logging.getLogger("repens").setLevel(logging.ERROR)  # the loop's progress lines and warnings
+
+            def timing(dataset, method, stage):
+                print(f"timing {dataset}/{method} ({stage.name}: {stage.members} members, batch "
+                      f"{stage.spec.get('batch_size')}) ...", file=sys.stderr, flush=True)
+                seconds, steps = time_stage(stage, args.device, args.steps, args.warmup, args.seconds)
+                steps_timed[(dataset, method, stage.name)] = steps
+                return seconds
+
+        rows = budget(cells, timing)
+        print(format_budget(rows, device, unit, header))
+        if args.save_timings:
+            write_timings(args.save_timings, {**timing_rows(rows, cells, device, steps_timed), "unit": unit})
+    except BudgetError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="repens", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -316,6 +364,19 @@ def main(argv: list[str] | None = None) -> int:
                        ("uci-seeds", "workflow/resources/table2_seeds.csv")):
         p.add_argument(f"--{name}", help=f"{what} (absent or missing: its claims are 'not run')")
     p.set_defaults(func=_claims)
+
+    p = sub.add_parser("budget", help="device-hours of Table 1's jobs on this device, before any run")
+    p.add_argument("--configfile", default="config.yaml", help="the pipeline's config (default: config.yaml)")
+    p.add_argument("--scale", choices=["quick", "paper"], help="override the config's scale (as --config scale=)")
+    p.add_argument("--datasets", help="comma-separated (default: the datasets Table 1 shows at that scale)")
+    p.add_argument("--methods", help="comma-separated (default: experiments.image.methods)")
+    p.add_argument("--timings", help="read step times from this file (--save-timings, or bench_image.py --json)")
+    p.add_argument("--save-timings", help="write the step times measured here to this file (JSON)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to time the steps")
+    p.add_argument("--steps", type=int, help="timed steps per (dataset, method, stage) (default: --seconds' worth)")
+    p.add_argument("--seconds", type=float, default=3.0, help="time this long per stage when --steps is unset")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
+    p.set_defaults(func=_budget)
 
     p = sub.add_parser("where", help="where the numbers of a result file or table row came from")
     p.add_argument("file", help="a result file (metrics.json, .npz) or a table CSV (reads its .provenance.json)")

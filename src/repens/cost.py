@@ -26,12 +26,19 @@ def duration(seconds: float) -> str:
 
 def image_cpu_seconds(spec: Mapping[str, Any], step_seconds: Mapping[str, Mapping[str, float]]) -> float:
     """One image job's CPU seconds: its steps (plus hyper-DE's L2 search) at the measured
-    step time of its data set and scale (NaN where none was measured)."""
+    step time of its data set and scale (NaN where none was measured).
+
+    The search trains its ``search_trials`` candidates at once, as one stack, for
+    ``search_steps`` steps (repens.experiments.image.l2_search), so it costs
+    ``search_steps`` steps of a stack of ``search_trials`` members: here
+    ``search_steps x search_trials / particles`` steps at the rate of the job's own stack
+    (a step's cost taken as proportional to the members; ``python -m repens budget``
+    times the search stack itself)."""
     rate = step_seconds.get(spec["dataset"], {}).get(spec["scale"])
     steps = spec["steps"]
     if spec.get("l2_search"):  # unset: the runner's defaults (repens.job.ImageJob)
         trials = spec.get("search_trials", default_of(ImageJob, "search_trials"))
-        steps += trials * (spec.get("search_steps") or steps)
+        steps += (spec.get("search_steps") or steps) * trials / spec["particles"]
     return float(rate) * steps if rate is not None else math.nan
 
 

@@ -67,8 +67,10 @@ def test_cost_notice():
     quick = [{"dataset": "fashionmnist", "scale": "quick", "steps": 600}] * 65
     assert image_cost_notice(quick, steps, 2, "quick") is None
     paper = [{"dataset": "cifar10", "scale": "paper", "steps": 50000}] * 2 + [
-        {"dataset": "fashionmnist", "scale": "paper", "steps": 50000, "l2_search": True,
+        {"dataset": "fashionmnist", "scale": "paper", "steps": 50000, "particles": 50, "l2_search": True,
          "search_trials": 20, "search_steps": 10000}]
     text = image_cost_notice(paper, steps, 2, "paper")
     assert "3 Table 1 training jobs at scale=paper" in text
-    assert "cifar10: 2 jobs, about 69.4 days of CPU" in text and "fashionmnist: 1 jobs, about 13.9 h" in text
+    # hyper-DE: 50,000 steps of 50 members, then the search: 10,000 steps of one stack of
+    # 20 candidates, 4,000 steps of 50 members' cost: 54,000 x 0.2 s = 3.0 h
+    assert "cifar10: 2 jobs, about 69.4 days of CPU" in text and "fashionmnist: 1 jobs, about 3.0 h" in text

@@ -201,6 +201,13 @@ def image_metrics():
 # Cluster resources. A rule declares what one job needs; cluster specifics (GPU,
 # partition, account, warning signal) live in profiles/slurm/config.yaml.
 
+# What a GPU job takes of one GPU, in percent (resource `gpu_share`, like SLURM's
+# `gres: "mps:<percent>"`): a whole GPU by default. Local runs say what one GPU holds
+# with `--resources gpu_share=100` and how much a job takes with `--set-resources
+# train_image:gpu_share=<100/k>` (k jobs per GPU). SLURM ignores it: there a job's
+# GPU (or shard, or MPS share) is its `gpu` / `gres` in the profile.
+GPU_SHARE = 100
+
 
 def grows_with_attempt(first):
     """A resource (``mem_mb``, ``runtime`` in minutes) of ``first`` on the first attempt
@@ -253,13 +260,30 @@ def _static(resource):
 
 GRES_FORM = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.]+)?(:\d+[TGM]?)?$")
 
+# GRES that give a job a GPU or a part of one: a whole GPU, a SLURM shard of one
+# (`gres: "shard:1"`, SLURM >= 22.05 with shards configured), a CUDA MPS share
+# (`gres: "mps:25"`, percent of one GPU's MPS).
+GPU_GRES = ("gpu", "shard", "mps")
+
+
+def gres_names(gres):
+    """The GRES names of a ``gres`` string (``"gpu:a100:1,shard:2"`` -> gpu, shard) or
+    of sinfo's %G column (``"gpu:4(S:0,1),shard:32"``; ``"(null)"``: none)."""
+    return {m for m in re.findall(r"(?:^|,)\s*([A-Za-z_][A-Za-z0-9_]*)", str(gres))}
+
+
+def gpu_gres(resources):
+    """The GPU-type GRES names (:data:`GPU_GRES`) a rule's ``gres`` asks for."""
+    gres = _static(resources.get("gres")) or ""
+    return sorted(gres_names(gres) & set(GPU_GRES))
+
 
 def gpu_request(resources):
     """How a rule's resources ask for GPUs: ``"gpu"`` (``gpu: N``, sbatch --gpus),
-    ``"gres"`` (``gres: "gpu:N"``, sbatch --gres), ``"both"``, or None."""
+    ``"gres"`` (``gres: "gpu:N"``, ``"shard:N"`` or ``"mps:N"``, sbatch --gres),
+    ``"both"``, or None."""
     gpus = _static(resources.get("gpu")) or _static(resources.get("gpus"))
-    gres = str(_static(resources.get("gres")) or "")
-    by_gres = any(part.strip().startswith("gpu") for part in gres.split(",") if part)
+    by_gres = bool(gpu_gres(resources))
     if gpus and by_gres:
         return "both"
     return "gpu" if gpus else "gres" if by_gres else None
@@ -273,7 +297,8 @@ def check_gpu_forms(settings):
             raise WorkflowError(
                 f"{who} asks for a GPU twice, as `gpu` and as `gres`; keep one "
                 f'(`gpu: 1` for sbatch --gpus=1, or `gres: "gpu:1"` for sbatch '
-                f"--gres=gpu:1) in profiles/slurm/config.yaml."
+                f'--gres=gpu:1, or a share of one, `gres: "shard:1"`) in '
+                f"profiles/slurm/config.yaml."
             )
         gres = _static(resources.get("gres"))
         if gres is not None and not all(
@@ -286,7 +311,7 @@ def check_gpu_forms(settings):
 
 
 def gpu_partitions():
-    """``{partition: has GPUs}`` from ``sinfo`` (GRES of each partition's nodes);
+    """``{partition: GRES names of its nodes}`` from ``sinfo`` (e.g. gpu, shard);
     None if no cluster answers."""
     try:
         out = subprocess.run(
@@ -302,18 +327,21 @@ def gpu_partitions():
     partitions = {}
     for line in out.stdout.split():
         name, _, gres = line.partition("|")
-        partitions[name] = partitions.get(name, False) or "gpu" in gres
+        partitions.setdefault(name, set()).update(gres_names(gres))
     return partitions
 
 
 def check_gpu_partitions(settings):
-    """Every partition named exists; every GPU request is on a partition with GPUs."""
+    """Every partition named exists; every GPU request is on a partition with GPUs
+    (a shard or MPS request: with that GRES)."""
     defaults = settings.default_resources or {}
     default_partition = _static(defaults.get("slurm_partition"))
-    wanted = [("default-resources", default_partition, None)]
+    wanted = [("default-resources", default_partition, None, [])]
     for name, resources in settings.overwrite_resources.items():
         partition = _static(resources.get("slurm_partition")) or default_partition
-        wanted.append((f"rule {name}", partition, gpu_request(resources)))
+        wanted.append(
+            (f"rule {name}", partition, gpu_request(resources), gpu_gres(resources))
+        )
     wanted = [w for w in wanted if w[1] is not None]  # None: the cluster's default
     if not wanted:
         return
@@ -324,7 +352,7 @@ def check_gpu_partitions(settings):
             file=sys.stderr,
         )
         return
-    for who, partition, gpu in wanted:
+    for who, partition, gpu, kinds in wanted:
         if partition not in partitions:
             place = "default-resources" if who == "default-resources" else who[5:]
             raise WorkflowError(
@@ -332,8 +360,8 @@ def check_gpu_partitions(settings):
                 f"not have (sinfo lists: {', '.join(sorted(partitions))}). Set "
                 f"slurm_partition of {place} in profiles/slurm/config.yaml to one of them."
             )
-        if gpu and not partitions[partition]:
-            with_gpus = sorted(p for p, has in partitions.items() if has)
+        if gpu and "gpu" not in partitions[partition]:
+            with_gpus = sorted(p for p, has in partitions.items() if "gpu" in has)
             name = who[5:]
             raise WorkflowError(
                 f"{who} asks for a GPU on partition {partition!r}, whose nodes have "
@@ -342,3 +370,13 @@ def check_gpu_partitions(settings):
                 f"profiles/slurm/config.yaml to a GPU partition "
                 f"({', '.join(with_gpus) or 'none found'}), or remove its `{'gres' if gpu == 'gres' else 'gpu'}`."
             )
+        for kind in kinds:
+            if kind != "gpu" and kind not in partitions[partition]:
+                having = sorted(p for p, has in partitions.items() if kind in has)
+                raise WorkflowError(
+                    f"{who} asks for a GPU {kind} (gres {kind}) on partition "
+                    f"{partition!r}, whose nodes have no {kind} GRES (sinfo lists: "
+                    f"{', '.join(sorted(partitions[partition])) or 'none'}). Use a "
+                    f"partition with {kind}s ({', '.join(having) or 'none found'}) or "
+                    f"a whole GPU (`gpu: 1`) in profiles/slurm/config.yaml."
+                )

@@ -69,6 +69,11 @@ rule train_image:
         mem_mb=grows_with_attempt(6000),
         # minutes; paper-scale ResNet32 jobs are the long ones (hours on a GPU)
         runtime=grows_with_attempt(60 if config["scale"] == "quick" else 1440),
+        # percent of one GPU a job takes (GPU_SHARE in common.smk). Local runs on one
+        # GPU cap it: `--resources gpu_share=100` runs one job at a time, adding
+        # `--set-resources train_image:gpu_share=25` four. A scheduling resource only:
+        # it is not in the job's spec, so sharing a GPU never changes a job's settings.
+        gpu_share=GPU_SHARE,
     params:
         spec=job_spec("image"),
         device=config["device"],
