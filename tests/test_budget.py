@@ -273,3 +273,20 @@ def test_no_cuda_is_a_clear_error(capsys, tmp_path):
         pytest.skip("this machine has CUDA")
     line = _one_line_error(capsys, "--configfile", str(_config_file(tmp_path, CONFIG)), "--device", "cuda")
     assert line.startswith("error: --device: device 'cuda' requested but torch sees no CUDA device"), line
+
+
+def test_budget_leaves_the_repens_log_level_as_it_found_it(tmp_path, capsys):
+    """The budget silences the timed loops' log lines while it times them, and restores the
+    level: in one process a later command's warnings (e.g. Ctrl-C's one line) still show."""
+    import logging
+
+    config = paper()
+    image = config["experiments"]["image"]
+    image["methods"] = ["de"]
+    image["report_datasets"] = ["fashionmnist"]
+    image["datasets"]["fashionmnist"].update(particles=2, batch_size=4, hidden=[4])
+    log = logging.getLogger("repens")
+    log.setLevel(logging.NOTSET)
+    rc, _, err = _run(capsys, "--configfile", str(_config_file(tmp_path, config)), "--device", "cpu", "--steps", "1")
+    assert rc == 0, err
+    assert log.level == logging.NOTSET

@@ -237,7 +237,6 @@ def _budget(args: argparse.Namespace) -> int:
                           + (f"{args.steps} timed step(s)" if args.steps else f"about {args.seconds:g} s of steps")
                           + " per (dataset, method, stage), one job on the device; counted: training steps only "
                             "(not start-up, data loading or evaluation)")
-            logging.getLogger("repens").setLevel(logging.ERROR)  # the loop's progress lines and warnings
 
             def timing(dataset, method, stage):
                 print(f"timing {dataset}/{method} ({stage.name}: {stage.members} members, batch "
@@ -246,7 +245,15 @@ def _budget(args: argparse.Namespace) -> int:
                 steps_timed[(dataset, method, stage.name)] = steps
                 return seconds
 
-        rows = budget(cells, timing)
+        # the timed loops' progress lines and warnings are not the budget's output; the level
+        # comes back afterwards (main() may run again in this process, e.g. in the tests)
+        repens_log = logging.getLogger("repens")
+        level = repens_log.level
+        repens_log.setLevel(logging.ERROR)
+        try:
+            rows = budget(cells, timing)
+        finally:
+            repens_log.setLevel(level)
         print(format_budget(rows, device, unit, header))
         if args.save_timings:
             write_timings(args.save_timings, {**timing_rows(rows, cells, device, steps_timed), "unit": unit})
