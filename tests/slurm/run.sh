@@ -141,8 +141,9 @@ mariadb-install-db --user=mysql --datadir="$DB" --auth-root-authentication-metho
 setsid mariadbd --user=mysql --datadir="$DB" --socket="$RUN/mysql/mysqld.sock" --pid-file="$RUN/mysql/mysqld.pid" \
     --bind-address=127.0.0.1 --port=$DB_PORT --log-error="$WORK/mariadb.log" </dev/null >/dev/null 2>&1 &
 PIDS+=("mariadbd:$!")
-for _ in $(seq 1 100); do mariadb --socket="$RUN/mysql/mysqld.sock" -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
-mariadb --socket="$RUN/mysql/mysqld.sock" <<'SQL' || fail "MariaDB setup failed (see $WORK/mariadb.log)"
+# up to 60 s: on a loaded machine the first start (InnoDB files) measured over 20 s once
+for _ in $(seq 1 300); do mariadb --socket="$RUN/mysql/mysqld.sock" -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+mariadb --socket="$RUN/mysql/mysqld.sock" <<'SQL' || fail "MariaDB setup failed (see $WORK/mariadb.log; mariadbd $(kill -0 "${PIDS[-1]#*:}" 2>/dev/null && echo "still running" || echo "exited"))"
 CREATE DATABASE IF NOT EXISTS slurm_acct_db;
 CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurm';
 CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
