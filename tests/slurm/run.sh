@@ -21,6 +21,11 @@
 # snakemake-executor-plugin-slurm), SLURM_TEST_WORK (work folder; default: a new
 # folder under /tmp), SLURM_TEST_TIMEOUT (seconds for the pipeline; default 420).
 set -euo pipefail
+# the daemons (mariadbd, slurmctld, slurmd, slurmdbd) live in /usr/sbin, which a minimal
+# PATH (env PATH=/usr/local/bin:/usr/bin:/bin) leaves out: mariadbd was "not found" there
+case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/sbin" ;; esac
+case ":$PATH:" in *:/sbin:*) ;; *) PATH="$PATH:/sbin" ;; esac
+export PATH
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PYTHON=${PYTHON:-python}
@@ -138,11 +143,10 @@ PIDS+=("munged:$(pidfile_pid /run/munge/munged.pid)")
 # MariaDB on a private data folder and port, for slurmdbd
 mariadb-install-db --user=mysql --datadir="$DB" --auth-root-authentication-method=socket >"$WORK/mariadb-install.log" 2>&1 ||
     { cat "$WORK/mariadb-install.log"; fail "mariadb-install-db failed"; }
-setsid mariadbd --user=mysql --datadir="$DB" --socket="$RUN/mysql/mysqld.sock" --pid-file="$RUN/mysql/mysqld.pid" \
+setsid /usr/sbin/mariadbd --user=mysql --datadir="$DB" --socket="$RUN/mysql/mysqld.sock" --pid-file="$RUN/mysql/mysqld.pid" \
     --bind-address=127.0.0.1 --port=$DB_PORT --log-error="$WORK/mariadb.log" </dev/null >/dev/null 2>&1 &
 PIDS+=("mariadbd:$!")
-# up to 60 s: on a loaded machine the first start (InnoDB files) measured over 20 s once
-for _ in $(seq 1 300); do mariadb --socket="$RUN/mysql/mysqld.sock" -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+for _ in $(seq 1 100); do mariadb --socket="$RUN/mysql/mysqld.sock" -e 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
 mariadb --socket="$RUN/mysql/mysqld.sock" <<'SQL' || fail "MariaDB setup failed (see $WORK/mariadb.log; mariadbd $(kill -0 "${PIDS[-1]#*:}" 2>/dev/null && echo "still running" || echo "exited"))"
 CREATE DATABASE IF NOT EXISTS slurm_acct_db;
 CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurm';
