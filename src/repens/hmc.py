@@ -484,24 +484,10 @@ def sample_hmc(
 
     generator = torch.Generator()
     generator.set_state(state["generator"])
-    stop: dict[str, int | None] = {"signum": None}
-    previous: dict[int, Any] = {}
-    if checkpoint is not None:
-        from repens.train import STOP_SIGNALS
+    from repens.train import stop_signals
 
-        def handler(signum: int, frame: Any) -> None:
-            stop["signum"] = signum
-
-        for signum in STOP_SIGNALS:
-            try:
-                previous[signum] = signal.signal(signum, handler)
-            except ValueError:  # not the main thread
-                break
-    try:
+    with stop_signals(checkpoint is not None) as stop:
         _run(value_and_grad, settings, state, generator, save, stop, checkpoint, checkpoint_seconds, log_every)
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, signal.SIG_DFL if old is None else old)
     save()  # done: kept until the caller has accepted the draws
     return state["draws"], _summary(state, settings)
 

@@ -17,9 +17,11 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -87,6 +89,30 @@ class Interrupted(RuntimeError):
 
 #: signals that checkpoint and stop a run that has a checkpoint file
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextmanager
+def stop_signals(catch: bool = True) -> Iterator[dict[str, int | None]]:
+    """While inside, :data:`STOP_SIGNALS` set ``stop["signum"]`` of the yielded dict instead
+    of ending the process, so a loop can checkpoint and stop at its next step; the previous
+    handlers come back on exit. ``catch=False`` (a run without a checkpoint file) and a thread
+    other than the main one (where handlers cannot be set) catch nothing."""
+    stop: dict[str, int | None] = {"signum": None}
+    previous: dict[int, Any] = {}
+    if catch:
+        def handler(signum: int, frame: Any) -> None:  # noqa: ARG001
+            stop["signum"] = signum
+
+        for signum in STOP_SIGNALS:
+            try:
+                previous[signum] = signal.signal(signum, handler)
+            except ValueError:  # not the main thread
+                break
+    try:
+        yield stop
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, signal.SIG_DFL if old is None else old)
 
 
 @dataclass(frozen=True)
@@ -196,17 +222,6 @@ def train(
                 checkpoint,
             )
 
-    stop: dict = {"signum": None}
-    previous: dict = {}
-    if checkpoint is not None:
-        def handler(signum, frame):  # noqa: ARG001
-            stop["signum"] = signum
-        for signum in STOP_SIGNALS:
-            try:
-                previous[signum] = signal.signal(signum, handler)
-            except ValueError:  # not the main thread
-                break
-
     check_every = settings.nonfinite_check_every or (1 if params.device.type == "cpu" else 50)
     finite: Tensor | None = None  # all updates since the last check were finite (device tensor)
     checked = start  # the step of the last check
@@ -222,7 +237,7 @@ def train(
         finite, checked = None, done
 
     t0, last_ckpt = time.perf_counter(), time.perf_counter()
-    try:
+    with stop_signals(checkpoint is not None) as stop:
         for step in range(start, settings.steps):
             if settings.lr_decay != 1.0 and (step == start or step % settings.lr_decay_steps == 0):
                 for group in optimizer.param_groups:
@@ -263,7 +278,4 @@ def train(
             if checkpoint is not None and time.perf_counter() - last_ckpt > settings.checkpoint_seconds:
                 snapshot(done)
                 last_ckpt = time.perf_counter()
-    finally:
-        for signum, handler_ in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler_ is None else handler_)
     return TrainState(params.detach(), state.anchors, repulsion)
