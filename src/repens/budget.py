@@ -36,7 +36,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import yaml
 
-from repens.config import EXPERIMENTS, ConfigError, check_config, coerce_numbers, experiment_seeds, report_datasets, resolve_job
+from repens.config import (EXPERIMENTS, ConfigError, check_config, check_schema, experiment_seeds, report_datasets,
+                           resolve_job)
 from repens.cost import duration
 
 __all__ = [
@@ -218,16 +219,9 @@ def load_config(path: str | Path, scale: str | None = None) -> dict[str, Any]:
     if scale is not None:
         config["scale"] = scale
     config.setdefault("scale", "quick")
-    if SCHEMA.is_file():
-        import jsonschema
-
-        schema = yaml.safe_load(SCHEMA.read_text())
-        coerce_numbers(config, schema)
-        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
-        if error is not None:
-            key = ".".join(str(part) for part in error.absolute_path) or "(top level)"
-            raise BudgetError(f"{path}: config key {key}: {error.message}")
     try:
+        if SCHEMA.is_file():
+            check_schema(config, yaml.safe_load(SCHEMA.read_text()))
         check_config(config)
     except ConfigError as err:
         raise BudgetError(f"{path}: config key {err}") from None

@@ -32,6 +32,7 @@ __all__ = [
     "EXPERIMENTS",
     "SEED_RANGE",
     "coerce_numbers",
+    "check_schema",
     "check_data_folders",
     "METHOD_KEYS",
     "check_config",
@@ -412,6 +413,19 @@ def coerce_numbers(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any
                 value[:] = [coerce_numbers(v, sub["items"], root) for v in value]
                 break
     return value
+
+
+def check_schema(config: dict[str, Any], schema: Mapping[str, Any]) -> None:
+    """Coerce the numbers of ``config`` in place (:func:`coerce_numbers`), then check it
+    against the JSON ``schema``: its best-matching error raises :class:`ConfigError`
+    ``"<key>: <message>"`` (the key dotted, ``(top level)`` for the config itself)."""
+    import jsonschema
+
+    coerce_numbers(config, schema)
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is not None:
+        key = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+        raise ConfigError(f"{key}: {error.message}")
 
 
 def resolve_job(

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jsonschema
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
@@ -29,7 +28,7 @@ from repens.config import (
     ConfigError,
     check_config,
     check_data_folders,
-    coerce_numbers,
+    check_schema,
     experiment_seeds,
     report_datasets,
     resolve_hmc_job,
@@ -42,14 +41,10 @@ from repens.config import (
 # what a schema cannot see (references between sections, options a method's rule
 # ignores, what each experiment can run, every resolved job); named data folders exist.
 SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
-_schema = yaml.safe_load(SCHEMA.read_text())
-coerce_numbers(config, _schema)
-_error = jsonschema.exceptions.best_match(
-    jsonschema.Draft202012Validator(_schema).iter_errors(config)
-)
-if _error is not None:
-    _key = ".".join(str(part) for part in _error.absolute_path) or "(top level)"
-    raise WorkflowError(f"config key {_key}: {_error.message}")
+try:
+    check_schema(config, yaml.safe_load(SCHEMA.read_text()))
+except ConfigError as err:
+    raise WorkflowError(f"config key {err}") from None
 validate(config, str(SCHEMA))
 try:
     check_config(config)
