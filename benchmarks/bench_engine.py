@@ -73,7 +73,7 @@ def _setup(config: dict, method: str, sets: int):
     from repens.kernels import RBF
     from repens.models import mlp
     from repens.particles import StackedModel
-    from repens.posteriors import Batch, NetworkPosterior
+    from repens.posteriors import NetworkPosterior
     from repens.updates import StepContext, make_update
 
     g = torch.Generator().manual_seed(0)
@@ -102,10 +102,21 @@ def _setup(config: dict, method: str, sets: int):
     if sets > 1:
         init = init.view(sets, n, -1)
     batch = min(config["batch"], rows)
-    next_batch = _epoch_sampler(x, y, batch) if config.get("epochs") else None
-    if next_batch is not None:  # UCI training's sampler (repens.minibatches.EpochSampler)
-        pass
-    elif sets > 1:  # the samplers of repens.minibatches, written out: the baseline has no such module
+    # UCI training's sampler (repens.minibatches.EpochSampler) where the engine has it, else
+    # a fresh random batch each step, as the baseline's training drew them
+    next_batch = (_epoch_sampler(x, y, batch) if config.get("epochs") else None) or _per_step_sampler(x, y, rows, batch, sets)
+    anchors = init.clone() if rule == "anchored" else None
+    return post, update, init, anchors, next_batch, lambda b, a: StepContext(post, RBF(), g, b, a), g
+
+
+def _per_step_sampler(x, y, rows: int, batch: int, sets: int):
+    """A fresh random batch each step (per split for a stack): the samplers of
+    ``repens.minibatches`` written out, since the baseline engine has no such module."""
+    import torch
+
+    from repens.posteriors import Batch
+
+    if sets > 1:
         set_rows = torch.arange(sets).unsqueeze(-1)
 
         def next_batch(gen):
@@ -115,9 +126,7 @@ def _setup(config: dict, method: str, sets: int):
         def next_batch(gen):
             idx = torch.randperm(rows, generator=gen)[:batch]
             return Batch(x[idx], y[idx])
-
-    anchors = init.clone() if rule == "anchored" else None
-    return post, update, init, anchors, next_batch, lambda b, a: StepContext(post, RBF(), g, b, a), g
+    return next_batch
 
 
 def _epoch_sampler(x, y, batch: int):
