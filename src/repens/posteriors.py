@@ -105,19 +105,22 @@ def gaussian_output_grad(outputs: Tensor, y: Tensor, noise_std: float) -> Tensor
 _SMALL_SOFTMAX = 16
 
 
-def softmax_classes(logits: Tensor) -> Tensor:
-    """``softmax(logits, dim=-1)``, fast for few classes (see :data:`_SMALL_SOFTMAX`); the
-    values equal the last-dimension kernel's to float rounding."""
+def _over_classes(op: Callable[..., Tensor], logits: Tensor) -> Tensor:
+    """``op(logits, dim=-1)``; below :data:`_SMALL_SOFTMAX` classes on the CPU across a
+    transposed copy (the same values to float rounding)."""
     if logits.shape[-1] >= _SMALL_SOFTMAX or logits.dim() < 2 or logits.device.type != "cpu":
-        return torch.softmax(logits, dim=-1)
-    return torch.softmax(logits.transpose(-1, -2).contiguous(), dim=-2).transpose(-1, -2)
+        return op(logits, dim=-1)
+    return op(logits.transpose(-1, -2).contiguous(), dim=-2).transpose(-1, -2)
+
+
+def softmax_classes(logits: Tensor) -> Tensor:
+    """``softmax(logits, dim=-1)``, fast for few classes (see :data:`_SMALL_SOFTMAX`)."""
+    return _over_classes(torch.softmax, logits)
 
 
 def log_softmax_classes(logits: Tensor) -> Tensor:
     """``log_softmax(logits, dim=-1)``, fast for few classes as :func:`softmax_classes`."""
-    if logits.shape[-1] >= _SMALL_SOFTMAX or logits.dim() < 2 or logits.device.type != "cpu":
-        return F.log_softmax(logits, dim=-1)
-    return F.log_softmax(logits.transpose(-1, -2).contiguous(), dim=-2).transpose(-1, -2)
+    return _over_classes(F.log_softmax, logits)
 
 
 def categorical_output_grad(outputs: Tensor, y: Tensor, noise_std: float | None = None) -> Tensor:
