@@ -1,5 +1,6 @@
 import pytest
 import torch
+from torch import Tensor
 
 from repens.models import mlp
 from repens.particles import StackedModel
@@ -139,3 +140,50 @@ def test_mlp_stack_backward_by_hand_equals_autograd_for_stacks_of_sets(widths):
     (by_hand,) = torch.autograd.grad((model(params, x) * weights).sum(), params)
     (auto,) = torch.autograd.grad((_mlp_forward(params, x.unsqueeze(-3), model, None) * weights).sum(), params)
     torch.testing.assert_close(by_hand, auto, rtol=1e-13, atol=1e-13)
+
+
+def test_row_blocks_cover_the_rows_within_the_budget(monkeypatch):
+    from repens import particles
+    from repens.particles import _row_blocks
+
+    model = StackedModel(mlp(3, [8, 6], 2))
+    params = torch.zeros(2, 5, model.dim)  # float32: a row of the widest activation is 2 * 5 * 8 * 4 = 320 bytes
+    assert _row_blocks(params, torch.zeros(9, 3), model) is None  # 2.9 kB, within 4 MiB
+    monkeypatch.setattr(particles, "BLOCK_BYTES", 1000)
+    # 9 rows x 8 activations against 140 weights: blocks would cost more than they save
+    assert _row_blocks(params, torch.zeros(9, 3), model) is None
+    monkeypatch.setattr(particles, "BLOCK_MIN_RATIO", 72 / model.dim)
+    blocks = _row_blocks(params, torch.zeros(2, 1, 9, 3), model)
+    assert [(b.start, b.stop) for b in blocks] == [(0, 3), (3, 6), (6, 9)]  # 9 rows, 3 to a block (960 bytes)
+    blocks = _row_blocks(params, torch.zeros(10, 3), model)
+    assert [(b.start, b.stop) for b in blocks] == [(0, 3), (3, 6), (6, 9), (9, 10)]
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-inputs", "own-inputs"])
+def test_mlp_rows_in_blocks_give_the_values_and_gradients_of_one_block(monkeypatch, shared):
+    """A stack too large for one block runs its rows in blocks (``BLOCK_BYTES``): outputs,
+    the autograd node's gradient and the written-out pullback equal those of the whole
+    stack at once, up to float64 rounding (the blocks' weight gradients are summed)."""
+    from repens import particles
+
+    model = StackedModel(mlp(4, [7, 5], 2, output_bias=False))
+    g = torch.Generator().manual_seed(8)
+    params = model.sample_gaussian(3 * 4, 1.0, g, dtype=torch.float64).view(3, 4, -1)
+    x = torch.randn(*(() if shared else (3,)), 11, 4, generator=g, dtype=torch.float64)
+    weights = torch.randn(3, 4, 11, 2, generator=g, dtype=torch.float64)
+
+    def run() -> tuple[Tensor, Tensor, Tensor]:
+        p = params.clone().requires_grad_(True)
+        out = model(p, x)
+        (grad,) = torch.autograd.grad((out * weights).sum(), p)
+        outputs, inputs = model.forward_saving_inputs(params, x)
+        return out.detach(), grad, model.backward(params, inputs, weights)
+
+    whole = run()
+    monkeypatch.setattr(particles, "BLOCK_BYTES", 3 * 4 * 7 * 8 * 3)  # 3 rows of the widest (7) activation
+    monkeypatch.setattr(particles, "BLOCK_MIN_RATIO", 0)
+    assert len(particles._row_blocks(params, x if shared else x.unsqueeze(-3), model)) == 4  # 3 + 3 + 3 + 2 rows
+    blocked = run()
+    for a, b in zip(whole, blocked):
+        torch.testing.assert_close(b, a, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(blocked[1], blocked[2], rtol=1e-13, atol=1e-13)

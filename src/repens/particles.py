@@ -89,8 +89,60 @@ def _affine(h: Tensor, weight: Tensor, bias: Tensor | None, lead: torch.Size) ->
     return out if bias is None else out.add_(bias)
 
 
+#: A stack whose widest activation is above this many bytes, with many more activations
+#: than weights per network (:data:`BLOCK_MIN_RATIO`), runs its rows in blocks of at most
+#: this size. Each block's activations then stay in cache between the layer that writes
+#: them and the ones that read them, where a whole activation makes every elementwise pass
+#: (bias, ReLU, its mask in backward) a trip to memory. Measured on one core
+#: (gradient of the log-likelihood, median of 5 rounds): the
+#: protein stack (5 splits x 5 members x batch 8192 x 100 hidden, 82 MB) 62 ms whole,
+#: 36 ms in blocks of 4 MiB (54 ms at 16 MiB, 40 ms at 1 MiB). The blocks depend on the
+#: shapes only, so the numerics are the same on every machine.
+BLOCK_BYTES = 4 << 20
+#: Each block adds a pass over the stack's weight gradient (the blocks' gradients are
+#: summed), so blocks are used only where a network's widest activation has at least this
+#: many times as many entries as the network has weights: the protein stack 745 (blocks
+#: pay), the kin8nm stack 26 (2.5 ms either way), 50 FashionMNIST networks 0.26 (blocks of
+#: 4 MiB were 1.4x slower).
+BLOCK_MIN_RATIO = 64
+
+
+@dataclass(frozen=True)
+class _RowBlocks:
+    """The inputs an MLP forward kept, per block of rows (``x[..., rows, :]``)."""
+
+    rows: tuple[slice, ...]
+    inputs: tuple[list[Tensor], ...]
+
+
+def _row_blocks(params: Tensor, x: Tensor, model: "StackedModel") -> tuple[slice, ...] | None:
+    """Equal blocks of the input rows (dim -2) whose widest activation is at most
+    :data:`BLOCK_BYTES`, or None when the whole stack is within it or its networks have
+    too many weights for their activations (:data:`BLOCK_MIN_RATIO`)."""
+    rows = x.shape[-2]
+    width = max(model.slots[w].shape[0] for w, _ in model._mlp_slots)
+    per_row = math.prod(params.shape[:-1]) * width * params.element_size()
+    if per_row * rows <= BLOCK_BYTES or rows < 2 or rows * width < BLOCK_MIN_RATIO * model.dim:
+        return None
+    count = math.ceil(rows * per_row / BLOCK_BYTES)
+    size = math.ceil(rows / count)
+    return tuple(slice(i, min(i + size, rows)) for i in range(0, rows, size))
+
+
 def _mlp_forward(params: Tensor, x: Tensor, model: "StackedModel", keep: list | None) -> Tensor:
-    """The MLP stack's forward; ``keep`` (a list) collects each layer's input for backward."""
+    """The MLP stack's forward; ``keep`` (a list) collects each layer's input for backward
+    (one :class:`_RowBlocks` when the rows run in blocks, see :data:`BLOCK_BYTES`)."""
+    blocks = _row_blocks(params, x, model)
+    if blocks is None:
+        return _mlp_forward_rows(params, x, model, keep)
+    kept = tuple([] for _ in blocks) if keep is not None else tuple(None for _ in blocks)
+    out = torch.cat([_mlp_forward_rows(params, x[..., rows, :], model, k) for rows, k in zip(blocks, kept)], dim=-2)
+    if keep is not None:
+        keep.append(_RowBlocks(blocks, kept))
+    return out
+
+
+def _mlp_forward_rows(params: Tensor, x: Tensor, model: "StackedModel", keep: list | None) -> Tensor:
     parts = torch.split(params, model._sizes, dim=-1)
     lead = params.shape[:-1]
     h = x
@@ -116,7 +168,14 @@ def _mlp_backward(params: Tensor, inputs: list[Tensor], grad_out: Tensor, model:
     layer from the top, for the upstream gradient ``g`` (..., n, B, out) of a layer with
     input ``h``: ``dW = g^T h``, ``db = sum_B g`` (layers with a bias), and ``g <- (g W) * [h > 0]`` for the
     layer below (``h`` is a ReLU output there). The weight gradients are written straight
-    into the rows' layout."""
+    into the rows' layout; with rows in blocks, the sum of the blocks' gradients."""
+    if inputs and isinstance(inputs[0], _RowBlocks):
+        blocks = inputs[0]
+        grad = None
+        for rows, kept in zip(blocks.rows, blocks.inputs):
+            part = _mlp_backward(params, kept, grad_out[..., rows, :], model)
+            grad = part if grad is None else grad.add_(part)
+        return grad
     lead = params.shape[:-1]
     parts = torch.split(params, model._sizes, dim=-1)
     grad = params.new_empty(params.shape)
@@ -144,15 +203,22 @@ class _MLPStack(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, params: Tensor, x: Tensor, model: "StackedModel") -> Tensor:  # noqa: ANN001
-        inputs: list[Tensor] = []
+        inputs: list = []
         out = _mlp_forward(params, x, model, keep=inputs)
         ctx.model = model
-        ctx.save_for_backward(params, *inputs)
+        if inputs and isinstance(inputs[0], _RowBlocks):
+            ctx.blocks = inputs[0]  # intermediates, not the node's inputs or outputs: kept on ctx
+            ctx.save_for_backward(params)
+        else:
+            ctx.blocks = None
+            ctx.save_for_backward(params, *inputs)
         return out
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):  # noqa: ANN001, ANN205
         params, *inputs = ctx.saved_tensors
+        if ctx.blocks is not None:
+            inputs = [ctx.blocks]
         return _mlp_backward(params, inputs, grad_out, ctx.model), None, None
 
 

@@ -42,8 +42,9 @@ OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 #: Part of every checkpoint's key: a checkpoint written by another version of the loop
 #: (2: the optimizer maximises ``phi`` instead of minimising ``-phi``; 3: MLP likelihood
 #: gradients written out, not by autograd, which rounds differently; 4: softmax of few classes
-#: across a transposed copy, :func:`repens.posteriors.softmax_classes`) is not resumed.
-ENGINE_VERSION = 4
+#: across a transposed copy, :func:`repens.posteriors.softmax_classes`; 5: large MLP stacks
+#: in blocks of rows, :data:`repens.particles.BLOCK_BYTES`) is not resumed.
+ENGINE_VERSION = 5
 
 
 def make_optimizer(name: str, params: Tensor, lr: float) -> torch.optim.Optimizer:
