@@ -14,6 +14,10 @@ own subprocess with that revision's ``src`` first on ``sys.path``; the two alter
   Throughput is splits x steps / s. Also a hand-written step of the same arithmetic (explicit batched matmuls, backward by hand,
   Adam in place; DE; batches in epochs as the engine's), timed in the current process, as
   the limit for a small network.
+* ``protein``: the largest UCI stack, as Table 2 trains it: 5 members, MLP 9-100-1, 41,157
+  training rows, batch 8192, the 5 standard splits stacked (``--splits`` does not apply).
+  Its activations (82 MB a layer for the stack) are far above the cache and glibc's mmap
+  threshold, unlike the small networks.
 * ``toy``: the G.2 regression, 50 particles, MLP 1-50-50-1, 90 rows, batch 64.
 * ``fashionmnist``: 50 particles, MLP 784-100-100-100-10, batch 256 (random inputs:
   the arithmetic is what is timed). Also the machine's single-thread SGEMM rate,
@@ -59,6 +63,8 @@ METHODS = {
 CONFIGS = {
     "uci": {"inputs": 13, "hidden": [50], "outputs": 1, "rows": 455, "particles": 5, "batch": 64, "steps": 300,
             "epochs": True},
+    "protein": {"inputs": 9, "hidden": [100], "outputs": 1, "rows": 41157, "particles": 5, "batch": 8192,
+                "steps": 20, "epochs": True, "splits": 5},
     "toy": {"inputs": 1, "hidden": [50, 50], "outputs": 1, "rows": 90, "particles": 50, "batch": 64, "steps": 100},
     "fashionmnist": {"inputs": 784, "hidden": [100, 100, 100], "outputs": 10, "rows": 60000, "particles": 50,
                      "batch": 256, "steps": 3},
@@ -162,9 +168,14 @@ def worker(args: argparse.Namespace) -> None:
     out = {}
     for name in args.configs:
         config = CONFIGS[name]
-        sets = args.splits if (name == "uci" and args.stack) else 1
+        sets = _stacked_splits(config, args) if args.stack else 1
         out[name] = {m: _time_method(config, m, sets, config["steps"]) for m in args.methods}
     print(json.dumps(out))
+
+
+def _stacked_splits(config: dict, args: argparse.Namespace) -> int:
+    """Splits this engine stacks for a UCI configuration (trained in epochs); 1 otherwise."""
+    return config.get("splits", args.splits) if config.get("epochs") else 1
 
 
 # ------------------------------------------------------------------ limits, in this process
@@ -285,7 +296,7 @@ def _baseline_src(rev: str, tmp: str) -> str:
 
 
 #: glibc settings equal to repens.host_memory.keep_freed_memory, for a baseline run with them
-_TUNED_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+_TUNED_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_max=0"
 
 
 def _run_worker(src: str, configs: list[str], methods: list[str], stack: bool, args, tuned_malloc: bool = False) -> dict:
@@ -344,9 +355,10 @@ def main() -> None:
     report: dict = {"gemm_gflops": rate, "baseline": args.baseline, "configs": {}}
     for c in args.configs:
         config = CONFIGS[c]
-        sets = args.splits if c == "uci" else 1
-        unit = "splits x steps/s" if c == "uci" else "steps/s"
-        print(f"== {c}" + (f" ({sets} splits stacked here, one split at a time in the baseline)" if c == "uci" else ""))
+        uci = bool(config.get("epochs"))
+        sets = _stacked_splits(config, args)
+        unit = "splits x steps/s" if uci else "steps/s"
+        print(f"== {c}" + (f" ({sets} splits stacked here, one split at a time in the baseline)" if uci else ""))
         tuned = "baseline_malloc" in med
         print(f"{'method':>10} {'baseline ' + unit:>24} {'current ' + unit:>24} {'speed-up':>9}"
               + (f" {'vs tuned-malloc baseline':>25}" if tuned else "") + f" {'x DE':>6}  FLOP bound (extra work)")
@@ -371,8 +383,8 @@ def main() -> None:
             print(f"DE step: {flops / 1e6:.1f} MFLOP, {share:.1%} of the SGEMM rate "
                   f"(baseline {flops / sets / med['baseline'][c]['de'] / 1e9 / rate:.1%})")
             rows["de_gemm_share"] = share
-        if c == "uci" and "de" in args.methods:
-            one = _run_worker(new_src, ["uci"], ["de"], False, args)["uci"]["de"]
+        if uci and "de" in args.methods:
+            one = _run_worker(new_src, [c], ["de"], False, args)[c]["de"]
             hand = hand_written_de_step(config, 1, config["steps"], args.threads)
             print(f"one split, DE: engine {one * 1e3:.3f} ms/step, hand-written batched matmuls "
                   f"{hand * 1e3:.3f} ms/step: {one / hand:.2f}x the hand-written step")
