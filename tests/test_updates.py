@@ -168,6 +168,23 @@ def test_anchored_member_rests_at_its_anchor_without_data_gradient():
     torch.testing.assert_close(anchored(params, ctx).direction, lik - (params - anchors), rtol=1e-5, atol=1e-5)
 
 
+def test_anchored_with_pearce_code_divisor_pulls_n_over_b_times_harder():
+    """``anchor_divisor="batch"`` (Pearce et al.'s code divides the anchoring term by the batch
+    size B, their Eq. 11 by N): the anchor's pull is N / B times Eq. 11's, the data term
+    unchanged; with the whole training set as the batch the two are the same."""
+    params, ctx = network_setup()
+    ctx.anchors = ctx.posterior.sample_prior(4, torch.Generator().manual_seed(7))
+    half = Batch(ctx.batch.x[:4], ctx.batch.y[:4])  # B = 4 of N = 16
+    ctx_half = StepContext(ctx.posterior, ctx.kernel, ctx.generator, half, ctx.anchors)
+    lik = anchored(params, ctx_half).direction + (params - ctx.anchors)  # Eq. 11, its pull removed
+    torch.testing.assert_close(anchored(params, ctx_half, anchor_divisor="batch").direction,
+                               lik - 4.0 * (params - ctx.anchors), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(anchored(params, ctx, anchor_divisor="batch").direction,
+                               anchored(params, ctx).direction)
+    with pytest.raises(ValueError, match="anchor_divisor"):
+        anchored(params, ctx, anchor_divisor="epoch")
+
+
 def test_anchored_without_anchors_is_an_error():
     params, ctx = network_setup()
     with pytest.raises(ValueError, match="anchors"):

@@ -62,7 +62,7 @@ __all__ = [
 
 #: fields of a job naming its update rule and the rule's options (config: a method entry)
 RULE_FIELDS = ("rule", "space", "estimator", "eta", "num_eigs", "function_prior", "prior_samples", "prior_eta",
-               "gp_lengthscale", "gp_variance", "temperature", "mmd_weight")
+               "gp_lengthscale", "gp_variance", "temperature", "mmd_weight", "anchor_divisor")
 
 #: fields no settings layer of config.yaml sets: resolve_job fills in which run a job is
 #: from where it sits in the config, and rule train_uci adds the top-level ``uci_data``
@@ -402,6 +402,9 @@ class Job(_Spec):
     temperature: float | None = None
     #: langevin: weight of the MMD repulsion (DRLE; None: the rule's default, none)
     mmd_weight: float | None = None
+    #: anchored: what divides the anchoring term, n_train (Eq. 11) or batch (Pearce et al.'s code)
+    #: (None: the rule's default, n_train)
+    anchor_divisor: Literal["n_train", "batch"] | None = None
 
     # training -----------------------------------------------------------------
     #: number of particles (ensemble members)

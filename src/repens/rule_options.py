@@ -15,7 +15,7 @@ __all__ = ["RULE_OPTIONS", "FUNCTION_PRIOR_OPTIONS", "ESTIMATOR_OPTIONS", "FUNCT
 #: keyword options of each weight-space rule (repens.updates.<rule>)
 RULE_OPTIONS: dict[str, frozenset[str]] = {
     "ensemble": frozenset(),
-    "anchored": frozenset(),
+    "anchored": frozenset({"anchor_divisor"}),
     "svgd": frozenset(),
     "wgd": frozenset({"estimator"}),  # plus the chosen estimator's options
     "langevin": frozenset({"temperature", "mmd_weight", "prior_samples"}),

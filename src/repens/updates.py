@@ -153,16 +153,31 @@ def wgd(params: Tensor, ctx: StepContext, estimator: str = "kde", **estimator_op
     return Update(score - density_score, forces=lambda: (score, -density_score))
 
 
-def anchored(params: Tensor, ctx: StepContext) -> Update:
+#: what divides the anchoring term of the anchored ensemble's minibatch loss
+ANCHOR_DIVISORS = ("n_train", "batch")
+
+
+def anchored(params: Tensor, ctx: StepContext, anchor_divisor: str = "n_train") -> Update:
     """Anchored ensemble (Pearce et al. 2020, Eq. 11): MAP with the prior recentred on each
     member's own prior draw ``w0_i`` (``ctx.anchors``).
 
     For the zero-mean Gaussian prior, ``grad log N(w; w0, S) = grad log p(w - w0)``.
+
+    ``anchor_divisor``: ``"n_train"`` is Eq. 11, whose loss divides the anchoring term by N
+    as it does the squared errors, so the anchor acts as the prior. ``"batch"`` is what
+    Pearce et al.'s published code does (github TeaPearce/Bayesian_NN_Ensembles,
+    ``regression/module_NN_ens.py``): the minibatch loss divides the anchoring term by the
+    batch size B, a prior N / B times stronger than Eq. 11's.
     """
     if ctx.anchors is None:
         raise ValueError("the anchored rule needs anchors (one prior draw per member)")
+    if anchor_divisor not in ANCHOR_DIVISORS:
+        raise ValueError(f"anchor_divisor {anchor_divisor!r}; known: {list(ANCHOR_DIVISORS)}")
     lik = grad_log_likelihood(params, ctx)
-    return Update(lik + grad_log_prior(params - ctx.anchors, ctx))
+    prior = grad_log_prior(params - ctx.anchors, ctx)
+    if anchor_divisor == "batch" and ctx.batch is not None:
+        prior = prior * (ctx.posterior.num_train / ctx.batch.x.shape[-2])
+    return Update(lik + prior)
 
 
 def langevin(

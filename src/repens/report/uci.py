@@ -67,7 +67,8 @@ def read_seeds(path: Path) -> list[dict[str, Any]]:
 
 
 def compare_with_seeds(records: Sequence[Mapping[str, Any]], seeds: Sequence[Mapping[str, Any]]) -> list[dict]:
-    """One row per seed value with ours (the seed row's ``ours`` method) beside it.
+    """One row per seed value and each of our methods set beside it (the seed row's ``ours``:
+    one method key, or several separated by ``;``), with ours beside the seed's.
 
     ``metric`` ``nll_inferred`` (the poster's unnamed metric) is set beside our NLL.
     ``z = (ours - seed) / sqrt(se_ours^2 + se_seed^2)``; ``within_error_bars`` when the two
@@ -76,9 +77,8 @@ def compare_with_seeds(records: Sequence[Mapping[str, Any]], seeds: Sequence[Map
     protocol are ours, so a difference in a 0 row is not evidence either way.
     """
     out = []
-    for ref in seeds:
+    for ref, ours in ((ref, ours) for ref in seeds for ours in (ref.get("ours") or ref["method"]).split(";")):
         metric = "nll" if ref["metric"] == "nll_inferred" else ref["metric"]
-        ours = ref.get("ours") or ref["method"]
         values = [float(r[metric]) for r in records if r["dataset"] == ref["dataset"] and r["method"] == ours]
         cell = mean_se(values)
         diff = cell.mean - ref["mean"]
