@@ -31,11 +31,23 @@ def test_seed_reference_is_complete_and_cited():
                                       ("pearce2020_t2", {"anchored", "relu-gp"}, 9), ("pearce2020_t3", {"relu-gp"}, 9)):
         got = [r for r in rows if r["source"] == source]
         assert {r["method"] for r in got} == methods and len(got) == len(methods) * datasets
-    # like for like: only Pearce's anchored ensemble and its ReLU GP, both set beside our anchored
+    # like for like: only Pearce's anchored ensemble (beside our anchored ensemble as Eq. 11 and as
+    # their code train it) and its ReLU GP (beside our anchored ensemble)
     like = [r for r in rows if r["like_for_like"]]
-    assert {(r["method"], r["ours"]) for r in like} == {("anchored", "anchored"), ("relu-gp", "anchored")}
+    assert {(r["method"], r["ours"]) for r in like} == {("anchored", "anchored;anchored-code"), ("relu-gp", "anchored")}
     assert all(r["what"] for r in rows)
     assert not any(r["like_for_like"] for r in rows if r["source"] == "wild2023_poster" or r["method"] == "de")
+
+
+def test_a_seed_value_set_beside_several_of_our_methods_gives_a_row_each():
+    records = [{"dataset": "wine", "method": m, "rmse": v, "nll": 1.0}
+               for m, vs in (("anchored", (0.70, 0.72)), ("anchored-code", (0.62, 0.64))) for v in vs]
+    seeds = [{"source": "s", "dataset": "wine", "method": "anchored", "metric": "rmse", "mean": 0.63, "se": 0.01,
+              "ours": "anchored;anchored-code"}]
+    rows = compare_with_seeds(records, seeds)
+    assert [(r["method"], r["seed_method"]) for r in rows] == [("anchored", "anchored"), ("anchored-code", "anchored")]
+    assert [round(r["ours_mean"], 10) for r in rows] == [0.71, 0.63]
+    assert [r["within_error_bars"] for r in rows] == [0, 1]  # 0.71 +- 0.01 and 0.63 +- 0.01 against 0.63 +- 0.01
 
 
 def test_compare_with_seeds_flags_non_overlap():
