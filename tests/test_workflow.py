@@ -132,6 +132,21 @@ def test_claim_scorecard_reads_table2_but_never_trains_it(tmp_path):
     assert "--uci results/table2_uci.csv" in out
 
 
+def test_claim_scorecard_without_building_table1_trains_no_image_job(tmp_path):
+    """claims_build_table1=false: the paper-scale scorecard of a machine without a GPU
+    reads Table 1 if it is there and never trains it."""
+    rc, out = snakemake(tmp_path, "-n", "-p", "results/claims.csv", "--config", "scale=paper",
+                        "claims_build_table1=false")
+    assert rc == 0, out
+    planned = jobs(out)
+    assert planned["summarize_claims"] == 1 and "summarize_toy" in planned
+    assert not {"train_image", "prepare_images", "summarize_image"} & set(planned)
+    assert "--table1 results/table1.csv" in out
+    rc, out = snakemake(tmp_path, "-n", "results/claims.csv", "--config", "scale=paper")
+    assert rc == 0, out
+    assert {"train_image", "summarize_image"} <= set(jobs(out))
+
+
 def test_dry_run_specs_follow_scale(tmp_path):
     rc, out = snakemake(tmp_path, "-n", "-p", "--config", "scale=paper")
     assert rc == 0, out
