@@ -14,9 +14,10 @@ the next step.
 
 The threshold's ceiling is 32 MiB, and an activation above it was still mmapped: the
 protein stack (5 splits x 5 members x batch 8192 x 100 hidden) has 82 MB activations,
-and its DE step took 385 ms, 146 ms with mmap switched off (``M_MMAP_MAX = 0``: every
-block comes from the heap, which is never trimmed; one run, one core). So mmap is
-switched off altogether. Nothing numerical changes; the resident size stays at the
+page-faulted in again every step; with mmap switched off (``M_MMAP_MAX = 0``: every block
+comes from the heap, which is never trimmed) the engine before this work ran that stack
+1.4x faster (``benchmarks/bench_engine.py --configs protein --baseline-malloc``: 38 -> 53
+splits x steps/s). So mmap is switched off altogether. Nothing numerical changes; the resident size stays at the
 high-water mark of one step (plus whatever fragmentation the heap keeps).
 
 Only glibc has ``mallopt``; elsewhere (musl, macOS) this does nothing.
