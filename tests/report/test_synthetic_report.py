@@ -108,6 +108,29 @@ def test_write_metrics_table_two_targets_and_mixed_scales(tmp_path, gaussian_run
     assert "paper" in tex and "quick" in tex and "funnel" in tex
 
 
+def test_several_seeds_show_one_row_per_method_with_mean_and_standard_error(tmp_path):
+    """Five seeds of a method: the CSV keeps a row per run (the claim scorecard reads them),
+    the LaTeX and HTML tables one row per method, mean ± s.e. over its seeds."""
+    target = make_target("gaussian")
+    paths = []
+    for method in ("svgd", "sge-wgd"):
+        for seed in (42, 38, 39):
+            x = target.sample(50, torch.Generator().manual_seed(seed + len(method))).numpy()
+            paths.append(_write_run(tmp_path / f"{method}_{seed}.npz", x, method=method, seed=seed))
+    out_csv, out_tex, out_html = tmp_path / "m.csv", tmp_path / "m.tex", tmp_path / "m.html"
+    rep.write_metrics_table(paths, out_csv, out_tex, out_html=out_html)
+    frame = pd.read_csv(out_csv)
+    assert len(frame) == 7 and list(frame["seed"].dropna().astype(int)) == [42, 38, 39] * 2
+    svgd = frame.loc[frame["method"] == "svgd", "energy_distance"].to_numpy()
+    mean, se = svgd.mean(), svgd.std(ddof=1) / np.sqrt(3)
+    tex = out_tex.read_text()
+    rows = [line for line in tex.splitlines() if line.endswith(r"\\")][1:]
+    assert len(rows) == 3  # SVGD, sge-WGD, exact iid
+    assert rows[0].split(" & ")[2] == "3 seeds"
+    assert rows[0].rstrip(r" \\").split(" & ")[-1] == f"{mean:.3g}$\\pm${se:.2g}"
+    assert f"{mean:.3g}±{se:.2g}" in out_html.read_text()
+
+
 def test_duplicate_runs_are_rejected(tmp_path, gaussian_runs):
     copy = tmp_path / "copy.npz"
     copy.write_bytes(gaussian_runs[0].read_bytes())

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -371,13 +372,26 @@ def _moments_text(target_name: str) -> str:
     return f"{TARGET_TITLES.get(target_name, target_name)}: mean {mean_s}, covariance {cov_s}{extra}"
 
 
+def _mean_se_or_number(value: Any, kind: str) -> str:
+    """A table cell: a :class:`~repens.report.tables.Cell` as ``mean ± s.e.`` (3 and 2
+    significant digits; the mean alone for one seed), anything else as a number."""
+    from repens.report.tables import Cell, number
+
+    if not isinstance(value, Cell):
+        return number(value, kind)
+    if not math.isfinite(value.se):
+        return number(value.mean, kind)
+    pm = r"$\pm$" if kind == "latex" else "±"
+    return f"{value.mean:.3g}{pm}{value.se:.2g}"
+
+
 def metrics_table(frame, reference_samples: int, seed: int):
     """The metrics frame (:func:`metrics_frame`) as a :class:`repens.report.tables.Table`:
     rows grouped by target (a rule between targets), the exact-iid rows in italics,
     every number as in :func:`repens.report.tables.number`."""
     import pandas as pd
 
-    from repens.report.tables import Table
+    from repens.report.tables import Table, mean_se
 
     scales = sorted({str(s) for s in frame.loc[frame["method"] != "iid", "scale"]})
     targets = list(dict.fromkeys(frame["target"]))
@@ -386,7 +400,8 @@ def metrics_table(frame, reference_samples: int, seed: int):
     caption = (
         f"Sample quality of the particle methods on the synthetic targets (Appendix G.1/F), "
         f"run scale{'s' if len(scales) != 1 else ''}: {', '.join(scales)}. "
-        "One row per training run; the exact iid rows (in italics) average the same metrics over "
+        "One row per method: the mean $\\pm$ standard error over its seeds (one seed: its value); "
+        "the exact iid rows (in italics) average the same metrics over "
         f"{IID_REPEATS} independent sets of $n$ exact target samples (the noise floor for $n$ points). "
         r"Mean: $\lVert\hat\mu-\mu\rVert_2$. "
         r"$\Sigma_{xx}$, $\Sigma_{yy}$: relative error $\lvert\hat\Sigma_{ii}-\Sigma_{ii}\rvert/\lvert\Sigma_{ii}\rvert$ "
@@ -397,21 +412,33 @@ def metrics_table(frame, reference_samples: int, seed: int):
         f"(V-statistic) to {reference_samples} exact samples (seed {seed}). "
         "Exact moments: " + "; ".join(_moments_text(t) for t in targets) + "."
     )
-    base = frame["method"] == "iid"
+    # one row per (target, method, n, steps): the mean +- s.e. over its seeds (Cells), the
+    # exact-iid rows as they are; the CSV keeps one row per run
+    groups = list(frame.groupby(["target", "method", "n", "steps"], sort=False, dropna=False))
+    shown = pd.DataFrame([grp.iloc[0] for _, grp in groups]).reset_index(drop=True)
+    base = shown["method"] == "iid"
+
+    def seeds_cell(grp) -> Any:
+        seeds = [int(v) for v in grp["seed"] if not pd.isna(v)]
+        return "--" if not seeds else seeds[0] if len(seeds) == 1 else f"{len(seeds)} seeds"
+
     cells = pd.DataFrame({
-        "Seed": ["--" if b or pd.isna(v) else int(v) for b, v in zip(base, frame["seed"])],
-        "n": [int(v) for v in frame["n"]],
-        "Steps": ["--" if b or pd.isna(v) else int(v) for b, v in zip(base, frame["steps"])],
-        **{plain: frame[key].astype(float).to_numpy() for key, (plain, _) in _METRIC_HEADERS.items()},
+        "Seed": [seeds_cell(grp) for _, grp in groups],
+        "n": [int(v) for v in shown["n"]],
+        "Steps": ["--" if b or pd.isna(v) else int(v) for b, v in zip(base, shown["steps"])],
+        **{plain: [grp[key].astype(float).iloc[0] if b else mean_se(grp[key].astype(float))
+                   for b, (_, grp) in zip(base, groups)]
+           for key, (plain, _) in _METRIC_HEADERS.items()},
     })
-    cells.index = pd.MultiIndex.from_arrays([[TARGET_TITLES.get(t, t) for t in frame["target"]], list(frame["label"])])
-    starts = frame["target"].ne(frame["target"].shift()).to_numpy()
+    cells.index = pd.MultiIndex.from_arrays([[TARGET_TITLES.get(t, t) for t in shown["target"]], list(shown["label"])])
+    starts = shown["target"].ne(shown["target"].shift()).to_numpy()
     return Table(
         cells=cells, csv=frame, caption=caption, label="tab:synthetic-metrics",
         title=f"Synthetic targets: sample quality of each method (scale: {', '.join(scales)})",
         note="italic: exact iid samples of the same size (the noise floor); ED: energy distance",
         source="repens.report.synthetic.write_metrics_table",
         tex_headers={"n": "$n$", **{plain: tex for plain, tex in _METRIC_HEADERS.values()}},
+        formats={plain: _mean_se_or_number for plain, _ in _METRIC_HEADERS.values()},
         italic=list(base), rules=["midrule" if s and i else "" for i, s in enumerate(starts)],
         packages=("booktabs", "amsmath", "amssymb"), size="small", position="ht",
     )
