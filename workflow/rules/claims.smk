@@ -22,7 +22,7 @@ CLAIMS_CATEGORY = "5. Claim scorecard (beyond the paper)"
 
 CLAIMS_UCI_TABLE = "results/table2_uci.csv"
 CLAIMS_TABLE1 = "results/table1.csv"
-CLAIMS_BUILD_TABLE1 = str(config.get("claims_build_table1", True)).lower() == "true"
+CLAIMS_BUILD_TABLE1 = config_flag("claims_build_table1")
 
 
 localrules:

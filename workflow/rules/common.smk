@@ -157,6 +157,12 @@ def toy_panels(dataset):
     return [toy_hmc(dataset), *first_seed_files("toy", dataset, "predictions.npz")]
 
 
+def config_flag(key):
+    """A yes/no setting of the config: a YAML boolean, or the string "true" / "false" that
+    --config passes (the schema allows both)."""
+    return str(config[key]).lower() == "true"
+
+
 def file_state(*paths):
     """SHA-256 of the files (``absent`` for those not there): a param that changes when
     a file a rule reads outside the DAG changes (summarize_claims' Table 2)."""

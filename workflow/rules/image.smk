@@ -43,7 +43,7 @@ rule prepare_images:
             else ""
         ),
         offline=lambda wc, output: (
-            "" if str(config["image_data_download"]).lower() == "true" else "--offline"
+            "" if config_flag("image_data_download") else "--offline"
         ),
     shell:
         "python -m repens prepare-images --dataset {wildcards.dataset} --root {params.root:q}"

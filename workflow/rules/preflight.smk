@@ -48,7 +48,7 @@ def preflight():
         if notice:
             print(notice, file=sys.stderr)
     image_sets = sorted({job.wildcards.dataset for job in _planned("prepare_images")})
-    download = str(config["image_data_download"]).lower() == "true"
+    download = config_flag("image_data_download")
     lacking = lacking_image_data(
         image_sets, config["image_data"], config["image_data_mirror"], download
     )
