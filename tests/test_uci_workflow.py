@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 
 from test_workflow import CONFIG, jobs, snakemake
 
@@ -33,3 +35,26 @@ def test_dry_run_downloads_when_no_data(tmp_path):
     assert "uci-download --root data/uci --name naval-propulsion-plant" in out
     specs = [json.loads(s) for s in re.findall(r"train --spec '(\{.*?\})'", out)]
     assert all("splits" not in s and "steps" not in s for s in specs)  # paper: all splits, n_epochs.txt
+
+
+def test_new_timestamps_on_the_data_retrain_only_what_no_checksum_pins(tmp_path, monkeypatch):
+    """A copied or re-mounted mirror has new timestamps; every job checks a standard
+    dataset's SHA-256, so its data.txt is ancient() and a finished job is not retrained.
+    With the check off (REPENS_UCI_VERIFY=0, a copy of your own) the timestamp counts."""
+    mirror = tmp_path / "mirror"
+    data = mirror / "yacht" / "data" / "data.txt"
+    data.parent.mkdir(parents=True)
+    data.write_text("0 1\n")
+    config = json.loads(json.dumps(CONFIG))
+    config["uci_data"] = str(mirror)
+    target = "results/uci/yacht/de/seed42/metrics.json"
+    (tmp_path / target).parent.mkdir(parents=True)
+    (tmp_path / target).write_text("{}")
+    os.utime(data, (time.time() + 60, time.time() + 60))  # the data now newer than the result
+    rc, out = snakemake(tmp_path, "-n", target, config=config)
+    assert rc == 0, out
+    assert "Nothing to be done" in out, out
+    monkeypatch.setenv("REPENS_UCI_VERIFY", "0")
+    rc, out = snakemake(tmp_path, "-n", target, config=config)
+    assert rc == 0, out
+    assert jobs(out) == {"train_uci": 1}

@@ -53,6 +53,8 @@ __all__ = [
     "DataFileError",
     "required_files",
     "check_dataset",
+    "content_pinned",
+    "verification_on",
     "dataset_info",
     "load_split",
     "verify_file",
@@ -175,6 +177,20 @@ def _sha256(path: str, mtime_ns: int, size: int) -> str:
     return digest.hexdigest()
 
 
+def verification_on() -> bool:
+    """Whether files are checked against the registry (``REPENS_UCI_VERIFY`` is not 0/false/no)."""
+    return os.environ.get("REPENS_UCI_VERIFY", "1").strip() not in ("0", "false", "no")
+
+
+def content_pinned(folder: str) -> bool:
+    """Whether every job checks ``folder``'s files against the registry: a standard dataset,
+    verification on. Its content then cannot change unnoticed, so the workflow ignores its
+    timestamps (a copied or re-mounted mirror does not retrain Table 2)."""
+    from repens.data.uci_checksums import UCI_SHA256
+
+    return folder in UCI_SHA256 and verification_on()
+
+
 def verify_file(path: Path, dataset: str) -> None:
     """Check ``path`` (a file of ``dataset``'s folder) against the registry
     (:data:`repens.data.uci_checksums.UCI_SHA256`); files of datasets or names the
@@ -186,7 +202,7 @@ def verify_file(path: Path, dataset: str) -> None:
     from repens.data.uci_checksums import UCI_SHA256
 
     expected = UCI_SHA256.get(dataset, {}).get(path.name)
-    if expected is None or os.environ.get("REPENS_UCI_VERIFY", "1").strip() in ("0", "false", "no"):
+    if expected is None or not verification_on():
         return
     try:
         stat = path.stat()
