@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from repens.report.uci import compare_with_seeds, read_seeds, write_uci_tables
+from repens.report.uci import compare_with_seeds, paired_differences, read_seeds, write_uci_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "workflow" / "resources" / "table2_seeds.csv"
@@ -87,6 +87,28 @@ def test_a_seed_row_is_set_beside_the_method_it_names_in_ours():
     assert row["method"] == "anchored" and row["seed_method"] == "relu-gp" and row["ours_mean"] == 1.0
 
 
+def test_paired_differences_against_de_pair_the_splits():
+    """Split k of a method minus split k of DE: the datasets' split-to-split spread cancels."""
+    de = [{"dataset": "wine", "method": "de", "split": k, "rmse": r, "nll": 1.0, "repulsion_ratio_mean": 0.0}
+          for k, r in enumerate((0.5, 0.9, 0.7))]
+    # a constant 0.01 above DE on every split, each split's level far apart: a clear difference
+    svgd = [{**r, "method": "svgd", "rmse": r["rmse"] + 0.01, "nll": 1.0 + 0.1 * r["split"] - 0.1,
+             "repulsion_ratio_mean": 1e-5} for r in de]
+    # split 2 missing: only the common splits are paired
+    fsvgd = [{**r, "method": "fsvgd", "rmse": r["rmse"] + d} for r, d in zip(de[:2], (0.02, -0.02))]
+    out = {(r["method"], r["metric"]): r for r in paired_differences(de + svgd + fsvgd)}
+    assert set(out) == {("svgd", "rmse"), ("svgd", "nll"), ("fsvgd", "rmse"), ("fsvgd", "nll")}
+    rmse = out["svgd", "rmse"]
+    assert rmse["diff_mean"] == pytest.approx(0.01) and rmse["diff_se"] == pytest.approx(0.0, abs=1e-12)
+    assert rmse["differs"] == 1 and rmse["splits"] == 3 and rmse["repulsion_ratio_mean"] == pytest.approx(1e-5)
+    nll = out["svgd", "nll"]  # diffs -0.1, 0, 0.1: mean 0, s.e. 0.1 / sqrt(3)
+    assert nll["diff_mean"] == pytest.approx(0.0, abs=1e-12) and nll["diff_se"] == pytest.approx(0.1 / math.sqrt(3))
+    assert nll["differs"] == 0
+    far = out["fsvgd", "rmse"]  # diffs +0.02, -0.02 on the two common splits
+    assert far["splits"] == 2 and far["diff_mean"] == pytest.approx(0.0, abs=1e-12)
+    assert far["diff_se"] == pytest.approx(0.02) and far["differs"] == 0
+
+
 def test_table2_files(tmp_path):
     inputs = [
         metrics_file(tmp_path / "a", "yacht", "de", [1.0, 3.0], [2.0, 2.5]),
@@ -96,7 +118,8 @@ def test_table2_files(tmp_path):
     outs = {k: tmp_path / "out" / f"t.{k}" for k in ("tex", "csv", "html")}
     seeds_out = tmp_path / "out" / "vs.csv"
     write_uci_tables(inputs, ["wine", "yacht"], ["de", "anchored"], {"de": "Deep ensemble"}, SEEDS,
-                     outs["tex"], outs["csv"], outs["html"], seeds_out, out_seeds_html=tmp_path / "out" / "vs.html")
+                     outs["tex"], outs["csv"], outs["html"], seeds_out, out_seeds_html=tmp_path / "out" / "vs.html",
+                     out_vs_de=tmp_path / "out" / "vs_de.csv", out_vs_de_html=tmp_path / "out" / "vs_de.html")
     tex = outs["tex"].read_text()
     assert r"\toprule" in tex and "Deep ensemble" in tex and tex.index("Wine") < tex.index("Yacht")
     assert r"\textbf{0.600$\pm$0.100}" in tex  # yacht: anchored has the lower RMSE
@@ -111,3 +134,10 @@ def test_table2_files(tmp_path):
     yacht_anchored = [r for r in vs if r["dataset"] == "yacht" and r["method"] == "anchored" and r["metric"] == "nll"]
     assert float(yacht_anchored[0]["ours_mean"]) == pytest.approx(1.25)
     assert float(yacht_anchored[0]["seed_mean"]) == pytest.approx(0.37)
+    vs_de = list(csv.DictReader((tmp_path / "out" / "vs_de.csv").open()))
+    # yacht anchored minus DE, split by split: RMSE -0.5 and -2.3, NLL -1.0 and -1.0
+    assert [(r["dataset"], r["method"], r["metric"]) for r in vs_de] == [("yacht", "anchored", "rmse"),
+                                                                          ("yacht", "anchored", "nll")]
+    assert float(vs_de[0]["diff_mean"]) == pytest.approx(-1.4) and float(vs_de[0]["diff_se"]) == pytest.approx(0.9)
+    assert vs_de[1]["differs"] == "1" and vs_de[0]["differs"] == "0" and vs_de[0]["label"] == "anchored"
+    assert "split by split" in (tmp_path / "out" / "vs_de.html").read_text()

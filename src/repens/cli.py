@@ -195,7 +195,8 @@ def _uci_table(args: argparse.Namespace) -> int:
 
     write_uci_tables([Path(p) for p in args.inputs], args.datasets, args.methods, json.loads(args.labels),
                      Path(args.seeds), Path(args.out_tex), Path(args.out_csv), _path(args.out_html),
-                     Path(args.out_seeds), out_seeds_html=_path(args.out_seeds_html))
+                     Path(args.out_seeds), out_seeds_html=_path(args.out_seeds_html),
+                     out_vs_de=_path(args.out_vs_de), out_vs_de_html=_path(args.out_vs_de_html))
     _sidecar(args.out_csv, args.inputs)
     return 0
 
@@ -357,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-html", help="the table as HTML (the Snakemake report's)")
     p.add_argument("--out-seeds", required=True)
     p.add_argument("--out-seeds-html", help="the comparison as HTML")
+    p.add_argument("--out-vs-de", help="each method minus the deep ensemble, split by split (CSV)")
+    p.add_argument("--out-vs-de-html", help="the same as HTML")
     p.add_argument("inputs", nargs="+", help="metrics.json of the UCI jobs")
     p.set_defaults(func=_uci_table)
 

@@ -76,6 +76,17 @@ rule summarize_uci:
                 "format": "HTML",
             },
         ),
+        vs_de="results/table2_vs_de.csv",
+        vs_de_html=report(
+            "results/table2_vs_de.html",
+            caption="../report/table2_vs_de.rst",
+            category=UCI_CATEGORY,
+            subcategory="Tables",
+            labels={
+                "output": "Table 2: each method minus the deep ensemble",
+                "format": "HTML",
+            },
+        ),
     log:
         "logs/uci/summarize_uci.log",
     conda:
@@ -91,5 +102,6 @@ rule summarize_uci:
             " --datasets {params.datasets} --methods {params.methods}"
             " --seeds {input.seeds:q} --out-tex {output.tex:q} --out-csv {output.csv:q}"
             " --out-html {output.html:q} --out-seeds {output.seeds:q}"
-            " --out-seeds-html {output.seeds_html:q} {input.metrics:q} > {log:q} 2>&1"
+            " --out-seeds-html {output.seeds_html:q} --out-vs-de {output.vs_de:q}"
+            " --out-vs-de-html {output.vs_de_html:q} {input.metrics:q} > {log:q} 2>&1"
         )

@@ -16,6 +16,8 @@ UCI_OUTPUTS = [
     "results/table2_uci.html",
     "results/table2_vs_seeds.csv",
     "results/table2_vs_seeds.html",
+    "results/table2_vs_de.csv",
+    "results/table2_vs_de.html",
 ]
 
 UCI_CATEGORY = "4. UCI regression (Table 2)"

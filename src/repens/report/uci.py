@@ -20,7 +20,8 @@ import pandas as pd
 from repens.report.tables import (Column, build_blocks, mean_se, mean_se_table, plain_table, with_labels,
                                   write_table)
 
-__all__ = ["UCI_COLUMNS", "DATASET_LABELS", "load_records", "read_seeds", "compare_with_seeds", "write_uci_tables"]
+__all__ = ["UCI_COLUMNS", "DATASET_LABELS", "load_records", "read_seeds", "compare_with_seeds", "paired_differences",
+           "write_uci_tables"]
 
 UCI_COLUMNS = [
     Column("rmse", "RMSE", better="min", digits=3, plain="RMSE"),
@@ -97,6 +98,37 @@ def compare_with_seeds(records: Sequence[Mapping[str, Any]], seeds: Sequence[Map
     return out
 
 
+def paired_differences(records: Sequence[Mapping[str, Any]], reference: str = "de",
+                       metrics: Sequence[str] = ("rmse", "nll")) -> list[dict]:
+    """Each method against ``reference`` on the same splits: per dataset and metric the
+    mean over splits of ``ours_k - reference_k`` (split k of both: the same data, so the
+    split-to-split spread of the dataset cancels), its standard error (sd / sqrt(n)),
+    ``z = mean / se`` and ``differs`` when ``|mean| > 2 se``. Also the method's
+    repulsion / drift ratio averaged over the splits, to read a difference against."""
+    by_key: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = {}
+    for r in records:
+        by_key.setdefault((r["dataset"], r["method"]), {})[int(r["split"])] = r
+    out = []
+    for (dataset, method), splits in by_key.items():
+        ref = by_key.get((dataset, reference))
+        if method == reference or ref is None:
+            continue
+        common = sorted(set(splits) & set(ref))
+        for metric in metrics:
+            diffs = [float(splits[k][metric]) - float(ref[k][metric]) for k in common]
+            cell = mean_se(diffs)
+            se = cell.se if math.isfinite(cell.se) else math.nan
+            out.append({
+                "dataset": dataset, "method": method, "reference": reference, "metric": metric, "splits": cell.n,
+                "diff_mean": cell.mean, "diff_se": se,
+                "z": cell.mean / se if se and math.isfinite(se) else math.nan,
+                "differs": int(abs(cell.mean) > 2 * se) if math.isfinite(se) else "",
+                "repulsion_ratio_mean": mean_se([float(splits[k].get("repulsion_ratio_mean", math.nan))
+                                                 for k in common]).mean,
+            })
+    return out
+
+
 def write_uci_tables(
     inputs: Sequence[Path],
     datasets: Sequence[str],
@@ -108,9 +140,12 @@ def write_uci_tables(
     out_html: Path | None,
     out_seeds: Path,
     out_seeds_html: Path | None = None,
+    out_vs_de: Path | None = None,
+    out_vs_de_html: Path | None = None,
 ) -> None:
-    """Table 2 (tex, csv, html) and the comparison with the seeds (csv, html), all
-    through :func:`repens.report.tables.write_table`."""
+    """Table 2 (tex, csv, html), the comparison with the seeds (csv, html) and each method
+    against the deep ensemble on the same splits (:func:`paired_differences`; csv, html),
+    all through :func:`repens.report.tables.write_table`."""
     records, scale = load_records(inputs)
     blocks = build_blocks(
         records, UCI_COLUMNS,
@@ -130,3 +165,12 @@ def write_uci_tables(
                             note="z = (ours - seed) / combined s.e.; within_error_bars: the mean ± s.e. "
                                  "intervals overlap; like_for_like 0: the seed's model or protocol is not ours"),
                 out_html=out_seeds_html, out_csv=out_seeds)
+    if out_vs_de is not None:
+        order = {(d, m): (i, j) for i, d in enumerate(datasets) for j, m in enumerate(methods)}
+        vs_de = sorted((r for r in paired_differences(records) if (r["dataset"], r["method"]) in order),
+                       key=lambda r: order[r["dataset"], r["method"]])
+        vs_de = with_labels(vs_de, labels)
+        write_table(plain_table(pd.DataFrame(vs_de), title="Table 2: each method minus the deep ensemble, split by split",
+                                note="diff: mean over splits of (method - DE) on the same split, ± its s.e.; "
+                                     "differs: |diff| > 2 s.e.; repulsion_ratio_mean: ||r||/||d|| over training"),
+                    out_html=out_vs_de_html, out_csv=out_vs_de)
