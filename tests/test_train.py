@@ -406,6 +406,13 @@ def test_resume_with_epochs_and_decay_equals_uninterrupted_run(tmp_path, rule, o
     assert all(len(ratios) == 3 and all(r > 0 for r in ratios) for _, ratios in reference.repulsion)
 
 
+def test_logged_ratios_keep_six_significant_digits_not_six_decimals():
+    from repens.train import significant
+
+    assert significant(3.21987654e-9) == 3.21988e-9  # six decimals made this 0: "no repulsion at all"
+    assert significant(0.123456789) == 0.123457 and significant(0.0) == 0.0 and significant(12.5) == 12.5
+
+
 def test_repulsion_ratio_is_absent_without_repulsion_and_zero_for_one_particle():
     from repens.kernels import RBF
     from repens.posteriors import Batch

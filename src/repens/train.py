@@ -34,7 +34,7 @@ from repens.updates import StepContext, Update, repulsion_ratio
 
 __all__ = [
     "TrainSettings", "TrainState", "train", "learning_rate", "OPTIMIZERS", "make_optimizer", "direction_is_finite", "NonFiniteError",
-    "Interrupted", "ENGINE_VERSION",
+    "Interrupted", "ENGINE_VERSION", "significant",
 ]
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
@@ -143,6 +143,12 @@ class TrainState:
     #: (step, ratio) at each log step: ``||repulsion|| / ||drift||`` of the update there, one
     #: value per set of a stack (see :func:`repens.updates.repulsion_ratio`)
     repulsion: list[tuple[int, list[float]]] = field(default_factory=list)
+
+
+def significant(value: float, digits: int = 6) -> float:
+    """``value`` to ``digits`` significant digits, for the logged diagnostics: a ratio of
+    1e-9 stays 1e-9 (six decimals made it 0, which reads as 'no repulsion at all')."""
+    return float(f"{value:.{digits}g}")
 
 
 def learning_rate(settings: TrainSettings, step: int) -> float:
@@ -266,7 +272,7 @@ def train(
             if done % settings.log_every == 0 or done == settings.steps:
                 ratio = repulsion_ratio(result)
                 if ratio is not None:
-                    repulsion.append((done, [round(float(r), 6) for r in ratio.flatten()]))
+                    repulsion.append((done, [significant(float(r)) for r in ratio.flatten()]))
                 rate = (done - start) / max(time.perf_counter() - t0, 1e-9)
                 extra = on_log(done, params.detach()) if on_log else {}
                 fields = " ".join(f"{k}={v:.4g}" for k, v in extra.items())
