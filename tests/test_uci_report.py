@@ -107,6 +107,11 @@ def test_paired_differences_against_de_pair_the_splits():
     far = out["fsvgd", "rmse"]  # diffs +0.02, -0.02 on the two common splits
     assert far["splits"] == 2 and far["diff_mean"] == pytest.approx(0.0, abs=1e-12)
     assert far["diff_se"] == pytest.approx(0.02) and far["differs"] == 0
+    # a second DE seed pairs with nothing of the method's seed: split k of seed 43 is not split k of seed 42
+    de43 = [{**r, "seed": 43, "rmse": 100.0} for r in de]
+    tagged = [{**r, "seed": 42} for r in de + svgd]
+    (again,) = [r for r in paired_differences(tagged + de43) if r["method"] == "svgd" and r["metric"] == "rmse"]
+    assert again["splits"] == 3 and again["diff_mean"] == pytest.approx(0.01)
 
 
 def test_table2_files(tmp_path):

@@ -40,7 +40,7 @@ DATASET_LABELS = {
 
 
 def load_records(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], str]:
-    """Per-split records ``{dataset, method, split, rmse, nll}`` and the runs' scale."""
+    """Per-split records ``{dataset, method, seed, split, rmse, nll, ...}`` and the runs' scale."""
     records, scales = [], set()
     for path in paths:
         summary = json.loads(Path(path).read_text())
@@ -48,7 +48,7 @@ def load_records(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], str]:
         scales.add(job.get("scale", "?"))
         for split in summary["splits"]:
             # figures a run of an older version did not write show as n/a
-            records.append({"dataset": job["dataset"], "method": job["method"],
+            records.append({"dataset": job["dataset"], "method": job["method"], "seed": job.get("seed"),
                             **{c.key: math.nan for c in UCI_COLUMNS}, **split})
     return records, "+".join(sorted(scales))
 
@@ -101,19 +101,19 @@ def compare_with_seeds(records: Sequence[Mapping[str, Any]], seeds: Sequence[Map
 def paired_differences(records: Sequence[Mapping[str, Any]], reference: str = "de",
                        metrics: Sequence[str] = ("rmse", "nll")) -> list[dict]:
     """Each method against ``reference`` on the same splits: per dataset and metric the
-    mean over splits of ``ours_k - reference_k`` (split k of both: the same data, so the
-    split-to-split spread of the dataset cancels), its standard error (sd / sqrt(n)),
+    mean over splits of ``ours_k - reference_k`` (split k of both, of the same seed: the
+    same data, so the split-to-split spread of the dataset cancels), its standard error (sd / sqrt(n)),
     ``z = mean / se`` and ``differs`` when ``|mean| > 2 se``. Also the method's
     repulsion / drift ratio averaged over the splits, to read a difference against."""
-    by_key: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = {}
+    by_key: dict[tuple[str, str], dict[tuple[Any, int], Mapping[str, Any]]] = {}
     for r in records:
-        by_key.setdefault((r["dataset"], r["method"]), {})[int(r["split"])] = r
+        by_key.setdefault((r["dataset"], r["method"]), {})[r.get("seed"), int(r["split"])] = r
     out = []
     for (dataset, method), splits in by_key.items():
         ref = by_key.get((dataset, reference))
         if method == reference or ref is None:
             continue
-        common = sorted(set(splits) & set(ref))
+        common = sorted(set(splits) & set(ref), key=lambda k: (str(k[0]), k[1]))
         for metric in metrics:
             diffs = [float(splits[k][metric]) - float(ref[k][metric]) for k in common]
             cell = mean_se(diffs)
