@@ -10,16 +10,6 @@ UCI_ROOT = config.get("uci_data") or os.environ.get("REPENS_UCI_DATA") or "data/
 # the transcribed seed values, read from this checkout whatever the working directory
 UCI_SEEDS = str(Path(workflow.basedir) / "workflow" / "resources" / "table2_seeds.csv")
 
-UCI_OUTPUTS = [
-    "results/table2_uci.tex",
-    "results/table2_uci.csv",
-    "results/table2_uci.html",
-    "results/table2_vs_seeds.csv",
-    "results/table2_vs_seeds.html",
-    "results/table2_vs_de.csv",
-    "results/table2_vs_de.html",
-]
-
 UCI_CATEGORY = "4. UCI regression (Table 2)"
 
 
