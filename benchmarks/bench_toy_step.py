@@ -6,7 +6,7 @@ layer (forward, input gradient, weight gradient: 3 x 16 MFLOP). This prints, in 
 process, one thread:
 
 * the rate of those GEMMs (batched, with the engine's layouts, and as one 3200 x 50 x 50
-  GEMM) against a 512 x 512 SGEMM;
+  GEMM) against the machine's SGEMM rate as ``bench_engine.py`` measures it;
 * the likelihood gradient taken apart layer by layer, in the order the engine runs it
   (``repens.particles``: forward, then per layer the weight gradient, the bias gradient,
   the input gradient and the ReLU mask);
@@ -64,9 +64,8 @@ def main() -> None:
     act = torch.randn(n, rows, width)
     weight = torch.randn(n, width, width)
     flops = 2 * n * rows * width * width
-    big = torch.randn(512, 512)
-    sgemm = 2 * 512**3 / _per_call_us(lambda: torch.mm(big, big), 100) / 1e3
-    print(f"GEMM rates, one thread (GFLOP/s); SGEMM 512: {sgemm:.1f}")
+    sgemm = bench_engine.gemm_rate(1)
+    print(f"GEMM rates, one thread (GFLOP/s); SGEMM 2048: {sgemm:.1f}")
     batched_us = []
     for name, fn in [("forward h W^T (batched)", lambda: torch.bmm(act, weight.mT)),
                      ("input gradient g W (batched)", lambda: torch.bmm(act, weight)),
@@ -130,14 +129,12 @@ def main() -> None:
     state = TrainState(init, anchors)
     steps = max(args.calls, 200)
 
-    def per_step(rule) -> float:
-        train(state, rule, context, TrainSettings(steps=20, lr=1e-4, log_every=10**9), generator, next_batch)
-        t0 = time.perf_counter()
-        train(state, rule, context, TrainSettings(steps=steps, lr=1e-4, log_every=10**9), generator, next_batch)
-        return (time.perf_counter() - t0) / steps * 1e6
-
-    loop_us = per_step(lambda p, c: Update(direction))
-    step_us = per_step(update)
+    fixed = lambda p, c: Update(direction)  # noqa: E731
+    train(state, fixed, context, TrainSettings(steps=20, lr=1e-4, log_every=10**9), generator, next_batch)
+    t0 = time.perf_counter()
+    train(state, fixed, context, TrainSettings(steps=steps, lr=1e-4, log_every=10**9), generator, next_batch)
+    loop_us = (time.perf_counter() - t0) / steps * 1e6
+    step_us = bench_engine._time_method(config, "de", 1, steps) * 1e6  # the step bench_engine.py times
     print(f"training loop around a fixed direction (Adam, checks, batches): {loop_us:.1f} us a step")
     print(f"whole DE step (repens.train.train): {step_us:.1f} us")
     if args.baseline_ms:
