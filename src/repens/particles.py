@@ -82,7 +82,12 @@ def _affine(h: Tensor, weight: Tensor, bias: Tensor | None, lead: torch.Size) ->
         return h * weight.mT if bias is None else torch.addcmul(bias, h, weight.mT)
     if h.dim() == weight.dim() and h.shape[:-2] == lead:
         h3, w3 = h.reshape(-1, *h.shape[-2:]), weight.reshape(-1, *weight.shape[-2:]).mT
-        out = torch.bmm(h3, w3) if bias is None else torch.baddbmm(bias.reshape(-1, *bias.shape[-2:]), h3, w3)
+        if bias is None or weight.shape[-2] == 1:
+            out = torch.bmm(h3, w3)
+            if bias is not None:  # one output: baddbmm broadcasts the bias first (toy: 60 us, this 34 us)
+                out.add_(bias.reshape(-1, *bias.shape[-2:]))
+        else:
+            out = torch.baddbmm(bias.reshape(-1, *bias.shape[-2:]), h3, w3)
         return out.view(*lead, h.shape[-2], -1)
     # inputs shared by the particles: broadcast, never copied per particle
     out = torch.matmul(h, weight.mT)
