@@ -257,3 +257,22 @@ def test_adam_langevin_warns(caplog):
                       TrainSettings(steps=2, lr=1e-3, optimizer="adam"), torch.Generator().manual_seed(0),
                       next_batch=next_batch)
     assert "does not sample the target" in caplog.text
+
+
+def test_adam_noise_scale_is_the_documented_expression_bit_for_bit():
+    """langevin_noise_std works in place; its value is exactly sqrt(2 lr T / (sqrt(v_hat) + eps))."""
+    from repens.optimizers import DirectAdam
+    from repens.updates import langevin_noise_std
+
+    g = torch.Generator().manual_seed(1)
+    p = torch.randn(3, 4, 17, generator=g).requires_grad_(True)
+    opt = DirectAdam([p], lr=1e-3)
+    for i in range(3):
+        p.grad = torch.randn(3, 4, 17, generator=g) * 10.0**i
+        opt.step()
+    state, group = opt.state[p], opt.param_groups[0]
+    v_hat = state["exp_avg_sq"] / (1.0 - torch.pow(group["betas"][1], state["step"].to(state["exp_avg_sq"])))
+    expected = torch.sqrt(2.0 * 1e-3 * 0.7 / (v_hat.sqrt() + group["eps"]))
+    before = state["exp_avg_sq"].clone()
+    assert torch.equal(langevin_noise_std(opt, p, 0.7), expected)
+    assert torch.equal(state["exp_avg_sq"], before)  # in place on a temporary, not on Adam's state
