@@ -438,3 +438,28 @@ def test_softmax_of_few_classes_equals_torchs_to_float_rounding(classes):
     (grad,) = torch.autograd.grad(logp[..., 0].sum(), logits)
     (ref,) = torch.autograd.grad(torch.log_softmax(logits, -1)[..., 0].sum(), logits)
     torch.testing.assert_close(grad, ref, rtol=0, atol=8 * eps)
+
+
+@pytest.mark.parametrize("prior_std", [0.37, "per-particle", "per-weight"])
+def test_prior_gradient_added_in_place_rounds_as_the_separate_sum(prior_std):
+    """add_grad_log_prior (one addcdiv pass) gives bit for bit likelihood + grad_log_prior
+    at scale 1, and the same to float rounding at another scale (Langevin's temperature)."""
+    from repens.updates import StepContext, add_grad_log_prior, grad_log_prior
+
+    g = torch.Generator().manual_seed(5)
+    model = StackedModel(mlp(2, [7], 1))
+    n = 4
+    std = {"per-particle": torch.rand(n, 1, generator=g) + 0.1,
+           "per-weight": torch.rand(model.dim, generator=g) + 0.1}.get(prior_std, prior_std)
+    post = NetworkPosterior(model, "gaussian", num_train=10, prior_std=std)
+    ctx = StepContext(post, RBF(), g)
+    params = torch.randn(n, model.dim, generator=g) * 3
+    lik = torch.randn(n, model.dim, generator=g) * 100
+    expected = lik + grad_log_prior(params, ctx)
+    assert torch.equal(add_grad_log_prior(lik.clone(), params, ctx), expected)
+    tempered = add_grad_log_prior(lik.clone(), params, ctx, 0.3)
+    prior = 0.3 * grad_log_prior(params, ctx)
+    # each side rounds the prior term twice and the sum once: within 2 ulps of the terms
+    bound = 2 * torch.finfo(torch.float32).eps * (lik.abs() + prior.abs())
+    assert ((tempered - (lik + prior)).abs() <= bound).all()
+    assert not torch.equal(tempered, expected)

@@ -64,6 +64,9 @@ class TargetPosterior:
     def grad_log_prior(self, params: Tensor) -> Tensor:
         return torch.zeros_like(params)
 
+    def add_grad_log_prior_(self, out: Tensor, params: Tensor, scale: float = 1.0) -> Tensor:
+        return out
+
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
         raise NotImplementedError("a synthetic target has no prior; use a weight-space rule without one")
 
@@ -204,8 +207,18 @@ class NetworkPosterior:
     def grad_log_prior(self, params: Tensor) -> Tensor:
         """``-params / std^2``, the gradient of :meth:`log_prior` in closed form (no autograd
         graph: one elementwise pass over the particle matrix)."""
+        return params / -self._variance(params)
+
+    def add_grad_log_prior_(self, out: Tensor, params: Tensor, scale: float = 1.0) -> Tensor:
+        """``out += scale * grad log p(params)`` in place, one pass and no temporary
+        (``addcdiv``: ``out + (-scale * params) / std^2``; for ``scale`` 1 the very rounding of
+        ``out + grad_log_prior(params)``, since only the sign differs before the division)."""
+        return out.addcdiv_(params, self._variance(params), value=-scale)
+
+    def _variance(self, params: Tensor) -> Tensor:
+        """``std^2`` in ``params``' dtype, squared there (as :meth:`log_prior` rounds it)."""
         std = torch.as_tensor(self.prior_std, dtype=params.dtype, device=params.device)
-        return params / (-std * std)
+        return std * std
 
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
         std = self.prior_std

@@ -121,8 +121,18 @@ def grad_log_prior(params: Tensor, ctx: StepContext) -> Tensor:
     return _grad(ctx.posterior.log_prior, params)
 
 
+def add_grad_log_prior(out: Tensor, params: Tensor, ctx: StepContext, scale: float = 1.0) -> Tensor:
+    """``out + scale * grad log p(params)``: in place in one pass where the posterior can
+    (``add_grad_log_prior_``), else through :func:`grad_log_prior`."""
+    in_place = getattr(ctx.posterior, "add_grad_log_prior_", None)
+    if in_place is not None:
+        return in_place(out, params.detach(), scale)
+    prior = grad_log_prior(params, ctx)
+    return out.add_(prior if scale == 1.0 else scale * prior)
+
+
 def grad_log_posterior(params: Tensor, ctx: StepContext) -> Tensor:
-    return grad_log_likelihood(params, ctx).add_(grad_log_prior(params, ctx))
+    return add_grad_log_prior(grad_log_likelihood(params, ctx), params, ctx)
 
 
 # ------------------------------------------------------------- weight space
@@ -173,11 +183,8 @@ def anchored(params: Tensor, ctx: StepContext, anchor_divisor: str = "n_train") 
         raise ValueError("the anchored rule needs anchors (one prior draw per member)")
     if anchor_divisor not in ANCHOR_DIVISORS:
         raise ValueError(f"anchor_divisor {anchor_divisor!r}; known: {list(ANCHOR_DIVISORS)}")
-    lik = grad_log_likelihood(params, ctx)
-    prior = grad_log_prior(params - ctx.anchors, ctx)
-    if anchor_divisor == "batch" and ctx.batch is not None:
-        prior = prior * (ctx.posterior.num_train / ctx.batch.x.shape[-2])
-    return Update(lik + prior)
+    scale = ctx.posterior.num_train / ctx.batch.x.shape[-2] if anchor_divisor == "batch" and ctx.batch is not None else 1.0
+    return Update(add_grad_log_prior(grad_log_likelihood(params, ctx), params - ctx.anchors, ctx, scale))
 
 
 def langevin(
@@ -201,7 +208,7 @@ def langevin(
     The kernel's median-heuristic bandwidth is computed on particles and prior
     draws together, so both terms of the MMD use one kernel.
     """
-    direction = grad_log_likelihood(params, ctx) + temperature * grad_log_prior(params, ctx)
+    direction = add_grad_log_prior(grad_log_likelihood(params, ctx), params, ctx, temperature)
     forces = None
     if mmd_weight:
         drift, repulsion = direction, 2.0 * mmd_weight * mmd_force(params, ctx, prior_samples)
