@@ -169,7 +169,7 @@ def worker(args: argparse.Namespace) -> None:
     for name in args.configs:
         config = CONFIGS[name]
         sets = _stacked_splits(config, args) if args.stack else 1
-        out[name] = {m: _time_method(config, m, sets, config["steps"]) for m in args.methods}
+        out[name] = {m: _time_method(config, m, sets, args.steps or config["steps"]) for m in args.methods}
     print(json.dumps(out))
 
 
@@ -301,6 +301,7 @@ _TUNED_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshol
 
 def _run_worker(src: str, configs: list[str], methods: list[str], stack: bool, args, tuned_malloc: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--src", src, "--threads", str(args.threads),
+           *(["--steps", str(args.steps)] if args.steps else []),
            "--splits", str(args.splits), "--configs", *configs, "--methods", *methods]
     if stack:
         cmd.append("--stack")
@@ -321,6 +322,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--splits", type=int, default=20, help="UCI splits stacked by this engine")
+    p.add_argument("--steps", type=int, help="timed steps per method (default: each configuration's own)")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--baseline-malloc", action="store_true",
                    help="also time the baseline with glibc keeping freed memory (GLIBC_TUNABLES), "
