@@ -7,6 +7,24 @@ from repens import kernels
 from repens.kernels import RBF, kernel_grad_sum, median_bandwidth, squared_distances
 
 
+@pytest.fixture(params=["gemm", "differences"])
+def distance_path(request, monkeypatch):
+    """Run a test on the CPU's GEMM formula (with its recomputation of cancelling pairs) and
+    on the differences it takes for small problems (:data:`repens.kernels.SMALL_PAIRS_WORK`)."""
+    monkeypatch.setattr(kernels, "SMALL_PAIRS_WORK", 0 if request.param == "gemm" else 1 << 62)
+    return request.param
+
+
+def test_small_problems_take_differences_and_large_ones_the_gemm(monkeypatch):
+    taken = []
+    real = kernels.difference_distances
+    monkeypatch.setattr(kernels, "difference_distances", lambda x, y: taken.append(x.shape) or real(x, y))
+    small, large = torch.randn(20, 5, 64), torch.randn(20, 5, 751)  # a UCI stack's outputs / weights
+    squared_distances(small, small)
+    squared_distances(large, large)
+    assert taken == [small.shape]
+
+
 def test_squared_distances_match_cdist():
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(7, 3, generator=g, dtype=torch.float64), torch.randn(5, 3, generator=g, dtype=torch.float64)
@@ -48,7 +66,7 @@ def _exact_sq(x64):
     return torch.cdist(x64, x64, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
 
 
-def test_self_distances_have_exact_zero_diagonal_and_symmetry():
+def test_self_distances_have_exact_zero_diagonal_and_symmetry(distance_path):
     g = torch.Generator().manual_seed(2)
     x = torch.randn(9, 1000, generator=g) * 50 + 300  # far from the origin, float32
     d = squared_distances(x, x)
@@ -56,7 +74,7 @@ def test_self_distances_have_exact_zero_diagonal_and_symmetry():
     assert torch.equal(d, d.T)
 
 
-def test_duplicates_are_at_distance_exactly_zero():
+def test_duplicates_are_at_distance_exactly_zero(distance_path):
     g = torch.Generator().manual_seed(3)
     base = torch.randn(4, 500, generator=g) * 10 + 7
     x = torch.cat([base, base[1:2], base[1:2]])  # rows 1, 4, 5 coincide
@@ -70,6 +88,7 @@ def test_duplicates_are_at_distance_exactly_zero():
 def test_near_duplicates_in_float32_at_d_1e5_are_accurate(separation):
     # a pair at distance `separation * |x|` among particles of norm ~ 316 (network weights):
     # the uncentred GEMM formula loses every digit below separation ~ 3e-3 in float32
+    # (4 x 4 pairs x 1e5 is far above SMALL_PAIRS_WORK: the GEMM formula, as the next test's)
     d = 100_000
     g = torch.Generator().manual_seed(4)
     centre = torch.randn(1, d, generator=g, dtype=torch.float64)
@@ -99,7 +118,7 @@ def test_cross_distances_are_accurate_for_near_duplicates():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("n", [1, 2, 5])
-def test_coincident_particles_give_exactly_zero_repulsion(n, dtype):
+def test_coincident_particles_give_exactly_zero_repulsion(n, dtype, distance_path):
     g = torch.Generator().manual_seed(6)
     x = (torch.randn(1, 3000, generator=g, dtype=dtype) * 100 + 1).repeat(n, 1)
     gram, h = RBF().self_gram(x)
@@ -122,8 +141,9 @@ def test_single_particle_bandwidth_is_one():
     assert float(RBF().bandwidth_for(x)) == 1.0
 
 
-def test_difference_distances_of_the_gpu_path_agree_with_the_cpu_path():
+def test_difference_distances_of_the_gpu_path_agree_with_the_cpu_path(monkeypatch):
     """The GPU computes distances by differences (no host round-trip); checked here on the CPU."""
+    monkeypatch.setattr(kernels, "SMALL_PAIRS_WORK", 0)  # squared_distances: the GEMM formula
     from repens.kernels import difference_distances
 
     g = torch.Generator().manual_seed(8)

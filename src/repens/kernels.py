@@ -58,6 +58,14 @@ _MIN_BANDWIDTH = 1e-30
 #: below, and is far above the constant any BLAS blocking gives.
 CANCELLATION_FACTOR = 1e3
 
+#: At most this many ``pairs x d`` over all sets (``G n m d``), the CPU takes differences
+#: (:func:`difference_distances`), not the GEMM formula: a few dozen small ops then cost more
+#: than the arithmetic. Measured on one core (us, GEMM+recompute vs differences): 20 sets of
+#: 5 x 64 (a UCI stack's function-space outputs) 102 vs 23; 20 x 5 x 256 112 vs 91; 20 x 10 x 64
+#: 116 vs 74; above it 20 x 10 x 128 133 vs 154, 20 x 5 x 751 (the UCI stack's weights) 147 vs
+#: 297, 50 x 2,701 (the toy) 304 vs 5,586.
+SMALL_PAIRS_WORK = 1 << 17
+
 #: elements of one (pairs, d) temporary when recomputing pairs by differences
 _CHUNK_ELEMENTS = 1 << 22
 
@@ -108,7 +116,7 @@ def squared_distances(x: Tensor, y: Tensor) -> Tensor:
     if x.dim() < 2 or y.dim() < 2 or x.shape[-1] != y.shape[-1]:
         raise ValueError(f"expected (..., n, d) and (..., m, d) particles, got {tuple(x.shape)} and {tuple(y.shape)}")
     same = x is y
-    if x.device.type == "cuda":
+    if x.device.type == "cuda" or x[..., :1].numel() * y.shape[-2] * x.shape[-1] <= SMALL_PAIRS_WORK:
         return difference_distances(x, y)
     xc, yc = _centred(x, y)
     # one GEMM and no (n, m, d) temporaries: these run every step on (n, ~1e5) particles
@@ -133,7 +141,8 @@ def difference_distances(x: Tensor, y: Tensor) -> Tensor:
     """``sum_k (x_ik - y_jk)^2`` for every pair, by differences (``cdist`` without the GEMM
     formula): exact zeros for coincident particles, exactly symmetric, no cancellation.
     The GPU path: there it is cheap, and the CPU path's recomputation of cancelling pairs
-    would need a host round-trip (``nonzero``) every step."""
+    would need a host round-trip (``nonzero``) every step; on the CPU, small problems
+    (:data:`SMALL_PAIRS_WORK`)."""
     return torch.cdist(x, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
 
 
