@@ -31,8 +31,8 @@ class DirectAdam(torch.optim.Adam):
 
     def _direct_step(self, closure=None):  # noqa: ANN001, ANN201
         """The step. ``torch.optim`` wraps a class's ``step`` in a profiler and hook wrapper
-        (11 us a call measured); the instance's own ``step`` skips it: no step hooks are
-        registered in this package, and the fallback (``super().step``) keeps them."""
+        (11 us a call measured); the instance's own ``step`` skips it, so optimizer step
+        hooks do not run (this package registers none)."""
         if closure is not None or not self._direct():
             return super().step(closure)
         with torch.no_grad():

@@ -321,7 +321,8 @@ class StackedModel:
         self, n: int, std: float, generator: torch.Generator, dtype: torch.dtype = torch.float32
     ) -> Tensor:
         """``n`` rows drawn from N(0, std^2 I) (e.g. the prior), on the generator's device."""
-        return std * torch.randn(n, self.dim, generator=generator, dtype=dtype, device=generator.device)
+        draws = torch.randn(n, self.dim, generator=generator, dtype=dtype, device=generator.device)
+        return draws if isinstance(std, (int, float)) and std == 1 else draws.mul_(std)  # in place: no second (n, D) matrix
 
     def sample_he(self, n: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> Tensor:
         """``n`` rows with He (Kaiming-normal) weights and zero biases (He et al. 2015).
