@@ -22,12 +22,9 @@ from torch import Tensor
 __all__ = ["DirectAdam", "DirectSGD", "OPTIMIZERS", "make_optimizer"]
 
 
-class DirectAdam(torch.optim.Adam):
-    """``torch.optim.Adam(fused=True)`` whose step calls the fused kernel directly."""
-
-    def __init__(self, params, lr: float, maximize: bool = True) -> None:  # noqa: ANN001
-        super().__init__(params, lr=lr, maximize=maximize, fused=True)
-        self.step = self._direct_step  # see _direct_step
+class _DirectStep:
+    """The step of a direct-call optimizer: its fused kernel (``_fused_step``) where
+    ``_direct()`` says it covers the settings, else ``torch.optim``'s own ``step``."""
 
     def _direct_step(self, closure=None):  # noqa: ANN001, ANN201
         """The step. ``torch.optim`` wraps a class's ``step`` in a profiler and hook wrapper
@@ -38,6 +35,14 @@ class DirectAdam(torch.optim.Adam):
         with torch.no_grad():
             self._fused_step()
         return None
+
+
+class DirectAdam(_DirectStep, torch.optim.Adam):
+    """``torch.optim.Adam(fused=True)`` whose step calls the fused kernel directly."""
+
+    def __init__(self, params, lr: float, maximize: bool = True) -> None:  # noqa: ANN001
+        super().__init__(params, lr=lr, maximize=maximize, fused=True)
+        self.step = self._direct_step  # see _DirectStep._direct_step
 
     def _fused_step(self) -> None:
         for group in self.param_groups:
@@ -62,19 +67,12 @@ class DirectAdam(torch.optim.Adam):
         return True
 
 
-class DirectSGD(torch.optim.SGD):
+class DirectSGD(_DirectStep, torch.optim.SGD):
     """``torch.optim.SGD(fused=True)`` without momentum, whose step calls the fused kernel directly."""
 
     def __init__(self, params, lr: float, maximize: bool = True) -> None:  # noqa: ANN001
         super().__init__(params, lr=lr, maximize=maximize, fused=True)
-        self.step = self._direct_step  # as DirectAdam's
-
-    def _direct_step(self, closure=None):  # noqa: ANN001, ANN201
-        if closure is not None or not self._direct():
-            return super().step(closure)
-        with torch.no_grad():
-            self._fused_step()
-        return None
+        self.step = self._direct_step  # see _DirectStep._direct_step
 
     def _fused_step(self) -> None:
         for group in self.param_groups:
