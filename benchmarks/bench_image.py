@@ -8,7 +8,8 @@ CIFAR-10 config (ResNet32, 20 particles, batch 128) it measures, per method:
 * the same update with the network evaluated member by member in a Python loop
   (same rule, same kernel, same optimizer step);
 
-and prints the ratios batched/loop and method/DE, all from one run. Timing is
+and prints the ratios batched/loop and method/DE, all from one run, with the device's name,
+its fp32 GEMM rate measured in the same run, and the MLP DE step's share of it. Timing is
 round-robin over every (method, mode) in one process, ``--rounds`` times, and the
 median is kept, so load that drifts on a shared machine hits all of them alike.
 Peak memory comes from a separate pass with each (method, mode) alone in a fresh
@@ -156,6 +157,48 @@ def interleaved_times(config_name: str, methods: list[str], modes: tuple[str, ..
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def gemm_rate(dev) -> float:
+    """The device's fp32 GEMM rate in GFLOP/s, best of 5: 2048^3 on a CPU (at the current
+    thread count), 8192^3 on a GPU with TF32 off (the MLP step's matmuls run in fp32: torch's
+    default), the limit a step's FLOPs are compared with."""
+    import math
+
+    import torch
+
+    size = 8192 if dev.type == "cuda" else 2048
+    a, b = torch.randn(size, size, device=dev), torch.randn(size, size, device=dev)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        a @ b
+        _sync(dev)
+        best = math.inf
+        for _ in range(5):
+            t0 = time.perf_counter()
+            a @ b
+            _sync(dev)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return 2 * size**3 / best / 1e9
+
+
+def mlp_de_step_flops(config_name: str) -> float | None:
+    """FLOPs of an MLP config's DE step (bench_engine's count: forward, weight gradients, input
+    gradients below the first layer); None for the ResNet."""
+    config = CONFIGS[config_name]
+    if config["model"] != "mlp":
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_engine
+
+    inputs = 1
+    for side in config["shape"]:
+        inputs *= side
+    return bench_engine.mlp_de_flops({"inputs": inputs, "hidden": config["hidden"], "outputs": 10,
+                                      "particles": config["particles"], "batch": config["batch_size"]})
+
+
 def _child(args) -> int:
     import torch
 
@@ -208,7 +251,11 @@ def main() -> int:
                 row["seconds_per_step"] = times[(row["method"], row["mode"])]
                 row["steps_per_s"] = 1.0 / row["seconds_per_step"]
     print()
-    print(f"device: {rows[0]['device_name']}, torch threads: {rows[0]['threads']}")
+    from repens.experiments.image import resolve_device
+
+    rate = gemm_rate(resolve_device(args.device))
+    print(f"device: {rows[0]['device_name']}, torch threads: {rows[0]['threads']}; "
+          f"fp32 GEMM (TF32 off): {rate:,.0f} GFLOP/s, measured in this run")
     header = f"{'config':13s} {'method':10s} {'steps/s':>9s} {'peak MB':>8s} {'x DE time':>10s}"
     header += "" if args.no_loop else f" {'loop st/s':>10s} {'batched/loop':>13s}"
     print(header)
@@ -223,6 +270,10 @@ def main() -> int:
                 lp = by[(method, "loop")]
                 line += f" {lp['steps_per_s']:10.2f} {lp['seconds_per_step'] / b['seconds_per_step']:13.2f}"
             print(line)
+        flops = mlp_de_step_flops(config)
+        if flops and ("de", "batched") in by:
+            share = flops / by[("de", "batched")]["seconds_per_step"] / 1e9 / rate
+            print(f"{config:13s} DE step: {flops / 1e9:.2f} GFLOP, {share:.1%} of the measured GEMM rate")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
