@@ -179,19 +179,31 @@ def _stacked_splits(config: dict, args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ limits, in this process
-def gemm_rate(threads: int) -> float:
-    """Single-thread (or ``threads``) SGEMM GFLOP/s, 2048^3, best of 5."""
+def gemm_rate(threads: int, device=None) -> float:
+    """The fp32 GEMM rate in GFLOP/s, best of 5, the limit a step's FLOPs are compared with:
+    2048^3 on ``threads`` CPU threads (default device), 8192^3 on a GPU with TF32 off (the
+    MLP step's matmuls run in fp32, torch's default)."""
     import torch
 
     torch.set_num_threads(threads)
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    a @ b
-    best = math.inf
-    for _ in range(5):
-        t0 = time.perf_counter()
+    cuda = device is not None and torch.device(device).type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    size = 8192 if cuda else 2048
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
         a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * 2048**3 / best / 1e9
+        sync()
+        best = math.inf
+        for _ in range(5):
+            t0 = time.perf_counter()
+            a @ b
+            sync()
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return 2 * size**3 / best / 1e9
 
 
 def mlp_de_flops(config: dict) -> float:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import subprocess
@@ -33,6 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_engine  # noqa: E402  (its FLOP count and GEMM rate; it imports no torch at load)
 
 CONFIGS = {
     "fashionmnist": {"model": "mlp", "hidden": [100, 100, 100], "shape": (1, 28, 28), "particles": 50,
@@ -157,45 +161,13 @@ def interleaved_times(config_name: str, methods: list[str], modes: tuple[str, ..
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def gemm_rate(dev) -> float:
-    """The device's fp32 GEMM rate in GFLOP/s, best of 5: 2048^3 on a CPU (at the current
-    thread count), 8192^3 on a GPU with TF32 off (the MLP step's matmuls run in fp32: torch's
-    default), the limit a step's FLOPs are compared with."""
-    import math
-
-    import torch
-
-    size = 8192 if dev.type == "cuda" else 2048
-    a, b = torch.randn(size, size, device=dev), torch.randn(size, size, device=dev)
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        a @ b
-        _sync(dev)
-        best = math.inf
-        for _ in range(5):
-            t0 = time.perf_counter()
-            a @ b
-            _sync(dev)
-            best = min(best, time.perf_counter() - t0)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-    return 2 * size**3 / best / 1e9
-
-
 def mlp_de_step_flops(config_name: str) -> float | None:
     """FLOPs of an MLP config's DE step (bench_engine's count: forward, weight gradients, input
     gradients below the first layer); None for the ResNet."""
     config = CONFIGS[config_name]
     if config["model"] != "mlp":
         return None
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import bench_engine
-
-    inputs = 1
-    for side in config["shape"]:
-        inputs *= side
-    return bench_engine.mlp_de_flops({"inputs": inputs, "hidden": config["hidden"], "outputs": 10,
+    return bench_engine.mlp_de_flops({"inputs": math.prod(config["shape"]), "hidden": config["hidden"], "outputs": 10,
                                       "particles": config["particles"], "batch": config["batch_size"]})
 
 
@@ -253,7 +225,7 @@ def main() -> int:
     print()
     from repens.experiments.image import resolve_device
 
-    rate = gemm_rate(resolve_device(args.device))
+    rate = bench_engine.gemm_rate(torch.get_num_threads(), resolve_device(args.device))
     print(f"device: {rows[0]['device_name']}, torch threads: {rows[0]['threads']}; "
           f"fp32 GEMM (TF32 off): {rate:,.0f} GFLOP/s, measured in this run")
     header = f"{'config':13s} {'method':10s} {'steps/s':>9s} {'peak MB':>8s} {'x DE time':>10s}"

@@ -7,12 +7,12 @@ import torch
 from repens.optimizers import DirectAdam, DirectSGD, make_optimizer
 
 
-def _run(opt_cls, reference: bool, steps: int = 7, **kwargs):
+def _run(opt_cls, reference: bool, steps: int = 7):
     g = torch.Generator().manual_seed(3)
     params = torch.randn(5, 11, generator=g).requires_grad_(True)
     if reference:
         base = torch.optim.Adam if opt_cls is DirectAdam else torch.optim.SGD
-        opt = base([params], lr=0.01, maximize=True, fused=True, **kwargs)
+        opt = base([params], lr=0.01, maximize=True, fused=True)
     else:
         opt = opt_cls([params], lr=0.01)
     for t in range(steps):

@@ -151,14 +151,13 @@ def median_bandwidth(sq_dists: Tensor, n: int) -> Tensor:
     zero median: see module docstring. Computed on the device (no host round-trip)."""
     flat = sq_dists.detach().flatten(-2)
     med = flat.median(-1).values
-    if flat.device.type == "cpu" and bool((med > 0).all()):
-        # the usual case, decided on the host (free on a CPU, a round-trip on a GPU): no
-        # fallback needed, the same value without its six ops (52 -> 25 us, 20 sets of 10)
-        return (med / math.log(n + 1)).clamp_min(_MIN_BANDWIDTH)[..., None, None]
-    # median of the positive entries (NaN where none are)
-    positive = torch.where(flat > 0, flat, torch.full_like(flat, float("nan"))).nanmedian(-1).values
-    fallback = torch.where(torch.isnan(positive), torch.ones_like(positive) * math.log(n + 1), positive)
-    med = torch.where(med > 0, med, fallback)
+    # the usual case, every median positive, needs no fallback; a CPU decides it on the host
+    # (free there, a round-trip on a GPU) and skips the fallback's six ops (52 -> 25 us, 20 sets of 10)
+    if flat.device.type != "cpu" or not bool((med > 0).all()):
+        # median of the positive entries (NaN where none are)
+        positive = torch.where(flat > 0, flat, torch.full_like(flat, float("nan"))).nanmedian(-1).values
+        fallback = torch.where(torch.isnan(positive), torch.ones_like(positive) * math.log(n + 1), positive)
+        med = torch.where(med > 0, med, fallback)
     return (med / math.log(n + 1)).clamp_min(_MIN_BANDWIDTH)[..., None, None]
 
 
