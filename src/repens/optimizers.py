@@ -26,6 +26,10 @@ class _DirectStep:
     """The step of a direct-call optimizer: its fused kernel (``_fused_step``) where
     ``_direct()`` says it covers the settings, else ``torch.optim``'s own ``step``."""
 
+    def __init__(self, params, lr: float, maximize: bool = True) -> None:  # noqa: ANN001
+        super().__init__(params, lr=lr, maximize=maximize, fused=True)
+        self.step = self._direct_step  # see _direct_step
+
     def _direct_step(self, closure=None):  # noqa: ANN001, ANN201
         """The step. ``torch.optim`` wraps a class's ``step`` in a profiler and hook wrapper
         (11 us a call measured); the instance's own ``step`` skips it, so optimizer step
@@ -39,10 +43,6 @@ class _DirectStep:
 
 class DirectAdam(_DirectStep, torch.optim.Adam):
     """``torch.optim.Adam(fused=True)`` whose step calls the fused kernel directly."""
-
-    def __init__(self, params, lr: float, maximize: bool = True) -> None:  # noqa: ANN001
-        super().__init__(params, lr=lr, maximize=maximize, fused=True)
-        self.step = self._direct_step  # see _DirectStep._direct_step
 
     def _fused_step(self) -> None:
         for group in self.param_groups:
@@ -69,10 +69,6 @@ class DirectAdam(_DirectStep, torch.optim.Adam):
 
 class DirectSGD(_DirectStep, torch.optim.SGD):
     """``torch.optim.SGD(fused=True)`` without momentum, whose step calls the fused kernel directly."""
-
-    def __init__(self, params, lr: float, maximize: bool = True) -> None:  # noqa: ANN001
-        super().__init__(params, lr=lr, maximize=maximize, fused=True)
-        self.step = self._direct_step  # see _DirectStep._direct_step
 
     def _fused_step(self) -> None:
         for group in self.param_groups:
