@@ -32,6 +32,7 @@ from repens.host_memory import keep_freed_memory
 from repens.jobkey import load_keyed_checkpoint
 from repens.optimizers import OPTIMIZERS, make_optimizer
 from repens.posteriors import Batch
+from repens.step_graph import StepGraphs, backend_for
 from repens.updates import StepContext, Update, repulsion_ratio
 
 __all__ = [
@@ -125,6 +126,9 @@ class TrainSettings:
     #: where each check is a host round-trip); a bad update is always caught before a
     #: checkpoint or the result is written
     nonfinite_check_every: int | None = None
+    #: on a GPU, replay the step from a captured CUDA graph where the update rule is
+    #: graph-safe (:mod:`repens.step_graph`); needs ``nonfinite_check_every > 1``
+    cuda_graphs: bool = True
     #: seconds between periodic checkpoints (env REPENS_CHECKPOINT_SECONDS, default 300)
     checkpoint_seconds: float = field(default_factory=lambda: float(os.environ.get("REPENS_CHECKPOINT_SECONDS", 300)))
 
@@ -223,18 +227,43 @@ def train(
             )
 
     check_every = settings.nonfinite_check_every or (1 if params.device.type == "cpu" else 50)
-    finite: Tensor | None = None  # all updates since the last check were finite (device tensor)
+    # all updates since the last check had a finite sum: a flag on the device, updated in
+    # place by each step (so a captured step updates it too), read by the host in check()
+    finite = torch.ones((), dtype=torch.bool, device=params.device) if check_every > 1 else None
     checked = start  # the step of the last check
 
     def check(done: int) -> None:
         """Raise if an update since the last check had a non-finite sum: a NaN or infinite
         entry, or finite entries whose sum overflows (|sum| > 3e38 in float32: a diverged
         run either way; the per-step check of the CPU tells the two apart)."""
-        nonlocal finite, checked
+        nonlocal checked
         if finite is not None and not bool(finite):
             raise NonFiniteError(f"non-finite update between steps {checked + 1} and {done}/{settings.steps} "
                                  f"(lr={settings.lr}); no result was written")
-        finite, checked = None, done
+        if finite is not None:
+            finite.fill_(True)
+        checked = done
+
+    def run_step(batch: Batch | None) -> Update:
+        """One step: the update, the finiteness flag, the optimizer step, the rule's noise."""
+        result = update(params.detach(), make_context(batch, state.anchors))
+        if finite is None:
+            if not direction_is_finite(result.direction):
+                raise NonFiniteError(f"non-finite update at step {checked + 1}/{settings.steps} "
+                                     f"(lr={settings.lr}); no result was written")
+        else:  # on the device; the host looks every check_every steps (see check())
+            finite.logical_and_(_finite_sum(result.direction))
+        params.grad = result.direction
+        optimizer.step()
+        if result.after_step is not None:
+            with torch.no_grad():
+                result.after_step(params, optimizer, generator)
+        return result
+
+    backend = backend_for(params.device) if settings.cuda_graphs and finite is not None else None
+    graphs = StepGraphs(run_step, generator, backend) if backend is not None and getattr(update, "graph_safe", False) else None
+    if graphs is not None:
+        log.info("the step is captured as a graph after %d eager steps and replayed", graphs.warmup_left)
 
     t0, last_ckpt = time.perf_counter(), time.perf_counter()
     with stop_signals(checkpoint is not None) as stop:
@@ -244,22 +273,15 @@ def train(
                     group["lr"] = learning_rate(settings, step)
             batch = next_batch(generator)
             try:
-                result = update(params.detach(), make_context(batch, state.anchors))
+                result = run_step(batch) if graphs is None else graphs(batch, optimizer.param_groups[0]["lr"])
+            except NonFiniteError:
+                raise
             except Exception:
                 check(step)  # an unchecked non-finite update may be the cause: say so
                 raise
             done = step + 1
-            if check_every == 1:
-                if not direction_is_finite(result.direction):
-                    raise NonFiniteError(f"non-finite update at step {done}/{settings.steps} "
-                                         f"(lr={settings.lr}); no result was written")
-            else:  # on the device; the host looks every check_every steps (see check())
-                finite = _finite_sum(result.direction) if finite is None else finite & _finite_sum(result.direction)
-            params.grad = result.direction
-            optimizer.step()
-            if result.after_step is not None:
-                with torch.no_grad():
-                    result.after_step(params, optimizer, generator)
+            if finite is None:
+                checked = done
             if check_every > 1 and (done % check_every == 0 or done == settings.steps):
                 check(done)
             if done % settings.log_every == 0 or done == settings.steps:

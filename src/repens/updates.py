@@ -34,6 +34,7 @@ __all__ = [
     "FUNCTION_SPACE_RULES",
     "resolve_rule",
     "make_update",
+    "graph_safe",
     "ensemble",
     "svgd",
     "wgd",
@@ -301,7 +302,8 @@ def function_prior_score(
         cov = gp_variance * torch.exp(-squared_distances(flat_x, flat_x) / (2 * gp_lengthscale**2))
         cov = cov + 1e-6 * gp_variance * torch.eye(cov.shape[-1], dtype=cov.dtype, device=cov.device)
         f = outputs.reshape(*outputs.shape[:-1], cov.shape[-1], -1)  # (..., n, B, C)
-        return -torch.linalg.solve(cov.unsqueeze(-3), f).reshape(outputs.shape)
+        # solve_ex without its error check: the checked solve waits for the host on a GPU
+        return -torch.linalg.solve_ex(cov.unsqueeze(-3), f, check_errors=False).result.reshape(outputs.shape)
     raise ValueError(f"unknown function prior {function_prior!r}; known: ['gp', 'ssge']")
 
 
@@ -392,6 +394,22 @@ def resolve_rule(rule: str, space: str = "weight") -> str:
     return name
 
 
+def graph_safe(rule: str, space: str = "weight", **options) -> bool:
+    """Whether a step of the rule can be captured as a CUDA graph (:mod:`repens.step_graph`):
+    nothing in it waits for the host. SSGE is not (``torch.linalg.eigh`` checks its result on
+    the host): the ``ssge`` estimator, and the function-space rules' ``ssge`` function prior,
+    their default. (Every other rule's host-side decisions depend on shapes only; the GP
+    prior's solve and SGE's inverse skip their error checks, a singular system shows as a
+    non-finite update.)"""
+    name = resolve_rule(rule, space)
+    if options.get("estimator") == "ssge":
+        return False
+    return not (name in FUNCTION_SPACE_RULES.values() and options.get("function_prior", "ssge") == "ssge")
+
+
 def make_update(rule: str, space: str = "weight", **options) -> Callable[[Tensor, StepContext], Update]:
-    """The update function for a method entry: the registered rule with its options bound."""
-    return partial(UPDATE_RULES[resolve_rule(rule, space)], **options)
+    """The update function for a method entry: the registered rule with its options bound;
+    its ``graph_safe`` attribute says whether a step can be captured (:func:`graph_safe`)."""
+    update = partial(UPDATE_RULES[resolve_rule(rule, space)], **options)
+    update.graph_safe = graph_safe(rule, space, **options)
+    return update

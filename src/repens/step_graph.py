@@ -1,0 +1,162 @@
+"""A training step replayed as a CUDA graph: one launch a step instead of a hundred.
+
+A step of a small stack launches 100-160 kernels for a fraction of a millisecond of GPU
+arithmetic, so on a GPU it is bound by kernel launches and by the host, not by the
+arithmetic. :class:`StepGraphs` captures the whole step (the update rule, the finiteness
+flag, the optimizer step and the Langevin noise) once and replays it every step:
+
+* the step reads its minibatch from *static* buffers; each step copies the new batch
+  into them (the batch itself is drawn outside the graph, on the device, from the run's
+  generator, as in an eager step);
+* the run's generator is registered with the graph, so each replay advances it by what
+  the captured draws took (prior draws, Langevin noise): its checkpointed state is as
+  exact as an eager run's;
+* a Python number baked into a graph is its learning rate (the optimizer's and the
+  Langevin noise's): a step at a new learning rate (a staircase decay) captures a new
+  graph and the old ones are freed; a new batch shape (the smaller last batch of an
+  epoch) gets a graph of its own;
+* the first :data:`WARMUP_STEPS` steps run eagerly (on a side stream: CUDA's lazy
+  initialisation and the optimizer's state are made outside the capture).
+
+Only a rule that declares itself graph-safe is captured (``graph_safe`` of
+:func:`repens.updates.make_update`: nothing in its step waits for the host; SSGE's
+``eigh`` checks its result on the host and is not). Everything here but
+:class:`CudaGraphBackend` is device-independent and tested on the CPU with
+:class:`EagerBackend`, which "replays" by running the step again
+(``tests/test_step_graph.py``). The CUDA backend itself has not run on a GPU in this
+project's sessions (none was lent); a capture that fails is logged and the run goes on
+eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager, nullcontext
+from dataclasses import fields, replace
+from typing import Callable, ContextManager, Iterator, Protocol
+
+import torch
+
+from repens.posteriors import Batch
+from repens.updates import Update
+
+__all__ = ["StepGraphs", "GraphBackend", "CudaGraphBackend", "EagerBackend", "backend_for", "WARMUP_STEPS"]
+
+log = logging.getLogger("repens.step_graph")
+
+#: eager steps before the first capture (PyTorch's CUDA-graph examples warm up 3 iterations)
+WARMUP_STEPS = 3
+
+Replay = Callable[[], Update]
+
+
+class GraphBackend(Protocol):
+    def warm_up(self) -> ContextManager[None]:
+        """Where the eager warm-up steps run."""
+
+    def capture(self, run: Replay, generator: torch.Generator) -> Replay:
+        """Record ``run`` (without running it) and return what runs it again."""
+
+
+class CudaGraphBackend:
+    """The CUDA graph capture: the only code here that needs a GPU."""
+
+    @contextmanager
+    def warm_up(self) -> Iterator[None]:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            yield
+        torch.cuda.current_stream().wait_stream(side)
+
+    def capture(self, run: Replay, generator: torch.Generator) -> Replay:
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(generator)  # each replay advances the run's stream
+        with torch.cuda.graph(graph):
+            result = run()
+
+        def replay() -> Update:
+            graph.replay()
+            return result  # its tensors are the graph's outputs, rewritten by each replay
+
+        return replay
+
+
+class EagerBackend:
+    """A stand-in with the graph's bookkeeping and no graph: a "replay" runs the step
+    again (on the CPU, where the tests run :class:`StepGraphs`' logic)."""
+
+    def warm_up(self) -> ContextManager[None]:
+        return nullcontext()
+
+    def capture(self, run: Replay, generator: torch.Generator) -> Replay:  # noqa: ARG002
+        return run
+
+
+def backend_for(device: torch.device) -> GraphBackend | None:
+    """The graph backend of a training device: CUDA graphs on a GPU, none elsewhere."""
+    return CudaGraphBackend() if device.type == "cuda" else None
+
+
+def _shapes(batch: Batch | None) -> tuple:
+    if batch is None:
+        return ()
+    return tuple((f.name, tuple(getattr(batch, f.name).shape), getattr(batch, f.name).dtype) for f in fields(batch))
+
+
+def _static_copy(batch: Batch | None) -> Batch | None:
+    """Buffers of the batch's shapes that a captured step reads (filled by each step)."""
+    if batch is None:
+        return None
+    return replace(batch, **{f.name: getattr(batch, f.name).clone() for f in fields(batch)})
+
+
+def _fill(static: Batch | None, batch: Batch | None) -> None:
+    if batch is not None:
+        for f in fields(batch):
+            getattr(static, f.name).copy_(getattr(batch, f.name))
+
+
+class StepGraphs:
+    """Runs ``step(batch) -> Update`` (one whole training step: it moves the particles)
+    from captured graphs, one per (learning rate, batch shapes); see the module docstring.
+
+    Args:
+        step: the step; captured, it must not wait for the host.
+        generator: the run's random stream (registered with each graph).
+        backend: :class:`CudaGraphBackend` on a GPU, :class:`EagerBackend` in tests.
+        warmup: eager steps before the first capture.
+    """
+
+    def __init__(self, step: Callable[[Batch | None], Update], generator: torch.Generator,
+                 backend: GraphBackend, warmup: int = WARMUP_STEPS) -> None:
+        self.step, self.generator, self.backend = step, generator, backend
+        self.warmup_left = int(warmup)
+        self.graphs: dict[tuple, tuple[Batch | None, Replay]] = {}
+        self.captures = 0
+        self.failed: str | None = None  # why capturing stopped (the run goes on eagerly)
+
+    def __call__(self, batch: Batch | None, lr: float) -> Update:
+        if self.failed is not None:
+            return self.step(batch)
+        if self.warmup_left > 0:
+            self.warmup_left -= 1
+            with self.backend.warm_up():
+                return self.step(batch)
+        key = (lr, _shapes(batch))
+        entry = self.graphs.get(key)
+        if entry is None:
+            if any(k[0] != lr for k in self.graphs):  # the learning rate moved on: free the old graphs
+                self.graphs = {k: v for k, v in self.graphs.items() if k[0] == lr}
+            static = _static_copy(batch)
+            try:
+                replay = self.backend.capture(lambda: self.step(static), self.generator)
+            except Exception as error:  # noqa: BLE001 - a step that cannot be captured still trains
+                self.failed = f"{type(error).__name__}: {error}"
+                log.warning("could not capture the step as a graph (%s); training on eagerly", self.failed)
+                return self.step(batch)
+            entry = self.graphs[key] = (static, replay)
+            self.captures += 1
+        static, replay = entry
+        _fill(static, batch)
+        return replay()

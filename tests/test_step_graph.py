@@ -1,0 +1,171 @@
+"""The graph-replayed training step (repens.step_graph), on the CPU: its bookkeeping runs
+with :class:`EagerBackend`, whose "replay" runs the step again, so a run through it must
+equal the plain loop bit for bit (the CUDA capture itself needs a GPU)."""
+
+import logging
+
+import pytest
+import torch
+
+import repens.train
+from repens.kernels import RBF
+from repens.minibatches import EpochSampler
+from repens.posteriors import Batch
+from repens.step_graph import EagerBackend, StepGraphs, backend_for
+from repens.train import NonFiniteError, TrainSettings, TrainState, train
+from repens.updates import StepContext, Update, graph_safe, make_update
+
+from test_train import _network_problem
+
+
+class CountingBackend(EagerBackend):
+    def __init__(self, fail: bool = False) -> None:
+        self.captured, self.warmups, self.fail = [], 0, fail
+
+    def warm_up(self):
+        self.warmups += 1
+        return super().warm_up()
+
+    def capture(self, run, generator):
+        if self.fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        self.captured.append(run)
+        return super().capture(run, generator)
+
+
+def _batch(rows: int) -> Batch:
+    return Batch(torch.zeros(rows, 2), torch.zeros(rows))
+
+
+def _step(seen: list):
+    def step(batch):
+        seen.append(None if batch is None else batch.x.clone())
+        return Update(torch.zeros(1))
+
+    return step
+
+
+def test_warm_up_then_one_graph_per_rate_and_batch_shape():
+    seen, backend = [], CountingBackend()
+    graphs = StepGraphs(_step(seen), torch.Generator(), backend, warmup=2)
+    for lr, rows in [(0.1, 4), (0.1, 4), (0.1, 4), (0.1, 4), (0.1, 3), (0.1, 4), (0.1, 3)]:
+        graphs(_batch(rows), lr)
+    assert backend.warmups == 2 and graphs.captures == 2  # after the warm-up: (0.1, 4 rows), (0.1, 3 rows)
+    graphs(_batch(4), 0.05)  # a decayed rate: captured anew, the old rate's graphs freed
+    assert graphs.captures == 3 and [k[0] for k in graphs.graphs] == [0.05]
+    assert len(seen) == 8  # every call ran the step exactly once (a capture alone runs nothing)
+
+
+def test_each_replay_reads_the_new_batch_from_the_static_buffers():
+    seen = []
+    graphs = StepGraphs(_step(seen), torch.Generator(), CountingBackend(), warmup=0)
+    for value in (1.0, 2.0, 3.0):
+        graphs(Batch(torch.full((4, 2), value), torch.zeros(4)), 0.1)
+    assert [float(x[0, 0]) for x in seen] == [1.0, 2.0, 3.0]
+    static, _ = next(iter(graphs.graphs.values()))
+    assert float(static.x[0, 0]) == 3.0  # the captured step's input buffer, refilled each step
+
+
+def test_a_step_that_cannot_be_captured_trains_on_eagerly(caplog):
+    seen = []
+    graphs = StepGraphs(_step(seen), torch.Generator(), CountingBackend(fail=True), warmup=1)
+    with caplog.at_level(logging.WARNING, logger="repens.step_graph"):
+        for _ in range(4):
+            graphs(_batch(4), 0.1)
+    assert len(seen) == 4 and graphs.captures == 0 and "could not capture" in caplog.text
+    assert caplog.text.count("could not capture") == 1
+
+
+def test_only_a_gpu_gets_a_graph_backend():
+    assert backend_for(torch.device("cpu")) is None
+
+
+@pytest.mark.parametrize("rule,space,options,safe", [
+    ("ensemble", "weight", {}, True),
+    ("svgd", "weight", {}, True),
+    ("wgd", "weight", {"estimator": "kde"}, True),
+    ("wgd", "weight", {"estimator": "sge"}, True),
+    ("wgd", "weight", {"estimator": "ssge"}, False),  # eigh checks its result on the host
+    ("langevin", "weight", {"temperature": 1.0, "mmd_weight": 5.0}, True),
+    ("anchored", "weight", {}, True),
+    ("svgd", "function", {}, False),  # the ssge function prior, the default
+    ("svgd", "function", {"function_prior": "gp"}, True),
+    ("wgd", "function", {"estimator": "kde", "function_prior": "gp"}, True),
+    ("wgd", "function", {"estimator": "ssge", "function_prior": "gp"}, False),
+])
+def test_rules_declare_whether_a_step_can_be_captured(rule, space, options, safe):
+    assert graph_safe(rule, space, **options) is safe
+    assert make_update(rule, space, **options).graph_safe is safe
+
+
+@pytest.fixture
+def graphs_on_the_cpu(monkeypatch):
+    """train() replays its step through StepGraphs on the CPU (EagerBackend); the backends it
+    made are collected, so a test can see that it did."""
+    made = []
+
+    def backend(device):
+        made.append(CountingBackend())
+        return made[-1]
+
+    monkeypatch.setattr(repens.train, "backend_for", backend)
+    return made
+
+
+def _run(rule, options, settings, sampler_rows=4, seed=1, update=None, checkpoint=None):
+    post, x, y, start = _network_problem()
+    g = torch.Generator().manual_seed(seed)
+    update = update or make_update(rule, **options)
+    return train(TrainState(start), update, lambda b, a: StepContext(post, RBF(), g, b, a), settings, g,
+                 next_batch=EpochSampler(x, y, sampler_rows), checkpoint=checkpoint)
+
+
+@pytest.mark.parametrize("rule,options", [("ensemble", {}), ("svgd", {}),
+                                          ("langevin", {"temperature": 1.0, "mmd_weight": 5.0})])
+def test_a_replayed_run_equals_the_plain_loop(graphs_on_the_cpu, rule, options):
+    """Epochs of 10 rows in batches of 4 (a last batch of 2: two batch shapes) and a staircase
+    decay every 3 steps (a new graph each time): the same particles and diagnostics bit for bit."""
+    settings = TrainSettings(steps=23, lr=0.01, lr_decay=0.9, lr_decay_steps=3, nonfinite_check_every=5, log_every=5)
+    replayed = _run(rule, options, settings)
+    (backend,) = graphs_on_the_cpu
+    assert len(backend.captured) >= 7  # a capture per rate, plus the short batches'
+    plain = _run(rule, options, TrainSettings(**{**settings.__dict__, "cuda_graphs": False}))
+    assert torch.equal(replayed.params, plain.params)
+    assert replayed.repulsion == plain.repulsion
+
+
+def test_a_bad_replayed_step_is_caught_at_the_next_check(graphs_on_the_cpu, tmp_path):
+    update = make_update("ensemble")
+    calls = {"n": 0}
+
+    def poisoned(params, context):
+        calls["n"] += 1
+        out = update(params, context)
+        return Update(out.direction * float("nan")) if calls["n"] == 7 else out
+
+    poisoned.graph_safe = True
+    settings = TrainSettings(steps=20, lr=0.01, nonfinite_check_every=5)
+    with pytest.raises(NonFiniteError, match="between steps 6 and 10/20"):
+        _run("ensemble", {}, settings, update=poisoned)
+    assert graphs_on_the_cpu[0].captured  # the bad step was a replayed one
+
+
+def test_resume_of_a_replayed_run_equals_the_uninterrupted_one(graphs_on_the_cpu, tmp_path):
+    settings = TrainSettings(steps=23, lr=0.01, lr_decay=0.9, lr_decay_steps=3, nonfinite_check_every=4,
+                             checkpoint_seconds=0.0)
+    update = make_update("langevin", temperature=1.0, mmd_weight=5.0)
+    reference = _run("langevin", {}, settings, update=update)
+    calls = {"n": 0}
+
+    def crashing(params, context):
+        calls["n"] += 1
+        if calls["n"] == 15:
+            raise KeyboardInterrupt  # a kill between two checkpoints
+        return update(params, context)
+
+    crashing.graph_safe = True
+    ckpt = tmp_path / "run.ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        _run("langevin", {}, settings, update=crashing, checkpoint=ckpt)
+    resumed = _run("langevin", {}, settings, seed=99, update=update, checkpoint=ckpt)
+    assert torch.equal(resumed.params, reference.params)
