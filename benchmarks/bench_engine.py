@@ -73,7 +73,9 @@ CONFIGS = {
 
 
 # ------------------------------------------------------------------ worker (one engine)
-def _setup(config: dict, method: str, sets: int):
+def _setup(config: dict, method: str, sets: int, device: str = "cpu"):
+    """The problem, its update rule, initial particles, sampler, context and generator, all
+    on ``device`` (the run's generator too, as a GPU run has it)."""
     import torch
 
     from repens.kernels import RBF
@@ -82,21 +84,21 @@ def _setup(config: dict, method: str, sets: int):
     from repens.posteriors import NetworkPosterior
     from repens.updates import StepContext, make_update
 
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=device).manual_seed(0)
     if config.get("resnet"):
         from repens.models import resnet
 
-        model = StackedModel(resnet(depth=32, width=16, norm="group"))
-        x = torch.randn(config["batch"] * 4, 3, 32, 32, generator=g)
+        model = StackedModel(resnet(depth=32, width=16, norm="group").to(device))
+        x = torch.randn(config["batch"] * 4, 3, 32, 32, generator=g, device=device)
     else:
         model = StackedModel(mlp(config["inputs"], config["hidden"], config["outputs"]))
         shape = (sets, config["rows"], config["inputs"]) if sets > 1 else (config["rows"], config["inputs"])
-        x = torch.randn(*shape, generator=g)
+        x = torch.randn(*shape, generator=g, device=device)
     likelihood = "gaussian" if config["outputs"] == 1 else "categorical"
     rows = x.shape[-2] if not config.get("resnet") else x.shape[0]
     y_shape = x.shape[:-1] if not config.get("resnet") else (rows,)
-    y = torch.randn(*y_shape, generator=g) if likelihood == "gaussian" else torch.randint(
-        0, config["outputs"], y_shape, generator=g)
+    y = torch.randn(*y_shape, generator=g, device=device) if likelihood == "gaussian" else torch.randint(
+        0, config["outputs"], y_shape, generator=g, device=device)
     post = NetworkPosterior(model, likelihood, num_train=config["rows"], prior_std=1.0, noise_std=0.3)
     spec = dict(METHODS[method])
     rule, space = spec.pop("rule"), spec.pop("space", "weight")
@@ -126,11 +128,11 @@ def _per_step_sampler(x, y, rows: int, batch: int, sets: int):
         set_rows = torch.arange(sets).unsqueeze(-1)
 
         def next_batch(gen):
-            idx = torch.stack([torch.randperm(rows, generator=gen)[:batch] for _ in range(sets)])
-            return Batch(x[set_rows, idx], y[set_rows, idx])
+            idx = torch.stack([torch.randperm(rows, generator=gen, device=gen.device)[:batch] for _ in range(sets)])
+            return Batch(x[set_rows.to(idx.device), idx], y[set_rows.to(idx.device), idx])
     else:
         def next_batch(gen):
-            idx = torch.randperm(rows, generator=gen)[:batch]
+            idx = torch.randperm(rows, generator=gen, device=gen.device)[:batch]
             return Batch(x[idx], y[idx])
     return next_batch
 

@@ -126,3 +126,24 @@ def test_ssge_two_points_out_of_sample_by_hand():
 def test_kde_at_query_uses_the_samples_bandwidth():
     x = gaussian_samples(50, 5)
     torch.testing.assert_close(kde_score(x, RBF(), query=x), kde_score(x, RBF()))
+
+
+@pytest.mark.parametrize("eta", [0.01, 1.0])
+def test_ssge_weights_by_inverse_equal_those_by_every_eigenpair(eta):
+    """The GPU's SSGE weights (an inverse, no host-side check) against ``eigh``'s, in float64:
+    the two round differently by at most about eps * cond(K + eta I)^2, and the condition
+    number is at most (M + eta) / eta (an RBF Gram matrix's eigenvalues lie in [0, M])."""
+    from repens.kernels import RBF
+    from repens.scores import all_eigenpairs_weights
+
+    g = torch.Generator().manual_seed(3)
+    x, query = torch.randn(20, 4, generator=g, dtype=torch.float64), torch.randn(7, 4, generator=g, dtype=torch.float64)
+    kernel = RBF()
+    gram, h = kernel.self_gram(x)
+    cross = kernel.gram(query, x, h)
+    eigvals, eigvecs = torch.linalg.eigh(gram + eta * torch.eye(20, dtype=torch.float64))
+    by_eigh = ((cross @ eigvecs) / eigvals.pow(2).unsqueeze(-2)) @ eigvecs.mT
+    by_inverse = all_eigenpairs_weights(cross, gram, eta)
+    cond = (20 + eta) / eta
+    tolerance = 16 * torch.finfo(torch.float64).eps * cond**2
+    assert (by_inverse - by_eigh).abs().max() <= tolerance * by_eigh.abs().max()

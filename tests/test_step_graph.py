@@ -85,13 +85,14 @@ def test_only_a_gpu_gets_a_graph_backend():
     ("svgd", "weight", {}, True),
     ("wgd", "weight", {"estimator": "kde"}, True),
     ("wgd", "weight", {"estimator": "sge"}, True),
-    ("wgd", "weight", {"estimator": "ssge"}, False),  # eigh checks its result on the host
+    ("wgd", "weight", {"estimator": "ssge"}, True),  # every eigenpair: an inverse on a GPU
+    ("wgd", "weight", {"estimator": "ssge", "num_eigs": 5}, False),  # eigh checks its result on the host
     ("langevin", "weight", {"temperature": 1.0, "mmd_weight": 5.0}, True),
     ("anchored", "weight", {}, True),
-    ("svgd", "function", {}, False),  # the ssge function prior, the default
+    ("svgd", "function", {}, True),  # the ssge function prior, every eigenpair
     ("svgd", "function", {"function_prior": "gp"}, True),
     ("wgd", "function", {"estimator": "kde", "function_prior": "gp"}, True),
-    ("wgd", "function", {"estimator": "ssge", "function_prior": "gp"}, False),
+    ("wgd", "function", {"estimator": "ssge", "num_eigs": 3}, False),
 ])
 def test_rules_declare_whether_a_step_can_be_captured(rule, space, options, safe):
     assert graph_safe(rule, space, **options) is safe

@@ -1,5 +1,6 @@
 """Minibatch samplers drawing from a run's random stream (so a checkpointed generator
-resumes the same batches)."""
+resumes the same batches). Indices are drawn on the generator's device (a GPU run's stream
+lives on the GPU: no host round-trip a step) and used on the data's."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def batch_sampler(data: Any, batch_size: int):
     size = min(int(batch_size), n)
 
     def next_batch(generator: torch.Generator) -> Batch:
-        idx = torch.randperm(n, generator=generator)[:size]
+        idx = torch.randperm(n, generator=generator, device=generator.device)[:size].to(data.x_train.device)
         return Batch(data.x_train[idx], data.y_train[idx])
 
     return next_batch
@@ -44,8 +45,9 @@ def stacked_batch_sampler(x: Tensor, y: Tensor, batch_size: int):
     size = min(int(batch_size), n)
 
     def next_batch(generator: torch.Generator) -> Batch:
-        idx = torch.stack([torch.randperm(n, generator=generator)[:size] for _ in range(sets)])
-        return gather_rows(x, y, idx)
+        idx = torch.stack([torch.randperm(n, generator=generator, device=generator.device)[:size]
+                           for _ in range(sets)])
+        return gather_rows(x, y, idx.to(x.device))
 
     return next_batch
 
@@ -77,7 +79,8 @@ class EpochSampler:
     def __call__(self, generator: torch.Generator) -> Batch:
         if self.order is None or self.position >= self.n:
             sets = self.y.shape[0] if self.stacked else 1
-            self.order = torch.stack([torch.randperm(self.n, generator=generator) for _ in range(sets)])
+            self.order = torch.stack([torch.randperm(self.n, generator=generator, device=generator.device)
+                                      for _ in range(sets)]).to(self.y.device)
             self.position = 0
         idx = self.order[:, self.position : self.position + self.batch_size]
         self.position += self.batch_size

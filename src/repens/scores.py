@@ -23,7 +23,7 @@ from torch import Tensor
 
 from repens.kernels import RBF, kernel_grad_sum, squared_distances
 
-__all__ = ["kde_score", "sge_score", "ssge_score", "SCORE_ESTIMATORS", "ScoreEstimator"]
+__all__ = ["kde_score", "sge_score", "ssge_score", "all_eigenpairs_weights", "SCORE_ESTIMATORS", "ScoreEstimator"]
 
 
 class ScoreEstimator(Protocol):
@@ -80,14 +80,28 @@ def ssge_score(
     h = kernel.bandwidth_for(x, sq)
     gram = torch.exp(-sq / h)
     grads = kernel_grad_sum(x, x, gram, h)
-    eye = torch.eye(x.shape[-2], dtype=x.dtype, device=x.device)
-    eigvals, eigvecs = torch.linalg.eigh(gram + eta * eye)  # ascending order
-    if num_eigs is not None:
-        eigvals, eigvecs = eigvals[..., -num_eigs:], eigvecs[..., -num_eigs:]
     cross = gram if query is None else kernel.gram(query, x, h)
-    # the (N, M) weights first, then a single product with the (M, d) gradients
-    weights = ((cross @ eigvecs) / eigvals.pow(2).unsqueeze(-2)) @ eigvecs.mT
+    if num_eigs is None and x.device.type != "cpu":
+        weights = all_eigenpairs_weights(cross, gram, eta)
+    else:
+        eye = torch.eye(x.shape[-2], dtype=x.dtype, device=x.device)
+        eigvals, eigvecs = torch.linalg.eigh(gram + eta * eye)  # ascending order
+        if num_eigs is not None:
+            eigvals, eigvecs = eigvals[..., -num_eigs:], eigvecs[..., -num_eigs:]
+        # the (N, M) weights first, then a single product with the (M, d) gradients
+        weights = ((cross @ eigvecs) / eigvals.pow(2).unsqueeze(-2)) @ eigvecs.mT
     return weights @ grads
+
+
+def all_eigenpairs_weights(cross: Tensor, gram: Tensor, eta: float) -> Tensor:
+    """SSGE's weights ``k(q, X) U diag(lambda^-2) U^T`` with every eigenpair kept, which is
+    ``k(q, X) (K + eta I)^-2``: two products with one inverse, in float64 (as
+    :func:`sge_score`), without an error check. The GPU path: ``eigh`` checks its result
+    on the host, a round-trip that keeps a step from being captured as a CUDA graph
+    (:mod:`repens.step_graph`); the CPU keeps ``eigh`` (its results stay as they were)."""
+    eye = torch.eye(gram.shape[-1], dtype=torch.float64, device=gram.device)
+    inverse = torch.linalg.inv_ex(gram.double() + eta * eye).inverse
+    return ((cross.double() @ inverse) @ inverse).to(cross.dtype)
 
 
 SCORE_ESTIMATORS: dict[str, Callable[..., Tensor]] = {

@@ -396,15 +396,13 @@ def resolve_rule(rule: str, space: str = "weight") -> str:
 
 def graph_safe(rule: str, space: str = "weight", **options) -> bool:
     """Whether a step of the rule can be captured as a CUDA graph (:mod:`repens.step_graph`):
-    nothing in it waits for the host. SSGE is not (``torch.linalg.eigh`` checks its result on
-    the host): the ``ssge`` estimator, and the function-space rules' ``ssge`` function prior,
-    their default. (Every other rule's host-side decisions depend on shapes only; the GP
-    prior's solve and SGE's inverse skip their error checks, a singular system shows as a
-    non-finite update.)"""
-    name = resolve_rule(rule, space)
-    if options.get("estimator") == "ssge":
-        return False
-    return not (name in FUNCTION_SPACE_RULES.values() and options.get("function_prior", "ssge") == "ssge")
+    nothing in it waits for the host. SSGE with ``num_eigs`` set is not (``torch.linalg.eigh``
+    checks its result on the host); with every eigenpair (the default, and the function
+    prior's) a GPU takes it by an inverse (:func:`repens.scores.all_eigenpairs_weights`).
+    Every rule's other host-side decisions depend on shapes only; the GP prior's solve and
+    SGE's inverse skip their error checks (a singular system shows as a non-finite update)."""
+    resolve_rule(rule, space)  # an unknown rule is an error here too
+    return not (options.get("estimator") == "ssge" and options.get("num_eigs") is not None)
 
 
 def make_update(rule: str, space: str = "weight", **options) -> Callable[[Tensor, StepContext], Update]:
