@@ -11,7 +11,7 @@ import repens.train
 from repens.kernels import RBF
 from repens.minibatches import EpochSampler
 from repens.posteriors import Batch
-from repens.step_graph import EagerBackend, StepGraphs, backend_for
+from repens.step_graph import EagerBackend, StepGraphs, StepState, backend_for
 from repens.train import NonFiniteError, TrainSettings, TrainState, train
 from repens.updates import StepContext, Update, graph_safe, make_update
 
@@ -33,47 +33,130 @@ class CountingBackend(EagerBackend):
         return super().capture(run, generator)
 
 
-def _batch(rows: int) -> Batch:
-    return Batch(torch.zeros(rows, 2), torch.zeros(rows))
+def _batch(rows: int, value: float = 0.0) -> Batch:
+    return Batch(torch.full((rows, 2), value), torch.zeros(rows))
 
 
-def _step(seen: list):
-    def step(batch):
-        seen.append(None if batch is None else batch.x.clone())
-        return Update(torch.zeros(1))
+class NoisyStep:
+    """A step that moves a particle by its batch's first entry plus a normal draw, through an
+    optimizer with state (SGD with momentum), recording the batches it saw."""
 
-    return step
+    def __init__(self) -> None:
+        self.generator = torch.Generator().manual_seed(0)
+        self.params = torch.zeros(3, requires_grad=True)
+        self.optimizer = torch.optim.SGD([self.params], lr=0.1, momentum=0.9)
+        self.state = StepState(self.params, self.optimizer, self.generator)
+        self.seen: list[float] = []
+
+    def __call__(self, batch):
+        self.seen.append(float(batch.x[0, 0]))
+        direction = batch.x[0, 0] + torch.randn(3, generator=self.generator)
+        self.params.grad = direction
+        self.optimizer.step()
+        return Update(direction)
+
+    def graphs(self, backend, warmup=1):
+        return StepGraphs(self, self.generator, backend, self.state, warmup=warmup)
 
 
 def test_warm_up_then_one_graph_per_rate_and_batch_shape():
-    seen, backend = [], CountingBackend()
-    graphs = StepGraphs(_step(seen), torch.Generator(), backend, warmup=2)
+    step, backend = NoisyStep(), CountingBackend()
+    graphs = step.graphs(backend, warmup=2)
     for lr, rows in [(0.1, 4), (0.1, 4), (0.1, 4), (0.1, 4), (0.1, 3), (0.1, 4), (0.1, 3)]:
         graphs(_batch(rows), lr)
     assert backend.warmups == 2 and graphs.captures == 2  # after the warm-up: (0.1, 4 rows), (0.1, 3 rows)
     graphs(_batch(4), 0.05)  # a decayed rate: captured anew, the old rate's graphs freed
     assert graphs.captures == 3 and [k[0] for k in graphs.graphs] == [0.05]
-    assert len(seen) == 8  # every call ran the step exactly once (a capture alone runs nothing)
+    assert graphs.failed is None
+    # 8 steps; each of the 3 captures also ran 2 eager steps and 2 replays to check the graph
+    assert len(step.seen) == 8 + 3 * 4
+
+
+def test_steps_through_graphs_equal_eager_steps():
+    """With the checks of each new graph (extra steps from a saved state, put back), the
+    particles, the optimizer's state and the stream are those of the eager steps alone."""
+    runs = []
+    for graphs_on in (False, True):
+        step = NoisyStep()
+        graphs = step.graphs(CountingBackend(), warmup=1) if graphs_on else None
+        for i, rows in enumerate([4, 4, 4, 3, 4, 3, 4]):
+            batch = _batch(rows, float(i))
+            graphs(batch, 0.1) if graphs_on else step(batch)
+        runs.append((step.params.detach().clone(), step.optimizer.state_dict()["state"][0]["momentum_buffer"].clone(),
+                     step.generator.get_state()))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
 def test_each_replay_reads_the_new_batch_from_the_static_buffers():
-    seen = []
-    graphs = StepGraphs(_step(seen), torch.Generator(), CountingBackend(), warmup=0)
-    for value in (1.0, 2.0, 3.0):
-        graphs(Batch(torch.full((4, 2), value), torch.zeros(4)), 0.1)
-    assert [float(x[0, 0]) for x in seen] == [1.0, 2.0, 3.0]
+    step = NoisyStep()
+    graphs = step.graphs(CountingBackend(), warmup=1)
+    for value in (0.0, 1.0, 2.0, 3.0):
+        graphs(_batch(4, value), 0.1)
+    assert step.seen[-2:] == [2.0, 3.0]  # the replays after the capture at 1.0
     static, _ = next(iter(graphs.graphs.values()))
     assert float(static.x[0, 0]) == 3.0  # the captured step's input buffer, refilled each step
 
 
 def test_a_step_that_cannot_be_captured_trains_on_eagerly(caplog):
-    seen = []
-    graphs = StepGraphs(_step(seen), torch.Generator(), CountingBackend(fail=True), warmup=1)
+    step = NoisyStep()
+    graphs = step.graphs(CountingBackend(fail=True), warmup=1)
     with caplog.at_level(logging.WARNING, logger="repens.step_graph"):
         for _ in range(4):
             graphs(_batch(4), 0.1)
-    assert len(seen) == 4 and graphs.captures == 0 and "could not capture" in caplog.text
-    assert caplog.text.count("could not capture") == 1
+    assert graphs.captures == 0 and caplog.text.count("capture failed: RuntimeError") == 1
+
+
+class StuckStreamBackend(EagerBackend):
+    """A faulty capture: every replay draws the same random numbers (the stream's state is
+    put back before each), as a graph whose draws were baked in would."""
+
+    def capture(self, run, generator):
+        start = generator.get_state()
+
+        def replay():
+            generator.set_state(start)
+            return run()
+
+        return replay
+
+
+class SkippingBackend(EagerBackend):
+    """A faulty capture: the replay does nothing."""
+
+    def capture(self, run, generator):
+        return lambda: None
+
+
+class ExtraDrawBackend(EagerBackend):
+    """A faulty capture: the replays are right but the second moves the stream one draw too far."""
+
+    def capture(self, run, generator):
+        calls = {"n": 0}
+
+        def replay():
+            out = run()
+            calls["n"] += 1
+            if calls["n"] == 2:
+                torch.rand(1, generator=generator)
+            return out
+
+        return replay
+
+
+@pytest.mark.parametrize("backend,what", [(StuckStreamBackend(), "the particles"),
+                                          (SkippingBackend(), "the particles"),
+                                          (ExtraDrawBackend(), "the random stream's state")])
+def test_a_graph_that_replays_anything_else_is_not_used(caplog, backend, what):
+    eager = NoisyStep()
+    for i in range(5):
+        eager(_batch(4, float(i)))
+    step = NoisyStep()
+    graphs = step.graphs(backend, warmup=1)
+    with caplog.at_level(logging.WARNING, logger="repens.step_graph"):
+        for i in range(5):
+            graphs(_batch(4, float(i)), 0.1)
+    assert graphs.captures == 0 and f"two replays differ from two eager steps in {what}" in caplog.text
+    assert torch.equal(step.params, eager.params) and torch.equal(step.generator.get_state(), eager.generator.get_state())
 
 
 def test_only_a_gpu_gets_a_graph_backend():
@@ -142,7 +225,8 @@ def test_a_bad_replayed_step_is_caught_at_the_next_check(graphs_on_the_cpu, tmp_
     def poisoned(params, context):
         calls["n"] += 1
         out = update(params, context)
-        return Update(out.direction * float("nan")) if calls["n"] == 7 else out
+        # call 12 is step 8: steps 1-3 eager, step 4's capture runs the update 5 times
+        return Update(out.direction * float("nan")) if calls["n"] == 12 else out
 
     poisoned.graph_safe = True
     settings = TrainSettings(steps=20, lr=0.01, nonfinite_check_every=5)

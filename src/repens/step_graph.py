@@ -16,7 +16,17 @@ flag, the optimizer step and the Langevin noise) once and replays it every step:
   graph and the old ones are freed; a new batch shape (the smaller last batch of an
   epoch) gets a graph of its own;
 * the first :data:`WARMUP_STEPS` steps run eagerly (on a side stream: CUDA's lazy
-  initialisation and the optimizer's state are made outside the capture).
+  initialisation and the optimizer's state are made outside the capture);
+* each new graph is checked before it is trusted: from one saved state two steps run
+  eagerly on the batch, the state is put back, and the captured graph replays the same
+  two steps; the particles, the optimizer's state, the finiteness flag and the
+  generator's state must come out the same bit for bit (a replay that draws its random
+  numbers at the wrong place in the stream, the same numbers at each replay, or computes
+  anything else, is caught there; the check costs four steps a capture, and the run goes
+  on from the one eager step it keeps). If they do not, the
+  eager step's state is kept and the run goes on eagerly, with a warning saying what
+  differed (a step with non-deterministic kernels, atomics in a backward, would end
+  up there too: eager, never wrong).
 
 Only a rule that declares itself graph-safe is captured (``graph_safe`` of
 :func:`repens.updates.make_update`: nothing in its step waits for the host; SSGE's
@@ -24,8 +34,8 @@ Only a rule that declares itself graph-safe is captured (``graph_safe`` of
 :class:`CudaGraphBackend` is device-independent and tested on the CPU with
 :class:`EagerBackend`, which "replays" by running the step again
 (``tests/test_step_graph.py``). The CUDA backend itself has not run on a GPU in this
-project's sessions (none was lent); a capture that fails is logged and the run goes on
-eagerly.
+project's sessions (none was lent); a capture that fails or replays anything but the
+eager step is logged and the run goes on eagerly.
 """
 
 from __future__ import annotations
@@ -37,10 +47,12 @@ from typing import Callable, ContextManager, Iterator, Protocol
 
 import torch
 
+from torch import Tensor
+
 from repens.posteriors import Batch
 from repens.updates import Update
 
-__all__ = ["StepGraphs", "GraphBackend", "CudaGraphBackend", "EagerBackend", "backend_for", "WARMUP_STEPS"]
+__all__ = ["StepGraphs", "StepState", "GraphBackend", "CudaGraphBackend", "EagerBackend", "backend_for", "WARMUP_STEPS"]
 
 log = logging.getLogger("repens.step_graph")
 
@@ -117,6 +129,45 @@ def _fill(static: Batch | None, batch: Batch | None) -> None:
             getattr(static, f.name).copy_(getattr(batch, f.name))
 
 
+class StepState:
+    """What a step changes, saved and put back in place (a captured graph keeps pointing at
+    the same tensors): the particles, the optimizer's state tensors, other tensors the
+    step updates (the finiteness flag) and the generator's state."""
+
+    def __init__(self, params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator,
+                 extra: tuple[Tensor, ...] = ()) -> None:
+        self.params, self.optimizer, self.generator, self.extra = params, optimizer, generator, extra
+
+    def tensors(self) -> list[Tensor]:
+        """The tensors, in a fixed order (the optimizer's state exists from its first step on)."""
+        return [self.params, *self.extra, *(v for state in self.optimizer.state.values() for v in state.values()
+                                            if isinstance(v, Tensor))]
+
+    def save(self) -> tuple[list[Tensor], Tensor]:
+        return [t.detach().clone() for t in self.tensors()], self.generator.get_state()
+
+    def load(self, saved: tuple[list[Tensor], Tensor]) -> None:
+        values, generator_state = saved
+        with torch.no_grad():
+            for t, v in zip(self.tensors(), values, strict=True):
+                t.copy_(v)
+        self.generator.set_state(generator_state)
+
+    @staticmethod
+    def difference(a: tuple[list[Tensor], Tensor], b: tuple[list[Tensor], Tensor]) -> str | None:
+        """None if ``a`` and ``b`` are the same bit for bit (NaN included), else what differs."""
+        for i, (x, y) in enumerate(zip(a[0], b[0], strict=True)):
+            if x.shape != y.shape or not torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8)):
+                what = "the particles" if i == 0 else f"state tensor {i}"
+                if x.shape != y.shape or not x.is_floating_point():
+                    return what
+                err = float((x.double() - y.double()).abs().max())
+                return f"{what} (max difference {err:.3g}, largest entry {float(y.abs().max()):.3g})"
+        if not torch.equal(a[1], b[1]):
+            return "the random stream's state"
+        return None
+
+
 class StepGraphs:
     """Runs ``step(batch) -> Update`` (one whole training step: it moves the particles)
     from captured graphs, one per (learning rate, batch shapes); see the module docstring.
@@ -125,16 +176,22 @@ class StepGraphs:
         step: the step; captured, it must not wait for the host.
         generator: the run's random stream (registered with each graph).
         backend: :class:`CudaGraphBackend` on a GPU, :class:`EagerBackend` in tests.
-        warmup: eager steps before the first capture.
+        state: what the step changes, for checking each new graph against an eager step.
+        warmup: eager steps before the first capture (at least one).
     """
 
     def __init__(self, step: Callable[[Batch | None], Update], generator: torch.Generator,
-                 backend: GraphBackend, warmup: int = WARMUP_STEPS) -> None:
-        self.step, self.generator, self.backend = step, generator, backend
-        self.warmup_left = int(warmup)
+                 backend: GraphBackend, state: StepState, warmup: int = WARMUP_STEPS) -> None:
+        self.step, self.generator, self.backend, self.state = step, generator, backend, state
+        self.warmup_left = max(1, int(warmup))  # the optimizer's state exists from its first step on
         self.graphs: dict[tuple, tuple[Batch | None, Replay]] = {}
         self.captures = 0
         self.failed: str | None = None  # why capturing stopped (the run goes on eagerly)
+
+    def _stop(self, reason: str) -> None:
+        self.failed = reason
+        self.graphs = {}
+        log.warning("the step is not replayed from a graph (%s); training on eagerly", reason)
 
     def __call__(self, batch: Batch | None, lr: float) -> Update:
         if self.failed is not None:
@@ -149,14 +206,33 @@ class StepGraphs:
             if any(k[0] != lr for k in self.graphs):  # the learning rate moved on: free the old graphs
                 self.graphs = {k: v for k, v in self.graphs.items() if k[0] == lr}
             static = _static_copy(batch)
+            # two eager steps on this batch, then the graph replayed twice from the same state:
+            # the second replay shows whether each replay draws new random numbers
+            before = self.state.save()
+            self.step(batch)
+            self.step(batch)
+            eager = self.state.save()
+            self.state.load(before)
+            result = self.step(batch)  # the step itself, eagerly
+            after_one = self.state.save()
+            self.state.load(before)
             try:
                 replay = self.backend.capture(lambda: self.step(static), self.generator)
+                _fill(static, batch)
+                replay()
+                replay()
             except Exception as error:  # noqa: BLE001 - a step that cannot be captured still trains
-                self.failed = f"{type(error).__name__}: {error}"
-                log.warning("could not capture the step as a graph (%s); training on eagerly", self.failed)
-                return self.step(batch)
-            entry = self.graphs[key] = (static, replay)
+                self.state.load(after_one)
+                self._stop(f"capture failed: {type(error).__name__}: {error}")
+                return result
+            differs = StepState.difference(self.state.save(), eager)
+            self.state.load(after_one)  # the run goes on from one step, as an eager run would
+            if differs is not None:
+                self._stop(f"two replays differ from two eager steps in {differs}")
+                return result
+            self.graphs[key] = (static, replay)
             self.captures += 1
+            return result
         static, replay = entry
         _fill(static, batch)
         return replay()

@@ -32,7 +32,7 @@ from repens.host_memory import keep_freed_memory
 from repens.jobkey import load_keyed_checkpoint
 from repens.optimizers import OPTIMIZERS, make_optimizer
 from repens.posteriors import Batch
-from repens.step_graph import StepGraphs, backend_for
+from repens.step_graph import StepGraphs, StepState, backend_for
 from repens.updates import StepContext, Update, repulsion_ratio
 
 __all__ = [
@@ -261,7 +261,9 @@ def train(
         return result
 
     backend = backend_for(params.device) if settings.cuda_graphs and finite is not None else None
-    graphs = StepGraphs(run_step, generator, backend) if backend is not None and getattr(update, "graph_safe", False) else None
+    graphs = None
+    if backend is not None and getattr(update, "graph_safe", False):
+        graphs = StepGraphs(run_step, generator, backend, StepState(params, optimizer, generator, (finite,)))
     if graphs is not None:
         log.info("the step is captured as a graph after %d eager steps and replayed", graphs.warmup_left)
 
