@@ -7,7 +7,9 @@ run after the optimizer step with the optimizer and the run's generator.
 The loop logs progress (steps/s, ETA), checkpoints periodically and on SIGTERM or
 SIGINT, resumes from its checkpoint when the checkpoint was made under the same
 settings (its key, see :mod:`repens.jobkey`; others are set aside), and stops on a
-non-finite update with a clear error.
+non-finite update with a clear error. A step is one function (:func:`train`'s
+``run_step``); on a GPU, for a rule that declares itself graph-safe, it is captured as a
+CUDA graph and replayed (:mod:`repens.step_graph`).
 """
 
 from __future__ import annotations
