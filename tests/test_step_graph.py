@@ -15,7 +15,7 @@ from repens.step_graph import EagerBackend, StepGraphs, StepState, backend_for
 from repens.train import NonFiniteError, TrainSettings, TrainState, train
 from repens.updates import StepContext, Update, graph_safe, make_update
 
-from test_train import _network_problem
+from test_train import _crash_at, _network_problem
 
 
 class CountingBackend(EagerBackend):
@@ -240,14 +240,7 @@ def test_resume_of_a_replayed_run_equals_the_uninterrupted_one(graphs_on_the_cpu
                              checkpoint_seconds=0.0)
     update = make_update("langevin", temperature=1.0, mmd_weight=5.0)
     reference = _run("langevin", {}, settings, update=update)
-    calls = {"n": 0}
-
-    def crashing(params, context):
-        calls["n"] += 1
-        if calls["n"] == 15:
-            raise KeyboardInterrupt  # a kill between two checkpoints
-        return update(params, context)
-
+    crashing = _crash_at(update, 15)  # a kill between two checkpoints, in a step replayed or checked
     crashing.graph_safe = True
     ckpt = tmp_path / "run.ckpt"
     with pytest.raises(KeyboardInterrupt):
