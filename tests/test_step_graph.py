@@ -247,3 +247,12 @@ def test_resume_of_a_replayed_run_equals_the_uninterrupted_one(graphs_on_the_cpu
         _run("langevin", {}, settings, update=crashing, checkpoint=ckpt)
     resumed = _run("langevin", {}, settings, seed=99, update=update, checkpoint=ckpt)
     assert torch.equal(resumed.params, reference.params)
+
+
+def test_the_environment_turns_graphs_off(monkeypatch, graphs_on_the_cpu):
+    monkeypatch.setenv("REPENS_CUDA_GRAPHS", "0")
+    assert TrainSettings(steps=1, lr=0.1).cuda_graphs is False
+    _run("ensemble", {}, TrainSettings(steps=8, lr=0.01, nonfinite_check_every=4))
+    assert graphs_on_the_cpu == []  # no backend was asked for
+    monkeypatch.delenv("REPENS_CUDA_GRAPHS")
+    assert TrainSettings(steps=1, lr=0.1).cuda_graphs is True

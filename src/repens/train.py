@@ -130,7 +130,8 @@ class TrainSettings:
     nonfinite_check_every: int | None = None
     #: on a GPU, replay the step from a captured CUDA graph where the update rule is
     #: graph-safe (:mod:`repens.step_graph`); needs ``nonfinite_check_every > 1``
-    cuda_graphs: bool = True
+    #: (env REPENS_CUDA_GRAPHS=0 turns it off, e.g. to time a run eagerly)
+    cuda_graphs: bool = field(default_factory=lambda: os.environ.get("REPENS_CUDA_GRAPHS", "1") != "0")
     #: seconds between periodic checkpoints (env REPENS_CHECKPOINT_SECONDS, default 300)
     checkpoint_seconds: float = field(default_factory=lambda: float(os.environ.get("REPENS_CHECKPOINT_SECONDS", 300)))
 
