@@ -12,6 +12,8 @@ process, one thread:
   the input gradient and the ReLU mask);
 * the training loop with the update replaced by a fixed direction (Adam, the finiteness
   check, the batch sampler, the loop), and the whole step of ``repens.train.train``;
+* the same likelihood gradient written by hand with feature-major activations (n, H, B),
+  the layout the engine does not use, against the engine's, in rounds;
 * what a step 3x faster than ``--baseline-ms`` would leave for everything but the GEMMs.
 
     python benchmarks/bench_toy_step.py
@@ -49,7 +51,7 @@ def main() -> None:
 
     import bench_engine
     from repens.host_memory import keep_freed_memory
-    from repens.particles import _NARROW_INPUT, _layer, _outer_or_matmul
+    from repens.particles import _layer, _outer_or_matmul
     from repens.train import TrainSettings, TrainState, train
     from repens.updates import Update
 
@@ -87,7 +89,7 @@ def main() -> None:
         t0 = time.perf_counter()
         outputs, inputs = model.forward_saving_inputs(params, batch.x)
         t0 = lap("forward (GEMM 50x50 inside)", t0)
-        g = post.output_grad_log_likelihood(outputs, batch)
+        g = post.output_grad_log_likelihood(outputs, batch).mT  # feature-major, as the engine's backward
         t0 = lap("likelihood's output gradient", t0)
         lead = params.shape[:-1]
         parts = torch.split(params, model._sizes, dim=-1)
@@ -98,17 +100,14 @@ def main() -> None:
             w, _ = _layer(parts, model, i, lead)
             grad_w = grad_parts[model._mlp_slots[i][0]].view(*lead, *w.shape[-2:])
             gemm = " (GEMM 50x50)" if i == 1 else ""
-            if h.shape[-1] <= _NARROW_INPUT:
-                grad_w.copy_(torch.matmul(h.mT, g).mT)
-            else:
-                grad_w.copy_(torch.matmul(g.mT, h))
+            grad_w.copy_(torch.matmul(g, h.mT))
             t0 = lap(f"layer {i} weight gradient{gemm}", t0)
             b_index = model._mlp_slots[i][1]
             if b_index is not None:
-                torch.sum(g, dim=-2, out=grad_parts[b_index].view(*lead, w.shape[-2]))
+                torch.sum(g, dim=-1, out=grad_parts[b_index].view(*lead, w.shape[-2]))
                 t0 = lap(f"layer {i} bias gradient", t0)
             if i > 0:
-                g = _outer_or_matmul(g, w)
+                g = _outer_or_matmul(w.mT, g)
                 t0 = lap(f"layer {i} input gradient{gemm}", t0)
                 g = torch.ops.aten.threshold_backward(g, h, 0.0)
                 t0 = lap(f"layer {i} ReLU mask", t0)
@@ -124,6 +123,17 @@ def main() -> None:
     total_us = sum(times.values()) / args.calls * 1e6
     gemm_us = sum(batched_us[:3])  # the three hidden-layer GEMMs alone, timed above
     print(f"  {'total':40s} {total_us:7.1f}  (its three 50x50 GEMMs alone: {gemm_us:.1f})")
+
+    # the layout this engine does not use: activations feature-major, (n, H, B). Every GEMM
+    # is then W h or g h^T with the weight in its stored (out, in) layout, the weight
+    # gradients come out in the rows' layout, and the one-output layer is a (1 x 50)(50 x B)
+    # product; same arithmetic, rounded differently (so a new ENGINE_VERSION if adopted)
+    feature_major = _feature_major_gradient(post, params, batch)
+    engine = lambda: post.grad_log_likelihood(params, batch)  # noqa: E731
+    err = float((feature_major() - engine()).abs().max() / engine().abs().max())
+    rounds = [(_per_call_us(engine, args.calls), _per_call_us(feature_major, args.calls)) for _ in range(3)]
+    print("likelihood gradient, engine vs the same written feature-major (us, 3 rounds): "
+          + ", ".join(f"{a:.0f} vs {b:.0f}" for a, b in rounds) + f"; max difference {err:.1e} of the largest entry")
 
     direction = update(params, context(batch, anchors)).direction.clone()
     state = TrainState(init, anchors)
@@ -141,6 +151,40 @@ def main() -> None:
         budget = args.baseline_ms * 1e3 / 3
         print(f"a 3x step: {budget:.0f} us; minus the three GEMMs ({gemm_us:.0f}) leaves {budget - gemm_us:.0f} us "
               f"for what now takes {step_us - gemm_us:.0f} us")
+
+
+def _feature_major_gradient(post, params, batch):
+    """The toy stack's log-likelihood gradient (Gaussian, MLP 1-50-50-1) by hand with
+    activations (n, H, B), as a function of nothing (the arguments are bound)."""
+    import torch
+
+    n, sizes = params.shape[0], post.model._sizes
+    width = post.model.slots[0].shape[0]
+    x, y = batch.x, batch.y
+    rows = x.shape[0]
+    xt, yt = x.reshape(1, 1, rows), y.reshape(1, 1, rows)
+    scale = post.num_train / rows / post.noise_std**2
+
+    def gradient():
+        w0, b0, w1, b1, w2, b2 = torch.split(params, sizes, dim=-1)
+        w0, b0, b1 = w0.view(n, width, 1), b0.view(n, width, 1), b1.view(n, width, 1)
+        w1, w2, b2 = w1.view(n, width, width), w2.view(n, 1, width), b2.view(n, 1, 1)
+        h1 = torch.addcmul(b0, w0, xt).relu_()
+        h2 = torch.baddbmm(b1, w1, h1).relu_()
+        g_out = (yt - torch.baddbmm(b2, w2, h2)).mul_(scale)
+        grad = torch.empty_like(params)
+        gw0, gb0, gw1, gb1, gw2, gb2 = torch.split(grad, sizes, dim=-1)
+        gw2.view(n, 1, width).copy_(torch.bmm(g_out, h2.mT))
+        torch.sum(g_out, dim=-1, out=gb2.view(n, 1))
+        g2 = torch.ops.aten.threshold_backward(w2.mT * g_out, h2, 0.0)
+        gw1.view(n, width, width).copy_(torch.bmm(g2, h1.mT))
+        torch.sum(g2, dim=-1, out=gb1.view(n, width))
+        g1 = torch.ops.aten.threshold_backward(torch.bmm(w1.mT, g2), h1, 0.0)
+        gw0.view(n, width, 1).copy_(torch.matmul(g1, xt.mT))
+        torch.sum(g1, dim=-1, out=gb0.view(n, width))
+        return grad
+
+    return gradient
 
 
 if __name__ == "__main__":

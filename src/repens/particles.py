@@ -9,7 +9,9 @@ Python loop over members:
 * a plain MLP (``nn.Sequential`` of ``Linear`` and ``ReLU``, :func:`repens.models.mlp`)
   runs as one batched matrix product per layer (``matmul`` / ``baddbmm`` over the
   particle axis), which is what ``vmap`` would dispatch to, without its per-call
-  dispatch cost (the small UCI and toy networks are overhead-bound);
+  dispatch cost (the small UCI and toy networks are overhead-bound), with its
+  activations feature-major, (..., n, features, B), so that every product takes a
+  weight in its stored layout (see :func:`_mlp_backward`);
 * any other module (the ResNet) runs through ``torch.func.functional_call`` under
   ``torch.func.vmap``.
 
@@ -59,39 +61,63 @@ def _mlp_slots(layers: tuple[tuple[bool, bool], ...]) -> tuple[tuple[int, int | 
 
 def _layer(params_parts: tuple[Tensor, ...], model: "StackedModel", i: int,
            lead: torch.Size) -> tuple[Tensor, Tensor | None]:
-    """Layer ``i``'s weight (..., out, in) and bias (..., 1, out) or None: views into the rows."""
+    """Layer ``i``'s weight (..., out, in) and bias (..., out, 1) or None: views into the rows."""
     w_index, b_index = model._mlp_slots[i]
     weight = params_parts[w_index].view(*lead, *model.slots[w_index].shape)
     if b_index is None:
         return weight, None
-    return weight, params_parts[b_index].view(*lead, 1, model.slots[b_index].shape[0])
+    return weight, params_parts[b_index].view(*lead, model.slots[b_index].shape[0], 1)
 
 
 def _outer_or_matmul(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b``; a broadcast product when the inner dimension is 1 (an outer product:
     one elementwise pass, where a batched GEMM with k = 1 is several times slower)."""
-    return a * b if a.shape[-1] == 1 else torch.matmul(a, b)
+    if a.shape[-1] == 1:
+        return a * b
+    return torch.bmm(a, b) if a.dim() == 3 and a.shape[0] == b.shape[0] else torch.matmul(a, b)
 
 
 def _affine(h: Tensor, weight: Tensor, bias: Tensor | None, lead: torch.Size) -> Tensor:
-    """``h W^T + b`` (``h W^T`` without a bias) for a stack: one batched GEMM (``baddbmm``)
-    when ``h`` has one input batch per particle, else a broadcast ``matmul`` (inputs shared,
-    never copied per particle); one fused multiply-add for a single input feature (the toy
-    regressions)."""
-    if h.shape[-1] == 1:
-        return h * weight.mT if bias is None else torch.addcmul(bias, h, weight.mT)
+    """``W h + b`` for a stack, activations feature-major (..., features, B): one batched
+    GEMM (``baddbmm``) when ``h`` has one batch per particle; shared inputs (one batch for
+    all particles, or per group) through a broadcast ``matmul`` (all particles' weights
+    against the inputs as one GEMM, never a copy of the inputs per particle); one fused
+    multiply-add for a single input feature (the toy regressions)."""
+    if h.shape[-2] == 1:  # an outer product; addcmul's three-way broadcast was 3x slower (83 vs 25 us, toy)
+        out = weight * h
+        return out if bias is None else out.add_(bias)
     if h.dim() == weight.dim() and h.shape[:-2] == lead:
-        h3, w3 = h.reshape(-1, *h.shape[-2:]), weight.reshape(-1, *weight.shape[-2:]).mT
-        if bias is None or weight.shape[-2] == 1:
-            out = torch.bmm(h3, w3)
-            if bias is not None:  # one output: baddbmm broadcasts the bias first (toy: 60 us, this 34 us)
-                out.add_(bias.reshape(-1, *bias.shape[-2:]))
-        else:
-            out = torch.baddbmm(bias.reshape(-1, *bias.shape[-2:]), h3, w3)
-        return out.view(*lead, h.shape[-2], -1)
-    # inputs shared by the particles: broadcast, never copied per particle
-    out = torch.matmul(h, weight.mT)
+        if weight.dim() == 3:  # one stack: no reshapes to dispatch
+            return torch.bmm(weight, h) if bias is None else torch.baddbmm(bias, weight, h)
+        w3, h3 = weight.reshape(-1, *weight.shape[-2:]), h.reshape(-1, *h.shape[-2:])
+        out = torch.bmm(w3, h3) if bias is None else torch.baddbmm(bias.reshape(-1, *bias.shape[-2:]), w3, h3)
+        return out.view(*lead, weight.shape[-2], h.shape[-1])
+    # shared inputs: every particle's weights of a set as the rows of one GEMM against the
+    # set's inputs (a copy of the weights, never one of the inputs per particle)
+    shared = h.squeeze(-3) if h.dim() == weight.dim() else h  # (in, B) or (G, in, B)
+    rows = weight.reshape(*weight.shape[:-3], weight.shape[-3] * weight.shape[-2], weight.shape[-1])
+    out = torch.matmul(rows, shared).view(*weight.shape[:-1], h.shape[-1])
     return out if bias is None else out.add_(bias)
+
+
+#: a layer with at most this many inputs (but more than one) shared by the particles gets
+#: its weight gradient as ``(h g^T)^T``: ``g h^T`` with so few columns runs at a fraction of
+#: the GEMM rate (measured on one core, the UCI stack's 13 inputs, 100 networks x 50 units x
+#: 64 rows: 285 us against 178 us; one input: 18 us as ``g h^T``)
+_NARROW_INPUT = 16
+
+
+def _weight_grad(g: Tensor, h: Tensor) -> Tensor:
+    """``dW = g h^T`` (..., n, out, in) for the upstream gradient ``g`` (..., n, out, B) and
+    the layer's input ``h`` (..., n or 1, in, B). Inputs shared by a set's particles make
+    one GEMM of all its particles' rows (no copy of the inputs per particle)."""
+    if h.shape[:-2] == g.shape[:-2]:
+        return torch.bmm(g, h.mT) if g.dim() == 3 else torch.matmul(g, h.mT)
+    shared = h.squeeze(-3) if h.dim() == g.dim() else h  # (in, B) or (G, in, B)
+    rows = g.reshape(*g.shape[:-3], g.shape[-3] * g.shape[-2], g.shape[-1])
+    inputs = shared.shape[-2]
+    product = torch.matmul(shared, rows.mT).mT if 1 < inputs <= _NARROW_INPUT else torch.matmul(rows, shared.mT)
+    return product.reshape(*g.shape[:-1], inputs)
 
 
 #: A stack whose widest activation is above this many bytes, with many more activations
@@ -148,32 +174,31 @@ def _mlp_forward(params: Tensor, x: Tensor, model: "StackedModel", keep: list | 
 
 
 def _mlp_forward_rows(params: Tensor, x: Tensor, model: "StackedModel", keep: list | None) -> Tensor:
+    """Inputs (..., B, in) -> outputs (..., B, out); inside, activations are feature-major
+    (..., features, B) (see :func:`_mlp_backward`), and ``keep`` gets them so."""
     parts = torch.split(params, model._sizes, dim=-1)
     lead = params.shape[:-1]
-    h = x
+    h = x.mT
     for i, (relu, _) in enumerate(model._mlp):
         if keep is not None:
             keep.append(h)
         weight, bias = _layer(parts, model, i, lead)
         h = _affine(h, weight, bias, lead)
         if relu:
-            h = torch.relu(h)
-    return h
-
-
-#: a layer with at most this many inputs gets its weight gradient as ``(h^T g)^T``: the
-#: batched GEMM ``g^T h`` with so few columns runs at a fraction of the GEMM rate (measured
-#: on one core: 1 input, 50 x (64 x 50): 109 us against 17 us; 13 inputs, the UCI stack:
-#: 283 us against 198 us; 100 or 784 inputs: 4-17 % slower, so not there)
-_NARROW_INPUT = 16
+            h = h.relu_()  # in place: the pre-activation is not needed again
+    return h.mT.contiguous()  # a view for one output, a copy of the (small) outputs otherwise
 
 
 def _mlp_backward(params: Tensor, inputs: list[Tensor], grad_out: Tensor, model: "StackedModel") -> Tensor:
     """Gradient (..., D) of ``sum(grad_out * f(params))`` for the MLP stack ``f``, layer by
-    layer from the top, for the upstream gradient ``g`` (..., n, B, out) of a layer with
-    input ``h``: ``dW = g^T h``, ``db = sum_B g`` (layers with a bias), and ``g <- (g W) * [h > 0]`` for the
-    layer below (``h`` is a ReLU output there). The weight gradients are written straight
-    into the rows' layout; with rows in blocks, the sum of the blocks' gradients."""
+    layer from the top, for the upstream gradient ``g`` (..., n, out, B) of a layer with
+    input ``h`` (..., in, B): ``dW = g h^T``, ``db = sum_B g`` (layers with a bias), and
+    ``g <- (W^T g) * [h > 0]`` for the layer below (``h`` is a ReLU output there). With the
+    activations feature-major every product takes the weight in its stored (out, in)
+    layout and ``dW`` comes out in it; a one-output layer is a (1 x in)(in x B) product
+    (measured on the toy stack, one core, the whole DE training step: 741.8 steps/s against
+    672.8 with activations batch-major, ``benchmarks/bench_engine.py --configs toy --baseline
+    <the commit before>``). With rows in blocks, the sum of the blocks' gradients."""
     if inputs and isinstance(inputs[0], _RowBlocks):
         blocks = inputs[0]
         grad = None
@@ -185,20 +210,17 @@ def _mlp_backward(params: Tensor, inputs: list[Tensor], grad_out: Tensor, model:
     parts = torch.split(params, model._sizes, dim=-1)
     grad = params.new_empty(params.shape)
     grad_parts = torch.split(grad, model._sizes, dim=-1)
-    g = grad_out
+    g = grad_out.mT
     for i in reversed(range(len(model._mlp))):
         h = inputs[i]
         weight, _ = _layer(parts, model, i, lead)
         grad_w = grad_parts[model._mlp_slots[i][0]].view(*lead, *weight.shape[-2:])
-        if h.shape[-1] <= _NARROW_INPUT:
-            grad_w.copy_(torch.matmul(h.mT, g).mT)  # (..., n, in, out), transposed into place
-        else:
-            grad_w.copy_(torch.matmul(g.mT, h))  # (..., n, out, in); shared inputs broadcast
+        grad_w.copy_(_weight_grad(g, h))
         b_index = model._mlp_slots[i][1]
         if b_index is not None:
-            torch.sum(g, dim=-2, out=grad_parts[b_index].view(*lead, weight.shape[-2]))
+            torch.sum(g, dim=-1, out=grad_parts[b_index].view(*lead, weight.shape[-2]))
         if i > 0:  # through the ReLU below: zero where its output is 0
-            g = torch.ops.aten.threshold_backward(_outer_or_matmul(g, weight), h, 0.0)
+            g = torch.ops.aten.threshold_backward(_outer_or_matmul(weight.mT, g), h, 0.0)
     return grad
 
 

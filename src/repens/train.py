@@ -47,8 +47,9 @@ __all__ = [
 #: gradients written out, not by autograd, which rounds differently; 4: softmax of few classes
 #: across a transposed copy, :func:`repens.posteriors.softmax_classes`; 5: large MLP stacks
 #: in blocks of rows, :data:`repens.particles.BLOCK_BYTES`; 6: a one-output layer's bias added
-#: after its product, not inside ``baddbmm``) is not resumed.
-ENGINE_VERSION = 6
+#: after its product, not inside ``baddbmm``; 7: MLP activations feature-major, (n, H, B))
+#: is not resumed.
+ENGINE_VERSION = 7
 
 
 def _finite_sum(direction: Tensor) -> Tensor:
