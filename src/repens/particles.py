@@ -219,8 +219,9 @@ def _mlp_backward(params: Tensor, inputs: list[Tensor], grad_out: Tensor, model:
         b_index = model._mlp_slots[i][1]
         if b_index is not None:
             torch.sum(g, dim=-1, out=grad_parts[b_index].view(*lead, weight.shape[-2]))
-        if i > 0:  # through the ReLU below: zero where its output is 0
-            g = torch.ops.aten.threshold_backward(_outer_or_matmul(weight.mT, g), h, 0.0)
+        if i > 0:  # through the ReLU below: zero where its output is 0, in place (a fresh product)
+            g = _outer_or_matmul(weight.mT, g)
+            torch.ops.aten.threshold_backward.grad_input(g, h, 0.0, grad_input=g)
     return grad
 
 
