@@ -22,8 +22,8 @@ flag, the optimizer step and the Langevin noise) once and replays it every step:
   two steps; the particles, the optimizer's state, the finiteness flag and the
   generator's state must come out the same bit for bit (a replay that draws its random
   numbers at the wrong place in the stream, the same numbers at each replay, or computes
-  anything else, is caught there; the check costs four steps a capture, and the run goes
-  on from the one eager step it keeps). If they do not, the
+  anything else, is caught there; the check costs three steps a capture, and the run goes
+  on from the first of the eager steps). If they do not, the
   eager step's state is kept and the run goes on eagerly, with a warning saying what
   differed (a step with non-deterministic kernels, atomics in a backward, would end
   up there too: eager, never wrong).
@@ -209,12 +209,10 @@ class StepGraphs:
             # two eager steps on this batch, then the graph replayed twice from the same state:
             # the second replay shows whether each replay draws new random numbers
             before = self.state.save()
-            self.step(batch)
+            result = self.step(batch)  # the step itself, eagerly: the run goes on from it
+            after_one = self.state.save()
             self.step(batch)
             eager = self.state.save()
-            self.state.load(before)
-            result = self.step(batch)  # the step itself, eagerly
-            after_one = self.state.save()
             self.state.load(before)
             try:
                 replay = self.backend.capture(lambda: self.step(static), self.generator)
