@@ -41,6 +41,12 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+def _run_script(script, *args):
+    """Run ``script`` in a fresh process (malloc settings are per process); its last line of output, as JSON."""
+    out = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 # torch.empty of a block above glibc's 32 MiB mmap ceiling, freed and allocated again: by
 # default every allocation is a fresh mmap faulted in page by page; with the setting the
 # freed block is reused. A warm-up first: torch aligns its blocks to 64 bytes, and glibc's
@@ -65,9 +71,7 @@ def test_a_freed_block_above_the_mmap_ceiling_is_reused_not_faulted_in_again():
     nbytes = 41 * 2**20
     results = {}
     for setting in ("on", "off"):
-        out = subprocess.run([sys.executable, "-c", ALLOCATE, setting, str(nbytes // 4)], capture_output=True,
-                             text=True, check=True)
-        results[setting] = json.loads(out.stdout.strip().splitlines()[-1])
+        results[setting] = _run_script(ALLOCATE, setting, nbytes // 4)
     assert results["on"]["set"], results
     assert results["on"]["faults_per_allocation"] < 1, results
     # a fresh mapping faults in every page: 10,496 of 4 KiB, or 21 where transparent huge
@@ -84,9 +88,7 @@ def test_a_freed_block_above_the_mmap_ceiling_is_reused_not_faulted_in_again():
 ])
 def test_training_steps_reuse_freed_activations_without_page_faults(splits, batch_size, hidden, steps):
     calls = 7
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(splits), str(batch_size), str(hidden), str(steps),
-                          str(calls)], capture_output=True, text=True, check=True)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = _run_script(SCRIPT, splits, batch_size, hidden, steps, calls)
     assert result["set"]
     # A call of steps may still grow the heap once (a fresh optimizer, and fragmentation:
     # 1,000-2,000 faults in one call of 5 here, in 3 of 5 in a fresh-clone CI run), so the
