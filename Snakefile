@@ -27,6 +27,7 @@ include: "workflow/rules/toy.smk"
 include: "workflow/rules/uci.smk"
 include: "workflow/rules/image.smk"
 include: "workflow/rules/claims.smk"
+include: "workflow/rules/reference.smk"
 include: "workflow/rules/preflight.smk"
 
 

@@ -88,9 +88,12 @@ def run_files(experiment, dataset, filename, seeds=None):
     """
     seeds = experiment_seeds(config, experiment) if seeds is None else seeds
     return [
-        f"results/{experiment}/{dataset}/{method}/seed{seed}/{filename}"
+        path
         for method in experiment_methods(experiment)
         for seed in seeds
+        if in_reference(
+            path := f"results/{experiment}/{dataset}/{method}/seed{seed}/{filename}"
+        )
     ]
 
 
@@ -147,8 +150,9 @@ def toy_hmc(dataset):
 def toy_hmc_references(dataset):
     """The HMC reference of every seed of the experiment (the distance table's)."""
     return [
-        f"results/toy/{dataset}/hmc/seed{seed}/predictions.npz"
+        path
         for seed in experiment_seeds(config, "toy")
+        if in_reference(path := f"results/toy/{dataset}/hmc/seed{seed}/predictions.npz")
     ]
 
 
@@ -161,6 +165,25 @@ def config_flag(key):
     """A yes/no setting of the config: a YAML boolean, or the string "true" / "false" that
     --config passes (the schema allows both)."""
     return str(config[key]).lower() == "true"
+
+
+# The reference tree: the committed small files of every paper-scale run, laid out as
+# results/ (reference/<experiment>/<dataset>/<method>/seed<seed>/...). With from_reference
+# true, the per-job results the tables and figures read are copied from it
+# (workflow/rules/reference.smk) and only the runs it holds are listed: nothing trains.
+REFERENCE = config["reference"]
+FROM_REFERENCE = config_flag("from_reference")
+
+
+def reference_path(path):
+    """Where ``results/<rest>`` lies in the reference tree."""
+    return str(Path(REFERENCE, *Path(path).parts[1:]))
+
+
+def in_reference(path):
+    """Whether a run's result file takes part: always, unless results come from the
+    reference tree and it does not hold this one."""
+    return not FROM_REFERENCE or Path(reference_path(path)).is_file()
 
 
 def file_state(*paths):

@@ -10,6 +10,17 @@ from repens.last_good import shell as keep_last_good
 include: "uci_common.smk"
 
 
+UCI_OUTPUTS = [
+    "results/table2_uci.tex",
+    "results/table2_uci.csv",
+    "results/table2_uci.html",
+    "results/table2_vs_seeds.csv",
+    "results/table2_vs_seeds.html",
+    "results/table2_vs_de.csv",
+    "results/table2_vs_de.html",
+]
+
+
 localrules:
     download_uci,
     summarize_uci,

@@ -30,16 +30,30 @@ from pathlib import Path
 
 import yaml
 
-#: files of a finished job copied into the reference tree (beside the run's metrics.json)
-JOB_FILES = ("metrics.json", "benchmark.tsv")
+#: what a finished job leaves beside its output file that the reference tree keeps
+SIDE_FILES = ("benchmark.tsv", "diagnostics.json")
+
+#: each experiment's per-job output file (results/<experiment>/<dataset>/<method>/seed<seed>/<file>)
+OUTPUT_FILE = {"image": "metrics.json", "uci": "metrics.json", "toy": "predictions.npz",
+               "synthetic": "particles.npz"}
+
+#: a queue item: a label and the output files (relative to results/) of the jobs it runs together
+Item = tuple[str, tuple[str, ...]]
 
 
-def table1_queue(workdir: Path, dataset: str) -> list[tuple[str, str, int]]:
-    """(dataset, method, seed) in campaign order, from the workdir's config and paper table."""
-    config = yaml.safe_load((workdir / "config.yaml").read_text())
-    image = config["experiments"]["image"]
-    methods = list(image["methods"])
-    seeds = list(image.get("seeds", config["seeds"]))
+def _job(experiment: str, dataset: str, method: str, seed: int) -> str:
+    return f"{experiment}/{dataset}/{method}/seed{seed}/{OUTPUT_FILE[experiment]}"
+
+
+def paper_seeds(config: dict, experiment: str) -> list[int]:
+    return list(config["experiments"][experiment].get("seeds", config["seeds"]))
+
+
+def image_queue(workdir: Path, config: dict, dataset: str = "fashionmnist") -> list[Item]:
+    """Table 1, one job an item: seed 1 of the methods the paper reports, then seed 1 of
+    the other configured methods, then each further seed of the paper's methods, then the rest."""
+    methods = list(config["experiments"]["image"]["methods"])
+    seeds = paper_seeds(config, "image")
     with open(workdir / "workflow/resources/table1_paper.csv") as fh:
         rows = csv.DictReader(line for line in fh if not line.startswith("#"))
         in_paper = {r["method"] for r in rows if r["dataset"] == dataset}
@@ -48,15 +62,37 @@ def table1_queue(workdir: Path, dataset: str) -> list[tuple[str, str, int]]:
     first, rest = seeds[0], seeds[1:]
     order = [(m, first) for m in paper] + [(m, first) for m in others]
     order += [(m, s) for s in rest for m in paper] + [(m, s) for s in rest for m in others]
-    return [(dataset, m, s) for m, s in order]
+    return [(f"image {dataset} {m} seed {s}", (_job("image", dataset, m, s),)) for m, s in order]
 
 
-def job_dir(dataset: str, method: str, seed: int) -> Path:
-    return Path("image") / dataset / method / f"seed{seed}"
+def grouped_queue(config: dict, experiment: str) -> list[Item]:
+    """One item per (dataset, method), every seed of it (short jobs: one Snakemake call each)."""
+    exp = config["experiments"][experiment]
+    seeds = paper_seeds(config, experiment)
+    return [(f"{experiment} {d} {m}", tuple(_job(experiment, d, m, s) for s in seeds))
+            for d in exp["datasets"] for m in exp["methods"]]
 
 
-def log_path(dataset: str, method: str, seed: int) -> Path:
-    return Path("logs/image") / dataset / method / f"seed{seed}.log"
+def toy_queue(config: dict) -> list[Item]:
+    """The HMC references first (one per dataset and seed), then the methods."""
+    exp = config["experiments"]["toy"]
+    hmc = [(f"toy {d} hmc seed {s}", (f"toy/{d}/hmc/seed{s}/predictions.npz",))
+           for d in exp["datasets"] for s in paper_seeds(config, "toy")]
+    return hmc + grouped_queue(config, "toy")
+
+
+def build_queue(workdir: Path, experiment: str) -> list[Item]:
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    if experiment == "image":
+        return image_queue(workdir, config)
+    if experiment == "toy":
+        return toy_queue(config)
+    return grouped_queue(config, experiment)
+
+
+def log_of(output: str) -> Path:
+    """logs/<experiment>/<dataset>/<method>/seed<seed>.log of a job's output file."""
+    return Path("logs") / Path(output).parent.with_suffix(".log")
 
 
 def git_commit(repo: Path, paths: list[Path], message: str, tries: int = 30) -> None:
@@ -78,80 +114,93 @@ def git_commit(repo: Path, paths: list[Path], message: str, tries: int = 30) -> 
 
 
 class Campaign:
+    """Lanes share one queue per experiment; each lane works through its experiments in order."""
+
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.workdir = Path(args.workdir).resolve()
         self.reference = Path(args.reference).resolve()
-        self.queue = table1_queue(self.workdir, args.dataset)
+        self.lanes = [lane.split(",") for lane in args.lane] or [["image"]]
+        names = {e for lane in self.lanes for e in lane}
+        unknown = names - set(OUTPUT_FILE)
+        if unknown:
+            raise SystemExit(f"error: --lane names unknown experiments {sorted(unknown)}; known: {sorted(OUTPUT_FILE)}")
+        self.queues = {e: build_queue(self.workdir, e) for e in names}
+        self.next = dict.fromkeys(names, 0)
         self.lock = threading.Lock()
-        self.next = 0
 
-    def done(self, job: tuple[str, str, int]) -> bool:
-        return (self.reference / job_dir(*job) / "metrics.json").exists()
+    def done(self, item: Item) -> bool:
+        return all((self.reference / out).exists() for out in item[1])
 
-    def claim(self) -> tuple[str, str, int] | None:
+    def claim(self, experiment: str) -> Item | None:
         with self.lock:
-            while self.next < len(self.queue):
-                job = self.queue[self.next]
-                self.next += 1
-                if not self.done(job):
-                    return job
+            queue = self.queues[experiment]
+            while self.next[experiment] < len(queue):
+                item = queue[self.next[experiment]]
+                self.next[experiment] += 1
+                if not self.done(item):
+                    return item
             return None
 
-    def run_job(self, job: tuple[str, str, int]) -> bool:
-        target = Path("results") / job_dir(*job) / "metrics.json"
-        cmd = ["nice", "-n", str(self.args.nice), "snakemake", "-c1", "--nolock", str(target),
+    def run_item(self, item: Item) -> bool:
+        label, outputs = item
+        targets = [f"results/{out}" for out in outputs]
+        cmd = ["nice", "-n", str(self.args.nice), "snakemake", "-c1", "--nolock", *targets,
                "--config", "scale=paper", *self.args.config]
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        print(f"[{stamp}] start {'/'.join(map(str, job))}: {' '.join(cmd)}", flush=True)
-        out = self.workdir / "logs" / "campaign" / f"{job[0]}-{job[1]}-seed{job[2]}.snakemake.log"
+        print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] start {label}", flush=True)
+        out = self.workdir / "logs" / "campaign" / (label.replace(" ", "-") + ".snakemake.log")
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "a") as fh:
             rc = subprocess.run(cmd, cwd=self.workdir, stdout=fh, stderr=subprocess.STDOUT).returncode
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        if rc != 0 or not (self.workdir / target).exists():
-            print(f"[{stamp}] FAILED {'/'.join(map(str, job))} (exit {rc}; {out})", flush=True)
+        missing = [t for t in targets if not (self.workdir / t).exists()]
+        if rc != 0 or missing:
+            print(f"[{stamp}] FAILED {label} (exit {rc}; missing {missing}; see {out})", flush=True)
             return False
-        dest = self.reference / job_dir(*job)
-        dest.mkdir(parents=True, exist_ok=True)
         copied = []
-        for name in JOB_FILES:
-            src = self.workdir / "results" / job_dir(*job) / name
-            if src.exists():
-                shutil.copy2(src, dest / name)
-                copied.append(dest / name)
-        log_dest = self.reference / log_path(*job)
-        log_dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(self.workdir / log_path(*job), log_dest)
-        copied.append(log_dest)
-        print(f"[{stamp}] done {'/'.join(map(str, job))} -> {dest}", flush=True)
+        for output in outputs:
+            src_dir = self.workdir / "results" / Path(output).parent
+            dest_dir = self.reference / Path(output).parent
+            dest_dir.mkdir(parents=True, exist_ok=True)
+            for name in (Path(output).name, *SIDE_FILES):
+                if (src_dir / name).exists():
+                    shutil.copy2(src_dir / name, dest_dir / name)
+                    copied.append(dest_dir / name)
+            log = self.workdir / log_of(output)
+            if log.exists():
+                (self.reference / log_of(output)).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(log, self.reference / log_of(output))
+                copied.append(self.reference / log_of(output))
+        print(f"[{stamp}] done {label}: {len(copied)} files into {self.reference}", flush=True)
         if self.args.commit:
-            git_commit(self.reference.parent, copied,
-                       f"reference: Table 1 {job[0]} {job[1]} seed {job[2]} at paper scale")
+            git_commit(self.reference.parent, copied, f"reference: {label} at paper scale")
         return True
 
-    def lane(self) -> None:
-        while (job := self.claim()) is not None:
-            self.run_job(job)
+    def lane(self, experiments: list[str]) -> None:
+        for experiment in experiments:
+            while (item := self.claim(experiment)) is not None:
+                self.run_item(item)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workdir", default=".", help="checkout that trains (default: .)")
     p.add_argument("--reference", default="reference", help="reference tree to copy finished jobs into")
-    p.add_argument("--dataset", default="fashionmnist")
-    p.add_argument("--lanes", type=int, default=1, help="jobs at a time (default 1)")
+    p.add_argument("--lane", action="append", default=[], metavar="EXP[,EXP...]",
+                   help="one lane (a job at a time) working through these experiments' queues in order; "
+                        "repeat for more lanes (default: one lane, image)")
     p.add_argument("--nice", type=int, default=19)
-    p.add_argument("--commit", action="store_true", help="git-commit each finished job's files")
-    p.add_argument("--list", action="store_true", help="print the queue and what is done, then exit")
+    p.add_argument("--commit", action="store_true", help="git-commit each finished item's files")
+    p.add_argument("--list", action="store_true", help="print the queues and what is done, then exit")
     p.add_argument("--config", nargs="*", default=[], help="extra Snakemake --config items")
     args = p.parse_args(argv)
     campaign = Campaign(args)
     if args.list:
-        for job in campaign.queue:
-            print(("done " if campaign.done(job) else "todo ") + "/".join(map(str, job)))
+        for experiment, queue in campaign.queues.items():
+            for item in queue:
+                print(("done " if campaign.done(item) else "todo ") + item[0])
         return 0
-    lanes = [threading.Thread(target=campaign.lane) for _ in range(args.lanes)]
+    lanes = [threading.Thread(target=campaign.lane, args=(lane,)) for lane in campaign.lanes]
     for t in lanes:
         t.start()
     for t in lanes:

@@ -101,8 +101,17 @@ def vs_paper_rows(records: Sequence[Mapping[str, Any]], reference: Mapping[tuple
                     "ours_mean": o_mean, "ours_se": o_se, "ours_seeds": ours.n if ours else 0,
                     "paper_mean": p_mean, "paper_error": p_se, "difference": diff,
                     "difference_in_errors": diff / err if err > 0 and math.isfinite(diff) else math.nan,
+                    "error_basis": ("ours and the paper's" if math.isfinite(o_se) and math.isfinite(p_se)
+                                    else "the paper's only: one seed of ours, its spread not measured yet"
+                                    if ours and ours.n == 1 and math.isfinite(p_se) else
+                                    "ours only" if math.isfinite(o_se) else "none"),
                 })
     return rows
+
+
+def _values(values: set) -> str:
+    """``50`` for one value, ``10/50`` for several, ``?`` for none (a caption's sizes)."""
+    return "/".join(f"{v:,}" if isinstance(v, int) else str(v) for v in sorted(values)) or "?"
 
 
 def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Mapping[str, str],
@@ -121,31 +130,38 @@ def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Ma
     blocks = build_blocks(records, TABLE1_COLUMNS + EXTRA_COLUMNS, [(d, DATASET_LABELS.get(d, d)) for d in datasets], rows)
     scale = records[0]["scale"] if records else "?"
     seeds = sorted({r["seed"] for r in records})
+    counts = pd.Series([(r["dataset"], r["method"]) for r in records], dtype=object).value_counts()
+    single = bool((counts == 1).any())
+    spread = (" Rows with n = 1 show no $\\pm$: one seed, so our seed-to-seed spread is not measured yet."
+              if single else "")
     sizes = ", ".join(
-        f"{DATASET_LABELS.get(d, d)}: {sorted({r['particles'] for r in records if r['dataset'] == d})} particles, "
-        f"{sorted({r['steps'] for r in records if r['dataset'] == d})} steps"
+        f"{DATASET_LABELS.get(d, d)}: {_values({r['particles'] for r in records if r['dataset'] == d})} particles, "
+        f"{_values({r['steps'] for r in records if r['dataset'] == d})} steps"
         for d in datasets
     )
     ood = ", ".join(f"{DATASET_LABELS.get(d, d)} vs {OOD_LABELS.get(d, '?')}" for d in datasets)
     caption = (
         "BNN image classification (Table 1 of D'Angelo & Fortuin 2021, reproduced). Mean $\\pm$ standard "
-        f"error over seeds {', '.join(map(str, seeds))}; best value per dataset in bold. OOD sets: {ood}. "
+        f"error over seeds {', '.join(map(str, seeds))}; n: seeds per row.{spread} Best value per dataset in "
+        f"bold. OOD sets: {ood}. "
         "AUROC(H) and AUROC(MD): OOD detection by predictive entropy and by model disagreement; "
         "$H_o/H_t$, $MD_o/MD_t$: OOD over test means. ECE: 15 equal-width bins of the top-label "
         f"confidence. Accuracy in %. Rows below the rule are methods the paper does not report. "
         f"Scale: {scale} ({sizes})."
     )
-    note = f"mean ± s.e. over seeds; bold: best per dataset; scale {scale}; seeds {seeds}; {sizes}; " \
-           "ECE: 15 equal-width top-label bins"
+    note = (f"mean ± s.e. over seeds; n: seeds per row; bold: best per dataset; scale {scale}; seeds {seeds}; "
+            f"{sizes}; ECE: 15 equal-width top-label bins"
+            + ("; n = 1: one seed, no ± (our seed-to-seed spread not measured yet)" if single else ""))
     table = mean_se_table(blocks, TABLE1_COLUMNS, csv_columns=TABLE1_COLUMNS + EXTRA_COLUMNS,
                           title="Table 1: BNN image classification (mean ± s.e. over seeds)", caption=caption,
-                          label="tab:table1", note=note, source="repens.report.image.write_table1",
+                          label="tab:table1", note=note, source="repens.report.image.write_table1", seeds_column="n",
                           size="footnotesize", tabcolsep="4pt")
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv, out_png=out_png)
     vs_paper = vs_paper_rows(records, ref, datasets, [r[0] for r in rows])
     vs_columns = ["dataset", "method", "label", "metric", "ours_mean", "ours_se", "ours_seeds", "paper_mean",
-                  "paper_error", "difference", "difference_in_errors"]
+                  "paper_error", "difference", "difference_in_errors", "error_basis"]
     write_table(plain_table(pd.DataFrame(with_labels(vs_paper, labels), columns=vs_columns),
                             title="Table 1 beside the paper's values",
-                            note="difference = ours - paper; in errors: over the combined standard error"),
+                            note="difference = ours - paper; in errors: over the combined standard error "
+                                 "(error_basis says whose: with one seed of ours, the paper's alone)"),
                 out_html=out_vs_paper_html, out_csv=out_vs_paper)

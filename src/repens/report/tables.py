@@ -527,7 +527,8 @@ def csv_rows(blocks: Sequence[Block], columns: Sequence[Column]) -> list[dict[st
 
 def mean_se_table(blocks: Sequence[Block], columns: Sequence[Column], *, title: str, caption: str = "",
                   label: str = "", note: str = "", source: str = "repens.report.tables",
-                  csv_columns: Sequence[Column] | None = None, **options: Any) -> Table:
+                  csv_columns: Sequence[Column] | None = None, seeds_column: str | None = None,
+                  **options: Any) -> Table:
     """A table in the layout of the paper's Table 1: one block of rows per dataset (the
     block label in the first column), mean ± s.e. cells, the best displayed mean of each
     column and block in bold (``Column.better``; ties all bold), a rule between blocks and
@@ -535,7 +536,9 @@ def mean_se_table(blocks: Sequence[Block], columns: Sequence[Column], *, title: 
 
     The CSV has one row per (block, method) with ``<key>_mean``, ``_se``, ``_n`` and
     ``_best`` of every column of ``csv_columns`` (default ``columns``); ``options`` go
-    to :class:`Table` (size, tabcolsep, position, ...).
+    to :class:`Table` (size, tabcolsep, position, ...). ``seeds_column``: the header of a
+    first column giving each row's number of runs (the ``n`` of its cells, or a range
+    ``lo-hi`` where its columns differ), so a reader sees what each mean rests on.
     """
     keys, cells, bold, rules = [], [], [], []
     for block in blocks:
@@ -543,8 +546,10 @@ def mean_se_table(blocks: Sequence[Block], columns: Sequence[Column], *, title: 
         ruled = False
         for i, row in enumerate(block.rows):
             keys.append((block.label, row.label))
-            cells.append([row.cells[c.key] for c in columns])
-            bold.append([row.key in best[c.key] for c in columns])
+            counts = sorted({row.cells[c.key].n for c in columns})
+            seeds = [str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"] if seeds_column else []
+            cells.append(seeds + [row.cells[c.key] for c in columns])
+            bold.append([False] * len(seeds) + [row.key in best[c.key] for c in columns])
             if i == 0:
                 rules.append("midrule" if keys[:-1] else "")
             elif row.extra and not ruled:
@@ -553,7 +558,7 @@ def mean_se_table(blocks: Sequence[Block], columns: Sequence[Column], *, title: 
                 rules.append("")
             ruled = ruled or row.extra
     index = pd.MultiIndex.from_tuples(keys) if keys else pd.MultiIndex.from_arrays([[], []])
-    names = [c.name for c in columns]
+    names = ([seeds_column] if seeds_column else []) + [c.name for c in columns]
     frame = pd.DataFrame(cells, index=index, columns=names, dtype=object)
     csv = pd.DataFrame(csv_rows(blocks, csv_columns or columns))
     return Table(

@@ -1,0 +1,47 @@
+# The reference tree (config `reference`, default reference/): the small files of every
+# paper-scale run, committed. With `from_reference: true` every per-job result that a
+# table, figure or the scorecard reads is copied from there instead of trained, and the
+# aggregates list only the runs the tree holds (common.smk, run_files):
+#   snakemake -c2 rebuild --config scale=paper from_reference=true
+# builds every table, figure and claims.md of the paper-scale runs, training nothing.
+
+REBUILD_OUTPUTS = [
+    *SYNTHETIC_OUTPUTS,
+    *TOY_OUTPUTS,
+    *IMAGE_OUTPUTS,
+    *UCI_OUTPUTS,
+    *CLAIMS_OUTPUTS,
+]
+
+
+localrules:
+    rebuild,
+
+
+rule rebuild:
+    input:
+        REBUILD_OUTPUTS,
+
+
+if FROM_REFERENCE:
+
+    localrules:
+        restore_result,
+
+    rule restore_result:
+        input:
+            f"{REFERENCE}/{{experiment}}/{{dataset}}/{{method}}/seed{{seed}}/{{file}}",
+        output:
+            "results/{experiment}/{dataset}/{method}/seed{seed}/{file}",
+        log:
+            "logs/restore/{experiment}/{dataset}/{method}/seed{seed}/{file}.log",
+        wildcard_constraints:
+            experiment="synthetic|toy|uci|image",
+            file=r"particles\.npz|predictions\.npz|metrics\.json|diagnostics\.json",
+        shell:
+            "cp {input:q} {output:q} 2> {log:q}"
+
+    ruleorder: restore_result > train_synthetic
+    ruleorder: restore_result > sample_hmc > train_toy
+    ruleorder: restore_result > train_uci
+    ruleorder: restore_result > train_image
