@@ -30,7 +30,7 @@ def test_collect_in_this_checkout():
     assert re.fullmatch(r"[0-9a-f]{40}", prov["git_commit"]) and isinstance(prov["git_dirty"], bool)
     assert prov["job_key"] == job_key(job) and prov["scale"] == job["scale"]
     assert prov["log"] == "logs/x.log"
-    for key in ("repens", "torch", "cuda", "snakemake", "device", "host", "python"):
+    for key in ("repens", "torch", "cuda", "snakemake", "device", "cpu", "host", "python"):
         assert prov[key], key
 
 

@@ -95,6 +95,18 @@ def _device(device: str | None) -> str:
     return f"cpu ({platform.machine()})"
 
 
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or UNKNOWN
+
+
 def collect(job: Mapping[str, Any] | None = None, *, log_file: str | None = None, device: str | None = None,
             scale: str | None = None) -> dict[str, Any]:
     """The provenance of this process (and of ``job``, if given); never raises."""
@@ -115,6 +127,7 @@ def collect(job: Mapping[str, Any] | None = None, *, log_file: str | None = None
             "cuda": cuda,
             "snakemake": _version("snakemake"),
             "device": _device(device),
+            "cpu": cpu_model(),
             "host": socket.gethostname(),
             "log": _relative(log_file or stderr_file()),
         }

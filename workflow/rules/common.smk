@@ -180,6 +180,14 @@ def reference_path(path):
     return str(Path(REFERENCE, *Path(path).parts[1:]))
 
 
+def reference_holds(experiment):
+    """Whether an experiment's tables are built: always, unless results come from the
+    reference tree and it holds no run of the experiment."""
+    if not FROM_REFERENCE:
+        return True
+    return any(Path(REFERENCE, experiment).glob("*/*/seed*/*"))
+
+
 def in_reference(path):
     """Whether a run's result file takes part: always, unless results come from the
     reference tree and it does not hold this one."""

@@ -1,26 +1,33 @@
-"""Run paper-scale training jobs in the background, in order, a few at a time, and copy
-each finished job's small files into the reference tree (and commit them) at once.
+"""Run the paper-scale jobs in the background, in order, a few at a time, and copy each
+finished job's small files into the reference tree (and commit them) at once.
 
-    python workflow/scripts/campaign.py --lanes 2 --commit \\
-        --config image_data_mirror=../shared/data image_data_download=false
+    python workflow/scripts/campaign.py --workdir ../campaign --reference reference --commit \
+        --lane image --lane synthetic,uci,toy \
+        --config image_data_mirror=/path/to/images image_data_download=false uci_data=/path/to/uci
 
-Each job is one ``snakemake -c1 <target>`` call at ``scale=paper`` under ``nice``, so an
-interrupted job resumes from its checkpoint when the campaign is started again (a job
-whose files are already in the reference tree is skipped). Lanes claim the next job of
-the queue in order. The default queue is Table 1's FashionMNIST block in the order the
-paper-results plan gives: seed 38 of the methods the paper reports, then seed 38 of the
-other configured methods, then each further seed of the paper's methods, then of the rest.
+Each queue item is one ``snakemake -c1 --nolock <targets>`` call at ``scale=paper`` under
+``nice``, so an interrupted item resumes from its checkpoints when the campaign is started
+again, and an item whose files are all in the reference tree is skipped. A lane works
+through its experiments' queues in order, one item at a time; lanes share the queues.
 
-Runs in the checkout given by ``--workdir`` (a separate clone keeps the training code
-fixed while the main checkout is edited); copies into ``--reference`` (the main
-checkout's reference tree). Stdlib only: it needs Snakemake on PATH, not torch.
+Queues: ``image`` (Table 1, one job an item): seed 38 of the methods the paper reports,
+then seed 38 of the other configured methods, then each further seed of the paper's
+methods, then of the rest. ``synthetic`` and ``uci``: one item per (dataset, method), all
+its seeds. ``toy``: the HMC references first, then one item per (dataset, method).
+
+Runs in ``--workdir`` (a separate clone keeps the training code fixed while the main
+checkout is edited); copies into ``--reference``, beside each job's files a
+``campaign.json`` (machine, lanes, times). Stdlib and PyYAML only: it needs Snakemake on
+PATH, not torch.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -95,6 +102,17 @@ def log_of(output: str) -> Path:
     return Path("logs") / Path(output).parent.with_suffix(".log")
 
 
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def git_commit(repo: Path, paths: list[Path], message: str, tries: int = 30) -> None:
     """Commit exactly ``paths`` (nothing else that is staged), retrying while git is busy."""
     rel = [str(p.relative_to(repo)) for p in paths]
@@ -147,7 +165,8 @@ class Campaign:
         targets = [f"results/{out}" for out in outputs]
         cmd = ["nice", "-n", str(self.args.nice), "snakemake", "-c1", "--nolock", *targets,
                "--config", "scale=paper", *self.args.config]
-        print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] start {label}", flush=True)
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        print(f"[{started}] start {label}", flush=True)
         out = self.workdir / "logs" / "campaign" / (label.replace(" ", "-") + ".snakemake.log")
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "a") as fh:
@@ -171,6 +190,15 @@ class Campaign:
                 (self.reference / log_of(output)).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(log, self.reference / log_of(output))
                 copied.append(self.reference / log_of(output))
+        run = {"campaign_item": label, "started": started, "finished": stamp, "cpu": cpu_model(),
+               "cores": os.cpu_count(), "lanes": len(self.lanes), "nice": self.args.nice,
+               "workdir_commit": subprocess.run(["git", "-C", str(self.workdir), "rev-parse", "HEAD"],
+                                                capture_output=True, text=True).stdout.strip(),
+               "note": "timings in benchmark.tsv were taken with the other lanes running"}
+        for output in outputs:
+            path = self.reference / Path(output).parent / "campaign.json"
+            path.write_text(json.dumps(run, indent=1) + "\n")
+            copied.append(path)
         print(f"[{stamp}] done {label}: {len(copied)} files into {self.reference}", flush=True)
         if self.args.commit:
             git_commit(self.reference.parent, copied, f"reference: {label} at paper scale")
