@@ -201,6 +201,31 @@ def _uci_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reference(args: argparse.Namespace) -> int:
+    from repens.report import results_page
+
+    if args.action == "publish":
+        copied = results_page.publish(args.results, args.reference)
+        print(f"kept {len(copied)} files in {Path(args.reference) / 'results'}")
+        return 0
+    if args.action == "check":
+        problems = results_page.check(args.results, args.reference)
+        for line in problems:
+            print(f"differs: {line}", file=sys.stderr)
+        kept = sorted((Path(args.reference) / "results").rglob("*.csv"))
+        if problems:
+            print(f"error: {len(problems)} differences between {args.results} and {args.reference}/results", file=sys.stderr)
+            return 1
+        print(f"{len(kept)} tables in {args.results} equal those kept in {args.reference}/results (rtol {results_page.RTOL})")
+        return 0
+    import yaml
+
+    config = yaml.safe_load(Path(args.configfile).read_text())
+    results_page.write_page(args.reference, config, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _claims(args: argparse.Namespace) -> int:
     from repens.provenance import sidecar_path
     from repens.report.claims import write_scorecard
@@ -374,6 +399,16 @@ def main(argv: list[str] | None = None) -> int:
                        ("uci-seeds", "workflow/resources/table2_seeds.csv")):
         p.add_argument(f"--{name}", help=f"{what} (absent or missing: its claims are 'not run')")
     p.set_defaults(func=_claims)
+
+    p = sub.add_parser("reference", help="the reference tree: keep a rebuild's tables, check a rebuild, write the results page")
+    p.add_argument("action", choices=["publish", "check", "page"],
+                   help="publish: copy results/'s tables and figures into REFERENCE/results; check: compare "
+                        "results/'s tables with those; page: write the results page from REFERENCE")
+    p.add_argument("--reference", default="reference", help="the reference tree (default: reference)")
+    p.add_argument("--results", default="results", help="where the rebuild wrote (default: results)")
+    p.add_argument("--configfile", default="config.yaml", help="the pipeline's config (page: the grid at paper scale)")
+    p.add_argument("--out", default="docs/results.md", help="page: where to write it (default: docs/results.md)")
+    p.set_defaults(func=_reference)
 
     p = sub.add_parser("budget", help="device-hours of Table 1's jobs on this device, before any run")
     p.add_argument("--configfile", default="config.yaml", help="the pipeline's config (default: config.yaml)")

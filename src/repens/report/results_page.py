@@ -1,0 +1,368 @@
+"""The paper-scale results that last: the built tables and figures kept in the reference
+tree, the check that a rebuild reproduces them, and the results page (``docs/results.md``).
+
+The reference tree (``reference/``, laid out as ``results/``) holds the small files of
+every paper-scale run: per job its result file (``metrics.json``, ``particles.npz``,
+``predictions.npz``, an HMC run's ``diagnostics.json``), ``benchmark.tsv`` (wall and CPU
+time), ``campaign.json`` (the machine and what ran beside it) and, under
+``reference/logs/``, its log. Every result file carries its provenance (commit, Python,
+torch and snakemake versions, device and CPU, job key: :mod:`repens.provenance`).
+
+* :func:`publish` copies what a rebuild from the tree built (``snakemake -c2 rebuild
+  --config scale=paper from_reference=true``: tables with their provenance sidecars,
+  figures) into ``reference/results/``;
+* :func:`check` compares a rebuild's tables with those copies, cell by cell;
+* :func:`write_page` writes the results page from ``reference/`` alone.
+
+Reads files only: nothing here trains or recomputes a metric.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PUBLISHED", "RTOL", "Section", "SECTIONS", "publish", "check", "inventory", "write_page"]
+
+#: what a rebuild writes that the tree keeps, relative to results/ (tables with their
+#: ``.provenance.json`` sidecars, figures as PNG)
+PUBLISHED = (
+    "synthetic/metrics.csv", "figures/fig2_gaussian.png", "figures/figF1_funnel.png",
+    "toy/distance_to_hmc.csv", "figures/fig1_regression.png", "figures/fig3_classification.png",
+    "table1.csv", "table1_vs_paper.csv", "table1.png",
+    "table2_uci.csv", "table2_vs_seeds.csv", "table2_vs_de.csv",
+    "claims.csv", "claims.md",
+)
+
+#: Relative tolerance of :func:`check` for numbers. A rebuild reads the same stored
+#: results with the same code, so on one machine every cell comes out the same; on
+#: another CPU only the order of floating-point sums can differ (its SIMD width), which
+#: moves a float32 result by a few units in the last place (eps32 = 1.2e-7). 1e-5 is
+#: 84 eps32: wide for reordering, far below the 3-4 digits a table prints.
+RTOL = 1e-5
+
+
+@dataclass(frozen=True)
+class Section:
+    """One experiment's part of the results page."""
+
+    experiment: str
+    title: str
+    paper: str  # what the paper shows for it, and where
+    tables: tuple[str, ...]  # relative to reference/results/
+    figures: tuple[str, ...]
+
+
+SECTIONS = (
+    Section("image", "Table 1: BNN image classification (FashionMNIST, OOD MNIST)",
+            "D'Angelo & Fortuin (2021), Table 1 and Appendix G.4: 50 particles from the prior, 50,000 Adam "
+            "steps, batch 256, seeds 38-42; the paper prints mean ± s.e. over the five seeds.",
+            ("table1_vs_paper.csv",), ("table1.png",)),
+    Section("uci", "Table 2: UCI regression",
+            "Pearce et al. (2020), Table 4 and App. E.7 (anchored ensembles, 5 members), and Wild et al. "
+            "(2023) (DLE, DRLE): RMSE and NLL over the standard splits.",
+            ("table2_vs_seeds.csv",), ()),
+    Section("synthetic", "Figure 2 and Figure F.1: sampling a 2-D Gaussian and Neal's funnel",
+            "D'Angelo & Fortuin (2021), Sec. 4, Figure 2 and Appendix F, Figure F.1 (G.1 settings); the paper "
+            "shows the particles only. The table (energy distance to the target, beyond the paper) is mean ± "
+            "s.e. over five seeds.",
+            ("synthetic/metrics.csv",), ("figures/fig2_gaussian.png", "figures/figF1_funnel.png")),
+    Section("toy", "Figures 1 and 3: BNN toys against HMC",
+            "D'Angelo & Fortuin (2021), Figure 1 (1-D regression, G.2) and Figure 3 (2-D classification, G.3), "
+            "each method's predictive beside HMC's. The distance table (beyond the paper) is mean ± s.e. over "
+            "five seeds, each with its own converged HMC reference.",
+            ("toy/distance_to_hmc.csv",), ("figures/fig1_regression.png", "figures/fig3_classification.png")),
+)
+
+#: why a configured (dataset or experiment) is not in the tree when nothing has run it
+NOT_RUN_WHY = {
+    ("image", "cifar10"): "CIFAR-10 and SVHN are not on this project's machines, and a paper-scale ResNet32 "
+                          "step takes about a minute on one CPU core: it needs a GPU and the data",
+}
+
+
+# --------------------------------------------------------------------------- publish, check
+
+
+def publish(results: Path | str, reference: Path | str) -> list[Path]:
+    """Replace ``reference/results/`` by the files of :data:`PUBLISHED` that ``results``
+    holds (tables with their provenance sidecars); returns what was copied."""
+    results, dest = Path(results), Path(reference) / "results"
+    staged = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(staged, ignore_errors=True)
+    copied = []
+    for rel in PUBLISHED:
+        for name in (rel, rel + ".provenance.json"):
+            if (results / name).is_file():
+                (staged / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(results / name, staged / name)
+                copied.append(dest / name)
+    if not copied:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise FileNotFoundError(f"{results}: none of the tables or figures a rebuild writes ({', '.join(PUBLISHED[:3])}, ...)")
+    shutil.rmtree(dest, ignore_errors=True)
+    staged.rename(dest)
+    return copied
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _cells_equal(a: str, b: str, rtol: float) -> bool:
+    if a == b:
+        return True
+    x, y = _number(a), _number(b)
+    if x is None or y is None:
+        return False
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    return abs(x - y) <= rtol * max(abs(x), abs(y))
+
+
+def _read_csv(path: Path) -> list[list[str]]:
+    with open(path, newline="") as fh:
+        return [row for row in csv.reader(fh)]
+
+
+def check(results: Path | str, reference: Path | str, rtol: float = RTOL) -> list[str]:
+    """Every table CSV kept in ``reference/results/`` against the one in ``results``:
+    the same header and rows, each cell the same text or the same number within ``rtol``.
+    Returns one line per difference (empty: they agree)."""
+    results, kept = Path(results), Path(reference) / "results"
+    tables = sorted(p for p in kept.rglob("*.csv"))
+    if not tables:
+        return [f"{kept}: no tables kept (python -m repens reference publish)"]
+    problems = []
+    for table in tables:
+        rel = table.relative_to(kept)
+        built = results / rel
+        if not built.is_file():
+            problems.append(f"{rel}: kept in {kept} but not built in {results}")
+            continue
+        a, b = _read_csv(table), _read_csv(built)
+        if len(a) != len(b) or (a and a[0] != b[0]):
+            problems.append(f"{rel}: {len(a)} rows kept, {len(b)} built"
+                            + ("" if not a or not b or a[0] == b[0] else "; the headers differ"))
+            continue
+        header = a[0] if a else []
+        for i, (ra, rb) in enumerate(zip(a[1:], b[1:]), 2):
+            for j, (x, y) in enumerate(zip(ra, rb)):
+                if not _cells_equal(x, y, rtol):
+                    problems.append(f"{rel}: line {i}, {header[j] if j < len(header) else j}: kept {x!r}, built {y!r}")
+            if len(ra) != len(rb):
+                problems.append(f"{rel}: line {i} has {len(ra)} cells kept, {len(rb)} built")
+    return problems
+
+
+# --------------------------------------------------------------------------- inventory
+
+
+def _job_files(reference: Path, experiment: str) -> list[Path]:
+    return sorted(p for p in (reference / experiment).glob("*/*/seed*/*")
+                  if p.name in ("metrics.json", "particles.npz", "predictions.npz"))
+
+
+def _provenance(path: Path) -> dict[str, Any]:
+    if path.suffix == ".json":
+        return json.loads(path.read_text()).get("provenance") or {}
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as data:
+        return json.loads(str(data["provenance"])) if "provenance" in data.files else {}
+
+
+def _benchmark(path: Path) -> dict[str, float]:
+    bench = path.parent / "benchmark.tsv"
+    if not bench.is_file():
+        return {}
+    rows = list(csv.DictReader(bench.read_text().splitlines(), delimiter="\t"))
+    out = {}
+    for key in ("s", "cpu_time"):
+        value = _number(rows[0].get(key, "")) if rows else None
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def inventory(reference: Path | str, config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per (experiment, dataset): the runs the tree holds against the grid the config runs
+    at paper scale, with their seeds, software, machines and time."""
+    from repens.config import experiment_seeds
+
+    reference = Path(reference)
+    paper = {**config, "scale": "paper"}
+    rows = []
+    for experiment in ("image", "uci", "synthetic", "toy"):
+        exp = config["experiments"][experiment]
+        datasets = exp.get("report_datasets") or list(exp["datasets"])
+        held = _job_files(reference, experiment)
+        for dataset in datasets:
+            methods = list(exp["methods"]) + (["hmc"] if experiment == "toy" else [])
+            seeds = experiment_seeds(paper, experiment)
+            mine = [p for p in held if p.parts[-4] == dataset]
+            provs = [_provenance(p) for p in mine]
+            bench = [_benchmark(p) for p in mine]
+            rows.append({
+                "experiment": experiment, "dataset": dataset,
+                "runs": len(mine), "grid": len(methods) * len(seeds),
+                "methods": sorted({p.parts[-3] for p in mine}),
+                "seeds": sorted({int(p.parts[-2][4:]) for p in mine}),
+                "torch": sorted({str(p.get("torch")) for p in provs}),
+                "cpu": sorted({str(p.get("cpu") or p.get("device")) for p in provs}),
+                "commits": sorted({str(p.get("git_commit", "?"))[:7] for p in provs}),
+                "cpu_hours": sum(b.get("cpu_time", 0.0) for b in bench) / 3600,
+                "why": NOT_RUN_WHY.get((experiment, dataset), ""),
+            })
+    return rows
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def _cell(text: Any) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    from repens.report.tables import number
+
+    x = _number(str(value))
+    if x is None:
+        return _cell(value)
+    return number(int(x) if x.is_integer() and abs(x) < 1e4 and "." not in str(value) else x, "text", digits)
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _vs_paper(path: Path) -> list[str]:
+    """Table 1 beside the paper: a row per method, a cell per metric: ours (n), the
+    paper's mean ± s.e., and the difference in standard errors (whose: ``error_basis``)."""
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    out, basis = [], set()
+    for key in dict.fromkeys((r["dataset"], r["method"]) for r in rows):
+        mine = {r["metric"]: r for r in rows if (r["dataset"], r["method"]) == key}
+        first = next(iter(mine.values()))
+        n = first["ours_seeds"]
+        cells = []
+        for m in metrics:
+            r = mine.get(m)
+            if r is None or n == "0":
+                cells.append("not run")
+                continue
+            basis.add(r.get("error_basis", ""))
+            ours = _fmt(r["ours_mean"]) + ("" if _number(r["ours_se"]) is None or math.isnan(float(r["ours_se"]))
+                                            else f" ± {_fmt(r['ours_se'])}")
+            paper = "no value" if math.isnan(float(r["paper_mean"])) else f"{_fmt(r['paper_mean'])} ± {_fmt(r['paper_error'])}"
+            z = r["difference_in_errors"]
+            cells.append(f"{ours} vs {paper}" + ("" if math.isnan(float(z)) else f" ({float(z):+.1f})"))
+        out.append([first["label"], n, *cells])
+    lines = _markdown(["method", "n", *metrics], out)
+    lines += ["", "Each cell: ours vs the paper's mean ± s.e. (the difference in standard errors). Errors used: "
+              + "; ".join(sorted(b for b in basis if b)) + "."]
+    return lines
+
+
+def _mean_se(path: Path) -> list[str]:
+    """A mean ± s.e. table (``<key>_mean``, ``_se``, ``_n`` columns) or a plain one."""
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    if not rows:
+        return ["(empty)"]
+    cols = list(rows[0])
+    keys = [c[:-5] for c in cols if c.endswith("_mean") and f"{c[:-5]}_se" in cols]
+    ident = [c for c in cols if not any(c.startswith(k + "_") for k in keys)
+             and c not in ("extra", "scale") and not c.endswith("_best")]
+    if not keys:
+        return _markdown(cols, [[_fmt(r[c]) for c in cols] for r in rows])
+    table = []
+    for r in rows:
+        cells = []
+        for k in keys:
+            se = _number(r[f"{k}_se"])
+            n = r.get(f"{k}_n", "")
+            cells.append(_fmt(r[f"{k}_mean"]) + ("" if se is None or math.isnan(se) else f" ± {_fmt(se)}")
+                         + (f" (n={n})" if n else ""))
+        table.append([_cell(r[c]) for c in ident] + cells)
+    return _markdown(ident + keys, table)
+
+
+def _table(path: Path) -> list[str]:
+    return _vs_paper(path) if path.name == "table1_vs_paper.csv" else _mean_se(path)
+
+
+def _claims_section(kept: Path) -> list[str]:
+    md = kept / "claims.md"
+    if not md.is_file():
+        return ["The scorecard has not been built from the tree yet."]
+    lines = md.read_text().splitlines()
+    return [("##" + line[1:]) if line.startswith("#") else line for line in lines[1:]]
+
+
+def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str) -> str:
+    """The results page, from the reference tree alone (links relative to ``out``)."""
+    import os
+
+    from repens.atomic import write_text_atomic
+
+    reference, out = Path(reference), Path(out)
+    kept = reference / "results"
+    link = Path(os.path.relpath(kept, out.parent))
+    inv = inventory(reference, config)
+    lines = [
+        "# Paper-scale results",
+        "",
+        "Generated from the reference tree (`reference/`) by `python -m repens reference page`; do not edit. "
+        "Every number below comes from a run at the paper's settings whose files are committed under "
+        "`reference/`; `snakemake -c2 rebuild --config scale=paper from_reference=true` rebuilds every table "
+        "and figure from them without training (README, \"Paper-scale results\"). A claim counts as reproduced "
+        "only at the paper's settings, over its seeds, with error bars: a cell with one seed is compared "
+        "with the paper's mean ± s.e. but has no spread of its own yet.",
+        "",
+        "## What the tree holds",
+        "",
+    ]
+    lines += _markdown(
+        ["experiment", "dataset", "runs held / at the paper's settings", "seeds", "CPU-hours", "torch", "machine",
+         "commit"],
+        [[r["experiment"], r["dataset"], f"{r['runs']} / {r['grid']}", ", ".join(map(str, r["seeds"])) or "-",
+          f"{r['cpu_hours']:.1f}", ", ".join(r["torch"]) or "-", ", ".join(r["cpu"]) or "-",
+          ", ".join(r["commits"]) or "-"] for r in inv])
+    missing = [r for r in inv if r["runs"] < r["grid"]]
+    if missing:
+        lines += ["", "Not run yet, and why:", ""]
+        for r in missing:
+            why = r["why"] or ("the CPU campaign (`workflow/scripts/campaign.py`) has not reached these runs"
+                               if r["runs"] else "not started: the CPU campaign has not reached it")
+            lines.append(f"- {r['experiment']} / {r['dataset']}: {r['grid'] - r['runs']} of {r['grid']} runs: {why}.")
+    for section in SECTIONS:
+        lines += ["", f"## {section.title}", "", f"The paper: {section.paper}", ""]
+        have = False
+        for rel in section.tables:
+            if (kept / rel).is_file():
+                have = True
+                lines += _table(kept / rel) + ["", f"Table: [`{rel}`]({link / rel}) (provenance: "
+                                                   f"[`{rel}.provenance.json`]({link / (rel + '.provenance.json')}))", ""]
+        for rel in section.figures:
+            if (kept / rel).is_file():
+                have = True
+                lines += [f"![{Path(rel).stem}]({link / rel})", ""]
+        if not have:
+            lines += ["Not run at the paper's settings yet (see above)."]
+    lines += ["", "## Claim scorecard", ""] + _claims_section(kept)
+    text = "\n".join(lines).rstrip() + "\n"
+    write_text_atomic(out, text)
+    return text

@@ -1,0 +1,152 @@
+"""The reference tree's kept tables, the rebuild check and the results page."""
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repens.report import results_page
+from repens.report.results_page import check, inventory, publish, write_page
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _table1_vs_paper(path: Path, n: int = 1) -> None:
+    rows = []
+    for method, label in (("de", "Deep ensemble"), ("svgd", "SVGD")):
+        for metric, ours, paper, se in (("AUROC(H)", 0.961, 0.958, 0.001), ("Accuracy (%)", 91.0, 91.122, 0.013)):
+            rows.append({"dataset": "fashionmnist", "method": method, "label": label, "metric": metric,
+                         "ours_mean": ours, "ours_se": "nan" if n == 1 else 0.002, "ours_seeds": n,
+                         "paper_mean": paper, "paper_error": se, "difference": ours - paper,
+                         "difference_in_errors": (ours - paper) / se,
+                         "error_basis": "the paper's only: one seed of ours, its spread not measured yet"})
+    _write_csv(path, rows)
+
+
+def test_publish_then_check_agree_and_catch_a_changed_cell(tmp_path):
+    results, reference = tmp_path / "results", tmp_path / "reference"
+    _table1_vs_paper(results / "table1_vs_paper.csv")
+    (results / "table1_vs_paper.csv.provenance.json").write_text("{}")
+    (results / "figures").mkdir()
+    (results / "figures" / "fig2_gaussian.png").write_bytes(b"png")
+    (results / "unrelated.csv").write_text("a\n1\n")
+    copied = publish(results, reference)
+    kept = reference / "results"
+    assert {p.relative_to(kept).as_posix() for p in copied} == {
+        "table1_vs_paper.csv", "table1_vs_paper.csv.provenance.json", "figures/fig2_gaussian.png"}
+    assert check(results, reference) == []
+
+    # a change within the tolerance is the same number; beyond it, a difference naming the cell
+    text = (results / "table1_vs_paper.csv").read_text()
+    (results / "table1_vs_paper.csv").write_text(text.replace("0.961", repr(0.961 * (1 + results_page.RTOL / 10))))
+    assert check(results, reference) == []
+    (results / "table1_vs_paper.csv").write_text(text.replace("0.961", "0.962"))
+    problems = check(results, reference)
+    assert len(problems) == 2 and all("ours_mean" in p and "line" in p for p in problems)
+
+
+def test_check_names_missing_tables_rows_and_nan_mismatches(tmp_path):
+    results, reference = tmp_path / "results", tmp_path / "reference"
+    _write_csv(results / "toy" / "distance_to_hmc.csv", [{"method": "de", "w_mean": "nan"}, {"method": "svgd", "w_mean": 1.0}])
+    publish(results, reference)
+    _write_csv(results / "toy" / "distance_to_hmc.csv", [{"method": "de", "w_mean": 0.5}])
+    assert check(results, reference) == ["toy/distance_to_hmc.csv: 3 rows kept, 2 built"]
+    _write_csv(results / "toy" / "distance_to_hmc.csv", [{"method": "de", "w_mean": 0.5}, {"method": "svgd", "w_mean": 1.0}])
+    assert check(results, reference) == ["toy/distance_to_hmc.csv: line 2, w_mean: kept 'nan', built '0.5'"]
+    (results / "toy" / "distance_to_hmc.csv").unlink()
+    assert "not built" in check(results, reference)[0]
+    assert "no tables kept" in check(results, tmp_path / "empty")[0]
+
+
+def test_publish_replaces_what_was_kept_and_refuses_an_empty_rebuild(tmp_path):
+    results, reference = tmp_path / "results", tmp_path / "reference"
+    _write_csv(results / "synthetic" / "metrics.csv", [{"a": 1}])
+    _write_csv(results / "table1.csv", [{"a": 1}])
+    publish(results, reference)
+    (results / "table1.csv").unlink()
+    publish(results, reference)
+    assert not (reference / "results" / "table1.csv").exists()
+    assert (reference / "results" / "synthetic" / "metrics.csv").exists()
+    with pytest.raises(FileNotFoundError, match="none of the tables"):
+        publish(tmp_path / "nothing", reference)
+    assert (reference / "results" / "synthetic" / "metrics.csv").exists()  # kept as it was
+
+
+def _job(reference: Path, rel: str, torch: str = "2.14.1", cpu_s: float = 3600.0) -> None:
+    path = reference / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"provenance": {"torch": torch, "cpu": "Some CPU", "git_commit": "abcdef0123"}}))
+    (path.parent / "benchmark.tsv").write_text(f"s\tcpu_time\n100.0\t{cpu_s}\n")
+
+
+def test_inventory_counts_runs_against_the_paper_grid():
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = Path(tmp)
+        _job(reference, "image/fashionmnist/de/seed38/metrics.json")
+        _job(reference, "image/fashionmnist/svgd/seed38/metrics.json", cpu_s=7200.0)
+        rows = {(r["experiment"], r["dataset"]): r for r in inventory(reference, config)}
+    image = config["experiments"]["image"]
+    fm = rows[("image", "fashionmnist")]
+    assert fm["runs"] == 2 and fm["grid"] == len(image["methods"]) * len(config["seeds"])
+    assert fm["methods"] == ["de", "svgd"] and fm["seeds"] == [38]
+    assert fm["cpu_hours"] == pytest.approx(3.0) and fm["torch"] == ["2.14.1"] and fm["commits"] == ["abcdef0"]
+    assert rows[("image", "cifar10")]["runs"] == 0 and "GPU" in rows[("image", "cifar10")]["why"]
+    toy = rows[("toy", "regression")]
+    assert toy["grid"] == (len(config["experiments"]["toy"]["methods"]) + 1) * len(config["experiments"]["toy"]["seeds"])
+
+
+def test_page_shows_each_cell_beside_the_paper_and_what_is_not_run(tmp_path):
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    reference = tmp_path / "reference"
+    _job(reference, "image/fashionmnist/de/seed38/metrics.json")
+    _table1_vs_paper(reference / "results" / "table1_vs_paper.csv")
+    (reference / "results" / "claims.md").write_text("# Claim scorecard\n\n2 claims: ...\n\n## Verdict rule\n")
+    out = tmp_path / "docs" / "results.md"
+    text = write_page(reference, config, out)
+    assert out.read_text() == text
+    assert "| Deep ensemble | 1 | 0.961 vs 0.958 ± 0.001 (+3.0) |" in text
+    assert "one seed of ours, its spread not measured yet" in text
+    assert "(../reference/results/table1_vs_paper.csv)" in text
+    assert "image / cifar10: " in text and "needs a GPU" in text
+    assert "### Verdict rule" in text  # the scorecard's headings sit below the page's
+    assert "Figures 1 and 3" in text and "Not run at the paper's settings yet" in text
+    assert write_page(reference, config, out) == text  # the same tree, the same page
+
+
+def _campaign():
+    spec = importlib.util.spec_from_file_location("campaign", ROOT / "workflow" / "scripts" / "campaign.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_campaign_queues_follow_the_paper_results_order():
+    campaign = _campaign()
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    image = campaign.build_queue(ROOT, "image")
+    methods = config["experiments"]["image"]["methods"]
+    paper = [m for m in methods if m not in ("anchored", "dle", "drle")]
+    labels = [label for label, _ in image]
+    assert labels[: len(paper)] == [f"image fashionmnist {m} seed 38" for m in paper]
+    assert labels[len(paper): len(methods)] == [f"image fashionmnist {m} seed 38" for m in ("anchored", "dle", "drle")]
+    assert labels[len(methods)] == f"image fashionmnist {paper[0]} seed 39"
+    assert len(image) == len(methods) * len(config["seeds"])
+    assert image[0][1] == ("image/fashionmnist/de/seed38/metrics.json",)
+    toy = campaign.build_queue(ROOT, "toy")
+    assert toy[0] == ("toy regression hmc seed 42", ("toy/regression/hmc/seed42/predictions.npz",))
+    assert toy[10][0] == "toy regression de" and len(toy[10][1]) == 5
+    assert campaign.log_of("toy/regression/de/seed42/predictions.npz") == Path("logs/toy/regression/de/seed42.log")
