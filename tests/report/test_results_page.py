@@ -44,7 +44,7 @@ def test_publish_then_check_agree_and_catch_a_changed_cell(tmp_path):
     copied = publish(results, reference)
     kept = reference / "results"
     assert {p.relative_to(kept).as_posix() for p in copied} == {
-        "table1_vs_paper.csv", "table1_vs_paper.csv.provenance.json", "figures/fig2_gaussian.png"}
+        "table1_vs_paper.csv", "table1_vs_paper.csv.provenance.json", "figures/fig2_gaussian.png", "runs.json"}
     assert check(results, reference) == []
 
     # a change within the tolerance is the same number; beyond it, a difference naming the cell
@@ -150,3 +150,23 @@ def test_campaign_queues_follow_the_paper_results_order():
     assert toy[0] == ("toy regression hmc seed 42", ("toy/regression/hmc/seed42/predictions.npz",))
     assert toy[10][0] == "toy regression de" and len(toy[10][1]) == 5
     assert campaign.log_of("toy/regression/de/seed42/predictions.npz") == Path("logs/toy/regression/de/seed42.log")
+
+
+def test_publish_lists_the_runs_the_tables_rest_on_and_check_sees_them_change(tmp_path):
+    results, reference = tmp_path / "results", tmp_path / "reference"
+    _write_csv(results / "table1.csv", [{"a": 1}])
+    for seed in (38, 39):
+        _job(reference, f"image/fashionmnist/de/seed{seed}/metrics.json")
+    built = results / "image/fashionmnist/de/seed38/metrics.json"
+    built.parent.mkdir(parents=True)
+    built.write_bytes((reference / "image/fashionmnist/de/seed38/metrics.json").read_bytes())
+    publish(results, reference)  # seed 39 is in the tree but the rebuild did not read it
+    runs = results_page.published_runs(reference)
+    assert list(runs) == ["image/fashionmnist/de/seed38/metrics.json"]
+    assert results_page.tree_runs(reference) == [f"image/fashionmnist/de/seed{s}/metrics.json" for s in (38, 39)]
+    assert [r["runs"] for r in inventory(reference, yaml.safe_load((ROOT / "config.yaml").read_text()))
+            if r["dataset"] == "fashionmnist"] == [1]
+    assert check(results, reference) == []
+    _job(reference, "image/fashionmnist/de/seed38/metrics.json", torch="other")
+    assert check(results, reference) == ["image/fashionmnist/de/seed38/metrics.json: changed since the kept tables "
+                                         "were built from it"]

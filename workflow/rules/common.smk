@@ -171,8 +171,19 @@ def config_flag(key):
 # results/ (reference/<experiment>/<dataset>/<method>/seed<seed>/...). With from_reference
 # true, the per-job results the tables and figures read are copied from it
 # (workflow/rules/reference.smk) and only the runs it holds are listed: nothing trains.
+# from_reference: published restricts them to the runs the kept tables were built from
+# (reference/results/runs.json: what CI rebuilds and compares).
 REFERENCE = config["reference"]
-FROM_REFERENCE = config_flag("from_reference")
+FROM_REFERENCE = str(config["from_reference"]).lower() in ("true", "published")
+if str(config["from_reference"]).lower() == "published":
+    _runs = Path(REFERENCE, "results", "runs.json")
+    if not _runs.is_file():
+        raise WorkflowError(
+            f"config key from_reference: published needs {_runs} (python -m repens reference publish)"
+        )
+    PUBLISHED_RUNS = set(json.loads(_runs.read_text()))
+else:
+    PUBLISHED_RUNS = None
 
 
 def reference_path(path):
@@ -185,13 +196,19 @@ def reference_holds(experiment):
     reference tree and it holds no run of the experiment."""
     if not FROM_REFERENCE:
         return True
+    if PUBLISHED_RUNS is not None:
+        return any(run.startswith(experiment + "/") for run in PUBLISHED_RUNS)
     return any(Path(REFERENCE, experiment).glob("*/*/seed*/*"))
 
 
 def in_reference(path):
     """Whether a run's result file takes part: always, unless results come from the
     reference tree and it does not hold this one."""
-    return not FROM_REFERENCE or Path(reference_path(path)).is_file()
+    if not FROM_REFERENCE:
+        return True
+    if PUBLISHED_RUNS is not None:
+        return str(Path(*Path(path).parts[1:]).as_posix()) in PUBLISHED_RUNS
+    return Path(reference_path(path)).is_file()
 
 
 def file_state(*paths):

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PUBLISHED", "RTOL", "Section", "SECTIONS", "publish", "check", "inventory", "write_page"]
+__all__ = ["PUBLISHED", "RTOL", "RUN_FILES", "Section", "SECTIONS", "tree_runs", "published_runs", "publish", "check",
+           "inventory", "write_page"]
 
 #: what a rebuild writes that the tree keeps, relative to results/ (tables with their
 #: ``.provenance.json`` sidecars, figures as PNG)
@@ -90,12 +91,46 @@ NOT_RUN_WHY = {
 # --------------------------------------------------------------------------- publish, check
 
 
+#: per-job result files, the ones a rebuild restores from the tree
+RUN_FILES = ("metrics.json", "particles.npz", "predictions.npz", "diagnostics.json")
+#: the list of runs the kept tables were built from, in reference/results/
+RUNS = "runs.json"
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree_runs(reference: Path | str) -> list[str]:
+    """Every per-job result file in the tree, relative to it (``image/.../metrics.json``)."""
+    reference = Path(reference)
+    return sorted(p.relative_to(reference).as_posix()
+                  for experiment in ("synthetic", "toy", "uci", "image")
+                  for p in (reference / experiment).glob("*/*/seed*/*") if p.name in RUN_FILES)
+
+
+def published_runs(reference: Path | str) -> dict[str, str] | None:
+    """The runs the kept tables were built from (path -> SHA-256), or None before any publish."""
+    path = Path(reference) / "results" / RUNS
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 def publish(results: Path | str, reference: Path | str) -> list[Path]:
     """Replace ``reference/results/`` by the files of :data:`PUBLISHED` that ``results``
-    holds (tables with their provenance sidecars); returns what was copied."""
-    results, dest = Path(results), Path(reference) / "results"
+    holds (tables with their provenance sidecars) and ``runs.json``: the tree's runs the
+    rebuild read (those in ``results`` equal to the tree's copy), with their SHA-256.
+    Returns what was copied."""
+    results, reference = Path(results), Path(reference)
+    dest = reference / "results"
     staged = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(staged, ignore_errors=True)
+    runs = {}
+    for rel in tree_runs(reference):
+        built = results / rel
+        if built.is_file() and (digest := _sha256(built)) == _sha256(reference / rel):
+            runs[rel] = digest
     copied = []
     for rel in PUBLISHED:
         for name in (rel, rel + ".provenance.json"):
@@ -106,6 +141,8 @@ def publish(results: Path | str, reference: Path | str) -> list[Path]:
     if not copied:
         shutil.rmtree(staged, ignore_errors=True)
         raise FileNotFoundError(f"{results}: none of the tables or figures a rebuild writes ({', '.join(PUBLISHED[:3])}, ...)")
+    (staged / RUNS).write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
+    copied.append(dest / RUNS)
     shutil.rmtree(dest, ignore_errors=True)
     staged.rename(dest)
     return copied
@@ -143,6 +180,11 @@ def check(results: Path | str, reference: Path | str, rtol: float = RTOL) -> lis
     if not tables:
         return [f"{kept}: no tables kept (python -m repens reference publish)"]
     problems = []
+    for rel, digest in (published_runs(reference) or {}).items():
+        if not (Path(reference) / rel).is_file():
+            problems.append(f"{rel}: listed in {kept / RUNS} but not in the tree")
+        elif _sha256(Path(reference) / rel) != digest:
+            problems.append(f"{rel}: changed since the kept tables were built from it")
     for table in tables:
         rel = table.relative_to(kept)
         built = results / rel
@@ -167,9 +209,10 @@ def check(results: Path | str, reference: Path | str, rtol: float = RTOL) -> lis
 # --------------------------------------------------------------------------- inventory
 
 
-def _job_files(reference: Path, experiment: str) -> list[Path]:
-    return sorted(p for p in (reference / experiment).glob("*/*/seed*/*")
-                  if p.name in ("metrics.json", "particles.npz", "predictions.npz"))
+def _job_files(reference: Path, experiment: str, runs: Sequence[str]) -> list[Path]:
+    """The experiment's runs among ``runs`` (an HMC run counts by its predictions)."""
+    return [reference / rel for rel in runs
+            if rel.startswith(experiment + "/") and not rel.endswith("diagnostics.json")]
 
 
 def _provenance(path: Path) -> dict[str, Any]:
@@ -194,18 +237,23 @@ def _benchmark(path: Path) -> dict[str, float]:
     return out
 
 
-def inventory(reference: Path | str, config: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per (experiment, dataset): the runs the tree holds against the grid the config runs
-    at paper scale, with their seeds, software, machines and time."""
+def inventory(reference: Path | str, config: Mapping[str, Any],
+              runs: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Per (experiment, dataset): the runs (default: the published ones, else every run in
+    the tree) against the grid the config runs at paper scale, with their seeds,
+    software, machines and time."""
     from repens.config import experiment_seeds
 
     reference = Path(reference)
+    if runs is None:
+        published = published_runs(reference)
+        runs = sorted(published) if published is not None else tree_runs(reference)
     paper = {**config, "scale": "paper"}
     rows = []
     for experiment in ("image", "uci", "synthetic", "toy"):
         exp = config["experiments"][experiment]
         datasets = exp.get("report_datasets") or list(exp["datasets"])
-        held = _job_files(reference, experiment)
+        held = _job_files(reference, experiment, runs)
         for dataset in datasets:
             methods = list(exp["methods"]) + (["hmc"] if experiment == "toy" else [])
             seeds = experiment_seeds(paper, experiment)
@@ -332,7 +380,10 @@ def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str
         "only at the paper's settings, over its seeds, with error bars: a cell with one seed is compared "
         "with the paper's mean ± s.e. but has no spread of its own yet.",
         "",
-        "## What the tree holds",
+        "## What the tables rest on",
+        "",
+        f"The runs listed in [`runs.json`]({link / RUNS}) (the tree's runs when the tables were last built); "
+        "runs the campaign has committed since then join at the next `python -m repens reference publish`.",
         "",
     ]
     lines += _markdown(
