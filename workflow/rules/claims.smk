@@ -27,13 +27,6 @@ CLAIMS_SYNTHETIC = "results/synthetic/metrics.csv"
 CLAIMS_TOY = "results/toy/distance_to_hmc.csv"
 
 
-def claims_input(experiment, table):
-    """A table the scorecard builds first; from the reference tree, only where the tree
-    holds runs of its experiment (the claims of the others say "not run")."""
-    return table if reference_holds(experiment) else []
-
-
-
 localrules:
     summarize_claims,
 
@@ -62,9 +55,9 @@ rule summarize_claims:
     conda:
         "../../envs/repens.yaml"
     params:
-        synthetic=CLAIMS_SYNTHETIC,
-        toy=CLAIMS_TOY,
-        uci=CLAIMS_UCI_TABLE,
+        synthetic=lambda wildcards: CLAIMS_SYNTHETIC,
+        toy=lambda wildcards: CLAIMS_TOY,
+        uci=lambda wildcards: CLAIMS_UCI_TABLE,
         uci_state=lambda wildcards: file_state(
             CLAIMS_UCI_TABLE, CLAIMS_UCI_TABLE + ".provenance.json"
         ),

@@ -197,8 +197,14 @@ def reference_holds(experiment):
     if not FROM_REFERENCE:
         return True
     if PUBLISHED_RUNS is not None:
-        return any(run.startswith(experiment + "/") for run in PUBLISHED_RUNS)
+        return any(run.startswith(f"{experiment}/") for run in PUBLISHED_RUNS)
     return any(Path(REFERENCE, experiment).glob("*/*/seed*/*"))
+
+
+def claims_input(experiment, table):
+    """A table the scorecard builds first; from the reference tree, only where the tree
+    holds runs of its experiment (the claims of the others say "not run")."""
+    return table if reference_holds(experiment) else []
 
 
 def in_reference(path):
