@@ -39,13 +39,39 @@ Numerics (the same results on every machine, float32 included):
 
 from __future__ import annotations
 
+import contextvars
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-__all__ = ["RBF", "squared_distances", "difference_distances", "median_bandwidth", "kernel_grad_sum", "CANCELLATION_FACTOR"]
+__all__ = ["RBF", "squared_distances", "difference_distances", "median_bandwidth", "kernel_grad_sum", "CANCELLATION_FACTOR",
+           "gpu_path", "gpu_paths"]
+
+#: set inside :func:`gpu_paths`
+_GPU_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar("repens_gpu_paths", default=False)
+
+
+def gpu_path(t: Tensor) -> bool:
+    """Whether work on ``t`` takes the GPU's code path, the one that never waits for the host
+    (no value read back to pick a branch, so a step can be captured as a CUDA graph): on any
+    device but the CPU, and on the CPU inside :func:`gpu_paths`."""
+    return t.device.type != "cpu" or _GPU_PATHS.get()
+
+
+@contextmanager
+def gpu_paths() -> Iterator[None]:
+    """Inside, the CPU runs the GPU's code paths (:func:`gpu_path`): what a captured GPU step
+    runs, op for op, where tests can look at it (``tests/test_capture.py``). Results differ
+    from the CPU's own paths by rounding only (the same formulas, other kernels)."""
+    token = _GPU_PATHS.set(True)
+    try:
+        yield
+    finally:
+        _GPU_PATHS.reset(token)
 
 #: guards only against underflow: a positive median is never this small in practice
 _MIN_BANDWIDTH = 1e-30
@@ -116,7 +142,7 @@ def squared_distances(x: Tensor, y: Tensor) -> Tensor:
     if x.dim() < 2 or y.dim() < 2 or x.shape[-1] != y.shape[-1]:
         raise ValueError(f"expected (..., n, d) and (..., m, d) particles, got {tuple(x.shape)} and {tuple(y.shape)}")
     same = x is y
-    if x.device.type == "cuda" or x[..., :1].numel() * y.shape[-2] * x.shape[-1] <= SMALL_PAIRS_WORK:
+    if gpu_path(x) or x[..., :1].numel() * y.shape[-2] * x.shape[-1] <= SMALL_PAIRS_WORK:
         return difference_distances(x, y)
     xc, yc = _centred(x, y)
     # one GEMM and no (n, m, d) temporaries: these run every step on (n, ~1e5) particles
@@ -153,7 +179,7 @@ def median_bandwidth(sq_dists: Tensor, n: int) -> Tensor:
     med = flat.median(-1).values
     # the usual case, every median positive, needs no fallback; a CPU decides it on the host
     # (free there, a round-trip on a GPU) and skips the fallback's six ops (52 -> 25 us, 20 sets of 10)
-    if flat.device.type != "cpu" or not bool((med > 0).all()):
+    if gpu_path(flat) or not bool((med > 0).all()):
         # median of the positive entries (NaN where none are)
         positive = torch.where(flat > 0, flat, torch.full_like(flat, float("nan"))).nanmedian(-1).values
         fallback = torch.where(torch.isnan(positive), torch.ones_like(positive) * math.log(n + 1), positive)
@@ -184,12 +210,19 @@ class RBF:
     """
 
     bandwidth: float | None = None
+    #: the fixed bandwidth's tensor by (dtype, device), see :meth:`bandwidth_for`
+    _fixed: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def bandwidth_for(self, reference: Tensor, sq_dists: Tensor | None = None) -> Tensor:
         """The bandwidth ``h`` for the particle set ``reference`` (n, d): a 0-d tensor if
-        fixed, (..., 1, 1) by the median heuristic (one per set of a stack)."""
+        fixed, (..., 1, 1) by the median heuristic (one per set of a stack). A fixed one is
+        made at the first call for a dtype and device and kept (a number's tensor is a
+        host-to-device copy, which a CUDA graph's capture cannot hold)."""
         if self.bandwidth is not None:
-            return torch.as_tensor(self.bandwidth, dtype=reference.dtype, device=reference.device)
+            key = (reference.dtype, reference.device)
+            if key not in self._fixed:
+                self._fixed[key] = torch.as_tensor(self.bandwidth, dtype=reference.dtype, device=reference.device)
+            return self._fixed[key]
         if sq_dists is None:
             sq_dists = squared_distances(reference, reference)
         return median_bandwidth(sq_dists, reference.shape[-2])

@@ -11,13 +11,14 @@ neural network with an isotropic Gaussian prior.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from repens.kernels import gpu_path
 from repens.particles import StackedModel
 from repens.targets import Target
 
@@ -111,7 +112,7 @@ _SMALL_SOFTMAX = 16
 def _over_classes(op: Callable[..., Tensor], logits: Tensor) -> Tensor:
     """``op(logits, dim=-1)``; below :data:`_SMALL_SOFTMAX` classes on the CPU across a
     transposed copy (the same values to float rounding)."""
-    if logits.shape[-1] >= _SMALL_SOFTMAX or logits.dim() < 2 or logits.device.type != "cpu":
+    if logits.shape[-1] >= _SMALL_SOFTMAX or logits.dim() < 2 or gpu_path(logits):
         return op(logits, dim=-1)
     return op(logits.transpose(-1, -2).contiguous(), dim=-2).transpose(-1, -2)
 
@@ -156,6 +157,8 @@ class NetworkPosterior:
     num_train: int
     prior_std: float | Tensor = 1.0
     noise_std: float = 1.0
+    #: ``prior_std ** 2`` by (dtype, device), see :meth:`_variance`
+    _variances: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.likelihood not in LIKELIHOODS:
@@ -216,9 +219,16 @@ class NetworkPosterior:
         return out.addcdiv_(params, self._variance(params), value=-scale)
 
     def _variance(self, params: Tensor) -> Tensor:
-        """``std^2`` in ``params``' dtype, squared there (as :meth:`log_prior` rounds it)."""
-        std = torch.as_tensor(self.prior_std, dtype=params.dtype, device=params.device)
-        return std * std
+        """``std^2`` in ``params``' dtype on its device, squared there (as :meth:`log_prior`
+        rounds it). Made at the first call for a dtype and device and kept: a number's
+        tensor is a host-to-device copy (``lift_fresh``), which a CUDA graph's capture cannot
+        hold, and the first step of a run is eager (:data:`repens.step_graph.WARMUP_STEPS`)."""
+        key = (params.dtype, params.device)
+        variance = self._variances.get(key)
+        if variance is None:
+            std = torch.as_tensor(self.prior_std, dtype=params.dtype, device=params.device)
+            variance = self._variances[key] = std * std
+        return variance
 
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
         std = self.prior_std

@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 import torch
 from torch import Tensor
 
-from repens.kernels import RBF, kernel_grad_sum, squared_distances
+from repens.kernels import RBF, gpu_path, kernel_grad_sum, squared_distances
 
 __all__ = ["kde_score", "sge_score", "ssge_score", "all_eigenpairs_weights", "SCORE_ESTIMATORS", "ScoreEstimator"]
 
@@ -81,7 +81,7 @@ def ssge_score(
     gram = torch.exp(-sq / h)
     grads = kernel_grad_sum(x, x, gram, h)
     cross = gram if query is None else kernel.gram(query, x, h)
-    if num_eigs is None and x.device.type != "cpu":
+    if num_eigs is None and gpu_path(x):
         weights = all_eigenpairs_weights(cross, gram, eta)
     else:
         eye = torch.eye(x.shape[-2], dtype=x.dtype, device=x.device)
