@@ -6,9 +6,13 @@ tiny stacks on the CPU (no figure of its speed is asserted: that is the benchmar
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -290,3 +294,121 @@ def test_budget_leaves_the_repens_log_level_as_it_found_it(tmp_path, capsys):
     rc, _, err = _run(capsys, "--configfile", str(_config_file(tmp_path, config)), "--device", "cpu", "--steps", "1")
     assert rc == 0, err
     assert log.level == logging.NOTSET
+
+
+# -- the marginal step, and a config read without jsonschema (a GPU node's Python) ---------
+
+
+class _FakeRun:
+    """A stage run whose every call costs ``overhead`` (set-up, eager warm-up steps and a
+    capture) plus ``step`` per step, with a first-use cost on its first call."""
+
+    overhead, step, first_use = 0.7, 0.01, 5.0
+
+    def __init__(self, stage, device="auto"):
+        import torch
+
+        self.device = torch.device(device if device != "auto" else "cpu")
+        self.calls: list[int] = []
+        _FakeRun.last = self
+
+    def run(self, steps):
+        self.calls.append(steps)
+        return (self.first_use if len(self.calls) == 1 else 0.0) + self.overhead + steps * self.step
+
+
+def test_the_marginal_step_leaves_out_each_runs_warm_up_and_capture(monkeypatch):
+    """The issue: every timed call paid three eager warm-up steps and a verified capture
+    (on a GPU), which the planner counted as steps; the marginal step between a short and
+    a longer run cancels them (benchmarks/bench_gpu_step.py)."""
+    monkeypatch.setattr(budget_mod, "StageRun", _FakeRun)
+    (stage,) = _tiny_stage()
+    seconds, steps = time_stage(stage, "cpu", steps=50)
+    assert steps == 50 and seconds == pytest.approx(_FakeRun.step, rel=1e-9)
+    assert _FakeRun.last.calls == [1, 1, 51]  # warm-up, the short run, the short run + 50
+    # a GPU's short run holds its warm-up steps and capture: 10 steps
+    seconds, steps = time_stage(stage, "cpu", steps=20, short=budget_mod.SHORT_RUN_STEPS, warmup=2)
+    assert _FakeRun.last.calls == [2, 10, 30] and seconds == pytest.approx(_FakeRun.step, rel=1e-9)
+    # by time: enough steps for min_seconds at the short run's pace (overhead included), capped
+    seconds, steps = time_stage(stage, "cpu", min_seconds=7.1, max_steps=200)
+    assert steps == 10 and seconds == pytest.approx(_FakeRun.step, rel=1e-9)  # 7.1 s / 0.71 s
+    seconds, steps = time_stage(stage, "cpu", min_seconds=1e6)
+    assert steps == 200
+    # the old reading, the long run's average, would have counted the overhead as steps
+    assert (_FakeRun.overhead + 201 * _FakeRun.step) / 201 > 1.3 * seconds
+
+
+def test_a_noisy_difference_falls_back_to_the_long_runs_average(monkeypatch):
+    class Noisy(_FakeRun):
+        def run(self, steps):
+            self.calls.append(steps)
+            return 1.0  # the longer run no slower: noise swamped the steps
+
+    monkeypatch.setattr(budget_mod, "StageRun", Noisy)
+    (stage,) = _tiny_stage()
+    seconds, steps = time_stage(stage, "cpu", steps=4)
+    assert steps == 4 and seconds == pytest.approx(1.0 / 5)
+
+
+BAD_CONFIGS = {
+    "particles": (lambda c: c["experiments"]["image"]["datasets"]["cifar10"].__setitem__("particles", "many"),
+                  "experiments.image.datasets.cifar10.particles: 'many' is not of type 'integer'"),
+    "typo": (lambda c: c["experiments"]["image"]["settings"].__setitem__("partcles", 3),
+             "experiments.image.settings: Additional properties are not allowed ('partcles' was unexpected)"),
+    "scale": (lambda c: c.__setitem__("scale", "huge"), "scale: 'huge' is not one of ['quick', 'paper']"),
+    "download": (lambda c: c.__setitem__("image_data_download", "maybe"),
+                 "image_data_download: 'maybe' is not one of ['true', 'false']"),
+    "method name": (lambda c: c["methods"].__setitem__("Bad_Name", {"rule": "svgd"}),
+                    "methods: 'Bad_Name' does not match any of the regexes"),
+    "seeds": (lambda c: c.__setitem__("seeds", []), "seeds: [] should be non-empty"),
+    "lr": (lambda c: c["experiments"]["image"]["datasets"]["fashionmnist"].__setitem__("lr", -1),
+           "experiments.image.datasets.fashionmnist.lr: -1 is less than or equal to the minimum of 0"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CONFIGS))
+def test_config_checks_without_jsonschema_name_the_same_key(name, tmp_path, monkeypatch):
+    """A GPU node has no jsonschema: load_config falls back on repens.config.schema_errors,
+    whose line is jsonschema's (with jsonschema, when this machine has it)."""
+    mutate, expected = BAD_CONFIGS[name]
+    config = paper()
+    mutate(config)
+    path = _config_file(tmp_path, config)
+    lines = {}
+    for blocked in (False, True):
+        if blocked:
+            monkeypatch.setitem(sys.modules, "jsonschema", None)  # `import jsonschema` raises ImportError
+        elif importlib.util.find_spec("jsonschema") is None:
+            continue
+        with pytest.raises(BudgetError) as err:
+            load_config(path)
+        lines[blocked] = str(err.value)
+    assert expected in lines[True], lines[True]
+    if False in lines:
+        assert lines[False] == lines[True]
+
+
+def test_the_real_configs_pass_without_jsonschema(monkeypatch):
+    from repens.config import schema_errors
+
+    schema = yaml.safe_load(budget_mod.SCHEMA.read_text())
+    monkeypatch.setitem(sys.modules, "jsonschema", None)
+    for scale in ("quick", "paper"):
+        config = load_config(ROOT / "config.yaml", scale)
+        assert config["scale"] == scale and schema_errors(config, schema) == []
+    assert plan(load_config(ROOT / "config.yaml", "paper"))
+
+
+def test_budget_command_runs_where_neither_jsonschema_nor_snakemake_imports(tmp_path):
+    """`python -m repens budget` on a node without jsonschema and Snakemake (a fresh
+    process where importing either raises)."""
+    cells = plan(load_config(_config_file(tmp_path, paper())))
+    timings = _timings_file(tmp_path, cells)
+    script = ("import sys\nsys.modules['jsonschema'] = None\nsys.modules['snakemake'] = None\n"
+              "from repens.cli import main\n"
+              f"sys.exit(main(['budget', '--configfile', {str(ROOT / 'config.yaml')!r}, '--scale', 'paper', "
+              f"'--timings', {str(timings)!r}]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "total:" in proc.stdout and "GPU-hours" in proc.stdout

@@ -15,6 +15,13 @@ first the L2 search: ``search_trials`` candidates trained at once as one stack o
 ``ensemble`` rule for ``search_steps`` steps (``steps`` when unset), i.e.
 ``search_trials x search_steps`` member-steps. Each stage is timed on its own stack.
 
+A step's time is the marginal step (:func:`time_stage`): the difference between a short run
+of the training loop and a longer one, over the extra steps, so the costs each run pays once
+(its set-up; on a GPU three eager warm-up steps and the capture and check of the step's
+graph) are not counted as steps, as ``benchmarks/bench_gpu_step.py`` measures it. The config
+is read without ``jsonschema`` where it is not installed (a GPU node;
+:func:`repens.config.check_schema` then checks it itself).
+
 Only training steps are counted: start-up, data loading, progress evaluation and the final
 evaluation on the test and OOD sets are not (minutes per job against hours of steps at the
 paper's scale). The figures are for one job at a time on the device;
@@ -43,6 +50,7 @@ from repens.cost import duration
 __all__ = [
     "BudgetError", "Stage", "Cell", "Row", "job_stages", "plan", "budget", "format_budget", "load_config",
     "read_timings", "write_timings", "timing_rows", "StageRun", "time_stage", "device_name", "TRAIN_IMAGES",
+    "SHORT_RUN_STEPS",
 ]
 
 EXPERIMENT = "image"
@@ -388,15 +396,37 @@ class StageRun:
         return time.perf_counter() - t0
 
 
+#: steps of the short run :func:`time_stage` subtracts on a GPU: the eager warm-up steps
+#: before a capture (repens.step_graph.WARMUP_STEPS, 3), the capture and its check (three
+#: steps), with room to spare (benchmarks/bench_gpu_step.py's 10)
+SHORT_RUN_STEPS = 10
+
+
 def time_stage(stage: Stage, device: str = "auto", steps: int | None = None, warmup: int = 1,
-               min_seconds: float = 3.0, max_steps: int = 200) -> tuple[float, int]:
-    """(seconds per step, steps timed) of ``stage`` on ``device``: ``warmup`` untimed steps,
-    then ``steps`` timed ones (default: enough for ``min_seconds`` at the pace of one more
-    untimed step after the warm-up, 2 to ``max_steps``)."""
+               min_seconds: float = 3.0, max_steps: int = 200, short: int | None = None) -> tuple[float, int]:
+    """(seconds per step, steps timed) of ``stage`` on ``device``: the marginal step.
+
+    Each run of the training loop pays once for what is not a step: its set-up and, on a
+    GPU, three eager warm-up steps and the capture of the step's graph with its check
+    (:mod:`repens.step_graph`). So, after ``warmup`` untimed steps (the device's first-use
+    costs), a short run of ``short`` steps (:data:`SHORT_RUN_STEPS` on a GPU, 1 elsewhere)
+    and a run of ``short + steps`` steps are timed, and a step costs their difference over
+    ``steps`` (``benchmarks/bench_gpu_step.py`` does the same): each run's own costs cancel.
+    ``steps`` defaults to enough for ``min_seconds`` at the short run's pace, 2 to
+    ``max_steps``. Should noise make the difference not positive, the long run's average
+    step is returned (an upper bound)."""
     run = StageRun(stage, device)
+    if short is None:
+        short = SHORT_RUN_STEPS if run.device.type == "cuda" else 1
+    short = max(1, int(short))
     if warmup > 0:
         run.run(warmup)
+    base = run.run(short)
     if steps is None:
-        probe = run.run(1)
-        steps = int(min(max_steps, max(2, math.ceil(min_seconds / max(probe, 1e-9)))))
-    return run.run(steps) / steps, steps
+        pace = base / short
+        steps = int(min(max_steps, max(2, math.ceil(min_seconds / max(pace, 1e-9)))))
+    total = run.run(short + steps)
+    marginal = (total - base) / steps
+    if not marginal > 0:
+        marginal = total / (short + steps)
+    return marginal, steps

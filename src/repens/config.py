@@ -33,6 +33,7 @@ __all__ = [
     "SEED_RANGE",
     "coerce_numbers",
     "check_schema",
+    "schema_errors",
     "check_data_folders",
     "METHOD_KEYS",
     "check_config",
@@ -418,14 +419,169 @@ def coerce_numbers(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any
 def check_schema(config: dict[str, Any], schema: Mapping[str, Any]) -> None:
     """Coerce the numbers of ``config`` in place (:func:`coerce_numbers`), then check it
     against the JSON ``schema``: its best-matching error raises :class:`ConfigError`
-    ``"<key>: <message>"`` (the key dotted, ``(top level)`` for the config itself)."""
-    import jsonschema
+    ``"<key>: <message>"`` (the key dotted, ``(top level)`` for the config itself).
 
+    Where ``jsonschema`` is not installed (a GPU node: ``repens budget`` there), the
+    check is :func:`schema_errors`, this module's own reading of the keywords the
+    pipeline's schema uses; the error shown is the one nearest the top of the config,
+    as jsonschema's best match picks it."""
     coerce_numbers(config, schema)
+    try:
+        import jsonschema
+    except ImportError:
+        errors = schema_errors(config, schema)
+        if errors:
+            path, message = min(errors, key=lambda e: len(e[0]))  # the first of the shallowest
+            raise ConfigError(f"{'.'.join(str(p) for p in path) or '(top level)'}: {message}") from None
+        return
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         key = ".".join(str(part) for part in error.absolute_path) or "(top level)"
         raise ConfigError(f"{key}: {error.message}")
+
+
+#: JSON Schema keywords :func:`schema_errors` reads; the others it meets are annotations
+#: (``description``, ``default``, ``title``, ``$schema``, ``$defs``) and are skipped
+SCHEMA_KEYWORDS = frozenset({
+    "$ref", "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "minLength", "maxLength", "pattern", "items", "minItems", "maxItems", "uniqueItems", "properties",
+    "patternProperties", "additionalProperties", "required", "minProperties", "maxProperties",
+    "anyOf", "oneOf", "allOf", "not",
+})
+
+
+def _type_fits(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[str, Any]) -> bool:
+    """Whether ``value`` is of a type ``schema`` allows (or the schema names none)."""
+    if not isinstance(schema, Mapping):
+        return bool(schema)
+    kinds = _resolve(schema, root).get("type")
+    if kinds is None:
+        return True
+    return any(_is_type(value, k) for k in ([kinds] if isinstance(kinds, str) else kinds))
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    if kind == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer())
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    kinds = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+    return isinstance(value, kinds.get(kind, ()))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: ``True`` is not ``1``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    return a == b
+
+
+def schema_errors(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[str, Any] | None = None,
+                  path: tuple = ()) -> list[tuple[tuple, str]]:
+    """Every violation of the JSON ``schema`` (draft 2020-12, the keywords of
+    :data:`SCHEMA_KEYWORDS`, local ``$ref`` only) by ``value``, as (path, message); the
+    messages are worded as jsonschema words them. No jsonschema needed."""
+    root = schema if root is None else root  # type: ignore[assignment]
+    if schema is True or schema == {}:
+        return []
+    if schema is False:
+        return [(path, f"False schema does not allow {value!r}")]
+    schema = _resolve(schema, root)  # type: ignore[arg-type]
+    errors: list[tuple[tuple, str]] = []
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+        if not any(_is_type(value, k) for k in kinds):
+            return [(path, f"{value!r} is not of type {', '.join(repr(k) for k in kinds)}")]
+    if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
+        errors.append((path, f"{value!r} is not one of {schema['enum']!r}"))
+    if "const" in schema and not _same(value, schema["const"]):
+        errors.append((path, f"{schema['const']!r} was expected"))
+    if _is_type(value, "number"):
+        for key, fails, words in (("minimum", lambda v, m: v < m, "less than the minimum of"),
+                                  ("maximum", lambda v, m: v > m, "greater than the maximum of"),
+                                  ("exclusiveMinimum", lambda v, m: v <= m, "less than or equal to the minimum of"),
+                                  ("exclusiveMaximum", lambda v, m: v >= m, "greater than or equal to the maximum of")):
+            if key in schema and fails(value, schema[key]):
+                errors.append((path, f"{value!r} is {words} {schema[key]!r}"))
+    if isinstance(value, str):
+        if "minLength" in schema and len(value) < schema["minLength"]:
+            errors.append((path, f"{value!r} is too short"))
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            errors.append((path, f"{value!r} is too long"))
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errors.append((path, f"{value!r} does not match {schema['pattern']!r}"))
+    if isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            errors.append((path, f"{value!r} should be non-empty" if schema["minItems"] == 1
+                           else f"{value!r} is too short"))
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            errors.append((path, f"{value!r} is too long"))
+        if schema.get("uniqueItems"):
+            seen: list[Any] = []
+            for item in value:
+                if any(_same(item, s) for s in seen):
+                    errors.append((path, f"{value!r} has non-unique elements"))
+                    break
+                seen.append(item)
+        if "items" in schema:
+            for i, item in enumerate(value):
+                errors += schema_errors(item, schema["items"], root, path + (i,))
+    if isinstance(value, dict):
+        for key in schema.get("required", []):
+            if key not in value:
+                errors.append((path, f"{key!r} is a required property"))
+        if "minProperties" in schema and len(value) < schema["minProperties"]:
+            errors.append((path, f"{value!r} should be non-empty" if schema["minProperties"] == 1
+                           else f"{value!r} does not have enough properties"))
+        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+            errors.append((path, f"{value!r} has too many properties"))
+        props, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+        extra = []
+        for key, item in value.items():
+            matched = False
+            if key in props:
+                matched = True
+                errors += schema_errors(item, props[key], root, path + (key,))
+            for pattern, sub in patterns.items():
+                if re.search(pattern, str(key)):
+                    matched = True
+                    errors += schema_errors(item, sub, root, path + (key,))
+            if not matched:
+                extra.append(key)
+        additional = schema.get("additionalProperties", True)
+        if extra and additional is False:
+            if patterns and not props:
+                listed = ", ".join(repr(k) for k in extra)
+                verb = "does" if len(extra) == 1 else "do"
+                errors.append((path, f"{listed} {verb} not match any of the regexes: "
+                                     f"{', '.join(repr(p) for p in sorted(patterns))}"))
+            else:
+                listed = ", ".join(repr(k) for k in extra)
+                errors.append((path, f"Additional properties are not allowed ({listed} "
+                                     f"{'was' if len(extra) == 1 else 'were'} unexpected)"))
+        elif extra and isinstance(additional, Mapping):
+            for key in extra:
+                errors += schema_errors(value[key], additional, root, path + (key,))
+    for sub in schema.get("allOf", []):
+        errors += schema_errors(value, sub, root, path)
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            results = [schema_errors(value, sub, root, path) for sub in schema[key]]
+            valid = sum(1 for r in results if not r)
+            # the one alternative of the value's type speaks for all (jsonschema's best match
+            # descends into it too): "'maybe' is not one of ['true', 'false']"
+            typed = [r for sub, r in zip(schema[key], results) if _type_fits(value, sub, root)]
+            if valid == 0 and len(typed) == 1:
+                errors += typed[0]
+            elif valid == 0:
+                errors.append((path, f"{value!r} is not valid under any of the given schemas"))
+            elif key == "oneOf" and valid > 1:
+                errors.append((path, f"{value!r} is valid under each of the given schemas"))
+    if "not" in schema and not schema_errors(value, schema["not"], root, path):
+        errors.append((path, f"{value!r} should not be valid under {schema['not']!r}"))
+    return errors
 
 
 def resolve_job(
