@@ -42,7 +42,7 @@ from repens.kernels import gpu_paths
 from repens.models import build_model
 from repens.particles import StackedModel
 from repens.posteriors import NetworkPosterior
-from repens.step_graph import EagerBackend
+from repens.step_graph import CudaCalls, CudaGraphBackend, EagerBackend
 from repens.updates import make_update
 
 aten = torch.ops.aten
@@ -320,3 +320,151 @@ def test_the_cpus_own_paths_wait_for_the_host(recording):
     offences = {o for record in recording.records for o in record.offences}
     assert any("aten._local_scalar_dense" in o and "(median_bandwidth)" in o for o in offences), offences
     assert any("aten._linalg_eigh" in o and "(ssge_score)" in o for o in offences), offences
+
+
+# ------------------------------------------------------------------- a capture that fails
+CAPTURE_ERROR = "CUDA error: operation not permitted when stream is capturing"
+
+
+class FakeStream:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def wait_stream(self, other: "FakeStream") -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class FakeGraph:
+    """A CUDA graph's bookkeeping on the CPU, with CUDA's rules: a capture begins on a stream
+    other than the default one and ends on the one it began on. ``capture_end`` fails as
+    torch's older ``CUDAGraph::capture_end`` did on an invalidated capture: before it stops
+    sending allocations to the graph's pool."""
+
+    def __init__(self, cuda: "FakeCuda") -> None:
+        self.cuda, self.stream, self.pool, self.replays, self.was_reset = cuda, None, None, 0, False
+
+    def register_generator_state(self, generator: torch.Generator) -> None:
+        assert isinstance(generator, torch.Generator)
+
+    def capture_begin(self, pool) -> None:  # noqa: ANN001
+        if self.cuda.current is self.cuda.default:
+            raise RuntimeError("CUDA graphs must be captured on a non-default stream.")
+        self.stream, self.pool = self.cuda.current, pool
+        self.cuda.routing.add(pool)
+        self.cuda.capturing = True
+
+    def capture_end(self) -> None:
+        if self.cuda.current is not self.stream:
+            raise RuntimeError("Capture must end on the same stream it began on.")
+        self.cuda.capturing = False
+        if self.cuda.fail_at_end:
+            raise RuntimeError(CAPTURE_ERROR)
+        self.cuda.routing.discard(self.pool)
+
+    def replay(self) -> None:
+        self.replays += 1
+
+    def reset(self) -> None:
+        self.was_reset = True
+
+
+class FakeCuda(CudaCalls):
+    """:class:`repens.step_graph.CudaCalls` on the CPU: named streams, the pools the allocator
+    sends blocks to (``routing``), graphs that fail at their end (``fail_at_end``). A capture
+    runs the step on the CPU (there is nothing to record it): the state it moves is put back
+    by :class:`repens.step_graph.StepGraphs` when the capture fails."""
+
+    def __init__(self, fail_at_end: bool = False) -> None:
+        self.default = self.current = FakeStream("default")
+        self.fail_at_end, self.capturing = fail_at_end, False
+        self.routing: set = set()
+        self.graphs: list[FakeGraph] = []
+        self.streams = 0
+
+    def graph(self) -> FakeGraph:
+        self.graphs.append(FakeGraph(self))
+        return self.graphs[-1]
+
+    def pool(self) -> tuple[int, int]:
+        return (0, len(self.graphs))
+
+    def stream(self) -> FakeStream:
+        self.streams += 1
+        return FakeStream(f"side {self.streams}")
+
+    def current_stream(self) -> FakeStream:
+        return self.current
+
+    def set_stream(self, stream: FakeStream) -> None:
+        self.current = stream
+
+    def before_capture(self) -> None:
+        pass
+
+    def end_allocating_to(self, pool) -> bool:  # noqa: ANN001
+        if pool not in self.routing:
+            return False
+        self.routing.discard(pool)
+        return True
+
+
+def _job_through(monkeypatch, backend, method: str = "drle", steps: int = 9):
+    monkeypatch.setattr(repens.train, "backend_for", lambda device: backend)
+    return _image_run(method, "mlp", steps=steps)
+
+
+@pytest.mark.parametrize("method", ["drle", "sge-fwgd"])
+def test_a_capture_that_fails_at_its_end_gives_back_the_stream_and_pool_and_trains_on_eagerly(
+        monkeypatch, caplog, method):
+    """``capture_end`` raises: the job is back on its stream, nothing goes to the graph's pool,
+    the graph is reset, the run goes on eagerly with the eager run's particles (prior draws and
+    Langevin noise from the same stream), with one warning."""
+    cuda = FakeCuda(fail_at_end=True)
+    with caplog.at_level(logging.WARNING, logger="repens.step_graph"):
+        failed = _job_through(monkeypatch, CudaGraphBackend(cuda), method)
+    eager = _job_through(monkeypatch, None, method)
+    assert torch.equal(failed, eager)
+    assert cuda.current is cuda.default and not cuda.capturing and cuda.routing == set()
+    assert len(cuda.graphs) == 1 and cuda.graphs[0].was_reset  # one capture tried, none after it
+    warnings = [r for r in caplog.records if r.name == "repens.step_graph" and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and f"capture failed: RuntimeError: {CAPTURE_ERROR}" in warnings[0].getMessage()
+
+
+def test_a_step_that_fails_inside_the_capture_ends_it_and_says_why(monkeypatch, caplog):
+    """The step itself raises inside the capture (a host-to-device copy, say): the capture is
+    ended all the same, on its own stream, and the step's error is the one reported."""
+    cuda = FakeCuda()
+    backend = CudaGraphBackend(cuda)
+
+    def step():
+        assert cuda.capturing and cuda.current is not cuda.default
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing (cudaMemcpyAsync)")
+
+    with pytest.raises(RuntimeError, match="cudaMemcpyAsync"):
+        backend.capture(step, torch.Generator())
+    assert cuda.current is cuda.default and not cuda.capturing and cuda.routing == set()
+    assert cuda.graphs[0].was_reset
+
+
+def test_a_capture_that_cannot_begin_gives_the_stream_back(monkeypatch):
+    cuda = FakeCuda()
+    backend = CudaGraphBackend(cuda)
+    cuda.set_stream = lambda stream: None  # the capture would begin on the default stream
+    with pytest.raises(RuntimeError, match="non-default stream"):
+        backend.capture(lambda: None, torch.Generator())
+    assert cuda.current is cuda.default and cuda.routing == set() and cuda.graphs[0].was_reset
+
+
+def test_a_capture_that_works_returns_to_the_stream_and_replays_the_graph():
+    cuda = FakeCuda()
+    backend = CudaGraphBackend(cuda)
+    with backend.warm_up():
+        assert cuda.current is not cuda.default
+    assert cuda.current is cuda.default
+    out = object()
+    replay = backend.capture(lambda: out, torch.Generator())
+    assert cuda.current is cuda.default and cuda.routing == set() and not cuda.graphs[0].was_reset
+    assert replay() is out and replay() is out and cuda.graphs[0].replays == 2

@@ -31,17 +31,20 @@ flag, the optimizer step and the Langevin noise) once and replays it every step:
 Only a rule that declares itself graph-safe is captured (``graph_safe`` of
 :func:`repens.updates.make_update`: nothing in its step waits for the host; SSGE's
 ``eigh`` checks its result on the host and is not). Everything here but
-:class:`CudaGraphBackend` is device-independent and tested on the CPU with
+:class:`CudaCalls` is device-independent and tested on the CPU: :class:`StepGraphs` with
 :class:`EagerBackend`, which "replays" by running the step again
-(``tests/test_step_graph.py``). The CUDA backend itself has not run on a GPU in this
-project's sessions (none was lent); a capture that fails or replays anything but the
-eager step is logged and the run goes on eagerly.
+(``tests/test_step_graph.py``); :class:`CudaGraphBackend`'s capture and its fallback with
+a stand-in for :class:`CudaCalls`, and every op of every method's captured step, GPU code
+paths included (:func:`repens.kernels.gpu_paths`), in ``tests/test_capture.py``. The CUDA
+calls themselves have not run on a GPU in this project's sessions (none was lent); a
+capture that fails (the stream and the graph's pool are given back) or replays anything but
+the eager step is logged once and the run goes on eagerly.
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import fields, replace
 from typing import Callable, ContextManager, Iterator, Protocol
 
@@ -52,7 +55,8 @@ from torch import Tensor
 from repens.posteriors import Batch
 from repens.updates import Update
 
-__all__ = ["StepGraphs", "StepState", "GraphBackend", "CudaGraphBackend", "EagerBackend", "backend_for", "WARMUP_STEPS"]
+__all__ = ["StepGraphs", "StepState", "GraphBackend", "CudaGraphBackend", "CudaCalls", "EagerBackend", "backend_for",
+           "WARMUP_STEPS"]
 
 log = logging.getLogger("repens.step_graph")
 
@@ -70,22 +74,117 @@ class GraphBackend(Protocol):
         """Record ``run`` (without running it) and return what runs it again."""
 
 
+class CudaCalls:
+    """The CUDA calls of a capture and of the warm-up, in one place: the only code here that
+    needs a GPU (a test stands in for it on the CPU, ``tests/test_capture.py``)."""
+
+    def graph(self) -> torch.cuda.CUDAGraph:
+        return torch.cuda.CUDAGraph()
+
+    def pool(self) -> tuple[int, int]:
+        """A new memory pool for one graph (graphs replayed in any order share none)."""
+        return torch.cuda.graph_pool_handle()
+
+    def stream(self) -> torch.cuda.Stream:
+        return torch.cuda.Stream()
+
+    def current_stream(self) -> torch.cuda.Stream:
+        return torch.cuda.current_stream()
+
+    def set_stream(self, stream: torch.cuda.Stream) -> None:
+        torch.cuda.set_stream(stream)
+
+    def before_capture(self) -> None:
+        """What ``torch.cuda.graph`` does before a capture: wait for the device (what the graph
+        reads is written) and give the cached blocks back (memory for the graph's pool)."""
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+    def end_allocating_to(self, pool: tuple[int, int]) -> bool:
+        """Stop sending the device's allocations to ``pool``; False if they were not sent there.
+        A failed ``capture_end`` may not have (torch's older ``CUDAGraph::capture_end`` raised
+        on ``cudaStreamEndCapture`` before ``endAllocateToPool``; newer ones end it first)."""
+        try:
+            torch._C._cuda_endAllocateToPool(torch.cuda.current_device(), pool)
+        except RuntimeError:  # "not currently recording to mempool_id": already ended
+            return False
+        return True
+
+
+@contextmanager
+def _on_stream(cuda: CudaCalls, stream) -> Iterator[None]:  # noqa: ANN001
+    """Inside, ``stream`` is the current stream; the previous one comes back however the
+    inside ends."""
+    previous = cuda.current_stream()
+    cuda.set_stream(stream)
+    try:
+        yield
+    finally:
+        cuda.set_stream(previous)
+
+
+def _captured(graph, pool: tuple[int, int], run: Replay) -> Update:  # noqa: ANN001
+    """``run()`` captured into ``graph`` (its memory from ``pool``) on the current stream, the
+    capture ended whatever happens: when ``run`` raises (a host-to-device copy, a host wait:
+    the capture is invalidated), ``capture_end`` still runs and ``run``'s error is the one
+    raised (``capture_end``'s own, an invalidated capture, says less)."""
+    graph.capture_begin(pool)
+    try:
+        result = run()
+    except BaseException:
+        with suppress(Exception):
+            graph.capture_end()
+        raise
+    graph.capture_end()
+    return result
+
+
+def _abandon(cuda: CudaCalls, graph, pool: tuple[int, int]) -> None:  # noqa: ANN001
+    """After a failed capture: no allocation goes to the graph's pool any more, and the graph
+    gives back what it holds (``reset``: its pool, the generator's capture state)."""
+    if cuda.end_allocating_to(pool):
+        log.debug("allocations were still sent to the failed capture's pool; ended")
+    with suppress(Exception):
+        graph.reset()
+
+
 class CudaGraphBackend:
-    """The CUDA graph capture: the only code here that needs a GPU."""
+    """The CUDA graph capture, with explicit ``capture_begin`` / ``capture_end``: the
+    ``torch.cuda.graph`` context ends the capture in its exit before it restores the stream,
+    so a capture that failed at its end left the job on the capture stream (and, in older
+    torch, the allocator sending its blocks to the graph's pool). Here a failed capture always
+    ends, the stream it started from comes back, the pool is let go of (:func:`_abandon`) and
+    the error goes up to :class:`StepGraphs`, which trains on eagerly.
+
+    Args:
+        cuda: the CUDA calls (:class:`CudaCalls`; a test's stand-in on the CPU).
+    """
+
+    def __init__(self, cuda: CudaCalls | None = None) -> None:
+        self.cuda = cuda if cuda is not None else CudaCalls()
+        self._capture_stream = None  # made at the first capture (a capture needs a side stream)
 
     @contextmanager
     def warm_up(self) -> Iterator[None]:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        side = self.cuda.stream()
+        side.wait_stream(self.cuda.current_stream())
+        with _on_stream(self.cuda, side):
             yield
-        torch.cuda.current_stream().wait_stream(side)
+        self.cuda.current_stream().wait_stream(side)
 
     def capture(self, run: Replay, generator: torch.Generator) -> Replay:
-        graph = torch.cuda.CUDAGraph()
+        cuda = self.cuda
+        if self._capture_stream is None:
+            self._capture_stream = cuda.stream()
+        graph, pool = cuda.graph(), cuda.pool()
         graph.register_generator_state(generator)  # each replay advances the run's stream
-        with torch.cuda.graph(graph):
-            result = run()
+        cuda.before_capture()
+        try:
+            with _on_stream(cuda, self._capture_stream):
+                result = _captured(graph, pool, run)
+        except BaseException:
+            _abandon(cuda, graph, pool)
+            raise
 
         def replay() -> Update:
             graph.replay()
