@@ -36,14 +36,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import repens.train
 from repens.config import resolve_job
 from repens.experiments.image import _batches
-from repens.fitting import fit_particles, train_settings
+from repens.fitting import fit_particles, kernel_from_job, train_settings
 from repens.job import ImageJob
 from repens.kernels import gpu_paths
 from repens.models import build_model
 from repens.particles import StackedModel
-from repens.posteriors import NetworkPosterior
+from repens.posteriors import Batch, NetworkPosterior
 from repens.step_graph import CudaCalls, CudaGraphBackend, EagerBackend
-from repens.updates import make_update
+from repens.updates import StepContext, make_update
 
 aten = torch.ops.aten
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,11 +298,39 @@ def test_a_captured_step_makes_no_host_data_waits_for_nothing_and_draws_from_the
     assert offences == [], f"{method} ({network}): a CUDA graph cannot hold\n" + "\n".join(offences)
 
 
-def test_a_fixed_bandwidth_is_captured_too(recording):
+@pytest.mark.parametrize("method,changes", [("svgd", {"bandwidth": 0.5}), ("kde-wgd", {"bandwidth": 0.5}),
+                                            ("fsvgd", {"function_prior": "gp"}),
+                                            ("ssge-fwgd", {"function_prior": "ssge", "prior_samples": 6})])
+def test_other_options_are_captured_too(recording, method, changes):
+    """A fixed bandwidth (a 0-d tensor kept by the kernel), the GP function prior (``solve_ex``
+    unchecked), more prior draws than particles."""
     with gpu_paths():
-        _image_run("svgd", "mlp", bandwidth=0.5)
+        _image_run(method, "mlp", **changes)
     assert recording.records
     assert [o for record in recording.records for o in record.offences] == []
+
+
+def _direction(method: str, **changes) -> torch.Tensor:
+    """One update direction of ``method`` at prior draws, in float64, on a tiny image batch."""
+    job = ImageJob.of(resolve_job(CONFIG, "image", "fashionmnist", method, seed=0)).replace(**NETWORKS["mlp"], **changes)
+    x, y = _image_data()
+    model = StackedModel(build_model(job, tuple(x.shape[1:]), 3))
+    g = torch.Generator().manual_seed(2)
+    params = model.sample_gaussian(5, job.prior_std, g, dtype=torch.float64)
+    posterior = NetworkPosterior(model, "categorical", num_train=x.shape[0], prior_std=job.prior_std)
+    batch = Batch(x[:8].double(), y[:8])
+    update = make_update(job.rule, job.space, **job.rule_options())
+    return update(params, StepContext(posterior, kernel_from_job(job), g, batch, params.flip(-2))).direction
+
+
+@pytest.mark.parametrize("method,changes", [(m, {}) for m in METHODS] + [("fsvgd", {"function_prior": "gp"})])
+def test_the_gpu_paths_compute_the_cpus_direction(method, changes):
+    """What only a GPU ran before (``cdist`` by differences, the median with its fallback
+    computed, SSGE by an inverse in float64) gives the CPU's direction, to rounding."""
+    cpu = _direction(method, **changes)
+    with gpu_paths():
+        gpu = _direction(method, **changes)
+    torch.testing.assert_close(gpu, cpu, rtol=1e-9, atol=1e-9 * float(cpu.abs().max()))
 
 
 def test_every_method_of_the_config_is_graph_safe():
