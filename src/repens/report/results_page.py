@@ -224,6 +224,15 @@ def _provenance(path: Path) -> dict[str, Any]:
         return json.loads(str(data["provenance"])) if "provenance" in data.files else {}
 
 
+def _machine(path: Path) -> dict[str, str]:
+    """The CPU model from the job's ``campaign.json``, for runs whose provenance predates it."""
+    side = path.parent / "campaign.json"
+    if not side.is_file():
+        return {}
+    cpu = json.loads(side.read_text()).get("cpu")
+    return {"cpu": cpu} if cpu and not _provenance(path).get("cpu") else {}
+
+
 def _benchmark(path: Path) -> dict[str, float]:
     bench = path.parent / "benchmark.tsv"
     if not bench.is_file():
@@ -258,7 +267,7 @@ def inventory(reference: Path | str, config: Mapping[str, Any],
             methods = list(exp["methods"]) + (["hmc"] if experiment == "toy" else [])
             seeds = experiment_seeds(paper, experiment)
             mine = [p for p in held if p.parts[-4] == dataset]
-            provs = [_provenance(p) for p in mine]
+            provs = [{**_provenance(p), **_machine(p)} for p in mine]
             bench = [_benchmark(p) for p in mine]
             rows.append({
                 "experiment": experiment, "dataset": dataset,
@@ -288,6 +297,17 @@ def _fmt(value: Any, digits: int = 3) -> str:
     if x is None:
         return _cell(value)
     return number(int(x) if x.is_integer() and abs(x) < 1e4 and "." not in str(value) else x, "text", digits)
+
+
+def _mean_pm(mean: float, se: float) -> str:
+    """``mean ± se`` with the s.e. to two significant digits and the mean to the same
+    decimals (three significant digits without an s.e.)."""
+    if not math.isfinite(mean):
+        return "-"
+    if not math.isfinite(se) or se <= 0:
+        return f"{mean:.3g}"
+    decimals = max(0, 1 - math.floor(math.log10(se)))
+    return f"{mean:.{decimals}f} ± {se:.{decimals}f}"
 
 
 def _markdown(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -342,14 +362,47 @@ def _mean_se(path: Path) -> list[str]:
         for k in keys:
             se = _number(r[f"{k}_se"])
             n = r.get(f"{k}_n", "")
-            cells.append(_fmt(r[f"{k}_mean"]) + ("" if se is None or math.isnan(se) else f" ± {_fmt(se)}")
+            mean = _number(r[f"{k}_mean"])
+            cells.append(_mean_pm(math.nan if mean is None else mean, math.nan if se is None else se)
                          + (f" (n={n})" if n else ""))
         table.append([_cell(r[c]) for c in ident] + cells)
     return _markdown(ident + keys, table)
 
 
+def _per_seed(path: Path, metrics: Sequence[str]) -> list[str]:
+    """A table with a row per seed (``seed`` column), shown as mean ± s.e. over seeds
+    (s.e. = sd / sqrt(n), ddof 1) per ``target``/``dataset`` and method."""
+    import pandas as pd
+
+    frame = pd.read_csv(path)
+    keys = [c for c in ("target", "dataset", "label") if c in frame.columns]
+    cols = [m for m in metrics if m in frame.columns]
+    rows = []
+    for key, group in frame.groupby(keys, sort=False, dropna=False):
+        cells = []
+        for m in cols:
+            x = group[m].dropna()
+            se = x.std(ddof=1) / len(x) ** 0.5 if len(x) > 1 else math.nan
+            cells.append("-" if x.empty else _mean_pm(float(x.mean()), float(se)))
+        n = group["seed"].notna().sum()
+        rows.append([*(key if isinstance(key, tuple) else (key,)), str(n) if n else "exact", *cells])
+    return _markdown([*keys, "seeds", *cols], rows)
+
+
+#: the columns the page shows of the per-seed tables (every column is in the CSV)
+PER_SEED_COLUMNS = {
+    "metrics.csv": ("energy_distance", "max_cov_rel_err", "mean_error"),
+}
+
+
 def _table(path: Path) -> list[str]:
-    return _vs_paper(path) if path.name == "table1_vs_paper.csv" else _mean_se(path)
+    if path.name == "table1_vs_paper.csv":
+        return _vs_paper(path)
+    with open(path) as fh:
+        header = next(csv.reader(fh), [])
+    if "seed" in header and path.name in PER_SEED_COLUMNS:
+        return _per_seed(path, PER_SEED_COLUMNS[path.name])
+    return _mean_se(path)
 
 
 def _claims_section(kept: Path) -> list[str]:
@@ -395,10 +448,17 @@ def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str
     missing = [r for r in inv if r["runs"] < r["grid"]]
     if missing:
         lines += ["", "Not run yet, and why:", ""]
-        for r in missing:
-            why = r["why"] or ("the CPU campaign (`workflow/scripts/campaign.py`) has not reached these runs"
-                               if r["runs"] else "not started: the CPU campaign has not reached it")
-            lines.append(f"- {r['experiment']} / {r['dataset']}: {r['grid'] - r['runs']} of {r['grid']} runs: {why}.")
+        campaign = "the CPU campaign (`workflow/scripts/campaign.py`) has not reached them yet"
+        for experiment in dict.fromkeys(r["experiment"] for r in missing):
+            rows = [r for r in missing if r["experiment"] == experiment]
+            untouched = [r for r in rows if not r["runs"] and not r["why"]]
+            if len(untouched) > 1:
+                lines.append(f"- {experiment}: {', '.join(r['dataset'] for r in untouched)}: all "
+                             f"{sum(r['grid'] for r in untouched)} runs: {campaign}.")
+                rows = [r for r in rows if r not in untouched]
+            for r in rows:
+                lines.append(f"- {experiment} / {r['dataset']}: {r['grid'] - r['runs']} of {r['grid']} runs: "
+                             f"{r['why'] or campaign}.")
     for section in SECTIONS:
         lines += ["", f"## {section.title}", "", f"The paper: {section.paper}", ""]
         have = False
