@@ -824,6 +824,16 @@ def evaluate(evidence: Evidence, claims: Sequence[Claim] = CLAIMS) -> list[Resul
     return out
 
 
+def _shown_path(path: Path | str) -> str:
+    """A file as the scorecard names it: relative to the working directory when under it
+    (the checkout), so the scorecard does not depend on where the checkout lies."""
+    path = Path(path)
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix() if path.is_absolute() else path.as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
 def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | None]) -> list[dict[str, Any]]:
     """One CSV row per claim."""
     rows = []
@@ -831,7 +841,7 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
         c = r.claim
         rows.append({
             "id": c.id, "source": c.source, "claim": c.words, "reading": c.reading,
-            "files": " ".join(str(files.get(k) or FILES[k]) for k in c.files),
+            "files": " ".join(_shown_path(files.get(k) or FILES[k]) for k in c.files),
             "verdict": r.verdict, "figures": summary(r.comparisons),
             "source_verdict": r.source_verdict or "n/a",
             "source_figures": summary(r.source_comparisons) if r.source_comparisons else "",
