@@ -72,3 +72,25 @@ def test_mixed_scales_refused(tmp_path):
     with pytest.raises(ValueError, match="different scales"):
         write_table1([a, b], REFERENCE, {}, ["fashionmnist"], ["de"], tmp_path / "t.tex", tmp_path / "t.png",
                      tmp_path / "t.csv", tmp_path / "v.csv")
+
+
+def test_table1_with_one_seed_shows_n_and_says_the_spread_is_not_measured(tmp_path):
+    inputs = [_metrics(tmp_path / "a.json", "de", 38, 0.91), _metrics(tmp_path / "b1.json", "svgd", 38, 0.90),
+              _metrics(tmp_path / "b2.json", "svgd", 39, 0.92)]
+    out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
+    # cifar10 has no run at all (no data here): its block is empty, not an error
+    write_table1(inputs, REFERENCE, {"de": "Deep ensemble", "svgd": "SVGD"}, ["fashionmnist", "cifar10"],
+                 ["de", "svgd"], out["tex"], out["png"], out["csv"], tmp_path / "vs.csv", out_html=tmp_path / "t.html")
+    tex = out["tex"].read_text()
+    assert "n: seeds per row" in tex and "our seed-to-seed spread is not measured yet" in tex
+    assert "10 particles, 600 steps" in tex  # sizes as numbers, not lists
+    html = (tmp_path / "t.html").read_text()
+    assert ">n<" in html and ">1<" in html and ">2<" in html
+    assert ">91.000<" in html  # one seed: the mean alone, no ±
+    rows = list(csv.DictReader(open(tmp_path / "vs.csv")))
+    de = next(r for r in rows if r["method"] == "de" and r["metric"] == "Accuracy (%)")
+    assert de["ours_seeds"] == "1" and de["ours_se"] == "nan"
+    assert de["error_basis"].startswith("the paper's only")
+    assert float(de["difference_in_errors"]) == pytest.approx((91.0 - 91.122) / 0.013)
+    svgd = next(r for r in rows if r["method"] == "svgd" and r["metric"] == "Accuracy (%)")
+    assert svgd["error_basis"] == "ours and the paper's"
