@@ -18,6 +18,9 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
   run (:mod:`repens.budget`).
 * ``where FILE [--dataset D --method M --metric KEY]``: where a result or a table row came
   from (commit, versions, device, job spec, log; :mod:`repens.provenance`).
+* ``export-jobs TARGETS --out jobs.json``, ``run-jobs jobs.json --parallel K --deadline S``,
+  ``pack jobs.json --out PREFIX``, ``import-results PREFIX.tar.gz*``: a target's training jobs
+  on an offline GPU node without Snakemake (:mod:`repens.kit`).
 
 ``train`` and ``hmc`` stamp their result files with the provenance; every table command
 writes ``<csv>.provenance.json`` beside its CSV. Every table is written through
@@ -289,6 +292,62 @@ def _budget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kit(run):
+    """A kit command (:mod:`repens.kit`): its KitError as one line, exit 2."""
+
+    def handler(args: argparse.Namespace) -> int:
+        from repens.kit import KitError
+
+        try:
+            return run(args)
+        except KitError as err:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            return 2
+
+    return handler
+
+
+@_kit
+def _export_jobs(args: argparse.Namespace) -> int:
+    from repens.kit import write_json, describe_export, export_jobs
+
+    data = export_jobs(args.targets, config=args.config, configfile=args.configfile, snakefile=args.snakefile,
+                       directory=args.directory, forceall=args.forceall, include=args.include, exclude=args.exclude,
+                       stage=args.stage_raw)
+    write_json(Path(args.out), data)
+    print(describe_export(data))
+    print(f"wrote {args.out}")
+    return 0
+
+
+@_kit
+def _run_jobs(args: argparse.Namespace) -> int:
+    from repens.kit import run_jobs
+
+    return run_jobs(args.jobs, parallel=args.parallel, deadline=args.deadline, grace=args.grace, device=args.device,
+                    raw=args.raw, directory=args.directory, state=args.state, retry_failed=args.retry_failed,
+                    prepare_only=args.prepare_only, min_run=args.min_run, only=args.only or ())
+
+
+@_kit
+def _pack(args: argparse.Namespace) -> int:
+    from repens.kit import MIB, pack
+
+    pack(args.jobs, args.out, directory=args.directory, state=args.state, max_files=args.max_files,
+         max_bytes=int(args.max_mib * MIB), checkpoints=args.checkpoints, only_new=args.only_new)
+    return 0
+
+
+@_kit
+def _import_results(args: argparse.Namespace) -> int:
+    from repens.kit import import_results
+
+    import_results(args.parts, directory=args.directory, snakefile=args.snakefile, config=args.config,
+                   configfile=args.configfile, verify=not args.no_verify, prepare=not args.no_prepare,
+                   metadata=not args.no_metadata, cores=args.cores)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="repens", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -429,6 +488,66 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--method", help="table rows: the method of the row")
     p.add_argument("--metric", help="also print each input's value of this metric key (e.g. accuracy)")
     p.set_defaults(func=_where)
+
+    # the job kit (repens.kit): a target's training jobs on an offline GPU node without Snakemake
+    p = sub.add_parser("export-jobs", help="login machine: write the training jobs of targets (as Snakemake "
+                                           "would run them) and their data steps to a jobs file")
+    p.add_argument("targets", nargs="+", help="Snakemake targets, e.g. results/table1.tex")
+    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="as snakemake --config")
+    p.add_argument("--configfile", help="as snakemake --configfile")
+    p.add_argument("--snakefile", help="default: this checkout's Snakefile")
+    p.add_argument("--directory", "-d", default=".", help="Snakemake's working directory (default: here)")
+    p.add_argument("--forceall", action="store_true", help="every job of the targets, also those already built here")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="only jobs whose first output matches (e.g. 'results/image/fashionmnist/*'); repeatable")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="leave out matching jobs")
+    p.add_argument("--stage-raw", metavar="DIR",
+                   help="copy the original image archives the data steps read into DIR (e.g. data/raw, ignored by "
+                        "git) to send with the tree")
+    p.add_argument("--out", required=True, help="the jobs file to write (JSON)")
+    p.set_defaults(func=_export_jobs)
+
+    p = sub.add_parser("run-jobs", help="GPU node: run a jobs file's jobs K at a time until a deadline; "
+                                        "resumes and skips finished jobs on the next call")
+    p.add_argument("jobs", help="the jobs file (export-jobs)")
+    p.add_argument("--parallel", "-k", type=int, default=1, help="jobs at a time (default 1)")
+    p.add_argument("--deadline", type=float, metavar="SECONDS",
+                   help="send SIGTERM to the running jobs this long after the start (they checkpoint and exit)")
+    p.add_argument("--grace", type=float, default=60.0, help="seconds a job has to exit after SIGTERM (default 60)")
+    p.add_argument("--min-run", type=float, default=0.0, metavar="SECONDS",
+                   help="start no job with less than this left before the deadline")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override the jobs' --device")
+    p.add_argument("--raw", default="data/raw", help="the original image archives, a torchvision root (default data/raw)")
+    p.add_argument("--directory", "-d", default=".", help="where the jobs' paths are (default: here)")
+    p.add_argument("--state", help="what was run and how it ended (default results/run-jobs.json)")
+    p.add_argument("--only", action="append", metavar="GLOB", help="only jobs whose first output matches; repeatable")
+    p.add_argument("--retry-failed", action="store_true", help="run failed jobs again")
+    p.add_argument("--prepare-only", action="store_true", help="prepare the missing data, run no job")
+    p.set_defaults(func=_run_jobs)
+
+    p = sub.add_parser("pack", help="GPU node: pack the finished jobs' files into at most 8 files of 16 MiB")
+    p.add_argument("jobs", help="the jobs file (export-jobs)")
+    p.add_argument("--out", required=True, help="file prefix: writes PREFIX.tar.gz, or PREFIX.tar.gz.00, .01, ...")
+    p.add_argument("--directory", "-d", default=".", help="where the jobs' paths are (default: here)")
+    p.add_argument("--state", help="run-jobs' state file (default results/run-jobs.json)")
+    p.add_argument("--max-files", type=int, default=8, help="at most this many files (default 8)")
+    p.add_argument("--max-mib", type=float, default=16.0, help="MiB per file (default 16)")
+    p.add_argument("--checkpoints", action="store_true", help="also the unfinished jobs' checkpoints (resume elsewhere)")
+    p.add_argument("--only-new", action="store_true", help="leave out the jobs an earlier pack took")
+    p.set_defaults(func=_pack)
+
+    p = sub.add_parser("import-results", help="login machine: put a pack's results in place so Snakemake takes "
+                                              "them as built (no retraining)")
+    p.add_argument("parts", nargs="+", help="the pack: PREFIX.tar.gz, or all of PREFIX.tar.gz.NN")
+    p.add_argument("--directory", "-d", default=".", help="Snakemake's working directory (default: here)")
+    p.add_argument("--snakefile", help="default: this checkout's Snakefile")
+    p.add_argument("--config", nargs="+", metavar="KEY=VALUE", help="default: the export's --config")
+    p.add_argument("--configfile", help="default: the export's --configfile")
+    p.add_argument("--cores", type=int, default=1, help="Snakemake's cores for preparing missing inputs")
+    p.add_argument("--no-verify", action="store_true", help="skip checking the specs against Snakemake's")
+    p.add_argument("--no-prepare", action="store_true", help="do not make missing inputs (fail instead)")
+    p.add_argument("--no-metadata", action="store_true", help="leave Snakemake's metadata alone")
+    p.set_defaults(func=_import_results)
 
     args = parser.parse_args(argv)
     _setup_logging(args.log)
