@@ -280,6 +280,33 @@ def test_sigterm_to_the_runner_stops_its_jobs_cleanly(node, tmp_path):
     assert (node.dir / (job["id"] + ".ckpt")).is_file()
 
 
+def test_a_job_left_running_by_a_killed_runner_is_stopped_before_it_runs_again(node, tmp_path):
+    """A command limit that kills the runner (SIGKILL) leaves its jobs running: the next call
+    stops them (SIGTERM: they checkpoint) and resumes them, never running one job twice at once."""
+    job = node.job("a", ticks=60)
+    node.jobs([job])
+    script = (f"import sys; from repens.kit import run_jobs; "
+              f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, "
+              f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    runner = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.DEVNULL)
+    for _ in range(200):
+        if any(e["what"] == "start" for e in node.events()):
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    runner.kill()
+    runner.wait()
+    assert node.state()["jobs"][job["id"]]["status"] == "running"
+    rc, out = node.run(grace=10)
+    assert rc == 0, out
+    assert "still running from an earlier call" in out, out
+    log = (node.dir / job["log"]).read_text()
+    tick = int(re.search(r"SIGTERM at tick (\d+)", log)[1])
+    assert f"resumed at tick {tick}" in log
+    assert json.loads((node.dir / job["id"]).read_text())["resumed_at"] == tick
+
+
 # -- pack and import ------------------------------------------------------------------------
 
 

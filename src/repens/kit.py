@@ -282,7 +282,7 @@ def _archives(dataset: str | None) -> list[dict[str, str]]:
     except ImportError:  # numpy missing: the list is a convenience
         return []
     entry = IMAGE_DATASETS.get(dataset)
-    return [{"path": f"{f.folder}/{f.filename}", "md5": f.md5} for f in entry.files] if entry else []
+    return [{"path": os.path.normpath(f"{f.folder}/{f.filename}"), "md5": f.md5} for f in entry.files] if entry else []
 
 
 def _md5(path: Path) -> str:
@@ -483,6 +483,32 @@ class _Runner:
         write_json(self.state_path, self.state)
 
     # which tasks
+    def stop_leftovers(self) -> None:
+        """Jobs a killed runner left running (their record says ``running`` and the process
+        is still there, running the same job): SIGTERM, so they checkpoint, before anything
+        runs them again; killed after ``grace``."""
+        alive = []
+        for book in ("jobs", "prepare"):
+            for key, record in self.state[book].items():
+                pid = record.get("pid")
+                if record.get("status") != "running" or not pid:
+                    continue
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if key.encode() in cmdline:
+                    self.say(f"{key}: still running from an earlier call (pid {pid}); SIGTERM")
+                    os.kill(pid, signal.SIGTERM)
+                    alive.append(pid)
+        until = time.monotonic() + self.grace
+        while alive and time.monotonic() < until:
+            time.sleep(0.2)
+            alive = [pid for pid in alive if Path(f"/proc/{pid}").exists()
+                     and b"Z" not in Path(f"/proc/{pid}/stat").read_bytes().split(b") ")[-1][:1]]
+        for pid in alive:
+            os.kill(pid, signal.SIGKILL)
+
     def plan(self) -> tuple[list[_Task], dict[str, str]]:
         jobs = [j for j in self.data["jobs"] if not self.only or any(fnmatch.fnmatch(j["id"], g) for g in self.only)]
         status = {j["id"]: job_status(j, self.state["jobs"].get(j["id"]), self.directory) for j in jobs}
@@ -556,6 +582,9 @@ class _Runner:
         task.started, task.started_at = time.monotonic(), _now()
         task.proc = subprocess.Popen(command, cwd=self.directory, stdout=task.log_handle, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=self.env)
+        book = self.state["jobs" if task.kind == "job" else "prepare"]
+        book.setdefault(task.key, {"attempts": []}).update(status="running", pid=task.proc.pid)
+        self.save()
         self.say(f"start {task.key}" + (" (data)" if task.kind == "prepare" else ""))
         self.event(task.key, "start")
 
@@ -601,6 +630,7 @@ class _Runner:
         return True
 
     def run(self) -> int:
+        self.stop_leftovers()
         tasks, status = self.plan()
         counts = {s: sum(1 for v in status.values() if v == s) for s in set(status.values())}
         self.say(f"{len(self.data['jobs'])} job(s) in the file; " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
@@ -1004,9 +1034,12 @@ def import_results(parts: Sequence[Path | str], *, directory: Path | str = ".", 
         moved, finished_files = [], set()
         for job in finished:
             finished_files.update(job["files"])
+        node_logs = set(manifest.get("logs") or [])  # the node's data steps: a log here is this machine's
         for path in sorted(p for p in staging.rglob("*") if p.is_file()):
             rel = path.relative_to(staging).as_posix()
             dest = directory / rel
+            if rel in node_logs and dest.exists():
+                continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, dest)
             if rel in finished_files:
@@ -1045,6 +1078,9 @@ def describe_export(data: dict[str, Any]) -> str:
     if data.get("staged"):
         size = sum(Path(p).stat().st_size for p in data["staged"] if Path(p).is_file())
         lines.append(f"staged {len(data['staged'])} archive(s), {size / MIB:.1f} MiB")
+        if size > 64 * MIB:
+            lines.append("warning: more than the 64 MiB that travel with the tree to a GPU node; export fewer data "
+                         "sets, e.g. --include 'results/image/fashionmnist/*'")
     if data.get("ship"):
         lines.append("inputs no step makes (send them with the tree): " + ", ".join(data["ship"]))
     if data.get("left_to_snakemake"):
