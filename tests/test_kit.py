@@ -16,6 +16,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -386,6 +387,35 @@ def test_import_puts_results_in_place_dated_after_their_inputs(node, tmp_path):
     (login / "data/images/fake.npz").unlink()
     with pytest.raises(KitError, match="inputs missing here: data/images/fake.npz"):
         kit.import_results(parts, directory=login, verify=False, metadata=False, prepare=False, stream=io.StringIO())
+
+
+def test_import_refuses_results_of_another_config(node, tmp_path, monkeypatch):
+    """Each job's spec is checked against what Snakemake would pass now (its dry run, here
+    stood in for): results of another config are not imported as this one's."""
+    a = node.job("a")
+    node.jobs([a])
+    assert node.run()[0] == 0
+    parts = pack(node.dir / "jobs.json", tmp_path / "r", directory=node.dir, stream=io.StringIO())
+    asked = []
+
+    def dry_run(spec):
+        def fake(targets, extra=(), **where):
+            asked.append((list(targets), list(extra), where["config"]))
+            argv = ["train", "--spec", spec, "--out", a["id"]]
+            return [{"rule": "train_fake", "output": a["id"], "shellcmd": "python -m repens " + shlex.join(argv)}]
+        return fake
+
+    login = tmp_path / "login"
+    monkeypatch.setattr(kit, "_dry_run", dry_run(a["spec"].replace('"ticks": 4', '"ticks": 5')))
+    with pytest.raises(KitError, match="1 job\\(s\\) of the pack are not what Snakemake would run here now"):
+        kit.import_results(parts, directory=login, metadata=False, prepare=False, config=["scale=paper"],
+                           stream=io.StringIO())
+    assert asked == [([a["id"]], ["--force"], ["scale=paper"])]
+    assert not (login / a["id"]).exists()
+    monkeypatch.setattr(kit, "_dry_run", dry_run(a["spec"]))
+    kit.import_results(parts, directory=login, metadata=False, prepare=False, stream=io.StringIO())
+    assert (login / a["id"]).read_text() == (node.dir / a["id"]).read_text()
+    assert asked[-1][2] == []  # by default the export's --config
 
 
 def test_a_pack_member_outside_the_directory_is_refused(tmp_path):
