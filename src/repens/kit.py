@@ -449,6 +449,14 @@ def _benchmark_tsv(attempts: Sequence[dict[str, Any]]) -> str:
     return f"{header}\n{seconds:.2f}\t{h}:{m:02d}:{s:02d}\t{rss:.2f}\tNA\tNA\tNA\tNA\tNA\t{load:.2f}\t{cpu:.2f}\n"
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (exists and is no zombie)."""
+    try:
+        return not Path(f"/proc/{pid}/stat").read_bytes().rsplit(b") ", 1)[-1].startswith(b"Z")
+    except OSError:
+        return False
+
+
 class _Runner:
     def __init__(self, jobs_file: Path | str, *, parallel: int, deadline: float | None, grace: float,
                  device: str | None, raw: Path | str, directory: Path | str, state: Path | str | None,
@@ -497,17 +505,22 @@ class _Runner:
                     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if key.encode() in cmdline:
+                if key.encode() in cmdline and _alive(pid):
                     self.say(f"{key}: still running from an earlier call (pid {pid}); SIGTERM")
-                    os.kill(pid, signal.SIGTERM)
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except OSError:
+                        continue
                     alive.append(pid)
         until = time.monotonic() + self.grace
         while alive and time.monotonic() < until:
             time.sleep(0.2)
-            alive = [pid for pid in alive if Path(f"/proc/{pid}").exists()
-                     and b"Z" not in Path(f"/proc/{pid}/stat").read_bytes().split(b") ")[-1][:1]]
+            alive = [pid for pid in alive if _alive(pid)]
         for pid in alive:
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def plan(self) -> tuple[list[_Task], dict[str, str]]:
         jobs = [j for j in self.data["jobs"] if not self.only or any(fnmatch.fnmatch(j["id"], g) for g in self.only)]
