@@ -180,6 +180,7 @@ def train(
     checkpoint: Path | None = None,
     on_log: Callable[[int, Tensor], dict] | None = None,
     checkpoint_key: str | None = None,
+    optimizer_for: Callable[[str, Tensor, float], torch.optim.Optimizer] | None = None,
 ) -> TrainState:
     """Run ``settings.steps`` updates, resuming from ``checkpoint`` if it exists.
 
@@ -199,11 +200,15 @@ def train(
             of the job). It is stored with ``settings.steps``/``lr``/``optimizer`` in
             every checkpoint; a checkpoint made under another key is not resumed but
             renamed to ``<checkpoint>.stale`` (one log line says so).
+        optimizer_for: makes the optimizer from ``settings.optimizer``, the particles and
+            the learning rate (default :func:`repens.optimizers.make_optimizer`); a stack
+            of seeds steps each seed's block on its own
+            (:class:`repens.experiments.image.SeedStackAdam`).
     """
     if state.params.device.type == "cpu":
         keep_freed_memory()  # a step's activations are reused, not page-faulted in again
     params = state.params.detach().clone().requires_grad_(True)
-    optimizer = make_optimizer(settings.optimizer, params, settings.lr)
+    optimizer = (optimizer_for or make_optimizer)(settings.optimizer, params, settings.lr)
     start = 0
     repulsion: list[tuple[int, list[float]]] = list(state.repulsion)
     sampler_state = getattr(next_batch, "state_dict", None)
