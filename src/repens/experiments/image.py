@@ -22,31 +22,38 @@ new ``l2_range``) sets them aside and searches again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch.func import vmap
 
 from repens.atomic import save_npz_atomic, write_json_atomic
 from repens.data.images import load_arrays
 from repens.evaluation import classification_metrics, ensemble_summary, mutual_information
-from repens.fitting import fit_particles, train_settings
-from repens.job import ImageJob
+from repens.fitting import fit_particles, kernel_from_job, train_settings
+from repens.job import ImageJob, SpecError
 from repens.jobkey import load_keyed_json
 from repens.models import build_model
+from repens.optimizers import DirectAdam, DirectSGD
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
+from repens.train import TrainState, train
+from repens.updates import StepContext, Update, add_langevin_noise, langevin_noise_std, make_update
 
 log = logging.getLogger("repens.image")
 
-__all__ = ["run_image", "ImageData", "load_image_data", "resolve_device", "predict_summary", "predict_details", "member_nll", "l2_search"]
+__all__ = ["run_image", "run_image_stack", "stack_settings", "stack_checkpoint", "SeedStackModel", "SeedStreams",
+           "SeedStackPosterior", "SeedStackAdam", "SeedStackSGD", "NOT_STACKABLE", "ImageData", "load_image_data", "resolve_device", "predict_summary", "predict_details", "member_nll", "l2_search"]
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -211,6 +218,61 @@ def l2_search(job: ImageJob, data: ImageData, model: StackedModel, generator: to
     return result
 
 
+def _search_prior(job: ImageJob, data: ImageData, model: StackedModel, generator: torch.Generator, out: Path,
+                  checkpoint: Path | None, device: torch.device) -> Tensor:
+    """A hyper-deep ensemble's prior sds (n, 1): the L2 search's best strengths, members
+    cycling through them. The search runs (:func:`l2_search`) unless ``l2_search.json``
+    beside ``out`` holds one of the job's key, whose end state of the random stream is then
+    put back into ``generator``, so the ensemble draws what it drew after that search."""
+    search_file = out.with_name("l2_search.json")
+    key = job.key()
+    search = load_keyed_json(search_file, key, log, then="running the search again", what="L2 search")
+    if search is not None:
+        generator.set_state(torch.tensor(search["generator_state"], dtype=torch.uint8))
+        log.info("L2 search: reusing %s (same settings)", search_file)
+    else:
+        search_ckpt = None if checkpoint is None else checkpoint.with_name(checkpoint.name + ".search")
+        search = l2_search(job, data, model, generator, search_ckpt, device)
+        search["generator_state"] = generator.get_state().tolist()
+        search["key"] = key
+        write_json_atomic(search_file, search, indent=2, sort_keys=True)
+        if search_ckpt is not None and search_ckpt.exists():
+            search_ckpt.unlink()
+    best = torch.tensor(search["best"], dtype=torch.float64)
+    return (1.0 / best[torch.arange(job.particles) % best.numel()].sqrt()).float().view(-1, 1)
+
+
+def _write_results(job: ImageJob, out: Path, model: StackedModel, params: Tensor, data: ImageData,
+                   device: torch.device, train_seconds: float, started: float, **extra: Any) -> None:
+    """``predictions.npz`` beside ``out``, then the metrics file ``out`` (last, atomically)
+    for the trained particles ``params`` (n, D) of ``job``; ``extra``: further record fields."""
+    test_probs, test_md, test_mi = predict_details(model, params, data.x_test)
+    ood_probs, ood_md, ood_mi = predict_details(model, params, data.x_ood)
+    labels = data.y_test.cpu()
+    metrics = classification_metrics(test_probs, test_md, labels, ood_probs, ood_md, test_mi, ood_mi)
+    save_npz_atomic(out.with_name("predictions.npz"), test_probs=test_probs.float().numpy(),
+                    test_md=test_md.float().numpy(), test_labels=labels.numpy(),
+                    ood_probs=ood_probs.float().numpy(), ood_md=ood_md.float().numpy(),
+                    test_mi=test_mi.float().numpy(), ood_mi=ood_mi.float().numpy(),
+                    job=np.array(json.dumps(job.spec, sort_keys=True)))
+    record = {
+        "metrics": metrics,
+        "job": job.to_spec(),
+        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "train_seconds_this_run": train_seconds,
+        "wall_seconds_this_run": time.time() - started,
+        **extra,
+    }
+    write_json_atomic(out, record, indent=2, sort_keys=True)
+    log.info("metrics %s", json.dumps(metrics, sort_keys=True))
+    log.info("wrote %s", out)
+
+
+def _check_inputs(inputs: Mapping[str, str] | None) -> None:
+    if not inputs or "train" not in inputs or "ood" not in inputs:
+        raise ValueError("image jobs need inputs 'train' and 'ood' (the prepared .npz files)")
+
+
 def run_image(job: ImageJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None, *,
               inputs: dict[str, str] | None = None, device: str = "auto") -> None:
     """Train one method with one seed on an image data set and write predictions and metrics.
@@ -223,8 +285,7 @@ def run_image(job: ImageJob | Mapping[str, Any], out: Path, checkpoint: Path | N
         device: ``auto``, ``cpu`` or ``cuda``.
     """
     job = ImageJob.of(job)
-    if not inputs or "train" not in inputs or "ood" not in inputs:
-        raise ValueError("image jobs need inputs 'train' and 'ood' (the prepared .npz files)")
+    _check_inputs(inputs)
     started = time.time()
     dev = resolve_device(device)
     seed = job.seed
@@ -241,22 +302,7 @@ def run_image(job: ImageJob | Mapping[str, Any], out: Path, checkpoint: Path | N
     prior_std: Any = job.prior_std
     out.parent.mkdir(parents=True, exist_ok=True)
     if job.l2_search:
-        search_file = out.with_name("l2_search.json")
-        key = job.key()
-        search = load_keyed_json(search_file, key, log, then="running the search again", what="L2 search")
-        if search is not None:
-            generator.set_state(torch.tensor(search["generator_state"], dtype=torch.uint8))
-            log.info("L2 search: reusing %s (same settings)", search_file)
-        else:
-            search_ckpt = None if checkpoint is None else checkpoint.with_name(checkpoint.name + ".search")
-            search = l2_search(job, data, model, generator, search_ckpt, dev)
-            search["generator_state"] = generator.get_state().tolist()
-            search["key"] = key
-            write_json_atomic(search_file, search, indent=2, sort_keys=True)
-            if search_ckpt is not None and search_ckpt.exists():
-                search_ckpt.unlink()
-        best = torch.tensor(search["best"], dtype=torch.float64)
-        prior_std = (1.0 / best[torch.arange(n) % best.numel()].sqrt()).float().view(-1, 1)
+        prior_std = _search_prior(job, data, model, generator, out, checkpoint, dev)
     init = _initial(model, job, n, prior_std, generator)
     prior = prior_std.to(dev) if isinstance(prior_std, Tensor) else prior_std
     monitor = (data.x_test[:1000], data.y_test[:1000])
@@ -264,24 +310,333 @@ def run_image(job: ImageJob | Mapping[str, Any], out: Path, checkpoint: Path | N
     params = _train_stack(job, data.x_train, data.y_train, model, prior, init, generator, job.steps,
                           checkpoint, monitor, dev)
     train_seconds = time.perf_counter() - t0
-    test_probs, test_md, test_mi = predict_details(model, params, data.x_test)
-    ood_probs, ood_md, ood_mi = predict_details(model, params, data.x_ood)
-    labels = data.y_test.cpu()
-    metrics = classification_metrics(test_probs, test_md, labels, ood_probs, ood_md, test_mi, ood_mi)
-    save_npz_atomic(out.with_name("predictions.npz"), test_probs=test_probs.float().numpy(),
-                    test_md=test_md.float().numpy(), test_labels=labels.numpy(),
-                    ood_probs=ood_probs.float().numpy(), ood_md=ood_md.float().numpy(),
-                    test_mi=test_mi.float().numpy(), ood_mi=ood_mi.float().numpy(),
-                    job=np.array(json.dumps(job.spec, sort_keys=True)))
-    record = {
-        "metrics": metrics,
-        "job": job.to_spec(),
-        "device": str(dev) if dev.type == "cpu" else torch.cuda.get_device_name(dev),
-        "train_seconds_this_run": train_seconds,
-        "wall_seconds_this_run": time.time() - started,
-    }
-    write_json_atomic(out, record, indent=2, sort_keys=True)
+    _write_results(job, out, model, params, data, dev, train_seconds, started)
     if checkpoint is not None and checkpoint.exists():
         checkpoint.unlink()
-    log.info("metrics %s", json.dumps(metrics, sort_keys=True))
-    log.info("wrote %s", out)
+
+
+# ------------------------------------------------------------------ seeds stacked
+#: why a job's seeds do not train as one stack (they then run one by one, each as
+#: :func:`run_image` runs it): the curvature step is measured at each seed's own initial
+#: particles (the seeds would need learning rates of their own in one optimizer); a ResNet's
+#: convolutions under a vmap over seeds take other kernels than the one-seed job's (measured:
+#: metrics 1e-7 apart after 4 steps, where the MLP's are equal), and its steps are large
+#: enough to fill a GPU on their own
+NOT_STACKABLE = {"step_size: curvature": lambda job: job.step_size == "curvature",
+                 "model: resnet": lambda job: job.model == "resnet"}
+
+
+class SeedStackModel(StackedModel):
+    """A :class:`StackedModel` that also takes a stack of seeds: params (G, n, D) with one
+    input batch per seed (G, B, ...) gives outputs (G, n, B, ...). A network that is not a
+    plain MLP (the image models: ``Flatten`` first) runs under a ``vmap`` over the seeds of
+    the one-seed ``vmap`` over particles, which on the CPU computes every seed's outputs and
+    their gradient bit for bit as the one-seed forward does
+    (``tests/experiments/test_image_stack.py``); (n, D) params run as in the parent."""
+
+    def forward(self, params: Tensor, x: Tensor) -> Tensor:
+        if params.dim() == 2 or self.is_mlp:
+            return super().forward(params, x)
+        return vmap(lambda rows, inputs: StackedModel.forward(self, rows, inputs))(params, x)
+
+    __call__ = forward
+
+
+class SeedStreams:
+    """The random streams of a stack of seeds, one :class:`torch.Generator` per seed, each
+    seeded and drawn from exactly as the seed's one-seed job draws its run's stream
+    (:func:`run_image`): per step its minibatch (:meth:`__call__`, the training loop's
+    sampler), then any prior draws of the update (:class:`SeedStackPosterior`), then any
+    Langevin noise (:meth:`add_langevin_noise`). The streams are independent, so drawing
+    seed after seed keeps each seed's order. Their states are the sampler's state, which
+    :func:`repens.train.train` checkpoints and resumes with the run."""
+
+    def __init__(self, generators: list[torch.Generator], x: Tensor, y: Tensor, batch_size: int) -> None:
+        self.generators = list(generators)
+        self.x, self.y = x, y
+        self.size = min(int(batch_size), x.shape[0])
+
+    def __len__(self) -> int:
+        return len(self.generators)
+
+    def _check_not_capturing(self) -> None:
+        """A CUDA graph would replay one draw forever: the stack's in-step draws are eager."""
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("a seed stack's random draws cannot be captured in a CUDA graph")
+
+    def __call__(self, generator: torch.Generator) -> Batch:  # noqa: ARG002 (the stack's own streams)
+        """Every seed's minibatch, as :func:`_batches` draws it from the seed's stream:
+        (G, B, ...) images and (G, B) labels."""
+        n = self.x.shape[0]
+        idx = torch.stack([torch.randint(n, (self.size,), generator=g, device=g.device) for g in self.generators])
+        idx = idx.to(self.x.device)
+        return Batch(self.x[idx], self.y[idx])
+
+    def prior_draws(self, model: StackedModel, per_seed: int, std: float | Tensor) -> Tensor:
+        """``per_seed`` prior draws from each seed's stream, (G * per_seed, D), as
+        :meth:`repens.posteriors.NetworkPosterior.sample_prior` draws them (``std``: a
+        number, or one (n, 1) or (D,) tensor per seed, (G, ...))."""
+        self._check_not_capturing()
+        rows = []
+        for g, generator in enumerate(self.generators):
+            scale = std[g] if isinstance(std, Tensor) and std.dim() == 3 else std
+            if isinstance(scale, Tensor):
+                scale = scale.to(generator.device)
+            rows.append(model.sample_gaussian(per_seed, scale, generator))
+        return torch.cat(rows)
+
+    def add_langevin_noise(self, params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator,
+                           temperature: float) -> None:  # noqa: ARG002 (the stack's own streams)
+        """:func:`repens.updates.add_langevin_noise` with each seed's noise (n, D) from its stream."""
+        self._check_not_capturing()
+        noise = torch.stack([torch.randn(params.shape[1:], generator=g, dtype=params.dtype, device=g.device)
+                             for g in self.generators])
+        params.add_(noise.to(params.device).mul_(langevin_noise_std(optimizer, params, temperature)))
+
+    def state_dict(self) -> dict:
+        return {"generators": [g.get_state() for g in self.generators]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for g, saved in zip(self.generators, state["generators"], strict=True):
+            g.set_state(saved)
+
+
+class SeedStackAdam(DirectAdam):
+    """:class:`repens.optimizers.DirectAdam` over a stack of seeds (G, n, D) whose fused
+    kernel gets each seed's block as a tensor of its own (one call, G tensors): the kernel
+    runs each tensor's vectorised loop and its scalar tail (the last ``n D mod 16`` entries
+    on AVX-512, rounded otherwise: measured) as on the seed's own (n, D) particles, where
+    one (G, n, D) tensor would put those entries in the middle of the vectorised loop. The
+    first step makes the state ``torch.optim.Adam`` makes (step 0, zero moments) and takes
+    the same direct step, so every step is the one-seed job's, bit for bit."""
+
+    def _direct(self) -> bool:
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:  # as torch.optim.Adam's _init_group makes it for fused=True
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return super()._direct()
+
+    def _fused_step(self) -> None:
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                state = self.state[p]
+                state["step"].add_(1)
+                torch._fused_adam_(list(p.unbind(0)), list(p.grad.unbind(0)), list(state["exp_avg"].unbind(0)),
+                                   list(state["exp_avg_sq"].unbind(0)), [], [state["step"]] * p.shape[0],
+                                   amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2,
+                                   weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
+                                   grad_scale=None, found_inf=None)
+
+
+class SeedStackSGD(DirectSGD):
+    """:class:`repens.optimizers.DirectSGD` over a stack of seeds, each seed's block a tensor
+    of its own in the fused kernel (see :class:`SeedStackAdam`)."""
+
+    def _fused_step(self) -> None:
+        for group in self.param_groups:
+            blocks = [block for p in group["params"] for block in p.unbind(0)]
+            grads = [block for p in group["params"] for block in p.grad.unbind(0)]
+            torch._fused_sgd_(blocks, grads, [], weight_decay=group["weight_decay"], momentum=0.0, lr=group["lr"],
+                              dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"],
+                              is_first_step=False, grad_scale=None, found_inf=None)
+
+
+#: the optimizers of a stack of seeds, by :class:`repens.job.Job`'s ``optimizer``
+SEED_STACK_OPTIMIZERS = {"adam": SeedStackAdam, "sgd": SeedStackSGD}
+
+
+def seed_stack_optimizer(name: str, params: Tensor, lr: float) -> torch.optim.Optimizer:
+    """:func:`repens.optimizers.make_optimizer` for a stack of seeds (:data:`SEED_STACK_OPTIMIZERS`)."""
+    if name not in SEED_STACK_OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; known: {sorted(SEED_STACK_OPTIMIZERS)}")
+    return SEED_STACK_OPTIMIZERS[name]([params], lr=lr)
+
+
+@dataclass(frozen=True)
+class SeedStackPosterior(NetworkPosterior):
+    """The posterior of a stack of seeds (params (G, n, D)): the one-seed posterior, whose
+    prior draws come ``m`` per seed from each seed's stream (:meth:`SeedStreams.prior_draws`)
+    instead of ``G m`` from one."""
+
+    streams: SeedStreams | None = None
+
+    def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:  # noqa: ARG002
+        sets = len(self.streams)
+        if n % sets:
+            raise ValueError(f"{n} prior draws for a stack of {sets} seeds")
+        return self.streams.prior_draws(self.model, n // sets, self.prior_std)
+
+
+def _draws_in_step(job: ImageJob) -> bool:
+    """Whether the job's update draws random numbers inside a step: Langevin noise, DRLE's
+    prior draws, the function-space rules' SSGE function prior (their default)."""
+    if job.rule == "langevin":
+        return (job.temperature is None or job.temperature != 0) or bool(job.mmd_weight)
+    return job.space == "function" and (job.function_prior or "ssge") == "ssge"
+
+
+def _stack_update(job: ImageJob, streams: SeedStreams):
+    """The job's update rule, its Langevin noise drawn per seed (:meth:`SeedStreams.add_langevin_noise`);
+    captured as a CUDA graph only if it draws nothing inside a step (the graphs register
+    one stream, the run's, not the seeds')."""
+    update = make_update(job.rule, job.space, **job.rule_options())
+
+    def step(params: Tensor, ctx: StepContext) -> Update:
+        result = update(params, ctx)
+        if result.after_step is None:
+            return result
+        if getattr(result.after_step, "func", None) is not add_langevin_noise:
+            raise TypeError(f"rule {job.rule!r}: an after-step other than the Langevin noise cannot be stacked")
+        noise = partial(streams.add_langevin_noise, temperature=result.after_step.keywords["temperature"])
+        return dataclasses.replace(result, after_step=noise)
+
+    step.graph_safe = update.graph_safe and not _draws_in_step(job)
+    return step
+
+
+def _fit_seed_stack(job: ImageJob, posterior: SeedStackPosterior, init: Tensor, streams: SeedStreams,
+                    checkpoint: Path | None, checkpoint_key: str, on_log, device: torch.device) -> Tensor:
+    """:func:`repens.fitting.fit_particles` for a stack of seeds (params (G, n, D)): the job's
+    rule, kernel and settings, the seeds' own streams for every draw. The loop's own
+    generator is never drawn from (checked at the end: a draw there would have broken the
+    equality with the one-seed jobs)."""
+    if job.rule == "langevin" and job.optimizer == "adam" and (job.temperature is None or job.temperature):
+        log.warning("Langevin noise preconditioned by Adam (no correction term) does not sample the target: "
+                    "it over-disperses a Gaussian by tens of percent (tests/test_langevin.py); use "
+                    "optimizer: sgd with step_size: curvature for ULA")
+    unused = torch.Generator(device=device).manual_seed(0)
+    before = unused.get_state()
+    kernel = kernel_from_job(job)
+    anchors = init.clone() if job.rule == "anchored" else None
+    state = train(TrainState(init, anchors), _stack_update(job, streams),
+                  lambda batch, anchors_: StepContext(posterior, kernel, unused, batch, anchors_),
+                  train_settings(job, job.steps), unused, next_batch=streams, checkpoint=checkpoint,
+                  on_log=on_log, checkpoint_key=checkpoint_key, optimizer_for=seed_stack_optimizer)
+    if not torch.equal(unused.get_state(), before):
+        raise RuntimeError("a step drew from the loop's generator, not from the seeds' streams")
+    return state.params
+
+
+def stack_settings(jobs: list[ImageJob]) -> None:
+    """Refuse jobs that are not one method's seeds: every setting but ``seed`` equal, the
+    seeds distinct (a :class:`repens.job.SpecError` naming the first difference)."""
+    first = jobs[0]
+    names = sorted(first.setting_names() - {"seed"})
+    for job in jobs[1:]:
+        for name in names:
+            if getattr(job, name) != getattr(first, name):
+                raise SpecError(f"the stacked jobs differ in {name!r} ({getattr(first, name)!r} for seed "
+                                f"{first.seed}, {getattr(job, name)!r} for seed {job.seed}); a stack takes one "
+                                "method's jobs on one data set that differ only in seed")
+    seeds = [job.seed for job in jobs]
+    if len(set(seeds)) != len(seeds):
+        raise SpecError(f"the stacked jobs repeat a seed: {seeds}")
+
+
+def stack_checkpoint(outs: list[Path]) -> Path:
+    """The default checkpoint of a stack: ``<first out>.stack.ckpt`` (keyed by the seeds)."""
+    return outs[0].with_name(outs[0].name + ".stack.ckpt")
+
+
+def run_image_stack(jobs: list[ImageJob | Mapping[str, Any]], outs: list[Path], checkpoint: Path | None = None, *,
+                    inputs: dict[str, str] | None = None, device: str = "auto") -> None:
+    """Train one method on several seeds of one image data set as one stack, and write
+    each seed's ``predictions.npz`` and metrics file ``outs[k]`` as :func:`run_image`
+    writes them for ``jobs[k]`` (its spec; ``seed_stack`` in the record names the stack).
+
+    Each seed is a set of the stack (params (G, n, D)) with its own stream, seeded and drawn
+    as its one-seed job draws (:class:`SeedStreams`: initial particles, minibatches, prior
+    draws, Langevin noise), its own minibatch and its own kernel: repulsion acts within a
+    seed's particles only. On the CPU every seed's particles and metrics equal its one-seed
+    job's bit for bit (``tests/experiments/test_image_stack.py``). A hyper-deep ensemble's
+    searches run seed after seed, each as :func:`run_image` runs it (``l2_search.json``
+    beside the seed's output, its checkpoint ``<out>.ckpt.search``); its ensembles stack.
+    A job of :data:`NOT_STACKABLE` runs its seeds one by one with :func:`run_image`
+    (checkpoints ``<out>.ckpt``).
+
+    Args:
+        jobs: the seeds' jobs (:class:`repens.job.ImageJob` or specs), equal but for ``seed``.
+        outs: each seed's metrics JSON, in the order of ``jobs``.
+        checkpoint: the stack's checkpoint (default :func:`stack_checkpoint`), keyed by the
+            job and the seeds: a stack of other seeds or settings sets it aside.
+        inputs, device: as :func:`run_image`.
+    """
+    jobs = [ImageJob.of(job) for job in jobs]
+    outs = [Path(out) for out in outs]
+    if not jobs or len(jobs) != len(outs):
+        raise ValueError(f"a stack needs one output per job, got {len(jobs)} jobs and {len(outs)} outputs")
+    stack_settings(jobs)
+    _check_inputs(inputs)
+    first = jobs[0]
+    refused = [why for why, applies in NOT_STACKABLE.items() if applies(first)]
+    if refused or len(jobs) == 1:
+        if refused:
+            log.info("%s: the seeds run one by one (%s)", first.method, "; ".join(refused))
+        for job, out in zip(jobs, outs):
+            run_image(job, out, out.with_name(out.name + ".ckpt"), inputs=inputs, device=device)
+        return
+    _run_stacked(jobs, outs, stack_checkpoint(outs) if checkpoint is None else checkpoint, inputs, device)
+
+
+def _run_stacked(jobs: list[ImageJob], outs: list[Path], checkpoint: Path, inputs: dict[str, str],
+                 device: str) -> None:
+    """:func:`run_image_stack` for stackable jobs: the seeds' set-up as :func:`run_image`'s,
+    one training of the stack, each seed's results."""
+    started = time.time()
+    first, seeds = jobs[0], [job.seed for job in jobs]
+    dev = resolve_device(device)
+    torch.manual_seed(first.seed)
+    data = load_image_data(inputs["train"], inputs["ood"], first.normalize, dev)
+    net = build_model(first, data.input_shape, data.num_classes).to(dev)
+    model = SeedStackModel(net, chunk_size=first.chunk_size)
+    log.info("seed stack %s of job %s", seeds, json.dumps(first.spec, sort_keys=True))
+    log.info("device %s; %d seeds x %d particles of %d parameters; %d training images", dev, len(jobs),
+             first.particles, model.dim, data.x_train.shape[0])
+    generators, inits, priors = [], [], []
+    for job, out in zip(jobs, outs):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        generator = torch.Generator(device=dev).manual_seed(job.seed)  # as run_image seeds its stream
+        prior_std: Any = job.prior_std
+        if job.l2_search:
+            prior_std = _search_prior(job, data, model, generator, out, out.with_name(out.name + ".ckpt"), dev)
+        inits.append(_initial(model, job, job.particles, prior_std, generator))
+        priors.append(prior_std)
+        generators.append(generator)
+    prior = torch.stack(priors).to(dev) if isinstance(priors[0], Tensor) else priors[0]
+    streams = SeedStreams(generators, data.x_train, data.y_train, first.batch_size)
+    posterior = SeedStackPosterior(model, "categorical", num_train=data.x_train.shape[0], prior_std=prior,
+                                   streams=streams)
+    t0 = time.perf_counter()
+    params = _fit_seed_stack(first, posterior, torch.stack(inits).to(dev), streams, checkpoint,
+                             first.key("seed-stack", seeds), _stack_progress(model, data, len(jobs)), dev)
+    train_seconds = time.perf_counter() - t0
+    stack = {"seeds": seeds, "train_seconds": train_seconds}
+    for g, (job, out) in enumerate(zip(jobs, outs)):
+        _write_results(job, out, model, params[g], data, dev, train_seconds / len(jobs), started, seed_stack=stack)
+    if checkpoint.exists():
+        checkpoint.unlink()
+
+
+def _stack_progress(model: StackedModel, data: ImageData, sets: int):
+    """The progress figures of :func:`_train_stack` for each seed, averaged over the seeds."""
+    fit = (data.x_train[:1000], data.y_train[:1000])
+    monitor = (data.x_test[:1000], data.y_test[:1000])
+
+    def progress(step: int, params: Tensor) -> dict[str, float]:  # noqa: ARG001
+        figures: dict[str, float] = {}
+        for g in range(sets):
+            for name, (x, y) in (("train", fit), ("monitor", monitor)):
+                probs, _ = predict_summary(model, params[g], x)
+                labels = y.cpu()
+                p_true = probs.gather(-1, labels.view(-1, 1)).clamp_min(1e-12)
+                figures[f"{name}_nll"] = figures.get(f"{name}_nll", 0.0) + float(-p_true.log().mean()) / sets
+                figures[f"{name}_acc"] = figures.get(f"{name}_acc", 0.0) + float(
+                    (probs.argmax(-1) == labels).double().mean()) / sets
+        return figures
+
+    return progress
