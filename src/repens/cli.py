@@ -3,6 +3,8 @@
 The Snakemake rules call these commands; everything also runs without Snakemake.
 
 * ``train --spec JSON --out FILE``: one training job (spec from ``repens.config.resolve_job``).
+* ``train-stack --spec JSON --out FILE [--spec JSON --out FILE ...]``: one image method's seeds
+  trained as one stack, each seed's files as ``train`` writes them (:func:`repens.experiments.image.run_image_stack`).
 * ``hmc --spec JSON --out FILE``: the HMC reference of a toy problem (``resolve_hmc_job``).
 * ``prepare-images --dataset D --root DIR [--mirror DIR] --out NPZ``: an image data set, verified.
 * ``image-table ... METRICS...``: Table 1 and its comparison with the paper.
@@ -76,6 +78,45 @@ def _train(args: argparse.Namespace) -> int:
         logging.getLogger("repens").warning("%s", err)
         return 128 + err.signum  # 143 for SIGTERM, 130 for SIGINT
     _stamp([out, out.with_name("predictions.npz")] if job.experiment == "image" else [out], job.spec, args.log)
+    return 0
+
+
+def _train_stack(args: argparse.Namespace) -> int:
+    """``train-stack``: one method's seeds of one image data set trained as one stack
+    (:func:`repens.experiments.image.run_image_stack`), each seed's files stamped as ``train`` stamps them."""
+    from repens.experiments.image import run_image_stack, stack_settings
+    from repens.job import ImageJob, Job, SpecError
+    from repens.train import Interrupted, NonFiniteError
+
+    try:  # jobs that are not one image method's seeds: one line naming the difference
+        jobs = [Job.from_spec(json.loads(spec)) for spec in args.spec]
+        other = [job.experiment for job in jobs if not isinstance(job, ImageJob)]
+        if other:
+            raise SpecError(f"train-stack takes image jobs, got experiment {other[0]!r}")
+        if len(args.out) != len(jobs):
+            raise SpecError(f"{len(jobs)} --spec but {len(args.out)} --out; give one --out per --spec, in order")
+        stack_settings(jobs)
+    except (SpecError, json.JSONDecodeError) as err:
+        raise SystemExit(f"error: --spec: {err}") from None
+    outs = [Path(out) for out in args.out]
+    runtime: dict = {}
+    if args.input:
+        bad = [item for item in args.input if "=" not in item]
+        if bad:
+            raise SystemExit(f"error: --input takes KEY=PATH, got {bad}")
+        runtime["inputs"] = dict(item.split("=", 1) for item in args.input)
+    if args.device:
+        runtime["device"] = args.device
+    try:
+        run_image_stack(jobs, outs, _path(args.checkpoint), **runtime)
+    except NonFiniteError as err:
+        logging.getLogger("repens").error("%s", err)
+        return 3
+    except Interrupted as err:
+        logging.getLogger("repens").warning("%s", err)
+        return 128 + err.signum
+    for job, out in zip(jobs, outs):
+        _stamp([out, out.with_name("predictions.npz")], job.spec, args.log)
     return 0
 
 
@@ -363,6 +404,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="an input file of the job (image jobs: train=DATA.npz, ood=OOD.npz)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to train (image jobs)")
     p.set_defaults(func=_train)
+
+    p = sub.add_parser("train-stack", help="train one method's seeds of one image data set as one stack "
+                                           "(each seed's own outputs, equal to its train job's)")
+    p.add_argument("--spec", action="append", required=True,
+                   help="a seed's job as JSON (repeat once per seed; the jobs differ only in seed)")
+    p.add_argument("--out", action="append", required=True, help="that seed's metrics file (repeat, in --spec order)")
+    p.add_argument("--checkpoint", help="the stack's checkpoint (default: the first OUT.stack.ckpt)")
+    p.add_argument("--input", action="append", metavar="KEY=PATH", help="train=DATA.npz, ood=OOD.npz")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to train")
+    p.set_defaults(func=_train_stack)
 
     p = sub.add_parser("hmc", help="sample the HMC reference posterior of a toy problem")
     p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_hmc_job)")
