@@ -18,6 +18,12 @@ trained at once as one stack), then train the ensemble with the five best streng
 The search's result (``l2_search.json``) and checkpoint (``<checkpoint>.search``) carry
 the job's key (:func:`repens.jobkey.job_key`): a rerun under other settings (say, a
 new ``l2_range``) sets them aside and searches again.
+
+Several seeds of one method train as one stack with :func:`run_image_stack`
+(``python -m repens train-stack``): each seed its own random stream, minibatches, kernel
+and optimizer block, so on one CPU thread each seed's files are bit for bit its one-seed
+job's; one step then launches the kernels of all seeds at once (on a GPU, a small job's
+step is bound by kernel launches, ``benchmarks/estimate_gpu_block.py``).
 """
 
 from __future__ import annotations
