@@ -51,9 +51,13 @@ METHODS = ["de", "svgd", "fsvgd", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", 
            "anchored", "dle", "drle"]
 
 
-def count_step(method: str, sets: int, particles: int) -> tuple[float, int]:
-    """(FLOPs, kernels) of one step: a 3-step run minus a 2-step run."""
+def count_step(method: str, sets: int, particles: int, model: str = "image") -> tuple[float, int]:
+    """(FLOPs, kernels) of one step: a 3-step run minus a 2-step run. ``model``: ``image``,
+    the network an image job builds (``repens.models.build_model``: a Flatten before the
+    MLP, so the step runs through vmap), or ``mlp``, the bare MLP of the engine's fast path."""
     import torch
+
+    import repens.models as models
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -73,13 +77,19 @@ def count_step(method: str, sets: int, particles: int) -> tuple[float, int]:
     # the rows only feed the minibatch sampler: fewer keep a stack's data small, not its step
     config = {**bench_engine.CONFIGS["fashionmnist"], "particles": particles, "rows": 2048}
     out = []
-    for steps in (2, 3):
-        post, update, init, anchors, next_batch, context, g = bench_engine._setup(config, method, sets)
-        settings = TrainSettings(steps=steps, lr=1e-4, log_every=10**9)
-        flops, kernels = FlopCounterMode(display=False), Kernels()
-        with gpu_paths(), flops, kernels, torch.no_grad():
-            train(TrainState(init, anchors), update, context, settings, g, next_batch)
-        out.append((flops.get_total_flops(), kernels.count))
+    bare = models.mlp
+    if model == "image":  # bench_engine builds the MLP through repens.models.mlp at call time
+        models.mlp = lambda *a, **k: torch.nn.Sequential(torch.nn.Flatten(), bare(*a, **k))
+    try:
+        for steps in (2, 3):
+            post, update, init, anchors, next_batch, context, g = bench_engine._setup(config, method, sets)
+            settings = TrainSettings(steps=steps, lr=1e-4, log_every=10**9)
+            flops, kernels = FlopCounterMode(display=False), Kernels()
+            with gpu_paths(), flops, kernels:
+                train(TrainState(init, anchors), update, context, settings, g, next_batch)
+            out.append((flops.get_total_flops(), kernels.count))
+    finally:
+        models.mlp = bare
     return out[1][0] - out[0][0], out[1][1] - out[0][1]
 
 
@@ -93,6 +103,8 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--sets", type=int, default=5, help="seeds stacked as one job in the stacked column")
     p.add_argument("--jobs", type=int, default=4, help="eager jobs sharing the GPU in the shared column")
+    p.add_argument("--model", choices=["image", "mlp"], default="image",
+                   help="image: the network an image job builds (Flatten + MLP, through vmap); mlp: the bare MLP")
     args = p.parse_args()
     import torch
 
@@ -100,7 +112,7 @@ def main() -> None:
     rate = args.peak * 1e12 * args.efficiency
     print(f"assumed: fp32 {args.peak} TFLOP/s x {args.efficiency} = {rate / 1e12:.1f} TFLOP/s sustained; "
           f"eager launch {args.launch_us} us/kernel on the host; {args.kernel_us} us/kernel in a graph; "
-          f"{args.steps:,} steps x {args.seeds} seeds; torch {torch.__version__}")
+          f"{args.steps:,} steps x {args.seeds} seeds; model {args.model}; torch {torch.__version__}")
     head = (f"{'method':<10} {'GFLOP/step':>10} {'kernels':>7} {'GPU ms':>7} {'eager ms':>8} {'graph ms':>8} "
             f"{f'x{args.sets} stacked ms/seed':>20}   minutes for {args.seeds} seeds: eager / {args.jobs} eager "
             f"shared / graph / stacked graph")
@@ -112,7 +124,13 @@ def main() -> None:
     counted: dict = {}
     for method, particles, steps in jobs:
         if (method, particles) not in counted:
-            counted[method, particles] = (count_step(method, 1, particles), count_step(method, args.sets, particles))
+            one = count_step(method, 1, particles, args.model)
+            # the image network stacks seeds by a vmap over them (repens.experiments.image), which
+            # batches each kernel: the seed's kernels with sets x its FLOPs (assumed, not counted:
+            # the engine's own stacking, counted for the bare MLP, serves MLPs without a Flatten)
+            stacked = ((one[0] * args.sets, one[1]) if args.model == "image"
+                       else count_step(method, args.sets, particles, args.model))
+            counted[method, particles] = (one, stacked)
         (flops, kernels), (flops_s, kernels_s) = counted[method, particles]
         gpu = flops / rate
         eager = max(gpu, kernels * args.launch_us * 1e-6)

@@ -303,8 +303,9 @@ def _budget(args: argparse.Namespace) -> int:
                           "(not start-up, data loading or evaluation)")
         else:
             device, unit = device_name(args.device)
-            header.append(f"step times: measured here, {args.warmup} warm-up step(s) then "
-                          + (f"{args.steps} timed step(s)" if args.steps else f"about {args.seconds:g} s of steps")
+            header.append(f"step times: measured here, the marginal step ({args.warmup} warm-up step(s), then a "
+                          "short run and one " + (f"{args.steps} step(s)" if args.steps else f"about {args.seconds:g} s")
+                          + " longer: each run's set-up, eager warm-up steps and graph capture cancel)"
                           + " per (dataset, method, stage), one job on the device; counted: training steps only "
                             "(not start-up, data loading or evaluation)")
 
