@@ -39,17 +39,25 @@ SHARED = Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "dat
 
 FAKE_REPENS = textwrap.dedent('''
     """`train --spec JSON --out F`: ticks of 0.05 s, a checkpoint on SIGTERM, resumed from it;
+    `train-stack --spec JSON --out F ...` (the specs equal but for seed): the same for all its
+    seeds at once, checkpoint `<first F>.stack.ckpt` keyed by the seeds (other seeds: set
+    aside, a fresh start); an image spec also writes predictions.npz beside F;
     `prepare-images ... --out F`: writes F. Each start and end is appended to $FAKE_EVENTS."""
     import json, os, signal, sys, time
     from pathlib import Path
 
     args = sys.argv[1:]
+    while args[0].startswith("--"):  # repens' own options (--threads N)
+        args = args[2:]
     def opt(name):
         return args[args.index(name) + 1] if name in args else None
+    def opts(name):
+        return [args[i + 1] for i, a in enumerate(args) if a == name]
     events = Path(os.environ["FAKE_EVENTS"])
     def event(what):
         with open(events, "a") as fh:
-            fh.write(json.dumps({"what": what, "out": opt("--out"), "t": time.time(), "argv": args}) + "\\n")
+            fh.write(json.dumps({"what": what, "out": opt("--out"), "outs": opts("--out"), "t": time.time(),
+                                 "argv": sys.argv[1:]}) + "\\n")
     stop = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     event("start")
@@ -60,26 +68,50 @@ FAKE_REPENS = textwrap.dedent('''
         Path(opt("--out")).write_text("data")
         event("end")
         sys.exit(0)
-    spec = json.loads(opt("--spec"))
-    out = Path(opt("--out"))
-    ckpt = out.with_name(out.name + ".ckpt")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    specs = [json.loads(s) for s in opts("--spec")]
+    outs = [Path(o) for o in opts("--out")]
+    spec, out = specs[0], outs[0]
+    if args[0] == "train-stack":
+        assert len(specs) == len(outs) > 1 and len({s["seed"] for s in specs}) == len(specs), args
+        assert all({**s, "seed": 0} == {**spec, "seed": 0} for s in specs), args
+        ckpt = out.with_name(out.name + ".stack.ckpt")
+        seeds = [s["seed"] for s in specs]
+        def save(tick):
+            ckpt.write_text(json.dumps({"seeds": seeds, "tick": tick}))
+        def load():
+            saved = json.loads(ckpt.read_text())
+            if saved["seeds"] == seeds:
+                return saved["tick"]
+            os.replace(ckpt, ckpt.with_name(ckpt.name + ".stale"))
+            print(f"a checkpoint of seeds {saved['seeds']}, not {seeds}: set aside", flush=True)
+            return 0
+        print(f"stack of seeds {seeds}", flush=True)
+    else:
+        assert args[0] == "train" and len(outs) == 1, args
+        ckpt = out.with_name(out.name + ".ckpt")
+        save = lambda tick: ckpt.write_text(str(tick))
+        load = lambda: int(ckpt.read_text())
+    for o in outs:
+        o.parent.mkdir(parents=True, exist_ok=True)
     if spec.get("exit"):
         print("failing on purpose", flush=True)
         sys.exit(spec["exit"])
     if spec.get("ignore_term"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    start = int(ckpt.read_text()) if ckpt.exists() else 0
+    start = load() if ckpt.exists() else 0
     print(f"resumed at tick {start}" if start else "fresh start", flush=True)
     for tick in range(start, spec["ticks"]):
         time.sleep(0.05)
         if stop:
-            ckpt.write_text(str(tick + 1))
+            save(tick + 1)
             print(f"SIGTERM at tick {tick + 1}; checkpoint written", flush=True)
             event("stopped")
             sys.exit(143)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"ticks": spec["ticks"], "resumed_at": start}))
+    for s, o in zip(specs, outs):
+        o.write_text(json.dumps({"ticks": s["ticks"], "resumed_at": start, **({"seed": s["seed"]} if "seed" in s
+                                                                             else {})}))
+        if s.get("experiment") == "image":
+            o.with_name("predictions.npz").write_text(f"predictions of seed {s['seed']}")
     if ckpt.exists():
         ckpt.unlink()
     event("end")
@@ -107,6 +139,25 @@ def node(tmp_path, monkeypatch):
                     "argv": ["train", "--spec", spec, "--out", out], "spec": spec, "outputs": [out],
                     "log": f"logs/fake/{name}.log", "benchmark": f"results/fake/{name}/benchmark.tsv",
                     "inputs": list(inputs)}
+
+        @staticmethod
+        def image_job(method, seed, ticks=4, **spec_extra):
+            """An image job as Snakemake writes one (``--threads``, inputs, device), with its
+            two outputs; its inputs are made here."""
+            spec = json.dumps({"experiment": "image", "dataset": "fake", "method": method, "seed": seed,
+                               "ticks": ticks, **spec_extra}, sort_keys=True)
+            base = f"results/image/fake/{method}/seed{seed}"
+            inputs = ["data/images/fake.npz", "data/images/ood.npz"]
+            for path in inputs:
+                (work / path).parent.mkdir(parents=True, exist_ok=True)
+                (work / path).write_text("data")
+            argv = ["--threads", "1", "train", "--spec", spec, "--input", f"train={inputs[0]}", "--input",
+                    f"ood={inputs[1]}", "--device", "auto", "--out", f"{base}/metrics.json"]
+            return {"id": f"{base}/metrics.json", "rule": "train_image",
+                    "wildcards": {"dataset": "fake", "method": method, "seed": str(seed)}, "command": "train",
+                    "argv": argv, "spec": spec, "outputs": [f"{base}/metrics.json", f"{base}/predictions.npz"],
+                    "log": f"logs/image/fake/{method}/seed{seed}.log", "benchmark": f"{base}/benchmark.tsv",
+                    "inputs": inputs}
 
         @staticmethod
         def jobs(jobs, prepare=()):
@@ -308,6 +359,226 @@ def test_a_job_left_running_by_a_killed_runner_is_stopped_before_it_runs_again(n
     assert json.loads((node.dir / job["id"]).read_text())["resumed_at"] == tick
 
 
+# -- seed stacks (--stack-seeds) ------------------------------------------------------------
+
+
+def _starts(node):
+    return [e for e in node.events() if e["what"] == "start"]
+
+
+def _command(argv):
+    return command_of(argv)
+
+
+def test_stack_seeds_runs_the_seeds_of_one_image_job_as_one_stack(node):
+    de = [node.image_job("de", seed, ticks=6) for seed in (1, 2, 3)]
+    svgd = [node.image_job("svgd", seed, ticks=4) for seed in (1, 2)]
+    other_lr = node.image_job("de", 4, ticks=6, lr=0.1)  # another setting than de's: a group of one
+    plain = node.job("plain", ticks=2, seed=1)  # not an image job: never stacked
+    jobs = [de[0], svgd[0], plain, de[1], other_lr, svgd[1], de[2]]
+    node.jobs(jobs)
+    assert kit.stack_groups(jobs) == [[0, 3, 6], [1, 5], [2], [4]]
+    rc, out = node.run(parallel=2, stack_seeds=True, device="cpu")
+    assert rc == 0, out
+    assert "7 job(s) to run (5 of them in 2 seed stack(s)), 2 at a time" in out, out
+    starts = _starts(node)
+    assert sorted(_command(e["argv"]) for e in starts) == ["train", "train", "train-stack", "train-stack"]
+    stack = next(e for e in starts if e["outs"][0] == de[0]["id"])
+    # the first seed's command line (--device overridden), then each seed's --spec and --out, in order
+    assert stack["argv"] == ["--threads", "1", "train-stack", "--input", "train=data/images/fake.npz", "--input",
+                             "ood=data/images/ood.npz", "--device", "cpu",
+                             *[w for j in de for w in ("--spec", j["spec"], "--out", j["id"])]]
+    assert next(e for e in starts if e["outs"][0] == svgd[0]["id"])["outs"] == [j["id"] for j in svgd]
+    single = next(e for e in starts if e["out"] == other_lr["id"])["argv"]
+    assert single == kit._with_option(other_lr["argv"], "--device", "cpu")
+    state = node.state()
+    for group in (de, svgd):
+        ids = [j["id"] for j in group]
+        seconds = {state["jobs"][i]["attempts"][-1]["stack"]["seconds"] for i in ids}
+        assert len(seconds) == 1  # one process, one time
+        for job in group:
+            record = state["jobs"][job["id"]]
+            assert record["status"] == "done" and len(record["attempts"]) == 1
+            attempt = record["attempts"][0]
+            assert attempt["stack"]["jobs"] == ids and attempt["returncode"] == 0
+            assert attempt["seconds"] == pytest.approx(attempt["stack"]["seconds"] / len(group), abs=0.002)
+            assert attempt["cpu_seconds"] == pytest.approx(attempt["stack"]["cpu_seconds"] / len(group), abs=0.002)
+            assert json.loads((node.dir / job["id"]).read_text())["seed"] == json.loads(job["spec"])["seed"]
+            assert (node.dir / job["outputs"][1]).is_file()
+            rows = (node.dir / job["benchmark"]).read_text().splitlines()
+            assert float(rows[1].split("\t")[0]) == pytest.approx(attempt["seconds"], abs=0.01)
+            # each seed's log holds the stack's output
+            log = (node.dir / job["log"]).read_text()
+            assert f"stack of seeds {[json.loads(j['spec'])['seed'] for j in group]}" in log and "fresh start" in log
+            assert kit.job_status(job, record, node.dir) == "done"
+    assert "attempts" in state["jobs"][plain["id"]] and "stack" not in state["jobs"][plain["id"]]["attempts"][0]
+    assert f"done {de[1]['id']} after" in out and "a stack of 3 seeds" in out
+    rc, out = node.run(parallel=2, stack_seeds=True)
+    assert rc == 0 and "0 job(s) to run" in out and "7 done" in out, out
+    assert len(_starts(node)) == 4
+
+
+def test_an_interrupted_stack_resumes_from_its_checkpoint(node):
+    jobs = [node.image_job("de", seed, ticks=80) for seed in (1, 2)]
+    node.jobs(jobs)
+    rc, out = node.run(deadline=1.5, grace=10, stack_seeds=True)
+    assert rc == 75, out
+    assert "deadline: SIGTERM to 1 running task(s)" in out
+    ckpt = node.dir / (jobs[0]["id"] + ".stack.ckpt")
+    tick = json.loads(ckpt.read_text())["tick"]
+    assert 0 < tick < 80
+    for job in jobs:
+        attempt = node.state()["jobs"][job["id"]]["attempts"][-1]
+        assert (attempt["status"], attempt["returncode"], attempt["stopped"]) == ("interrupted", 143, "deadline")
+        assert kit.job_status(job, node.state()["jobs"][job["id"]], node.dir) == "interrupted"
+        assert "checkpoint written" in (node.dir / job["log"]).read_text()
+        assert not (node.dir / job["benchmark"]).exists()
+    rc, out = node.run(stack_seeds=True)
+    assert rc == 0, out
+    assert not ckpt.exists()
+    assert [e["outs"] for e in _starts(node)] == [[j["id"] for j in jobs]] * 2
+    for job in jobs:
+        assert f"resumed at tick {tick}" in (node.dir / job["log"]).read_text()
+        assert json.loads((node.dir / job["id"]).read_text())["resumed_at"] == tick
+        attempts = node.state()["jobs"][job["id"]]["attempts"]
+        assert [a["status"] for a in attempts] == ["interrupted", "done"]
+        rows = (node.dir / job["benchmark"]).read_text().splitlines()
+        assert float(rows[1].split("\t")[0]) == pytest.approx(sum(a["seconds"] for a in attempts), abs=0.01)
+
+
+def test_a_partly_finished_group_stacks_only_the_rest(node):
+    jobs = [node.image_job("de", seed, ticks=2) for seed in (1, 2, 3)]
+    node.jobs(jobs)
+    rc, out = node.run(stack_seeds=True, only=[jobs[1]["id"]])  # seed 2 alone: a group of one, `train`
+    assert rc == 0, out
+    assert [_command(e["argv"]) for e in _starts(node)] == ["train"]
+    rc, out = node.run(stack_seeds=True)
+    assert rc == 0 and "2 job(s) to run (2 of them in 1 seed stack(s))" in out, out
+    last = _starts(node)[-1]
+    assert _command(last["argv"]) == "train-stack" and last["outs"] == [jobs[0]["id"], jobs[2]["id"]]
+    assert len(node.state()["jobs"][jobs[1]["id"]]["attempts"]) == 1
+    assert all(kit.job_status(j, node.state()["jobs"][j["id"]], node.dir) == "done" for j in jobs)
+
+
+def test_a_stack_left_running_by_a_killed_runner_is_stopped_once_and_resumed(node, tmp_path):
+    jobs = [node.image_job("de", seed, ticks=60) for seed in (1, 2)]
+    node.jobs(jobs)
+    script = (f"import sys; from repens.kit import run_jobs; "
+              f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, stack_seeds=True, "
+              f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    runner = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.DEVNULL)
+    for _ in range(200):
+        if _starts(node):
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    runner.kill()
+    runner.wait()
+    assert len({node.state()["jobs"][j["id"]]["pid"] for j in jobs}) == 1
+    rc, out = node.run(grace=10, stack_seeds=True)
+    assert rc == 0, out
+    assert out.count("still running from an earlier call") == 1, out  # one process for both seeds
+    log = (node.dir / jobs[0]["log"]).read_text()
+    tick = int(re.search(r"SIGTERM at tick (\d+)", log)[1])
+    for job in jobs:
+        assert json.loads((node.dir / job["id"]).read_text())["resumed_at"] == tick
+        assert f"resumed at tick {tick}" in (node.dir / job["log"]).read_text()
+
+
+def test_stacked_seeds_are_packed_and_imported_as_their_jobs(node, tmp_path, monkeypatch):
+    jobs = [node.image_job("de", seed, ticks=2) for seed in (1, 2)]
+    node.jobs(jobs)
+    assert node.run(stack_seeds=True)[0] == 0
+    parts = pack(node.dir / "jobs.json", tmp_path / "r", directory=node.dir, stream=io.StringIO())
+    manifest = read_pack(parts, tmp_path / "unpacked")
+    assert [j["id"] for j in manifest["jobs"]] == [j["id"] for j in jobs]
+    for job, entry in zip(jobs, manifest["jobs"]):
+        assert entry["status"] == "done" and entry["spec"] == job["spec"]
+        assert entry["files"] == [*job["outputs"], job["benchmark"], job["log"]]
+        assert entry["attempts"][0]["stack"]["jobs"] == [j["id"] for j in jobs]
+
+    def dry_run(targets, extra=(), **where):  # Snakemake would run each seed's own train job
+        return [{"rule": "train_image", "output": ", ".join(j["outputs"]),
+                 "shellcmd": "python -m repens " + shlex.join(j["argv"])} for j in jobs if j["id"] in targets]
+
+    monkeypatch.setattr(kit, "_dry_run", dry_run)
+    login = tmp_path / "login"
+    for path in jobs[0]["inputs"]:
+        (login / path).parent.mkdir(parents=True, exist_ok=True)
+        (login / path).write_text("data")
+    result = kit.import_results(parts, directory=login, metadata=False, prepare=False, stream=io.StringIO())
+    assert result["jobs"] == [j["id"] for j in jobs]
+    for job in jobs:
+        for rel in (*job["outputs"], job["benchmark"], job["log"]):
+            assert (login / rel).read_bytes() == (node.dir / rel).read_bytes()
+
+
+def test_stack_key_takes_only_image_train_jobs_with_a_seed(node):
+    job = node.image_job("de", 1)
+    assert kit.stack_key(job) == kit.stack_key(node.image_job("de", 2))
+    assert kit.stack_key(job) != kit.stack_key(node.image_job("de", 2, lr=0.1))
+    assert kit.stack_key(job, kit._with_option(job["argv"], "--device", "cuda")) != kit.stack_key(job)
+    assert kit.stack_key(node.job("plain", seed=1)) is None
+    assert kit.stack_key({**job, "argv": [*job["argv"], "--checkpoint", "x.ckpt"]}) is None
+    no_seed = json.dumps({k: v for k, v in json.loads(job["spec"]).items() if k != "seed"})
+    assert kit.stack_key({**job, "spec": no_seed}) is None
+    twice = [job, node.image_job("de", 2), job]  # a repeated seed is not stacked with itself
+    assert kit.stack_groups(twice) == [[0, 1], [2]]
+
+
+@pytest.mark.slow
+def test_stack_seeds_with_the_real_train_stack_equals_the_seeds_run_one_by_one(tmp_path):
+    """Two seeds of a tiny image job on synthetic data: run-jobs --stack-seeds runs one real
+    ``python -m repens train-stack``, and each seed's metrics and predictions equal those of
+    its own ``train`` job run by run-jobs without it (one thread, as the rule runs them)."""
+    import numpy as np
+
+    from repens.config import resolve_job
+
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    rng = np.random.default_rng(0)
+    for name, n_train, n_test in (("in", 64, 24), ("ood", 8, 16)):
+        arrays = {}
+        for split, n in (("train", n_train), ("test", n_test)):
+            y = rng.integers(0, 10, size=n)
+            x = rng.normal(40 + 15 * y[:, None, None, None], 30, size=(n, 1, 8, 8)).clip(0, 255).astype(np.uint8)
+            arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y.astype(np.int64)
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+    jobs = []
+    for seed in (38, 39):
+        spec = dict(resolve_job(config, "image", "fashionmnist", "de", seed))
+        spec.update(particles=2, steps=8, hidden=[8], batch_size=16, log_every=4)
+        spec = json.dumps(spec, sort_keys=True)
+        base = f"results/image/fashionmnist/de/seed{seed}"
+        argv = ["--threads", "1", "train", "--spec", spec, "--input", f"train={tmp_path / 'in.npz'}",
+                "--input", f"ood={tmp_path / 'ood.npz'}", "--device", "cpu", "--out", f"{base}/metrics.json"]
+        jobs.append({"id": f"{base}/metrics.json", "rule": "train_image", "wildcards": {}, "command": "train",
+                     "argv": argv, "spec": spec, "outputs": [f"{base}/metrics.json", f"{base}/predictions.npz"],
+                     "log": f"logs/image/fashionmnist/de/seed{seed}.log", "benchmark": f"{base}/benchmark.tsv",
+                     "inputs": []})
+    results = {}
+    for how, stacked in (("stack", True), ("single", False)):
+        work = tmp_path / how
+        work.mkdir()
+        (work / "jobs.json").write_text(json.dumps({"kit": kit.KIT_FORMAT, "snakemake": {}, "jobs": jobs,
+                                                    "prepare": []}))
+        out = io.StringIO()
+        assert run_jobs(work / "jobs.json", directory=work, stack_seeds=stacked, parallel=2, out=out) == 0, \
+            out.getvalue() + "".join((work / j["log"]).read_text() for j in jobs)
+        assert ("in 1 seed stack(s)" in out.getvalue()) == stacked
+        results[how] = work
+    for job in jobs:
+        stack, single = (results[how] / job["id"] for how in ("stack", "single"))
+        assert json.loads(stack.read_text())["metrics"] == json.loads(single.read_text())["metrics"]
+        assert json.loads(stack.read_text())["seed_stack"]["seeds"] == [38, 39]
+        a, b = (np.load(p.with_name("predictions.npz")) for p in (stack, single))
+        for key in set(a.files) - {"provenance"}:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        assert (results["stack"] / job["benchmark"]).is_file()
+        assert "seed stack [38, 39]" in (results["stack"] / job["log"]).read_text()
+
+
 # -- pack and import ------------------------------------------------------------------------
 
 
@@ -435,7 +706,8 @@ def test_the_runner_and_pack_import_neither_snakemake_nor_jsonschema_nor_torch(n
     """`python -m repens run-jobs` / `pack` themselves: the standard library and repens.kit only."""
     _finished(node)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    for argv in (["run-jobs", "jobs.json"], ["pack", "jobs.json", "--out", str(tmp_path / "p")]):
+    for argv in (["run-jobs", "jobs.json"], ["run-jobs", "jobs.json", "--stack-seeds"],
+                 ["pack", "jobs.json", "--out", str(tmp_path / "p")]):
         proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "repens", *argv], cwd=node.dir, env=env,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr

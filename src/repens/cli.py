@@ -368,7 +368,8 @@ def _run_jobs(args: argparse.Namespace) -> int:
 
     return run_jobs(args.jobs, parallel=args.parallel, deadline=args.deadline, grace=args.grace, device=args.device,
                     raw=args.raw, directory=args.directory, state=args.state, retry_failed=args.retry_failed,
-                    prepare_only=args.prepare_only, min_run=args.min_run, only=args.only or ())
+                    prepare_only=args.prepare_only, min_run=args.min_run, only=args.only or (),
+                    stack_seeds=args.stack_seeds)
 
 
 @_kit
@@ -575,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", action="append", metavar="GLOB", help="only jobs whose first output matches; repeatable")
     p.add_argument("--retry-failed", action="store_true", help="run failed jobs again")
     p.add_argument("--prepare-only", action="store_true", help="prepare the missing data, run no job")
+    p.add_argument("--stack-seeds", action="store_true",
+                   help="run the image jobs that differ only in seed as one train-stack per group (each seed keeps "
+                        "its outputs, log, state; benchmark.tsv: the stack's time split evenly across its seeds)")
     p.set_defaults(func=_run_jobs)
 
     p = sub.add_parser("pack", help="GPU node: pack the finished jobs' files into at most 8 files of 16 MiB")

@@ -18,7 +18,9 @@ cut in four steps, two on each side:
    and waits ``--grace`` seconds for them. The next call resumes the interrupted jobs from
    their checkpoints (first) and skips the finished ones (:func:`run_jobs`). Each job's
    output goes to its Snakemake log; a finished job gets a ``benchmark.tsv`` in Snakemake's
-   format (wall and CPU time over every call, peak memory).
+   format (wall and CPU time over every call, peak memory). ``--stack-seeds`` runs the
+   image jobs that differ only in their seed as one ``train-stack`` process per group
+   (:func:`stack_groups`), each seed still a job of its own (outputs, log, benchmark, state).
 3. node: ``python -m repens pack jobs.json --out $OUT/results`` packs the finished jobs'
    files (results, predictions, logs, benchmark files) and a manifest into one tar.gz, cut
    into parts of at most 16 MiB, at most 8 of them (:func:`pack`).
@@ -58,7 +60,7 @@ from typing import Any, Sequence
 
 __all__ = [
     "KitError", "KIT_FORMAT", "parse_dry_run", "repens_argv", "command_of", "export_jobs", "run_jobs", "pack",
-    "import_results", "job_status", "write_json", "DEFAULT_STATE", "MIB",
+    "import_results", "job_status", "write_json", "DEFAULT_STATE", "MIB", "stack_key", "stack_argv", "stack_groups",
 ]
 
 #: version of jobs.json, the state file and the pack's manifest
@@ -69,6 +71,8 @@ TRAIN_COMMANDS = ("train", "hmc")
 PREP_COMMANDS = ("prepare-images", "uci-download")
 #: repens' own options before the command, each with a value
 _GLOBAL_OPTIONS = ("--log", "--threads")
+#: the experiments whose ``train`` jobs ``run-jobs --stack-seeds`` stacks (``repens train-stack``)
+STACK_EXPERIMENTS = ("image",)
 #: where run-jobs keeps what it did, under the working directory (ignored by git with results/)
 DEFAULT_STATE = "results/run-jobs.json"
 MIB = 1 << 20
@@ -171,8 +175,7 @@ def repens_argv(shellcmd: str) -> list[str] | None:
     return None
 
 
-def command_of(argv: Sequence[str]) -> str | None:
-    """The repens command of ``argv`` (past the global options and their values)."""
+def _command_index(argv: Sequence[str]) -> int | None:
     i = 0
     while i < len(argv):
         if argv[i] in _GLOBAL_OPTIONS:
@@ -182,8 +185,14 @@ def command_of(argv: Sequence[str]) -> str | None:
         elif argv[i].startswith("-"):
             i += 1
         else:
-            return argv[i]
+            return i
     return None
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The repens command of ``argv`` (past the global options and their values)."""
+    i = _command_index(argv)
+    return None if i is None else argv[i]
 
 
 def _option(argv: Sequence[str], name: str) -> str | None:
@@ -413,18 +422,74 @@ def job_status(job: dict[str, Any], record: dict[str, Any] | None, directory: Pa
     return {"failed": "failed", "interrupted": "interrupted", "running": "interrupted"}.get(record.get("status"), "todo")
 
 
+def stack_key(job: dict[str, Any], argv: Sequence[str] | None = None) -> str | None:
+    """What ``job`` must share with the jobs it is stacked with (``repens train-stack``): its
+    spec but the seed, and its command line (``argv``, by default the job's) but ``--spec``
+    and ``--out``, so the stack gets the same inputs, device, threads. None for a job that
+    is not stacked: not a ``train`` job of :data:`STACK_EXPERIMENTS`, no seed in its spec,
+    or a ``--checkpoint`` of its own."""
+    argv = list(job["argv"] if argv is None else argv)
+    if command_of(argv) != "train" or _option(argv, "--checkpoint") is not None or _option(argv, "--out") is None:
+        return None
+    try:
+        spec = json.loads(job.get("spec") or _option(argv, "--spec") or "")
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(spec, dict) or spec.get("experiment") not in STACK_EXPERIMENTS or "seed" not in spec:
+        return None
+    rest = {k: v for k, v in spec.items() if k != "seed"}
+    return json.dumps([rest, _with_option(_with_option(argv, "--spec", None), "--out", None)], sort_keys=True)
+
+
+def stack_argv(argvs: Sequence[Sequence[str]]) -> list[str]:
+    """The ``train-stack`` command line of ``train`` jobs of one :func:`stack_key`: the first
+    job's, its command ``train-stack``, then ``--spec S --out F`` per job, in order."""
+    base = _with_option(_with_option(argvs[0], "--spec", None), "--out", None)
+    i = _command_index(base)
+    assert i is not None and base[i] == "train", base
+    base[i] = "train-stack"
+    return base + [w for argv in argvs for w in ("--spec", _option(argv, "--spec"), "--out", _option(argv, "--out"))]
+
+
+def stack_groups(jobs: Sequence[dict[str, Any]], argvs: Sequence[Sequence[str]] | None = None) -> list[list[int]]:
+    """The indices of ``jobs`` (with their command lines ``argvs``, by default their own)
+    grouped for ``--stack-seeds``: jobs of one :func:`stack_key` with distinct seeds form a
+    group, in their order; every other job (and a repeated seed) is a group of its own.
+    Groups come in the order of their first job."""
+    groups: list[list[int]] = []
+    open_groups: dict[str, tuple[list[int], set]] = {}
+    for i, job in enumerate(jobs):
+        key = stack_key(job, None if argvs is None else argvs[i])
+        seed = json.loads(job.get("spec") or _option(job["argv"], "--spec"))["seed"] if key else None
+        if key is not None and key in open_groups and seed not in open_groups[key][1]:
+            open_groups[key][0].append(i)
+            open_groups[key][1].add(seed)
+            continue
+        groups.append([i])
+        if key is not None and key not in open_groups:
+            open_groups[key] = (groups[-1], {seed})
+    return groups
+
+
 @dataclass
 class _Task:
     kind: str  # "job" or "prepare"
-    key: str
+    key: str  # a job's id (a stack's: its first job's), a data step's first output
     argv: list[str]
     log: str | None
     outputs: list[str]
     needs: list[str] = field(default_factory=list)
+    members: list[str] = field(default_factory=list)  # a seed stack's jobs (ids), in order; else empty
     proc: subprocess.Popen | None = None
     started: float = 0.0
     started_at: str = ""
     log_handle: Any = None
+    log_offset: int = 0
+
+    @property
+    def jobs(self) -> list[str]:
+        """The ids of the jobs this task runs (none for a data step)."""
+        return list(self.members) if self.members else [self.key] if self.kind == "job" else []
 
 
 def _gpu_name() -> str | None:
@@ -461,8 +526,10 @@ class _Runner:
     def __init__(self, jobs_file: Path | str, *, parallel: int, deadline: float | None, grace: float,
                  device: str | None, raw: Path | str, directory: Path | str, state: Path | str | None,
                  retry_failed: bool, prepare_only: bool, min_run: float, only: Sequence[str],
-                 out: Any, launcher: Sequence[str] | None = None) -> None:
+                 out: Any, launcher: Sequence[str] | None = None, stack_seeds: bool = False) -> None:
         self.data = _load_jobs(jobs_file)
+        self.by_id = {job["id"]: job for job in self.data["jobs"]}
+        self.stack_seeds = bool(stack_seeds)
         self.directory = Path(directory)
         self.state_path = Path(state) if state else self.directory / DEFAULT_STATE
         self.state = _load_state(self.state_path)
@@ -476,7 +543,7 @@ class _Runner:
         self.stop_reason: str | None = None
         self.call: dict[str, Any] = {"started": _now(), "host": platform.node(), "python": platform.python_version(),
                                      "gpu": _gpu_name(), "parallel": self.parallel, "deadline": deadline,
-                                     "device": device, "events": []}
+                                     "device": device, "stack_seeds": self.stack_seeds, "events": []}
         src = str(Path(__file__).resolve().parents[1])
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p),
                     "PYTHONUNBUFFERED": "1"}
@@ -495,11 +562,11 @@ class _Runner:
         """Jobs a killed runner left running (their record says ``running`` and the process
         is still there, running the same job): SIGTERM, so they checkpoint, before anything
         runs them again; killed after ``grace``."""
-        alive = []
+        alive: list[int] = []
         for book in ("jobs", "prepare"):
             for key, record in self.state[book].items():
                 pid = record.get("pid")
-                if record.get("status") != "running" or not pid:
+                if record.get("status") != "running" or not pid or pid in alive:  # a stack's jobs share one
                     continue
                 try:
                     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -559,7 +626,31 @@ class _Runner:
                 self.event(job["id"], "blocked", missing=unmade)
                 continue
             tasks.append(_Task("job", job["id"], argv, job.get("log"), job["outputs"], needs))
+        if self.stack_seeds:
+            tasks = self._stack(tasks)
         return list(preps.values()) + tasks, status
+
+    def _stack(self, tasks: list[_Task]) -> list[_Task]:
+        """``tasks`` with the image jobs that differ only in seed merged into one
+        ``train-stack`` task per group (:func:`stack_groups`; a group of one stays a
+        ``train`` task). A group's jobs go in the jobs file's order, so that its stack
+        checkpoint (``<first out>.stack.ckpt``) is found again by the next call; the group
+        takes the place of its first task (one that resumes comes first)."""
+        index = {job["id"]: i for i, job in enumerate(self.data["jobs"])}
+        in_file = sorted(tasks, key=lambda t: index[t.key])
+        groups = stack_groups([self.by_id[t.key] for t in in_file], [t.argv for t in in_file])
+        place = {t.key: n for n, t in enumerate(tasks)}
+        merged: list[tuple[int, _Task]] = []
+        for group in groups:
+            members = [in_file[i] for i in group]
+            if len(members) == 1:
+                merged.append((place[members[0].key], members[0]))
+                continue
+            task = _Task("job", members[0].key, stack_argv([t.argv for t in members]), members[0].log,
+                         [o for t in members for o in t.outputs], sorted({n for t in members for n in t.needs}),
+                         members=[t.key for t in members])
+            merged.append((min(place[t.key] for t in members), task))
+        return [task for _, task in sorted(merged, key=lambda item: item[0])]
 
     def _prepare_argv(self, step: dict[str, Any]) -> list[str]:
         argv = list(step["argv"])
@@ -575,31 +666,62 @@ class _Runner:
     # running
     def start(self, task: _Task) -> None:
         command = [*self.launcher, *task.argv]
-        log_path = self.directory / (task.log or f"logs/run-jobs/{task.key.replace('/', '_')}.log")
+        log_path = self._log_path(task)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         task.log_handle = open(log_path, "ab")
+        task.log_offset = log_path.stat().st_size
         task.log_handle.write(f"\n== repens run-jobs {_now()}: {shlex.join(task.argv)}\n".encode())
+        if task.members:
+            task.log_handle.write(f"== a stack of {len(task.members)} seeds, one process: this call's output is "
+                                  f"copied to each seed's log when it ends\n".encode())
         task.log_handle.flush()
-        if task.kind == "job":
-            job = next(j for j in self.data["jobs"] if j["id"] == task.key)
+        for job_id in task.jobs:
+            job = self.by_id[job_id]
             sha = _sha(job.get("spec") or "")
-            record = self.state["jobs"].get(task.key)
+            record = self.state["jobs"].get(job_id)
             if record is None or record.get("spec") != sha:
                 # a first run, or another spec's record: what lies at its outputs is not its result
-                for out in task.outputs:
+                for out in job["outputs"]:
                     if (self.directory / out).is_file():
                         (self.directory / out).unlink()
-                record = self.state["jobs"][task.key] = {"spec": sha, "attempts": []}
+                record = self.state["jobs"][job_id] = {"spec": sha, "attempts": []}
             record["status"] = "running"
+        if task.jobs:
             self.save()
         task.started, task.started_at = time.monotonic(), _now()
         task.proc = subprocess.Popen(command, cwd=self.directory, stdout=task.log_handle, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=self.env)
         book = self.state["jobs" if task.kind == "job" else "prepare"]
-        book.setdefault(task.key, {"attempts": []}).update(status="running", pid=task.proc.pid)
+        for key in task.jobs or [task.key]:
+            book.setdefault(key, {"attempts": []}).update(status="running", pid=task.proc.pid)
         self.save()
-        self.say(f"start {task.key}" + (" (data)" if task.kind == "prepare" else ""))
-        self.event(task.key, "start")
+        if task.members:
+            self.say(f"start a stack of {len(task.members)} seeds (train-stack): {', '.join(task.members)}")
+        else:
+            self.say(f"start {task.key}" + (" (data)" if task.kind == "prepare" else ""))
+        for key in task.jobs or [task.key]:
+            self.event(key, "start", **({"stack": task.members} if task.members else {}))
+
+    def _log_path(self, task: _Task) -> Path:
+        return self.directory / (task.log or f"logs/run-jobs/{task.key.replace('/', '_')}.log")
+
+    def _copy_stack_log(self, task: _Task) -> None:
+        """A stack's output of this call (in its first job's log) appended to its other jobs' logs."""
+        source = self._log_path(task)
+        try:
+            with open(source, "rb") as fh:
+                fh.seek(task.log_offset)
+                text = fh.read()
+        except OSError:
+            return
+        for job_id in task.members[1:]:
+            log = self.by_id[job_id].get("log")
+            if not log or self.directory / log == source:
+                continue
+            path = self.directory / log
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as fh:
+                fh.write(text)
 
     def reap(self, task: _Task) -> bool:
         """Whether ``task`` has exited (its record updated)."""
@@ -613,33 +735,44 @@ class _Runner:
         code = os.waitstatus_to_exitcode(status)
         task.proc.returncode = code
         task.log_handle.close()
+        if task.members:
+            self._copy_stack_log(task)
         seconds = time.monotonic() - task.started
-        attempt = {"started": task.started_at, "seconds": round(seconds, 3),
-                   "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
+        cpu = usage.ru_utime + usage.ru_stime
+        # A seed stack is one process for several jobs: its wall and CPU time are split
+        # evenly across its seeds (each seed's benchmark.tsv shows its share, so the seeds'
+        # times add up to the stack's); the peak memory is the whole process's, for each.
+        share = max(1, len(task.members))
+        attempt = {"started": task.started_at, "seconds": round(seconds / share, 3),
+                   "cpu_seconds": round(cpu / share, 3),
                    "max_rss_mb": round(usage.ru_maxrss / 1024.0, 2) if sys.platform != "darwin"
                    else round(usage.ru_maxrss / MIB, 2),
                    "returncode": code, "stopped": self.stop_reason}
-        made = all((self.directory / p).is_file() for p in task.outputs)
-        if made:
-            how = "done"
-        elif self.stop_reason is not None and code in _STOPPED:
-            how = "interrupted"
-        else:
-            how = "failed"
-        attempt["status"] = how
+        if task.members:
+            attempt["stack"] = {"jobs": list(task.members), "seconds": round(seconds, 3),
+                                "cpu_seconds": round(cpu, 3)}
         book = self.state["jobs" if task.kind == "job" else "prepare"]
-        record = book.setdefault(task.key, {"attempts": []})
-        record["attempts"].append(attempt)
-        record["status"] = how
-        if task.kind == "job" and how == "done":
-            job = next(j for j in self.data["jobs"] if j["id"] == task.key)
-            if job.get("benchmark"):
-                path = self.directory / job["benchmark"]
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(_benchmark_tsv(record["attempts"]))
+        for key in task.jobs or [task.key]:
+            outputs = self.by_id[key]["outputs"] if task.kind == "job" else task.outputs
+            if all((self.directory / p).is_file() for p in outputs):
+                how = "done"
+            elif self.stop_reason is not None and code in _STOPPED:
+                how = "interrupted"
+            else:
+                how = "failed"
+            record = book.setdefault(key, {"attempts": []})
+            record["attempts"].append({**attempt, "status": how})
+            record["status"] = how
+            if task.kind == "job" and how == "done":
+                job = self.by_id[key]
+                if job.get("benchmark"):
+                    path = self.directory / job["benchmark"]
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(_benchmark_tsv(record["attempts"]))
+            self.say(f"{how} {key} after {seconds:.1f} s (exit {code}"
+                     + (f"; a stack of {share} seeds, {seconds / share:.1f} s each" if task.members else "") + ")")
+            self.event(key, how, returncode=code, seconds=round(seconds, 1))
         self.save()
-        self.say(f"{how} {task.key} after {seconds:.1f} s (exit {code})")
-        self.event(task.key, how, returncode=code, seconds=round(seconds, 1))
         return True
 
     def run(self) -> int:
@@ -648,7 +781,10 @@ class _Runner:
         counts = {s: sum(1 for v in status.values() if v == s) for s in set(status.values())}
         self.say(f"{len(self.data['jobs'])} job(s) in the file; " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                  + f"; {sum(t.kind == 'prepare' for t in tasks)} data step(s) and "
-                 f"{sum(t.kind == 'job' for t in tasks)} job(s) to run, {self.parallel} at a time"
+                 f"{sum(len(t.jobs) for t in tasks)} job(s) to run"
+                 + (f" ({sum(len(t.members) for t in tasks)} of them in {sum(bool(t.members) for t in tasks)} seed "
+                    "stack(s))" if any(t.members for t in tasks) else "")
+                 + f", {self.parallel} at a time"
                  + (f", deadline {self.deadline:g} s" if self.deadline else ""))
         previous = {}
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -673,18 +809,22 @@ class _Runner:
                         task.proc.send_signal(signal.SIGTERM)
                 if kill_at is not None and now >= kill_at:
                     for task in running:
-                        self.say(f"SIGKILL {task.key}: no exit {self.grace:g} s after SIGTERM")
+                        self.say(f"SIGKILL {task.key}" + (f" (a stack of {len(task.members)} seeds)" if task.members
+                                                          else "") + f": no exit {self.grace:g} s after SIGTERM")
                         task.proc.kill()
                     kill_at = float("inf")
                 for task in list(running):
                     if self.reap(task):
                         running.remove(task)
-                        finished[task.key] = self.state["jobs" if task.kind == "job" else "prepare"][task.key]["status"]
+                        book = self.state["jobs" if task.kind == "job" else "prepare"]
+                        for key in task.jobs or [task.key]:
+                            finished[key] = book[key]["status"]
                 for task in list(pending):  # a job whose data step failed cannot run
                     failed = [n for n in task.needs if finished.get(n) in ("failed", "interrupted")]
                     if failed:
                         pending.remove(task)
-                        status[task.key] = "blocked"
+                        for key in task.jobs:
+                            status[key] = "blocked"
                         self.say(f"blocked {task.key}: its data step {', '.join(failed)} did not finish")
                 left = None if self.deadline is None else self.deadline - (now - self.t0)
                 while self.stop_reason is None and len(running) < self.parallel and (left is None or left > self.min_run):
@@ -735,7 +875,7 @@ def run_jobs(jobs_file: Path | str, *, parallel: int = 1, deadline: float | None
              device: str | None = None, raw: Path | str = "data/raw", directory: Path | str = ".",
              state: Path | str | None = None, retry_failed: bool = False, prepare_only: bool = False,
              min_run: float = 0.0, only: Sequence[str] = (), out: Any = None,
-             launcher: Sequence[str] | None = None) -> int:
+             launcher: Sequence[str] | None = None, stack_seeds: bool = False) -> int:
     """Run the jobs of ``jobs_file`` (:func:`export_jobs`) in ``directory``, ``parallel`` at a
     time, as ``python -m repens`` subprocesses; prepare their missing inputs first (image
     data from the archives under ``raw``, offline). At ``deadline`` seconds (or on SIGTERM
@@ -746,11 +886,26 @@ def run_jobs(jobs_file: Path | str, *, parallel: int = 1, deadline: float | None
     how it ended is kept in ``state`` (default ``results/run-jobs.json``). ``launcher``: the
     command a task's arguments follow (default ``python -m repens``, this interpreter).
 
+    ``stack_seeds``: the image ``train`` jobs to run that differ only in their seed (the
+    same spec but ``seed``, the same command line but ``--spec`` / ``--out``) run as one
+    ``python -m repens train-stack`` per group (:func:`stack_groups`), a task of its own
+    for ``parallel``, the deadline, SIGTERM and ``grace``. Each seed stays a job: its own
+    outputs, state record and ``benchmark.tsv`` (the stack's wall and CPU time split evenly
+    across its seeds, its peak memory for each), and its own log (the stack's output goes to
+    its first seed's log and is copied to the others' when the stack ends), so the skip and
+    resume logic, :func:`pack` and :func:`import_results` treat each seed as before. A
+    group whose seeds are partly finished stacks only the rest. The stack checkpoints to
+    ``<first seed's out>.stack.ckpt``, keyed by its seeds: a stack of another seed set
+    (some of its seeds finished or failed meanwhile, ``only`` changed) starts afresh (the
+    old checkpoint set aside), as does a job run once stacked and then without
+    ``stack_seeds`` (its ``train`` reads ``<out>.ckpt``), and the other way round. Other
+    jobs, and groups of one, run as ``train`` as without it.
+
     Returns 0 when every job is finished, 75 when some remain (call again), 1 when a job
     failed."""
     runner = _Runner(jobs_file, parallel=parallel, deadline=deadline, grace=grace, device=device, raw=raw,
                      directory=directory, state=state, retry_failed=retry_failed, prepare_only=prepare_only,
-                     min_run=min_run, only=only, out=out or sys.stdout, launcher=launcher)
+                     min_run=min_run, only=only, out=out or sys.stdout, launcher=launcher, stack_seeds=stack_seeds)
     return runner.run()
 
 
