@@ -270,10 +270,16 @@ def _registry() -> dict[str, ImageDataset]:
 IMAGE_DATASETS: dict[str, ImageDataset] = _registry()
 
 
-def _md5(path: Path) -> str:
-    from torchvision.datasets.utils import calculate_md5
+def _md5(path: Path, chunk: int = 1 << 20) -> str:
+    """The file's MD5 (hex), read in 1 MiB chunks: the check torchvision's
+    ``calculate_md5`` makes, without torchvision (a GPU node may not have it)."""
+    import hashlib
 
-    return calculate_md5(str(path))
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _extract(archive: Path, file: RemoteFile, root: Path) -> None:
