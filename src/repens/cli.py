@@ -61,14 +61,7 @@ def _train(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: --spec: {err}") from None
     out = Path(args.out)
     checkpoint = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".ckpt")
-    runtime: dict = {}
-    if args.input:
-        bad = [item for item in args.input if "=" not in item]
-        if bad:
-            raise SystemExit(f"error: --input takes KEY=PATH, got {bad}")
-        runtime["inputs"] = dict(item.split("=", 1) for item in args.input)
-    if args.device:
-        runtime["device"] = args.device
+    runtime = _runtime(args)
     try:
         RUNNERS[job.experiment](job, out, checkpoint, **runtime)
     except NonFiniteError as err:
@@ -79,6 +72,19 @@ def _train(args: argparse.Namespace) -> int:
         return 128 + err.signum  # 143 for SIGTERM, 130 for SIGINT
     _stamp([out, out.with_name("predictions.npz")] if job.experiment == "image" else [out], job.spec, args.log)
     return 0
+
+
+def _runtime(args: argparse.Namespace) -> dict:
+    """The runner's keyword arguments from ``--input KEY=PATH`` and ``--device``."""
+    runtime: dict = {}
+    if args.input:
+        bad = [item for item in args.input if "=" not in item]
+        if bad:
+            raise SystemExit(f"error: --input takes KEY=PATH, got {bad}")
+        runtime["inputs"] = dict(item.split("=", 1) for item in args.input)
+    if args.device:
+        runtime["device"] = args.device
+    return runtime
 
 
 def _train_stack(args: argparse.Namespace) -> int:
@@ -99,14 +105,7 @@ def _train_stack(args: argparse.Namespace) -> int:
     except (SpecError, json.JSONDecodeError) as err:
         raise SystemExit(f"error: --spec: {err}") from None
     outs = [Path(out) for out in args.out]
-    runtime: dict = {}
-    if args.input:
-        bad = [item for item in args.input if "=" not in item]
-        if bad:
-            raise SystemExit(f"error: --input takes KEY=PATH, got {bad}")
-        runtime["inputs"] = dict(item.split("=", 1) for item in args.input)
-    if args.device:
-        runtime["device"] = args.device
+    runtime = _runtime(args)
     try:
         run_image_stack(jobs, outs, _path(args.checkpoint), **runtime)
     except NonFiniteError as err:

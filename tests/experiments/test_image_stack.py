@@ -43,21 +43,7 @@ SEEDS = (38, 39, 40)
 METHODS = ["de", "svgd", "fsvgd", "kde-wgd", "kde-fwgd", "ssge-fwgd", "anchored", "dle", "drle", "hyper-de"]
 
 
-def _write_set(path: Path, n_train: int, n_test: int, shape=(1, 8, 8), seed=0):
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for split, n in (("train", n_train), ("test", n_test)):
-        y = rng.integers(0, 10, size=n)
-        x = rng.normal(40 + 15 * y[:, None, None, None], 30, size=(n, *shape)).clip(0, 255).astype(np.uint8)
-        arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y.astype(np.int64)
-    np.savez(path, **arrays)
-
-
-@pytest.fixture()
-def tiny_sets(tmp_path):
-    _write_set(tmp_path / "in.npz", 96, 40)
-    _write_set(tmp_path / "ood.npz", 8, 30, seed=1)
-    return {"train": str(tmp_path / "in.npz"), "ood": str(tmp_path / "ood.npz")}
+from experiments.test_image import _write_set, tiny_sets  # noqa: E402,F401  (tiny data; the fixture)
 
 
 def _job(method, seed, **extra):

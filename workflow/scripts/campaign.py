@@ -27,7 +27,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -36,6 +35,9 @@ import time
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from repens.provenance import cpu_model  # noqa: E402  (stdlib only; imports no torch)
 
 #: what a finished job leaves beside its output file that the reference tree keeps
 SIDE_FILES = ("benchmark.tsv", "diagnostics.json")
@@ -100,17 +102,6 @@ def build_queue(workdir: Path, experiment: str) -> list[Item]:
 def log_of(output: str) -> Path:
     """logs/<experiment>/<dataset>/<method>/seed<seed>.log of a job's output file."""
     return Path("logs") / Path(output).parent.with_suffix(".log")
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def git_commit(repo: Path, paths: list[Path], message: str, tries: int = 30) -> None:
