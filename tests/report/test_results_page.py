@@ -118,7 +118,7 @@ def test_page_shows_each_cell_beside_the_paper_and_what_is_not_run(tmp_path):
     out = tmp_path / "docs" / "results.md"
     text = write_page(reference, config, out)
     assert out.read_text() == text
-    assert "| Deep ensemble | 1 | 0.961 vs 0.958 ± 0.001 (+3.0) |" in text
+    assert "| fashionmnist | Deep ensemble | 1 | 0.961 vs 0.958 ± 0.001 (+3.0) |" in text
     assert "one seed of ours, its spread not measured yet" in text
     assert "(../reference/results/table1_vs_paper.csv)" in text
     assert "image / cifar10: " in text and "needs a GPU" in text

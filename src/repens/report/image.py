@@ -137,8 +137,8 @@ def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Ma
     sizes = ", ".join(
         f"{DATASET_LABELS.get(d, d)}: {_values({r['particles'] for r in records if r['dataset'] == d})} particles, "
         f"{_values({r['steps'] for r in records if r['dataset'] == d})} steps"
-        for d in datasets
-    )
+        for d in datasets if any(r["dataset"] == d for r in records)
+    ) or "no runs"
     ood = ", ".join(f"{DATASET_LABELS.get(d, d)} vs {OOD_LABELS.get(d, '?')}" for d in datasets)
     caption = (
         "BNN image classification (Table 1 of D'Angelo & Fortuin 2021, reproduced). Mean $\\pm$ standard "

@@ -321,6 +321,9 @@ def _vs_paper(path: Path) -> list[str]:
     paper's mean ± s.e., and the difference in standard errors (whose: ``error_basis``)."""
     rows = list(csv.DictReader(path.read_text().splitlines()))
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    unrun = [d for d in datasets if all(r["ours_seeds"] == "0" for r in rows if r["dataset"] == d)]
+    rows = [r for r in rows if r["dataset"] not in unrun]
     out, basis = [], set()
     for key in dict.fromkeys((r["dataset"], r["method"]) for r in rows):
         mine = {r["metric"]: r for r in rows if (r["dataset"], r["method"]) == key}
@@ -338,10 +341,12 @@ def _vs_paper(path: Path) -> list[str]:
             paper = "no value" if math.isnan(float(r["paper_mean"])) else f"{_fmt(r['paper_mean'])} ± {_fmt(r['paper_error'])}"
             z = r["difference_in_errors"]
             cells.append(f"{ours} vs {paper}" + ("" if math.isnan(float(z)) else f" ({float(z):+.1f})"))
-        out.append([first["label"], n, *cells])
-    lines = _markdown(["method", "n", *metrics], out)
+        out.append([key[0], first["label"], n, *cells])
+    lines = _markdown(["dataset", "method", "n", *metrics], out)
     lines += ["", "Each cell: ours vs the paper's mean ± s.e. (the difference in standard errors). Errors used: "
               + "; ".join(sorted(b for b in basis if b)) + "."]
+    if unrun:
+        lines += ["", f"Not run at all: {', '.join(unrun)} (see above)."]
     return lines
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import html as html_lib
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -453,10 +454,13 @@ def render_png(path: Path, table: Table) -> None:
     total = sum(widths) or 1
     row_h = 0.26
     fig_w = max(6.0, 0.085 * total + 0.6)
-    fig_h = row_h * (len(body) + 1) + 0.75 + (0.25 if table.note else 0.0)
+    # the note wrapped to the figure's width (6.5 pt text: about 22 characters an inch)
+    note = textwrap.wrap(table.note, width=int(fig_w * 22)) if table.note else []
+    note_h = 0.12 * len(note) + (0.13 if note else 0.0)
+    fig_h = row_h * (len(body) + 1) + 0.75 + note_h
     fig = Figure(figsize=(fig_w, fig_h))
     top = 1.0 - 0.5 / fig_h
-    bottom = (0.3 if table.note else 0.1) / fig_h
+    bottom = (0.05 + note_h) / fig_h
     ax = fig.add_axes((0.01, bottom, 0.98, top - bottom))
     ax.axis("off")
     mpl_table = ax.table(cellText=body, colLabels=header, cellLoc="center", bbox=(0, 0, 1, 1),
@@ -486,8 +490,9 @@ def render_png(path: Path, table: Table) -> None:
             hline(i + 1, color="0.6", lw=0.6)
     hline(n, lw=1.2)
     fig.suptitle(table.title, fontsize=10, y=1.0 - 0.12 / fig_h, va="top")
-    if table.note:
-        fig.text(0.01, 0.08 / fig_h, table.note, fontsize=6.5, color="0.35", ha="left", va="bottom")
+    if note:
+        fig.text(0.01, 0.08 / fig_h, "\n".join(note), fontsize=6.5, color="0.35", ha="left", va="bottom",
+                 linespacing=1.3)
     save_figure_atomic(fig, Path(path), dpi=160)
 
 
