@@ -40,7 +40,7 @@ def test_failed_summary_keeps_the_last_good_outputs(tmp_path):
     exp["quick"] = {"settings": {"steps": 3, "log_every": 1}, "datasets": {"funnel": {"particles": 8}}}
     exp["datasets"]["gaussian"]["particles"] = 8
     targets = ["results/synthetic/metrics.csv", "results/figures/fig2_gaussian.png"]
-    rc, out = snakemake(tmp_path, "-c1", *targets, config=config, timeout=300)
+    rc, out = snakemake(tmp_path, "-c1", *targets, config=config, timeout=600)
     assert rc == 0, out
     outputs = targets + ["results/synthetic/metrics.tex", "results/figures/fig2_gaussian.pdf"]
     good = {path: (tmp_path / path).read_bytes() for path in outputs}
@@ -48,7 +48,7 @@ def test_failed_summary_keeps_the_last_good_outputs(tmp_path):
         assert (tmp_path / last_good_path(path)).read_bytes() == good[path], path
 
     (tmp_path / "results/synthetic/gaussian/svgd/seed42/particles.npz").write_bytes(b"not an npz")
-    rc, out = snakemake(tmp_path, "-c1", "--keep-going", *targets, config=config, timeout=300)
+    rc, out = snakemake(tmp_path, "-c1", "--keep-going", *targets, config=config, timeout=600)
     assert rc != 0, out
     assert "summarize_synthetic" in out and "plot_gaussian" in out
     for path in outputs:
