@@ -38,7 +38,10 @@ def uci_metrics():
     """metrics.json of every (dataset, method) of the first seed, in table order."""
     seed = experiment_seeds(config, "uci")[0]
     return [
-        f"results/uci/{dataset}/{method}/seed{seed}/metrics.json"
+        path
         for dataset in experiment_datasets("uci")
         for method in experiment_methods("uci")
+        if in_reference(
+            path := f"results/uci/{dataset}/{method}/seed{seed}/metrics.json"
+        )
     ]
