@@ -362,6 +362,10 @@ def _mean_se(path: Path) -> list[str]:
     if not keys:
         return _markdown(cols, [[_fmt(r[c]) for c in cols] for r in rows])
     table = []
+    # rows none of whose own means is measured (a dataset not run yet beside the paper's values)
+    mine = [k for k in keys if not k.startswith(("seed", "paper"))] or keys
+    rows = [r for r in rows if any(math.isfinite(_number(r[f"{k}_mean"]) or math.nan)
+                                   if _number(r[f"{k}_mean"]) != 0.0 else True for k in mine)]
     for r in rows:
         cells = []
         for k in keys:
@@ -370,7 +374,7 @@ def _mean_se(path: Path) -> list[str]:
             mean = _number(r[f"{k}_mean"])
             cells.append(_mean_pm(math.nan if mean is None else mean, math.nan if se is None else se)
                          + (f" (n={n})" if n else ""))
-        table.append([_cell(r[c]) for c in ident] + cells)
+        table.append([_fmt(r[c]) for c in ident] + cells)
     return _markdown(ident + keys, table)
 
 
