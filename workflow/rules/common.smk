@@ -34,6 +34,7 @@ from repens.config import (
     resolve_hmc_job,
     resolve_job,
 )
+from repens.report.results_page import published_runs, tree_runs
 
 # The config is checked before any job runs, each mistake in one line naming the key:
 # numbers spelled as YAML 1.1 or --config leave them (1e-3, seeds=[1,2]) are read as
@@ -176,29 +177,23 @@ def config_flag(key):
 REFERENCE = config["reference"]
 FROM_REFERENCE = str(config["from_reference"]).lower() in ("true", "published")
 if str(config["from_reference"]).lower() == "published":
-    _runs = Path(REFERENCE, "results", "runs.json")
-    if not _runs.is_file():
+    REFERENCE_RUNS = published_runs(REFERENCE)
+    if REFERENCE_RUNS is None:
         raise WorkflowError(
-            f"config key from_reference: published needs {_runs} (python -m repens reference publish)"
+            f"config key from_reference: published needs {REFERENCE}/results/runs.json"
+            " (python -m repens reference publish)"
         )
-    PUBLISHED_RUNS = set(json.loads(_runs.read_text()))
+    REFERENCE_RUNS = set(REFERENCE_RUNS)
 else:
-    PUBLISHED_RUNS = None
-
-
-def reference_path(path):
-    """Where ``results/<rest>`` lies in the reference tree."""
-    return str(Path(REFERENCE, *Path(path).parts[1:]))
+    REFERENCE_RUNS = set(tree_runs(REFERENCE)) if FROM_REFERENCE else None
 
 
 def reference_holds(experiment):
     """Whether an experiment's tables are built: always, unless results come from the
     reference tree and it holds no run of the experiment."""
-    if not FROM_REFERENCE:
-        return True
-    if PUBLISHED_RUNS is not None:
-        return any(run.startswith(f"{experiment}/") for run in PUBLISHED_RUNS)
-    return any(Path(REFERENCE, experiment).glob("*/*/seed*/*"))
+    return not FROM_REFERENCE or any(
+        run.startswith(f"{experiment}/") for run in REFERENCE_RUNS
+    )
 
 
 def claims_input(experiment, table):
@@ -208,13 +203,11 @@ def claims_input(experiment, table):
 
 
 def in_reference(path):
-    """Whether a run's result file takes part: always, unless results come from the
-    reference tree and it does not hold this one."""
-    if not FROM_REFERENCE:
-        return True
-    if PUBLISHED_RUNS is not None:
-        return str(Path(*Path(path).parts[1:]).as_posix()) in PUBLISHED_RUNS
-    return Path(reference_path(path)).is_file()
+    """Whether a run's result file (``results/<rest>``) takes part: always, unless results
+    come from the reference tree and it does not hold this one."""
+    return (
+        not FROM_REFERENCE or Path(*Path(path).parts[1:]).as_posix() in REFERENCE_RUNS
+    )
 
 
 def file_state(*paths):
