@@ -187,3 +187,26 @@ def test_mlp_rows_in_blocks_give_the_values_and_gradients_of_one_block(monkeypat
     for a, b in zip(whole, blocked):
         torch.testing.assert_close(b, a, rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(blocked[1], blocked[2], rtol=1e-13, atol=1e-13)
+
+
+def test_torch_default_init_matches_nn_linear_in_distribution():
+    """Every weight and bias slot is U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as nn.Linear's
+    reset_parameters draws it: a two-sample KS test against nn.Linear's own draws."""
+    from scipy.stats import ks_2samp
+
+    net = mlp(200, [300], 7)
+    model = StackedModel(net)
+    rows = model.sample_torch_default(3, torch.Generator().manual_seed(0))
+    named = model.unflatten(rows[0])
+    torch.manual_seed(1)
+    fresh = mlp(200, [300], 7)  # nn.Linear's own initialisation
+    for name, ref in fresh.named_parameters():
+        ours = named[name].flatten()
+        fan_in = 200 if name.startswith("0.") else 300
+        assert float(ours.abs().max()) <= fan_in ** -0.5
+        if ours.numel() >= 300:  # enough draws for the test to have power
+            assert ks_2samp(ours.numpy(), ref.detach().flatten().numpy()).pvalue > 1e-3, name
+    # the rows differ (independent draws), and a wrong scale would fail the KS test
+    assert not torch.equal(rows[0], rows[1])
+    assert ks_2samp(2 * named["0.weight"].flatten().numpy(),
+                    fresh.get_parameter("0.weight").detach().flatten().numpy()).pvalue < 1e-6

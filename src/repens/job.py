@@ -512,8 +512,9 @@ class ImageJob(ImageNetwork, Job):
     batch_size: int = 256
     #: sd of the N(0, prior_std^2 I) prior (a hyper-deep ensemble's L2 search replaces it per member)
     prior_std: float = 1.0
-    #: initial particles: prior draws (G.4) or He initialisation (G.5)
-    init: Literal["prior", "he"] = "prior"
+    #: initial particles: prior draws (G.4), He initialisation (G.5), or PyTorch's default
+    #: layer initialisation, as the released FashionMNIST code starts its particles
+    init: Literal["prior", "he", "torch"] = "prior"
     #: pixels: unit = [0, 1]; standard = standardised per channel with the training set's statistics
     normalize: Literal["unit", "standard"] = "unit"
     #: particles evaluated at once (None: all)

@@ -347,6 +347,32 @@ class StackedModel:
         draws = torch.randn(n, self.dim, generator=generator, dtype=dtype, device=generator.device)
         return draws if isinstance(std, (int, float)) and std == 1 else draws.mul_(std)  # in place: no second (n, D) matrix
 
+    def sample_torch_default(self, n: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> Tensor:
+        """``n`` rows drawn as PyTorch initialises ``nn.Linear`` and ``nn.Conv*``: weights
+        ``kaiming_uniform_(a=sqrt(5))``, i.e. ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``, and
+        each bias ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` with its layer's weight fan-in
+        (the released FashionMNIST code's ``Net.init_params``).
+
+        A bias takes the fan-in of the slot just before it; 1-D ``weight`` s (the affine
+        scales of normalisation layers) start at one, their biases at zero.
+        """
+        rows = torch.zeros(n, self.dim, dtype=dtype, device=generator.device)
+        fan_in = None
+        for s in self.slots:
+            size = s.stop - s.start
+            if len(s.shape) >= 2:
+                fan_in = math.prod(s.shape[1:])
+            elif s.name.endswith("weight"):
+                rows[:, s.start : s.stop] = 1.0
+                fan_in = None
+                continue
+            elif fan_in is None:
+                continue
+            bound = 1.0 / math.sqrt(fan_in)
+            u = torch.rand(n, size, generator=generator, dtype=dtype, device=generator.device)
+            rows[:, s.start : s.stop] = (2.0 * u - 1.0) * bound
+        return rows
+
     def sample_he(self, n: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> Tensor:
         """``n`` rows with He (Kaiming-normal) weights and zero biases (He et al. 2015).
 

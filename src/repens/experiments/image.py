@@ -45,7 +45,7 @@ from torch.func import vmap
 
 from repens.atomic import save_npz_atomic, write_json_atomic
 from repens.data.images import load_arrays
-from repens.evaluation import classification_metrics, ensemble_summary, mutual_information
+from repens.evaluation import classification_metrics, ensemble_summary, member_std, mutual_information
 from repens.fitting import fit_particles, kernel_from_job, train_settings
 from repens.job import ImageJob, SpecError
 from repens.jobkey import load_keyed_json
@@ -122,22 +122,25 @@ def load_image_data(train_file: Path | str, ood_file: Path | str, normalize: str
 
 
 @torch.no_grad()
-def predict_details(model: StackedModel, params: Tensor, x: Tensor, batch: int = 1000) -> tuple[Tensor, Tensor, Tensor]:
-    """Predictive probabilities (N, C), model disagreement (N,) and mutual information (N,)
-    on ``x``, in chunks so memory stays ``n x batch x C``."""
-    probs, md, mi = [], [], []
+def predict_details(model: StackedModel, params: Tensor, x: Tensor,
+                    batch: int = 1000) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Predictive probabilities (N, C), model disagreement (N,), mutual information (N,)
+    and the members' class-averaged sd (N,, the released code's MD) on ``x``, in chunks so
+    memory stays ``n x batch x C``."""
+    probs, md, mi, sd = [], [], [], []
     for i in range(0, x.shape[0], batch):
         member = torch.softmax(model(params, x[i : i + batch]).double(), dim=-1)
         p, d = ensemble_summary(member)
         probs.append(p)
         md.append(d)
         mi.append(mutual_information(member))
-    return torch.cat(probs).cpu(), torch.cat(md).cpu(), torch.cat(mi).cpu()
+        sd.append(member_std(member))
+    return torch.cat(probs).cpu(), torch.cat(md).cpu(), torch.cat(mi).cpu(), torch.cat(sd).cpu()
 
 
 def predict_summary(model: StackedModel, params: Tensor, x: Tensor, batch: int = 1000) -> tuple[Tensor, Tensor]:
     """Predictive probabilities (N, C) and model disagreement (N,) on ``x``."""
-    probs, md, _ = predict_details(model, params, x, batch)
+    probs, md, _, _ = predict_details(model, params, x, batch)
     return probs, md
 
 
@@ -167,6 +170,8 @@ def _batches(x: Tensor, y: Tensor, batch_size: int):
 def _initial(model: StackedModel, job: ImageJob, n: int, prior_std: Any, generator: torch.Generator) -> Tensor:
     if job.init == "prior":  # G.4: "initialized with random samples from the prior"
         return model.sample_gaussian(n, prior_std, generator)
+    if job.init == "torch":  # the released code's FashionMNIST particles (exp_fmnist.py)
+        return model.sample_torch_default(n, generator)
     return model.sample_he(n, generator)  # G.5: He initialisation
 
 
@@ -252,14 +257,16 @@ def _write_results(job: ImageJob, out: Path, model: StackedModel, params: Tensor
                    device: torch.device, train_seconds: float, started: float, **extra: Any) -> None:
     """``predictions.npz`` beside ``out``, then the metrics file ``out`` (last, atomically)
     for the trained particles ``params`` (n, D) of ``job``; ``extra``: further record fields."""
-    test_probs, test_md, test_mi = predict_details(model, params, data.x_test)
-    ood_probs, ood_md, ood_mi = predict_details(model, params, data.x_ood)
+    test_probs, test_md, test_mi, test_sd = predict_details(model, params, data.x_test)
+    ood_probs, ood_md, ood_mi, ood_sd = predict_details(model, params, data.x_ood)
     labels = data.y_test.cpu()
-    metrics = classification_metrics(test_probs, test_md, labels, ood_probs, ood_md, test_mi, ood_mi)
+    metrics = classification_metrics(test_probs, test_md, labels, ood_probs, ood_md, test_mi, ood_mi,
+                                     test_sd, ood_sd)
     save_npz_atomic(out.with_name("predictions.npz"), test_probs=test_probs.float().numpy(),
                     test_md=test_md.float().numpy(), test_labels=labels.numpy(),
                     ood_probs=ood_probs.float().numpy(), ood_md=ood_md.float().numpy(),
                     test_mi=test_mi.float().numpy(), ood_mi=ood_mi.float().numpy(),
+                    test_sd=test_sd.float().numpy(), ood_sd=ood_sd.float().numpy(),
                     job=np.array(json.dumps(job.spec, sort_keys=True)))
     record = {
         "metrics": metrics,

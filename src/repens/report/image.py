@@ -31,6 +31,16 @@ TABLE1_COLUMNS = [
     Column("nll", "NLL", "min", 3, plain="NLL"),
 ]
 
+#: four of the paper's columns as the authors' released code computes them
+#: (repens.evaluation: ``*_code``), each with the paper's column it stands beside
+CODE_COLUMNS = [
+    Column("nll_code", "NLL (code)", "min", 3, plain="NLL (code: -log mean p)"),
+    Column("ece_code", "ECE (code)", "min", 3, plain="ECE (code: 30 bins)"),
+    Column("md_ratio_code", "MD_o/MD_t (code)", "max", 3, plain="MD_o/MD_t (code: mean sd)"),
+    Column("auroc_md_code", "AUROC(MD) (code)", "max", 3, plain="AUROC(MD) (code: mean sd)"),
+]
+CODE_PAPER_KEYS = {"nll_code": "nll", "ece_code": "ece", "md_ratio_code": "md_ratio", "auroc_md_code": "auroc_md"}
+
 #: metrics the field reports beside the paper's (CSV only; the LaTeX and PNG keep the
 #: paper's columns); runs written before they existed show NaN
 EXTRA_COLUMNS = [
@@ -43,6 +53,7 @@ EXTRA_COLUMNS = [
     Column("mi_ood", "MI OOD", "max", 4, plain="MI OOD"),
     Column("mi_ratio", "MI_o/MI_t", "max", 3, plain="MI_o/MI_t"),
     Column("auroc_mi", "AUROC(MI)", "max", 3, plain="AUROC(MI)"),
+    *CODE_COLUMNS,
 ]
 
 DATASET_LABELS = {"fashionmnist": "FashionMNIST", "cifar10": "CIFAR10", "mnist": "MNIST", "svhn": "SVHN"}
@@ -88,10 +99,14 @@ def vs_paper_rows(records: Sequence[Mapping[str, Any]], reference: Mapping[tuple
             paper = reference.get((ds, m))
             if not runs and paper is None:
                 continue
-            for col in TABLE1_COLUMNS:
-                ours = mean_se([r[col.key] * col.scale for r in runs]) if runs else None
-                p_mean = paper[col.key] if paper else math.nan
-                p_se = paper[f"{col.key}_se"] if paper else math.nan
+            for col in TABLE1_COLUMNS + CODE_COLUMNS:
+                values = [r[col.key] * col.scale for r in runs if math.isfinite(r.get(col.key, math.nan))]
+                if col in CODE_COLUMNS and not values:
+                    continue  # runs written before the code's definitions were recorded
+                ours = mean_se(values) if values else None
+                key = CODE_PAPER_KEYS.get(col.key, col.key)
+                p_mean = paper[key] if paper else math.nan
+                p_se = paper[f"{key}_se"] if paper else math.nan
                 o_mean = ours.mean if ours else math.nan
                 o_se = ours.se if ours else math.nan
                 diff = o_mean - p_mean
