@@ -421,3 +421,20 @@ def test_cli_uci_train_on_data_with_na(tmp_path, monkeypatch):
     proc = _repens("train", "--spec", json.dumps(job), "--out", str(tmp_path / "r" / "metrics.json"), cwd=tmp_path)
     _assert_one_error_line(proc, str(folder / "data.txt"), "line 5: 'NA' is not a number")
     assert not (tmp_path / "r" / "metrics.json").exists()
+
+
+def test_fetch_checks_md5_before_the_file_appears(tmp_path):
+    """A download lands under its final name only with the right MD5; a wrong one leaves
+    nothing behind, not even its temporary file (file:// URLs take urllib's own path)."""
+    import hashlib
+
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"archive bytes")
+    good = hashlib.md5(b"archive bytes").hexdigest()
+    dest = tmp_path / "root" / "raw" / "a.gz"
+    with pytest.raises(OSError, match="MD5"):
+        images._fetch(src.as_uri(), dest, "0" * 32)
+    assert not dest.parent.exists() or list(dest.parent.iterdir()) == []
+    images._fetch(src.as_uri(), dest, good)
+    assert dest.read_bytes() == b"archive bytes"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["a.gz"]

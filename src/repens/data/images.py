@@ -13,7 +13,8 @@ the last step:
    shared copy): it is verified, copied into ``root`` and extracted there; or the
    mirror holds the extracted files themselves, verified by their MD5s, and they
    are copied;
-4. it is downloaded (torchvision's ``download_url``, MD5 checked).
+4. it is downloaded (the URLs torchvision uses; MD5 checked before the file is renamed
+   into place).
 
 So a root holding only extracted files needs no archive as long as they are intact;
 a corrupt extracted file is never read. If a file is still missing or corrupt,
@@ -299,13 +300,31 @@ def _extract(archive: Path, file: RemoteFile, root: Path) -> None:
         os.replace(tmp, out)
 
 
-def _download(file: RemoteFile, folder: Path) -> None:
-    from torchvision.datasets.utils import download_url
+def _fetch(url: str, dest: Path, md5: str | None, timeout: float = 60.0) -> None:
+    """Download ``url`` to ``dest``: into a temporary file of its own beside ``dest``
+    (concurrent downloads never share one), MD5-checked, then renamed into place."""
+    import tempfile
+    import urllib.request
 
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        request = urllib.request.Request(url, headers={"User-Agent": "repens"})
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as response:
+            shutil.copyfileobj(response, out, 1 << 20)
+        if md5 is not None and (got := _md5(tmp)) != md5:
+            raise OSError(f"MD5 {got}, expected {md5}")
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _download(file: RemoteFile, folder: Path) -> None:
     errors = []
     for url in file.urls:
         try:
-            download_url(url, str(folder), file.filename, file.md5)
+            _fetch(url, folder / file.filename, file.md5)
             return
         except Exception as err:  # noqa: BLE001 - try the next mirror, report all at the end
             errors.append(f"{url}: {err}")
