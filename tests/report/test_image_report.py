@@ -94,3 +94,22 @@ def test_table1_with_one_seed_shows_n_and_says_the_spread_is_not_measured(tmp_pa
     assert float(de["difference_in_errors"]) == pytest.approx((91.0 - 91.122) / 0.013)
     svgd = next(r for r in rows if r["method"] == "svgd" and r["metric"] == "Accuracy (%)")
     assert svgd["error_basis"] == "ours and the paper's"
+
+
+def test_table1_caption_and_note_print_no_python_lists(tmp_path):
+    """Seeds, particles and steps read as numbers ("seeds 38, 39", "10 particles"), never
+    as Python lists ("seeds [38, 39]", "[10] particles"), in the LaTeX caption, the HTML
+    note and the values helper."""
+    from repens.report.image import _values
+
+    inputs = [_metrics(tmp_path / "a.json", "de", 38, 0.91), _metrics(tmp_path / "b.json", "de", 39, 0.92)]
+    out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
+    write_table1(inputs, REFERENCE, {"de": "Deep ensemble"}, ["fashionmnist"], ["de"], out["tex"], out["png"],
+                 out["csv"], tmp_path / "vs.csv", out_html=tmp_path / "t.html")
+    caption = out["tex"].read_text().split(r"\caption{", 1)[1].split(r"\label", 1)[0]
+    note = (tmp_path / "t.html").read_text().split("<small>", 1)[1].split("</small>", 1)[0]
+    for text in (caption, note):
+        assert "[" not in text and "]" not in text, text
+        assert "10 particles, 600 steps" in text
+    assert "seeds 38, 39" in caption and "seeds 38, 39" in note
+    assert _values([10, [10], None, 50]) == "10/50" and _values([None]) == "?" and _values([50000]) == "50,000"

@@ -11,7 +11,7 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -124,9 +124,25 @@ def vs_paper_rows(records: Sequence[Mapping[str, Any]], reference: Mapping[tuple
     return rows
 
 
-def _values(values: set) -> str:
-    """``50`` for one value, ``10/50`` for several, ``?`` for none (a caption's sizes)."""
-    return "/".join(f"{v:,}" if isinstance(v, int) else str(v) for v in sorted(values)) or "?"
+def _sorted_known(values: Iterable[Any]) -> list[Any]:
+    """The distinct values other than None (a list's items taken one by one), numbers
+    first in order, then the rest by text."""
+    flat = [x for v in values for x in (v if isinstance(v, (list, tuple, set)) else [v])]
+    known = {v for v in flat if v is not None}
+    return sorted(known, key=lambda v: (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool)
+                  else (1, 0, str(v)))
+
+
+def _values(values: Iterable[Any]) -> str:
+    """``50`` for one value, ``10/50`` for several, ``?`` for none (a caption's sizes:
+    numbers as text, never a Python list; unknown values (None) are left out)."""
+    return "/".join(f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+                    for v in _sorted_known(values)) or "?"
+
+
+def _seed_list(values: Iterable[Any]) -> str:
+    """``38, 39, 40`` (a caption's seeds: never a Python list), ``?`` for none."""
+    return ", ".join(str(v) for v in _sorted_known(values)) or "?"
 
 
 def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Mapping[str, str],
@@ -144,20 +160,20 @@ def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Ma
     rows = [r for r in rows if not r[2]] + [r for r in rows if r[2]]  # extra rows below the rule
     blocks = build_blocks(records, TABLE1_COLUMNS + EXTRA_COLUMNS, [(d, DATASET_LABELS.get(d, d)) for d in datasets], rows)
     scale = records[0]["scale"] if records else "?"
-    seeds = sorted({r["seed"] for r in records})
+    seeds = _seed_list(r["seed"] for r in records)
     counts = pd.Series([(r["dataset"], r["method"]) for r in records], dtype=object).value_counts()
     single = bool((counts == 1).any())
     spread = (" Rows with n = 1 show no $\\pm$: one seed, so our seed-to-seed spread is not measured yet."
               if single else "")
     sizes = ", ".join(
-        f"{DATASET_LABELS.get(d, d)}: {_values({r['particles'] for r in records if r['dataset'] == d})} particles, "
-        f"{_values({r['steps'] for r in records if r['dataset'] == d})} steps"
+        f"{DATASET_LABELS.get(d, d)}: {_values(r['particles'] for r in records if r['dataset'] == d)} particles, "
+        f"{_values(r['steps'] for r in records if r['dataset'] == d)} steps"
         for d in datasets if any(r["dataset"] == d for r in records)
     ) or "no runs"
     ood = ", ".join(f"{DATASET_LABELS.get(d, d)} vs {OOD_LABELS.get(d, '?')}" for d in datasets)
     caption = (
         "BNN image classification (Table 1 of D'Angelo & Fortuin 2021, reproduced). Mean $\\pm$ standard "
-        f"error over seeds {', '.join(map(str, seeds))}; n: seeds per row.{spread} Best value per dataset in "
+        f"error over seeds {seeds}; n: seeds per row.{spread} Best value per dataset in "
         f"bold. OOD sets: {ood}. "
         "AUROC(H) and AUROC(MD): OOD detection by predictive entropy and by model disagreement; "
         "$H_o/H_t$, $MD_o/MD_t$: OOD over test means. ECE: 15 equal-width bins of the top-label "
