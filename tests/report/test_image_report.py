@@ -1,4 +1,5 @@
 import csv
+import html
 import json
 from pathlib import Path
 
@@ -113,3 +114,38 @@ def test_table1_caption_and_note_print_no_python_lists(tmp_path):
         assert "10 particles, 600 steps" in text
     assert "seeds 38, 39" in caption and "seeds 38, 39" in note
     assert _values([10, [10], None, 50]) == "10/50" and _values([None]) == "?" and _values([50000]) == "50,000"
+
+
+def test_table1_vs_paper_html_is_wide_and_human_named(tmp_path):
+    """The comparison a person reads: one row per (dataset, method), each metric's paper,
+    ours and Δ / s.e. side by side under human names, the released code's definitions as
+    extra columns; the caption states scale, seeds, n, sizes and that quick scale is not a
+    reproduction. The CSV stays long and machine-readable."""
+    code = {"nll_code": 0.25, "ece_code": 0.03, "md_ratio_code": 5.0, "auroc_md_code": 0.94}
+    inputs = [_metrics(tmp_path / "a1.json", "de", 38, 0.90, extra=code),
+              _metrics(tmp_path / "a2.json", "de", 39, 0.92, extra=code),
+              _metrics(tmp_path / "b.json", "svgd", 38, 0.90, extra=code)]
+    out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
+    write_table1(inputs, REFERENCE, {"de": "Deep ensemble", "svgd": "SVGD"}, ["fashionmnist"], ["de", "svgd", "fsvgd"],
+                 out["tex"], out["png"], out["csv"], tmp_path / "vs.csv", out_vs_paper_html=tmp_path / "vs.html")
+    page = html.unescape((tmp_path / "vs.html").read_text())
+    body = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    assert body.count("<tr") == 2  # DE and SVGD; f-SVGD has no run of ours
+    for raw in ("ours_mean", "difference_in_errors", "paper_error", "error_basis", "ours_seeds"):
+        assert raw not in page
+    head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
+    for name in (">paper<", ">ours<", ">Δ / s.e.<", ">Accuracy (%)<", ">NLL<",
+                 "NLL: the released code's definition (-log mean p)"):
+        assert name in head, name
+    # DE: 91.0 ± 1.0 over two seeds against the paper's 91.122 ± 0.013; SVGD one seed: the value alone
+    assert ">91.122 ± 0.013<" in body and ">91.000 ± 1.000<" in body and ">90.000<" in body
+    z = (91.0 - 91.122) / (1.0**2 + 0.013**2) ** 0.5
+    assert f">{z:+.1f}<".replace("-", "−") in body
+    assert f">{(90.0 - 91.134) / 0.024:+.1f}<".replace("-", "−") in body  # n = 1: over the paper's s.e. alone
+    note = page.split("<small>", 1)[1].split("</small>", 1)[0]
+    for text in ("Scale: quick", "seeds 38, 39", "n: seeds per row", "10 particles, 600 steps",
+                 "the paper's s.e. alone", "not a reproduction", "the released code's definition"):
+        assert text in note, text
+    rows = list(csv.DictReader(open(tmp_path / "vs.csv")))  # long: one row per dataset, method and metric
+    assert {"ours_mean", "difference_in_errors", "error_basis"} <= set(rows[0])
+    assert any(r["metric"] == "NLL (code: -log mean p)" and r["method"] == "de" for r in rows)

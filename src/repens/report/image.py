@@ -15,10 +15,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from repens.report.tables import (Column, build_blocks, mean_se, mean_se_table, plain_table, with_labels,
-                                  write_table)
+from repens.report.tables import Column, Table, build_blocks, mean_se, mean_se_table, with_labels, write_table
 
-__all__ = ["TABLE1_COLUMNS", "EXTRA_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows"]
+__all__ = ["TABLE1_COLUMNS", "EXTRA_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows",
+           "vs_paper_table"]
 
 #: the paper's column order; accuracy shown in percent as in the paper
 TABLE1_COLUMNS = [
@@ -145,6 +145,90 @@ def _seed_list(values: Iterable[Any]) -> str:
     return ", ".join(str(v) for v in _sorted_known(values)) or "?"
 
 
+#: The three columns each metric has in the wide comparison with the paper.
+VS_PAPER_SUBCOLUMNS = ("paper", "ours", "Δ / s.e.")
+
+
+def _code_header(column: Column) -> str:
+    """``NLL: the released code's definition (-log mean p)`` for ``nll_code``."""
+    paper = next(c for c in TABLE1_COLUMNS if c.key == CODE_PAPER_KEYS[column.key])
+    detail = column.name.partition("code: ")[2].rstrip(")")
+    return f"{paper.name}: the released code's definition" + (f" ({detail})" if detail else "")
+
+
+def _mean_se_text(mean: float, se: float, digits: int = 3) -> str:
+    """``91.122 ± 0.013``; the mean alone without an s.e. (one seed); a dash without a mean."""
+    if not math.isfinite(mean):
+        return "–"
+    return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if math.isfinite(se) else "")
+
+
+def _z_text(z: float) -> str:
+    return f"{z:+.1f}".replace("-", "−") if math.isfinite(z) else "–"
+
+
+def vs_paper_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str], csv: pd.DataFrame, *,
+                   scale: str, seeds: str, sizes: str) -> Table:
+    """The comparison with the paper in wide form, for a person: one row per (dataset,
+    method) with a run of ours, and for each Table 1 metric three columns side by side,
+    "paper" (its mean ± s.e.), "ours" (mean ± s.e. over our seeds; the value alone with
+    n = 1) and "Δ / s.e." (``difference_in_errors``: ours - paper over the combined
+    standard error; with one seed of ours the paper's s.e. alone). The metrics as the
+    authors' released code computes them (:data:`CODE_COLUMNS`) follow as extra columns
+    ("ours" and "Δ / s.e." against the paper's column of that metric), where recorded.
+
+    ``rows``: :func:`vs_paper_rows`; ``csv``: the long frame the CSV keeps (one row per
+    dataset, method and metric, machine-readable names)."""
+    by_row: dict[tuple[str, str], dict[str, Mapping[str, Any]]] = {}
+    for r in rows:
+        by_row.setdefault((r["dataset"], r["method"]), {})[r["metric"]] = r
+    by_row = {k: v for k, v in by_row.items() if any(c["ours_seeds"] for c in v.values())}
+    code = [c for c in CODE_COLUMNS if any(c.name in v for v in by_row.values())]
+    columns = [("", "n")]
+    columns += [(c.name, sub) for c in TABLE1_COLUMNS for sub in VS_PAPER_SUBCOLUMNS]
+    columns += [(_code_header(c), sub) for c in code for sub in VS_PAPER_SUBCOLUMNS[1:]]
+    keys, cells, rules, counts = [], [], [], set()
+    for (dataset, method), metrics in by_row.items():
+        n = max(int(c["ours_seeds"]) for c in metrics.values())
+        counts.add(n)
+        line: list[Any] = [n]
+        for c in TABLE1_COLUMNS:
+            r = metrics.get(c.name)
+            line += ([_mean_se_text(r["paper_mean"], r["paper_error"]), _mean_se_text(r["ours_mean"], r["ours_se"]),
+                      _z_text(r["difference_in_errors"])] if r else ["–"] * 3)
+        for c in code:
+            r = metrics.get(c.name)
+            line += ([_mean_se_text(r["ours_mean"], r["ours_se"]), _z_text(r["difference_in_errors"])]
+                     if r else ["–"] * 2)
+        rules.append("midrule" if keys and keys[-1][0] != DATASET_LABELS.get(dataset, dataset) else "")
+        keys.append((DATASET_LABELS.get(dataset, dataset), labels.get(method, method)))
+        cells.append(line)
+    index = pd.MultiIndex.from_tuples(keys) if keys else pd.MultiIndex.from_arrays([[], []])
+    frame = pd.DataFrame(cells, index=index, columns=pd.MultiIndex.from_tuples(columns), dtype=object)
+    if 1 in counts:
+        basis = ("Δ / s.e. = (ours − paper) / √(s.e. ours² + s.e. paper²); in rows with n = 1 (one seed of ours, "
+                 "its spread not measured yet) the paper's s.e. alone")
+    else:
+        basis = "Δ / s.e. = (ours − paper) / √(s.e. ours² + s.e. paper²)"
+    reproduction = (
+        "Quick scale: the training is shortened (the sizes above), so a difference measures the shortened "
+        "training as much as the method: a quick-scale comparison is not a reproduction of the paper."
+        if scale == "quick" else
+        f"Scale {scale}." if scale != "paper" else
+        "Paper scale: the paper's settings (Appendix G.4, G.5).")
+    note = (
+        f"Scale: {scale} ({sizes}). Ours: mean ± s.e. over seeds {seeds}; n: seeds per row; with n = 1 the value "
+        f"alone. Paper: D'Angelo & Fortuin 2021, Table 1, mean ± s.e. as printed. {basis}. Accuracy in %. "
+        f"{reproduction} Columns named \"the released code's definition\" are the metric as the authors' released "
+        "code computes it, set beside the paper's value of that metric. Methods with no run of ours are left out "
+        "(the paper's values: workflow/resources/table1_paper.csv; every cell, long form: table1_vs_paper.csv)."
+    )
+    title = "Table 1 beside the paper's values" + (" (quick scale: not a reproduction)" if scale == "quick"
+                                                    else f" (scale: {scale})")
+    return Table(cells=frame, csv=csv, title=title, note=note, rules=rules, csv_na_rep="nan",
+                 source="repens.report.image.write_table1")
+
+
 def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Mapping[str, str],
                  datasets: Sequence[str], methods: Sequence[str], out_tex: Path, out_png: Path, out_csv: Path,
                  out_vs_paper: Path, out_html: Path | None = None, out_vs_paper_html: Path | None = None) -> None:
@@ -191,8 +275,6 @@ def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Ma
     vs_paper = vs_paper_rows(records, ref, datasets, [r[0] for r in rows])
     vs_columns = ["dataset", "method", "label", "metric", "ours_mean", "ours_se", "ours_seeds", "paper_mean",
                   "paper_error", "difference", "difference_in_errors", "error_basis"]
-    write_table(plain_table(pd.DataFrame(with_labels(vs_paper, labels), columns=vs_columns),
-                            title="Table 1 beside the paper's values",
-                            note="difference = ours - paper; in errors: over the combined standard error "
-                                 "(error_basis says whose: with one seed of ours, the paper's alone)"),
+    long = pd.DataFrame(with_labels(vs_paper, labels), columns=vs_columns)
+    write_table(vs_paper_table(vs_paper, labels, long, scale=scale, seeds=seeds, sizes=sizes),
                 out_html=out_vs_paper_html, out_csv=out_vs_paper)
