@@ -114,6 +114,37 @@ def test_paired_differences_against_de_pair_the_splits():
     assert again["splits"] == 3 and again["diff_mean"] == pytest.approx(0.01)
 
 
+def test_table2_vs_seeds_html_is_wide_and_human_named(tmp_path):
+    """The comparison with the seeds a person reads: one row per (dataset, our method, seed
+    value), RMSE and NLL each with the seed's value, ours, Δ / s.e. and the overlap side by
+    side under human names; the CSV stays long with its machine names."""
+    import html
+
+    inputs = [metrics_file(tmp_path / "a", "yacht", "de", [1.0, 3.0], [2.0, 2.5]),
+              metrics_file(tmp_path / "b", "yacht", "anchored", [0.5, 0.7], [1.0, 1.5])]
+    out = tmp_path / "out"
+    write_uci_tables(inputs, ["yacht"], ["de", "anchored"], {"de": "Deep ensemble", "anchored": "Anchored ensemble"},
+                     SEEDS, out / "t.tex", out / "t.csv", None, out / "vs.csv", out_seeds_html=out / "vs.html")
+    page = html.unescape((out / "vs.html").read_text())
+    head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
+    body = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    for raw in ("ours_mean", "seed_se", "within_error_bars", "like_for_like", "ours_splits", "pearce2020_t1"):
+        assert raw not in page, raw
+    for name in (">RMSE<", ">NLL<", ">seed paper<", ">ours<", ">Δ / s.e.<", ">within error bars<", ">like for like<"):
+        assert name in head, name
+    # yacht: DE beside Pearce's DE (NLL) and Wild's poster DE; anchored beside Pearce's anchored and ReLU GP
+    assert body.count("<tr") == 4
+    assert ">Pearce et al. 2020: anchored ensemble (Table 1; App. C Table 2)<" in body
+    assert "Wild et al. 2023 (poster): deep ensemble (poster table; metric unnamed, read as NLL)" in body
+    # anchored NLL 1.25 ± 0.25 against Pearce's 0.37 ± 0.08: one row holds seed, ours, z and overlap
+    z = (1.25 - 0.37) / math.hypot(0.25, 0.08)
+    assert f">0.37 ± 0.08</td>" in body and ">1.25 ± 0.25<" in body and f">+{z:.1f}<" in body
+    note = page.split("<small>", 1)[1].split("</small>", 1)[0]
+    assert "Scale: quick" in note and "not a reproduction" in note and "Δ / s.e. = (ours − seed)" in note
+    vs = list(csv.DictReader((out / "vs.csv").open()))
+    assert {"ours_mean", "seed_source", "z", "within_error_bars"} <= set(vs[0])
+
+
 def test_table2_files(tmp_path):
     inputs = [
         metrics_file(tmp_path / "a", "yacht", "de", [1.0, 3.0], [2.0, 2.5]),
@@ -134,7 +165,8 @@ def test_table2_files(tmp_path):
     page = outs["html"].read_text()
     assert ">Yacht<" in page and ">0.600±0.100<" in page and "font-weight: bold" in page
     assert not (tmp_path / "out" / "t.png").exists()  # Table 2 has no PNG (issue 15: PNG only for Table 1)
-    assert ">pearce2020_t1<" in (tmp_path / "out" / "vs.html").read_text()  # every seed value, with its source
+    # every seed value with our runs beside it, with its source (paper and table)
+    assert "Pearce et al. 2020: anchored ensemble (Table 1; App. C Table 2)" in (tmp_path / "out" / "vs.html").read_text()
     vs = list(csv.DictReader(seeds_out.open()))
     yacht_anchored = [r for r in vs if r["dataset"] == "yacht" and r["method"] == "anchored" and r["metric"] == "nll"]
     assert float(yacht_anchored[0]["ours_mean"]) == pytest.approx(1.25)

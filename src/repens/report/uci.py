@@ -17,11 +17,11 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from repens.report.tables import (Column, build_blocks, mean_se, mean_se_table, plain_table, with_labels,
+from repens.report.tables import (Column, Table, build_blocks, mean_se, mean_se_table, plain_table, with_labels,
                                   write_table)
 
 __all__ = ["UCI_COLUMNS", "DATASET_LABELS", "load_records", "read_seeds", "compare_with_seeds", "paired_differences",
-           "write_uci_tables"]
+           "vs_seeds_table", "write_uci_tables"]
 
 UCI_COLUMNS = [
     Column("rmse", "RMSE", better="min", digits=3, plain="RMSE"),
@@ -129,6 +129,101 @@ def paired_differences(records: Sequence[Mapping[str, Any]], reference: str = "d
     return out
 
 
+#: The seed papers as a person names them (prefix of the seed file's ``source``).
+SEED_PAPERS = {"pearce2020": "Pearce et al. 2020", "wild2023": "Wild et al. 2023 (poster)"}
+#: The seed papers' methods as a person names them.
+SEED_METHODS = {"anchored": "anchored ensemble", "relu-gp": "ReLU GP", "de": "deep ensemble", "dle": "DLE",
+                "drle": "DRLE"}
+#: The metrics of the comparison with the seeds, in column order: (key, header, decimals).
+SEED_METRICS = (("rmse", "RMSE", 3), ("nll", "NLL", 2))
+#: The columns each metric has in the wide comparison with the seeds.
+VS_SEEDS_SUBCOLUMNS = ("seed paper", "ours", "Δ / s.e.", "within error bars")
+
+
+#: Where in the seed paper a value is printed (the seed file's ``source``).
+SEED_TABLES = {"pearce2020_t1": "Table 1", "pearce2020_t2": "App. C Table 2", "pearce2020_t3": "App. C Table 3",
+               "wild2023_poster": "poster table"}
+
+
+def _seed_paper(source: str) -> str:
+    return next((name for prefix, name in SEED_PAPERS.items() if source.startswith(prefix)), source)
+
+
+def _mean_se_text(mean: float, se: float, digits: int) -> str:
+    if not math.isfinite(mean):
+        return "–"
+    return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if math.isfinite(se) else "")
+
+
+def vs_seeds_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str], csv_frame: pd.DataFrame, *,
+                   datasets: Sequence[str], methods: Sequence[str], scale: str) -> Table:
+    """The comparison with the seed papers in wide form, for a person: one row per
+    (dataset, our method, seed paper's value set beside it), and for RMSE and NLL the
+    seed's mean ± s.e., ours (mean ± s.e. over splits), Δ / s.e. (``z``: ours - seed over
+    the combined s.e.) and whether the two mean ± s.e. intervals overlap, side by side;
+    then whether the seed's model and protocol are ours and what its value is.
+
+    ``rows``: :func:`compare_with_seeds`; ``csv_frame``: the long frame the CSV keeps.
+    Rows without a run of ours are left out."""
+    grouped: dict[tuple[str, str, str, str], dict[str, Mapping[str, Any]]] = {}
+    for r in rows:
+        if not r["ours_splits"]:
+            continue
+        metric = "nll" if r["metric"] == "nll_inferred" else r["metric"]
+        key = (r["dataset"], r["method"], _seed_paper(r["seed_source"]), r["seed_method"])
+        grouped.setdefault(key, {})[metric] = r
+    order_d = {d: i for i, d in enumerate(datasets)}
+    order_m = {m: i for i, m in enumerate(methods)}
+    keys = sorted(grouped, key=lambda k: (order_d.get(k[0], len(order_d)), k[0], order_m.get(k[1], len(order_m)),
+                                          k[1], k[2], k[3]))
+    columns = [("", "splits")] + [(header, sub) for _, header, _ in SEED_METRICS for sub in VS_SEEDS_SUBCOLUMNS]
+    columns += [("", "like for like"), ("", "the seed's value")]
+    index, cells, rules, inferred = [], [], [], False
+    for key in keys:
+        dataset, method, paper, seed_method = key
+        metrics = grouped[key]
+        line: list[Any] = [max(int(r["ours_splits"]) for r in metrics.values())]
+        for metric, _, digits in SEED_METRICS:
+            r = metrics.get(metric)
+            if r is None:
+                line += ["–"] * len(VS_SEEDS_SUBCOLUMNS)
+                continue
+            inferred = inferred or r["metric"] == "nll_inferred"
+            within = r["within_error_bars"]
+            line += [_mean_se_text(r["seed_mean"], r["seed_se"], digits),
+                     _mean_se_text(r["ours_mean"], r["ours_se"], digits),
+                     f"{r['z']:+.1f}".replace("-", "−") if math.isfinite(r["z"]) else "–",
+                     {1: "yes", 0: "no"}.get(within, "–") if within != "" else "–"]
+        first = next(iter(metrics.values()))
+        line += ["yes" if first["like_for_like"] else "no", first.get("seed_what") or ""]
+        label = DATASET_LABELS.get(dataset, dataset)
+        rules.append("midrule" if index and index[-1][0] != label else "")
+        tables = dict.fromkeys(SEED_TABLES.get(source, source)
+                               for source in sorted({r["seed_source"] for r in metrics.values()}))
+        if any(r["metric"] == "nll_inferred" for r in metrics.values()):
+            tables["metric unnamed, read as NLL"] = None
+        seed_label = f"{paper}: {SEED_METHODS.get(seed_method, seed_method)} ({'; '.join(tables)})"
+        index.append((label, labels.get(method, method), seed_label))
+        cells.append(line)
+    idx = pd.MultiIndex.from_tuples(index) if index else pd.MultiIndex.from_arrays([[], [], []])
+    frame = pd.DataFrame(cells, index=idx, columns=pd.MultiIndex.from_tuples(columns), dtype=object)
+    reproduction = ("Quick scale: fewer splits and shortened training, so a difference measures the shortcut as "
+                    "much as the method: a quick-scale comparison is not a reproduction. " if scale == "quick" else "")
+    note = (
+        f"Scale: {scale}. Rows: dataset, our method, and the seed paper's value set beside it. Ours: mean ± s.e. "
+        "over splits (splits: how many); seed paper: mean ± s.e. as printed. Δ / s.e. = (ours − seed) / "
+        "√(s.e. ours² + s.e. seed²); within error bars: the two mean ± s.e. intervals overlap (widened by half a "
+        "unit of the seed's last printed digit). Like for like: the seed's model and protocol are ours (no: a "
+        "difference is no evidence either way). "
+        + ("The poster does not name its metric: read as a Gaussian NLL (README, 'UCI regression'). "
+           if inferred else "")
+        + reproduction
+        + "Rows without a run of ours are left out (every row, long form: table2_vs_seeds.csv)."
+    )
+    return Table(cells=frame, csv=csv_frame, title=f"Table 2 beside the seed papers' values (scale: {scale})",
+                 note=note, rules=rules, csv_na_rep="nan", source="repens.report.uci.write_uci_tables")
+
+
 def write_uci_tables(
     inputs: Sequence[Path],
     datasets: Sequence[str],
@@ -160,10 +255,9 @@ def write_uci_tables(
                           label="tab:uci", source="repens.report.uci.write_uci_tables", size="small",
                           note="mean ± s.e. over splits; bold: best per dataset; results/uci/<dataset>/<method>/")
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
-    vs_seeds = with_labels(compare_with_seeds(records, read_seeds(seeds_file)), labels)
-    write_table(plain_table(pd.DataFrame(vs_seeds), title="Table 2 beside the seed papers' values",
-                            note="z = (ours - seed) / combined s.e.; within_error_bars: the mean ± s.e. "
-                                 "intervals overlap; like_for_like 0: the seed's model or protocol is not ours"),
+    compared = compare_with_seeds(records, read_seeds(seeds_file))
+    write_table(vs_seeds_table(compared, labels, pd.DataFrame(with_labels(compared, labels)), datasets=datasets,
+                               methods=methods, scale=scale),
                 out_html=out_seeds_html, out_csv=out_seeds)
     if out_vs_de is not None:
         order = {(d, m): (i, j) for i, d in enumerate(datasets) for j, m in enumerate(methods)}
