@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -261,6 +262,14 @@ def test_cli_writes_csv_and_markdown(tmp_path):
     assert md.count("| **not run** |") == len(cl.CLAIMS) and "## Verdict rule" in md
     assert "mean ± 2 s.e." in md
     assert "<table" in out_html.read_text() and (tmp_path / "claims.csv.provenance.json").is_file()
+    # the HTML wraps its long text so the verdicts are on screen; verdicts in bold, no Markdown
+    page = out_html.read_text()
+    css = page.split("<style", 1)[1].split("</style>", 1)[0]
+    assert "width: 100%" in css and "white-space: normal" in css and "word-wrap: break-word" in css
+    assert "max-width" in css and "**" not in page
+    head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
+    verdict_col = re.findall(r'class="col_heading level0 (col\d+)" >verdict<', head)[0]
+    assert re.search(rf"#T_repens_row0_{verdict_col}[^{{]*\{{\s*font-weight: bold", css)
 
 
 def test_uci_claims_on_table2(tmp_path):

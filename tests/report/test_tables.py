@@ -194,6 +194,26 @@ def test_plain_table_and_two_level_headers():
     assert r"\multicolumn{2}{c}{G1}" in tex and r"\cmidrule(lr){2-3} \cmidrule(lr){4-4}" in tex and "$x$" in tex
 
 
+def test_html_wraps_long_text_and_keeps_numbers_on_one_line():
+    """A table with long text is as wide as the page and wraps its text columns
+    (white-space: normal, word-wrap: break-word, a max-width), left-aligned, while its
+    number columns stay on one line; a table of numbers keeps its compact layout."""
+    text = "a long claim " * 12
+    frame = pd.DataFrame({"id": ["x"], "claim": [text], "value": [0.5], "verdict": ["not run"]})
+    page = to_html(plain_table(frame, title="claims"))
+    css = page.split("<style", 1)[1].split("</style>", 1)[0]
+    compact = lambda s: re.sub(r"\s+", " ", s)  # noqa: E731
+    assert re.search(r"#T_repens\s*\{[^}]*width: 100%", css)
+    assert re.search(r"#T_repens\s+td \{[^}]*white-space: normal;[^}]*word-wrap: break-word;[^}]*max-width", css)
+    # the claim (col1) wraps, left-aligned; the other cells stay on one line
+    assert re.search(r"td\.col1 \{[^}]*white-space: normal;[^}]*text-align: left", css)
+    assert not re.search(r"td\.col(0|2|3)\b", css)
+    assert "td { white-space: nowrap; }" in compact(css)
+    numbers = to_html(plain_table(pd.DataFrame({"a": [0.5], "b": [1.25]}), title="n"))
+    assert "width: 100%" not in numbers and "white-space: normal" not in numbers
+    assert "width: 100%" in to_html(plain_table(pd.DataFrame({"a": [0.5]}), title="n", wrap=True))
+
+
 def test_table_checks_its_shapes():
     with pytest.raises(ValueError, match="rules"):
         Table(cells=pd.DataFrame({"a": [1]}), csv=pd.DataFrame(), title="t", rules=["", "midrule"])

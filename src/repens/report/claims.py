@@ -915,5 +915,11 @@ def write_scorecard(files: Mapping[str, Path | str | None], out_csv: Path | str,
     write_table(plain_table(frame, title="Claim scorecard"), out_csv=out_csv)
     write_text_atomic(Path(out_md), scorecard_markdown(rows, scales))
     if out_html is not None:
-        write_table(plain_table(shown, title="Claim scorecard (beyond the paper)", note=LEGEND), out_html=out_html)
+        # the verdicts in bold; the legend without its Markdown emphasis; long text wraps
+        # (repens.report.tables.to_html), so the verdicts are seen on a 1,500-pixel screen
+        shown = shown.reset_index(drop=True)
+        bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
+        bold["verdict"] = True
+        write_table(plain_table(shown, title="Claim scorecard (beyond the paper)", note=LEGEND.replace("**", ""),
+                                bold=bold, wrap=True), out_html=out_html)
     return rows

@@ -59,6 +59,7 @@ __all__ = [
     "render_png",
     "write_table",
     "with_labels",
+    "wraps",
 ]
 
 #: The output kinds a cell formatter is asked for.
@@ -254,6 +255,9 @@ class Table:
         tabcolsep: LaTeX column separation (``"4pt"``), or None.
         position: LaTeX float position.
         csv_na_rep: how a missing number reads in the CSV.
+        wrap: the HTML lets long text wrap (the table as wide as the page, text cells
+            wrapped and left-aligned, short cells kept on one line); None (default):
+            when some cell or row label is longer than :data:`WRAP_CHARS` characters.
     """
 
     cells: pd.DataFrame
@@ -273,6 +277,7 @@ class Table:
     tabcolsep: str | None = None
     position: str = "t"
     csv_na_rep: str = ""
+    wrap: bool | None = None
 
     def __post_init__(self) -> None:
         n = len(self.cells)
@@ -392,7 +397,8 @@ _HTML_STYLES = [
     {"selector": "", "props": "border-collapse: collapse; border-top: 2px solid #222; border-bottom: 2px solid #222;"
                               " font-family: sans-serif; font-size: 14px; margin: 0.5em 0;"},
     {"selector": "caption", "props": "caption-side: top; text-align: left; font-weight: bold; padding: 0.3em 0;"},
-    {"selector": "caption small", "props": "display: block; font-weight: normal; color: #555;"},
+    # the note wraps within the window even where the table is wider than it
+    {"selector": "caption small", "props": "display: block; font-weight: normal; color: #555; max-width: 95vw;"},
     {"selector": "th, td", "props": "padding: 0.25em 0.7em; text-align: right; white-space: nowrap;"},
     {"selector": "tbody th", "props": "text-align: left; vertical-align: top; font-weight: normal;"},
     {"selector": "thead tr:last-child th", "props": "border-bottom: 1px solid #222;"},
@@ -400,9 +406,58 @@ _HTML_STYLES = [
 ]
 
 
+#: A table whose HTML has a cell or row label longer than this wraps its text (Table.wrap).
+WRAP_CHARS = 40
+#: In a wrapping table, a cell up to this long stays on one line (a number, "0.958 ± 0.001").
+NOWRAP_CHARS = 24
+#: The wrapping table's styles: as wide as the page, every cell may wrap (long words broken).
+_HTML_WRAP_STYLES = [
+    {"selector": "", "props": "width: 100%; table-layout: auto;"},
+    {"selector": "th, td", "props": "white-space: normal; word-wrap: break-word; overflow-wrap: break-word;"
+                                    " max-width: 40em; vertical-align: top;"},
+    {"selector": "tbody th", "props": "min-width: 6em;"},
+    {"selector": "td", "props": "white-space: nowrap;"},
+]
+#: A column of long text in a wrapping table: wrapped, left-aligned.
+_TEXT_COLUMN = "white-space: normal; text-align: left; min-width: 10em;"
+
+
+def _text_lengths(table: Table) -> np.ndarray:
+    """The length of each cell's text as the HTML shows it (tags left out)."""
+    import re
+
+    formats = _formatters(table, list(table.cells.columns), "html")
+    out = np.zeros(table.cells.shape, dtype=int)
+    for j, column in enumerate(table.cells.columns):
+        fmt = formats[column]
+        for i, value in enumerate(table.cells.iloc[:, j]):
+            out[i, j] = len(re.sub(r"<[^>]+>", "", str(fmt(value))))
+    return out
+
+
+def wraps(table: Table) -> bool:
+    """Whether the table's HTML wraps its text (:attr:`Table.wrap`; None: some cell or row
+    label longer than :data:`WRAP_CHARS`)."""
+    if table.wrap is not None:
+        return table.wrap
+    labels = [str(v) for level in range(table.cells.index.nlevels)
+              for v in table.cells.index.get_level_values(level)] if table.show_index else []
+    return bool((_text_lengths(table) > WRAP_CHARS).any() or any(len(v) > WRAP_CHARS for v in labels))
+
+
 def to_html(table: Table) -> str:
-    """The table as a whole HTML page (the Snakemake report shows it as it is)."""
+    """The table as a whole HTML page (the Snakemake report shows it as it is). A table
+    with long text (:func:`wraps`) is as wide as the page and wraps its text cells
+    (left-aligned), so every column is seen without scrolling sideways; short cells
+    (numbers) stay on one line."""
     styler = _styler(table, "html")
+    wrap = wraps(table)
+    if wrap:
+        # columns with long text (by position: Styler's class col<j>) wrap it, left-aligned
+        text_columns = np.flatnonzero((_text_lengths(table) > NOWRAP_CHARS).any(axis=0))
+        if text_columns.size:
+            styler.set_table_styles([{"selector": ", ".join(f"td.col{j}" for j in text_columns),
+                                      "props": _TEXT_COLUMN}], overwrite=False)
     if table.rules is not None:
         rules = list(table.rules)
         ncols = table.cells.shape[1]
@@ -420,7 +475,7 @@ def to_html(table: Table) -> str:
     if table.note:
         caption += f"<small>{html_lib.escape(table.note)}</small>"
     styler.set_caption(caption)
-    styler.set_table_styles(_HTML_STYLES, overwrite=False)
+    styler.set_table_styles(_HTML_STYLES + (_HTML_WRAP_STYLES if wrap else []), overwrite=False)
     return styler.to_html(doctype_html=True, encoding="utf-8", sparse_index=True)
 
 
