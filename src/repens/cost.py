@@ -58,6 +58,6 @@ def image_cost_notice(specs: Iterable[Mapping[str, Any]], step_seconds: Mapping[
         f"NOTE: this run is about to start {jobs} Table 1 training jobs at scale={scale} on a machine "
         f"without a GPU ({'; '.join(parts)}; step times of workflow/resources/step_seconds.yaml). "
         f"On {cores} core(s) that is about {duration(total / max(cores, 1))} of wall time. The paper's "
-        "settings are meant for GPUs (README, 'Running on a SLURM cluster'); Ctrl-C stops it "
+        "settings are meant for GPUs (docs/cluster.md, docs/gpu.md); Ctrl-C stops it "
         "(checkpoints keep the progress), or run at scale=quick."
     )

@@ -278,7 +278,7 @@ class ImageNetwork(_Settings):
     depth: int = 32
     #: resnet: base width (16 in He et al. 2016)
     width: int = 16
-    #: resnet: normalisation (see README)
+    #: resnet: normalisation (see docs/choices.md)
     norm: Literal["group", "none"] = "group"
 
 
