@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from repens.report import synthetic as rep
+from repens.report.tables import Cell, Column, column_notation, format_cell
 from repens.targets import make_target
 
 METHODS = ["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"]
@@ -127,8 +128,14 @@ def test_several_seeds_show_one_row_per_method_with_mean_and_standard_error(tmp_
     rows = [line for line in tex.splitlines() if line.endswith(r"\\")][1:]
     assert len(rows) == 3  # SVGD, sge-WGD, exact iid
     assert rows[0].split(" & ")[2] == "3 seeds"
-    assert rows[0].rstrip(r" \\").split(" & ")[-1] == f"{mean:.3g}$\\pm${se:.2g}"
-    assert f"{mean:.3g}±{se:.2g}" in out_html.read_text()
+    # the ED column in one notation, chosen from its values (the methods' means and the iid row)
+    ed = list(frame.groupby("method", sort=False)["energy_distance"].mean())
+    notation, digits = column_notation(ed)
+    column = Column("energy_distance", "ED", "min", digits, notation=notation)
+    cell = Cell(mean, se, 3)
+    assert rows[0].rstrip(r" \\").split(" & ")[-1].removeprefix(r"\textbf{").removesuffix("}") == \
+        format_cell(cell, column, pm=r"$\pm$", kind="latex")
+    assert format_cell(cell, column, kind="html") in out_html.read_text()
 
 
 def test_duplicate_runs_are_rejected(tmp_path, gaussian_runs):
@@ -193,3 +200,47 @@ def test_figures_leave_the_global_matplotlib_style_alone(tmp_path, gaussian_runs
     toy_rep.plot_regression_panels(reg, tmp_path / "r.png", tmp_path / "r.pdf")
     after = dict(mpl.rcParams)
     assert {k for k in before if before[k] != after[k]} == set()
+
+
+def test_metrics_table_one_notation_per_column_and_the_best_in_bold(tmp_path):
+    """A column whose values span 1e-17 to 0.5 is written in scientific notation in every
+    cell (never 1.2×10⁻¹⁷ beside 0.500), a column of ordinary values in fixed decimals;
+    the lowest mean of each column among the methods is bold, the exact-iid row never."""
+    import html
+    import re
+
+    target = make_target("gaussian")
+    mean = target.moments()[0].numpy()
+    x = target.sample(60, torch.Generator().manual_seed(3)).numpy()
+    exact_mean = x - x.mean(0) + mean  # mean error ~1e-16
+    paths = [_write_run(tmp_path / "a.npz", exact_mean, method="svgd"),
+             _write_run(tmp_path / "b.npz", x + 0.5, method="sge-wgd")]
+    out_csv, out_tex, out_html = tmp_path / "m.csv", tmp_path / "m.tex", tmp_path / "m.html"
+    rep.write_metrics_table(paths, out_csv, out_tex, out_html=out_html)
+    frame = pd.read_csv(out_csv)
+    assert 0 < frame.loc[0, "mean_error"] < 1e-10 and frame.loc[1, "mean_error"] > 0.3
+    page = out_html.read_text()
+    body = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    cells = [re.findall(r'<td id="T_repens_(row\d+_col\d+)"[^>]*>(.*?)</td>', row) for row in body.split("</tr>")[:-1]]
+    head = html.unescape(page.split("<thead>", 1)[1].split("</thead>", 1)[0])
+    headers = re.findall(r'class="col_heading level0 col\d+" >([^<]*)<', head)
+    assert headers[3:] == ["Mean", "Σxx", "Σxy", "Σyy", "Max", "ED"]
+    css = page.split("<style", 1)[1].split("</style>", 1)[0]
+    bold = {cell_id for block in re.findall(r"([^{}]+)\{[^}]*font-weight: bold", css)
+            for cell_id in re.findall(r"#T_repens_(row\d+_col\d+)", block)}
+    for j in range(3, 9):
+        texts = [row[j][1] for row in cells]
+        sci = ["×10" in t for t in texts]
+        assert all(sci) or not any(sci), (headers[j], texts)  # one notation per column
+        decimals = {len(t.split("±")[0].split(".")[1]) for t in texts if "×10" not in t}
+        assert len(decimals) <= 1, (headers[j], texts)
+        assert cells[2][j][0] not in bold  # the iid row (the noise floor) is never bold
+    # the mean error and the energy distance: the exact-mean particles are best (the
+    # covariances are the same for both: a tie, both bold)
+    for j in (3, 8):
+        assert cells[0][j][0] in bold and cells[1][j][0] not in bold, headers[j]
+    assert cells[0][4][0] in bold and cells[1][4][0] in bold
+    assert all("×10" in row[3][1] for row in cells)  # the mean errors: scientific throughout
+    tex = out_tex.read_text()
+    assert r"\textbf{\boldmath $" in tex  # a bold cell in math is bold in LaTeX too
+    assert "$$" not in tex.split(r"\begin{tabular}", 1)[1]  # one math span per cell

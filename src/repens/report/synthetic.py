@@ -372,26 +372,20 @@ def _moments_text(target_name: str) -> str:
     return f"{TARGET_TITLES.get(target_name, target_name)}: mean {mean_s}, covariance {cov_s}{extra}"
 
 
-def _mean_se_or_number(value: Any, kind: str) -> str:
-    """A table cell: a :class:`~repens.report.tables.Cell` as ``mean ± s.e.`` (3 and 2
-    significant digits; the mean alone for one seed), anything else as a number."""
-    from repens.report.tables import Cell, number
-
-    if not isinstance(value, Cell):
-        return number(value, kind)
-    if not math.isfinite(value.se):
-        return number(value.mean, kind)
-    pm = r"$\pm$" if kind == "latex" else "±"
-    return f"{value.mean:.3g}{pm}{value.se:.2g}"
-
-
 def metrics_table(frame, reference_samples: int, seed: int):
     """The metrics frame (:func:`metrics_frame`) as a :class:`repens.report.tables.Table`:
-    rows grouped by target (a rule between targets), the exact-iid rows in italics,
-    every number as in :func:`repens.report.tables.number`."""
+    rows grouped by target (a rule between targets), the exact-iid rows in italics.
+
+    Each metric column writes all its numbers in one notation
+    (:func:`repens.report.tables.column_notation`: 3 decimals, or scientific with 3
+    significant digits when some value of the column is too small or large for that), and
+    the best (lowest: every column is an error or a distance) displayed mean of each
+    target among the methods is bold (``Column(better="min")``; the exact-iid rows, the
+    noise floor, are never bold)."""
     import pandas as pd
 
-    from repens.report.tables import Table, mean_se
+    from repens.report.tables import Block, Cell, Column, Row, Table, best_rows, column_notation, mean_se, \
+        mean_se_formatter
 
     scales = sorted({str(s) for s in frame.loc[frame["method"] != "iid", "scale"]})
     targets = list(dict.fromkeys(frame["target"]))
@@ -400,7 +394,9 @@ def metrics_table(frame, reference_samples: int, seed: int):
     caption = (
         f"Sample quality of the particle methods on the synthetic targets (Appendix G.1/F), "
         f"run scale{'s' if len(scales) != 1 else ''}: {', '.join(scales)}. "
-        "One row per method: the mean $\\pm$ standard error over its seeds (one seed: its value); "
+        "One row per method: the mean $\\pm$ standard error over its seeds (one seed: its value); the lowest "
+        "(best) value of each target among the methods in bold; each column in one notation (scientific where "
+        "a value needs it); "
         "the exact iid rows (in italics) average the same metrics over "
         f"{IID_REPEATS} independent sets of $n$ exact target samples (the noise floor for $n$ points). "
         r"Mean: $\lVert\hat\mu-\mu\rVert_2$. "
@@ -422,24 +418,43 @@ def metrics_table(frame, reference_samples: int, seed: int):
         seeds = [int(v) for v in grp["seed"] if not pd.isna(v)]
         return "--" if not seeds else seeds[0] if len(seeds) == 1 else f"{len(seeds)} seeds"
 
+    values = {key: [grp[key].astype(float).iloc[0] if b else mean_se(grp[key].astype(float))
+                    for b, (_, grp) in zip(base, groups)] for key in _METRIC_HEADERS}
+    columns = []
+    for key, (plain, tex) in _METRIC_HEADERS.items():
+        notation, digits = column_notation([v.mean if isinstance(v, Cell) else v for v in values[key]])
+        columns.append(Column(key, tex, better="min", digits=digits, plain=plain, notation=notation))
+    # bold: per target, the methods' best displayed mean of each column (the iid rows left out)
+    bold_keys: dict[str, set[int]] = {c.key: set() for c in columns}
+    for target in targets:
+        rows = [Row(str(i), "", {c.key: values[c.key][i] for c in columns}) for i in range(len(shown))
+                if shown["target"].iloc[i] == target and not base.iloc[i]]
+        for c in columns:
+            bold_keys[c.key] |= {int(k) for k in best_rows(Block(target, target, rows), c)}
     cells = pd.DataFrame({
         "Seed": [seeds_cell(grp) for _, grp in groups],
         "n": [int(v) for v in shown["n"]],
         "Steps": ["--" if b or pd.isna(v) else int(v) for b, v in zip(base, shown["steps"])],
-        **{plain: [grp[key].astype(float).iloc[0] if b else mean_se(grp[key].astype(float))
-                   for b, (_, grp) in zip(base, groups)]
-           for key, (plain, _) in _METRIC_HEADERS.items()},
+        **{c.name: values[c.key] for c in columns},
     })
+    bold = pd.DataFrame({
+        "Seed": False, "n": False, "Steps": False,
+        **{c.name: [i in bold_keys[c.key] for i in range(len(shown))] for c in columns},
+    }, index=cells.index)
     cells.index = pd.MultiIndex.from_arrays([[TARGET_TITLES.get(t, t) for t in shown["target"]], list(shown["label"])])
+    bold.index = cells.index
     starts = shown["target"].ne(shown["target"].shift()).to_numpy()
+    notes = sorted({c.notation for c in columns})
     return Table(
         cells=cells, csv=frame, caption=caption, label="tab:synthetic-metrics",
         title=f"Synthetic targets: sample quality of each method (scale: {', '.join(scales)})",
-        note="italic: exact iid samples of the same size (the noise floor); ED: energy distance",
+        note="mean ± s.e. over seeds; bold: lowest (best) per target among the methods; italic: exact iid "
+             "samples of the same size (the noise floor); ED: energy distance"
+             + ("; a column with a value below 0.001 is in scientific notation throughout" if "sci" in notes else ""),
         source="repens.report.synthetic.write_metrics_table",
-        tex_headers={"n": "$n$", **{plain: tex for plain, tex in _METRIC_HEADERS.values()}},
-        formats={plain: _mean_se_or_number for plain, _ in _METRIC_HEADERS.values()},
-        italic=list(base), rules=["midrule" if s and i else "" for i, s in enumerate(starts)],
+        tex_headers={"n": "$n$", **{c.name: c.header for c in columns}},
+        formats={c.name: mean_se_formatter(c) for c in columns},
+        bold=bold, italic=list(base), rules=["midrule" if s and i else "" for i, s in enumerate(starts)],
         packages=("booktabs", "amsmath", "amssymb"), size="small", position="ht",
     )
 

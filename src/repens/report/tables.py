@@ -48,6 +48,8 @@ __all__ = [
     "build_blocks",
     "best_rows",
     "format_cell",
+    "column_notation",
+    "mean_se_formatter",
     "number",
     "latex_text",
     "csv_rows",
@@ -64,6 +66,8 @@ __all__ = [
 
 #: The output kinds a cell formatter is asked for.
 KINDS = ("latex", "html", "text")
+#: How a column writes its numbers (Column.notation).
+NOTATIONS = ("fixed", "sci")
 #: Rules before a row: a full ``\midrule`` (a new block), or one below the first index
 #: level only (``\cmidrule(l)``: extra rows of the same block).
 RULES = ("", "midrule", "cmidrule")
@@ -83,6 +87,9 @@ class Column:
         digits: decimals shown.
         scale: factor applied before display (100 shows a fraction as a percentage).
         plain: header for HTML, CSV and PNG (default: ``key``).
+        notation: ``"fixed"`` (``digits`` decimals) or ``"sci"`` (scientific, ``digits``
+            significant digits, the s.e. with 2), for every cell of the column alike:
+            :func:`column_notation` picks the one that fits the column's values.
     """
 
     key: str
@@ -91,10 +98,13 @@ class Column:
     digits: int = 3
     scale: float = 1.0
     plain: str | None = None
+    notation: str = "fixed"
 
     def __post_init__(self) -> None:
         if self.better not in ("max", "min", None):
             raise ValueError(f"column {self.key}: better must be 'max', 'min' or None, got {self.better!r}")
+        if self.notation not in NOTATIONS:
+            raise ValueError(f"column {self.key}: notation must be one of {NOTATIONS}, got {self.notation!r}")
 
     @property
     def name(self) -> str:
@@ -162,7 +172,35 @@ def build_blocks(
 
 
 def _shown(value: float, column: Column) -> float:
+    """The value as its cell shows it (rounded as :func:`format_cell` writes it)."""
+    if column.notation == "sci":
+        return float(f"{value * column.scale:.{max(column.digits - 1, 0)}e}")
     return round(value * column.scale, column.digits)
+
+
+def column_notation(values: Sequence[float], digits: int = 3, max_digits: int = 4) -> tuple[str, int]:
+    """``(notation, digits)`` of :class:`Column` for one column's numbers, all written
+    alike (a column never mixes ``7.81×10⁻⁴`` with ``0.003``): fixed with ``digits``
+    decimals, or up to ``max_digits`` where the smallest finite nonzero magnitude needs
+    them for two significant digits (0.0035 at 4), when that is enough and every
+    magnitude is below 1e4; else scientific with ``digits`` significant digits."""
+    mags = [abs(float(v)) for v in values if v is not None and math.isfinite(float(v)) and float(v) != 0.0]
+    if not mags:
+        return "fixed", digits
+    need = max(digits, 1 - math.floor(math.log10(min(mags))))
+    if need <= max_digits and max(mags) < 1e4:
+        return "fixed", need
+    return "sci", digits
+
+
+def _sci(value: float, significant: int, kind: str) -> str:
+    """``7.81×10<sup>-4</sup>`` (html), ``$7.81\\times 10^{-4}$`` (latex), ``7.81e-4`` (text)."""
+    mantissa, exponent = f"{value:.{max(significant - 1, 0)}e}".split("e")
+    if kind == "latex":
+        return rf"${mantissa}\times 10^{{{int(exponent)}}}$"
+    if kind == "html":
+        return f"{mantissa}×10<sup>{int(exponent)}</sup>"
+    return f"{mantissa}e{int(exponent)}"
 
 
 def best_rows(block: Block, column: Column) -> set[str]:
@@ -175,10 +213,20 @@ def best_rows(block: Block, column: Column) -> set[str]:
     return {k for k, v in shown.items() if v == target}
 
 
-def format_cell(cell: Cell, column: Column, pm: str = "±") -> str:
-    """``mean±se`` with the column's decimals (the s.e. is left out when undefined)."""
+def format_cell(cell: Cell, column: Column, pm: str = "±", kind: str = "text") -> str:
+    """``mean±se`` with the column's decimals (the s.e. is left out when undefined); in a
+    ``"sci"`` column both in scientific notation as ``kind`` writes it."""
     if not math.isfinite(cell.mean):
         return "n/a"
+    if column.notation == "sci":
+        if kind == "latex":  # one math span ("$a$$\\pm$$b$" would open display math)
+            mean = _sci(cell.mean * column.scale, column.digits, kind)[1:-1]
+            se = rf" \pm {_sci(cell.se * column.scale, 2, kind)[1:-1]}" if math.isfinite(cell.se) else ""
+            return f"${mean}{se}$"
+        mean = _sci(cell.mean * column.scale, column.digits, kind)
+        if not math.isfinite(cell.se):
+            return mean
+        return f"{mean}{pm}{_sci(cell.se * column.scale, 2, kind)}"
     mean = f"{cell.mean * column.scale:.{column.digits}f}"
     if not math.isfinite(cell.se):
         return mean
@@ -189,9 +237,15 @@ def _pm(kind: str) -> str:
     return r"$\pm$" if kind == "latex" else "±"
 
 
-def _mean_se_formatter(column: Column) -> Callable[[Any, str], str]:
+def mean_se_formatter(column: Column) -> Callable[[Any, str], str]:
+    """A column's cells: a :class:`Cell` as mean ± s.e., a plain number in the column's
+    notation too (a row of single values, e.g. a noise floor), text as it is."""
     def fmt(cell: Any, kind: str) -> str:
-        return format_cell(cell, column, pm=_pm(kind)) if isinstance(cell, Cell) else number(cell, kind)
+        if isinstance(cell, Cell):
+            return format_cell(cell, column, pm=_pm(kind), kind=kind)
+        if isinstance(cell, (float, np.floating)) and math.isfinite(cell):
+            return format_cell(Cell(float(cell), math.nan, 1), column, kind=kind)
+        return number(cell, kind)
 
     return fmt
 
@@ -319,14 +373,20 @@ def _styler(table: Table, kind: str):
     styler.format_index(escape="latex-math" if kind == "latex" else "html", axis=1)
     if not table.show_index:
         styler.hide(axis=0)
+    # (Styler.apply is lazy: each function binds its own props, not a shared variable)
     if table.bold is not None:
-        props = "textbf:--rwrap;" if kind == "latex" else "font-weight: bold;"
         mask = table.bold.to_numpy(dtype=bool)
-        styler.apply(lambda frame: np.where(mask, props, ""), axis=None)
+        if kind == "latex":  # a cell in math (scientific notation) needs \boldmath as well
+            fmts = [table.formats.get(c[-1] if isinstance(c, tuple) else c, number) for c in table.cells.columns]
+            props = np.array([["textbf:--rwrap;boldmath:;" if "\\times" in fmts[j](v, "latex") else "textbf:--rwrap;"
+                               for j, v in enumerate(row)] for row in cells.itertuples(index=False)], dtype=object)
+        else:
+            props = np.full(mask.shape, "font-weight: bold;", dtype=object)
+        styler.apply(lambda frame, props=props: np.where(mask, props, ""), axis=None)
     if table.italic is not None and table.show_index:
-        props = "textit:--rwrap;" if kind == "latex" else "font-style: italic;"
+        slanted = "textit:--rwrap;" if kind == "latex" else "font-style: italic;"
         italic = list(table.italic)
-        styler.apply_index(lambda labels: [props if flag else "" for flag in italic], axis=0,
+        styler.apply_index(lambda labels, props=slanted: [props if flag else "" for flag in italic], axis=0,
                            level=cells.index.nlevels - 1)
     return styler
 
@@ -624,7 +684,7 @@ def mean_se_table(blocks: Sequence[Block], columns: Sequence[Column], *, title: 
     return Table(
         cells=frame, csv=csv, title=title, caption=caption, label=label, note=note, source=source,
         tex_headers={c.name: c.header for c in columns},
-        formats={c.name: _mean_se_formatter(c) for c in columns},
+        formats={c.name: mean_se_formatter(c) for c in columns},
         bold=pd.DataFrame(bold, index=index, columns=names, dtype=bool),
         rules=rules, csv_na_rep="nan", **options,
     )
