@@ -310,3 +310,33 @@ def test_plot_classification_panels(tmp_path, files):
     assert out_png.stat().st_size > 1000 and out_pdf.read_bytes()[:4] == b"%PDF"
     with pytest.raises(ValueError, match=r"regression/de/seed41/predictions\.npz"):
         rep.plot_classification_panels([cls["hmc"], reg["de"]], out_png, out_pdf)
+
+
+def test_regression_figure_y_range_follows_the_training_span_not_the_tails(tmp_path, monkeypatch):
+    """Figure 1's y-axis is chosen from the data and HMC's ±2 sd over the training span
+    (both clusters and the gap), so HMC's tails of ±12 sd beyond it, which the old range
+    followed up to 1.5 data spans either side, are clipped and the gap's band keeps its
+    height; the footer says so."""
+    monkeypatch.setitem(REG_SPECS, "hmc", (0.2, 2.0, 12.0, 0.0))  # sd 12 outside the data's span
+    paths = [_write_regression(tmp_path, m) for m in ("hmc", "de")]
+    captured = {}
+    finish = rep._finish_figure
+
+    def capture(fig, title, footer, *args, **kwargs):
+        captured.update(ylim=fig.axes[0].get_ylim(), footer=footer)
+        return finish(fig, title, footer, *args, **kwargs)
+
+    monkeypatch.setattr(rep, "_finish_figure", capture)
+    rep.plot_regression_panels(paths, tmp_path / "f.png", tmp_path / "f.pdf")
+    lo, hi = captured["ylim"]
+    hmc = rep.load_predictions(paths[0])
+    x = hmc.x_test[:, 0]
+    mean, sd = hmc.predictive()
+    inside = (x >= hmc.x_train.min()) & (x <= hmc.x_train.max())
+    band_lo, band_hi = (mean - 2 * sd)[inside].min(), (mean + 2 * sd)[inside].max()
+    y = hmc.y_train
+    # the data and the band over the span are in view, with at most 10% to spare
+    assert lo <= min(band_lo, y.min()) and hi >= max(band_hi, y.max())
+    assert hi - lo <= 1.1 * (max(band_hi, y.max()) - min(band_lo, y.min()))
+    assert (mean + 2 * sd)[~inside].max() > hi + 10  # the tails run off the axes
+    assert "clipped" in captured["footer"] and "training span" in captured["footer"]

@@ -679,20 +679,38 @@ def _label_outer(ax, i: int, ncols: int, k: int, xlabel: str | None, ylabel: str
         ax.set_xlabel("")
 
 
-def _regression_ylim(preds: Sequence[ToyPredictions], truth: np.ndarray) -> tuple[float, float]:
-    """Shared y-limits: every panel's mean +- 3 sd, the data and the truth; a diverged method
-    may widen them by at most 1.5 times the data's span on either side."""
-    data = np.concatenate([truth] + [p.y_train for p in preds])
-    lo, hi = float(data.min()), float(data.max())
-    span = hi - lo if hi > lo else 1.0
-    for p in preds:
+#: Figure 1's y-range: the data and this many predictive sd around HMC's mean (about 95%)
+#: over the training span.
+_YLIM_SDS = 2.0
+
+
+def _training_span(preds: Sequence[ToyPredictions]) -> tuple[float, float]:
+    """The x-range of the training data (both clusters and the gap between them)."""
+    x = np.concatenate([p.x_train[:, 0] for p in preds])
+    return float(x.min()), float(x.max())
+
+
+def _regression_ylim(preds: Sequence[ToyPredictions], truth: np.ndarray | None = None,
+                     xx: np.ndarray | None = None) -> tuple[float, float]:
+    """Shared y-limits chosen where the figure's point is, the training span (the two
+    clusters and the gap between them): the data, the truth there and HMC's predictive
+    mean +- 2 sd (about 95%) over x in that span, padded by 5%. Without an HMC panel,
+    every panel's band over the span. What lies beyond (the extrapolating tails, where the
+    bands grow to +-20, or a diverged method) is clipped, so the gap's uncertainty is
+    not flattened by the tails."""
+    lo_x, hi_x = _training_span(preds)
+    values = [np.concatenate([p.y_train for p in preds])]
+    if truth is not None and xx is not None:
+        values.append(truth[(xx >= lo_x) & (xx <= hi_x)])
+    for p in [p for p in preds if p.is_hmc] or list(preds):
+        x = p.x_test[:, 0]
+        inside = (x >= lo_x) & (x <= hi_x)
         mean, sd = p.predictive()
-        band_lo, band_hi = mean - 3 * sd, mean + 3 * sd
-        ok = np.isfinite(band_lo) & np.isfinite(band_hi)
-        if ok.any():
-            lo, hi = min(lo, float(band_lo[ok].min())), max(hi, float(band_hi[ok].max()))
-    lo, hi = max(lo, float(data.min()) - 1.5 * span), min(hi, float(data.max()) + 1.5 * span)
-    pad = 0.03 * (hi - lo)
+        band = np.concatenate([mean[inside] - _YLIM_SDS * sd[inside], mean[inside] + _YLIM_SDS * sd[inside]])
+        values.append(band[np.isfinite(band)])
+    data = np.concatenate(values)
+    lo, hi = float(data.min()), float(data.max())
+    pad = 0.05 * (hi - lo) if hi > lo else 1.0
     return lo - pad, hi + pad
 
 
@@ -721,7 +739,7 @@ def _draw_regression(ax, p: ToyPredictions, xx: np.ndarray, truth: np.ndarray) -
                     zorder=4, legend=False)
 
 
-def _regression_legend(fig) -> None:
+def _regression_legend(fig, y: float = 0.03) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -731,7 +749,7 @@ def _regression_legend(fig) -> None:
                Line2D([], [], color=PALETTE["data"], marker=".", linestyle="none", label="training data"),
                Line2D([], [], color=PALETTE["truth"], linestyle="--", linewidth=0.7, label=r"$x\,\sin x$")]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 0.03))
+               bbox_to_anchor=(0.5, y))
 
 
 def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
@@ -742,7 +760,9 @@ def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, ou
     the file's label. A panel shows the predictive mean (line), shaded bands of
     +-1, 2 and 3 standard deviations of the predictive mixture (sd including the
     observation noise), the training points and the true function ``x sin x``
-    (thin dashed). All panels share the y-limits. The suptitle names the paper
+    (thin dashed). All panels share the y-limits, chosen over the training span (both
+    clusters and the gap between them): the data and HMC's mean +- 2 sd there; the
+    extrapolating tails beyond are clipped (the footer says so). The suptitle names the paper
     figure; the footer gives scale, seed and the settings read from the jobs
     (particles and steps, and the HMC block); where methods' settings differ they
     go into the panel titles instead. Lines and points are drawn with seaborn in
@@ -760,12 +780,19 @@ def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, ou
     x_hi = max(float(p.x_test.max()) for p in preds)
     xx = np.linspace(x_lo, x_hi, 400)
     truth = xx * np.sin(xx)
-    y_lo, y_hi = _regression_ylim(preds, truth)
+    y_lo, y_hi = _regression_ylim(preds, truth, xx)
+    span_lo, span_hi = _training_span(preds)
+    reference = "HMC's" if any(p.is_hmc for p in preds) else "each panel's"
+    footer += (f"\ny-axis: the data and {reference} mean $\\pm${_YLIM_SDS:g} sd over the training span "
+               f"$x \\in [{span_lo:.1f}, {span_hi:.1f}]$ (both clusters and the gap); the bands beyond it, "
+               "where the predictive extrapolates, are clipped")
 
     title_lines = 2 if any(extra) else 1
+    footer_lines = footer.count("\n") + 1
     with figure_style():
         fig, axes, ncols, _, _, height = _panel_grid(
-            len(preds), 3.0, 2.1 + 0.15 * (title_lines - 1), top_in=0.6 + 0.15 * title_lines, bottom_in=0.95,
+            len(preds), 3.0, 2.1 + 0.15 * (title_lines - 1), top_in=0.6 + 0.15 * title_lines,
+            bottom_in=0.8 + 0.14 * footer_lines,
             left_in=0.55, right_in=0.15, wspace=0.12, hspace=0.3 + 0.1 * title_lines)
         for i, (ax, p) in enumerate(zip(axes, preds)):
             _draw_regression(ax, p, xx, truth)
@@ -774,7 +801,7 @@ def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, ou
             ax.set_title(_title(p, extra[i]), fontsize=10)
             _label_outer(ax, i, ncols, len(preds), "$x$", "$y$")
             sns.despine(ax=ax)
-        _regression_legend(fig)
+        _regression_legend(fig, (0.06 + 0.14 * footer_lines) / height)  # above the footer
         _finish_figure(fig, "1-D regression (paper Figure 1): predictive mean and $\\pm$1/2/3 sd of the predictive",
                        footer, height, out_png, out_pdf, len(preds))
 
