@@ -7,6 +7,7 @@ import json
 import math
 import os
 import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -497,7 +498,14 @@ def test_run_hmc_end_to_end(tmp_path, dataset):
             assert (z["probs_test"] >= 0).all()
             assert "f_test" not in z
     diag = json.loads(out.with_name("diagnostics.json").read_text())
-    assert diag["settings"]["chains"] == 2 and diag["passed"] is True
+    # the job's relaxed check let it through (predictions written), but 2 x 50 draws are no
+    # converged reference at the paper's thresholds: never "passed"
+    assert diag["settings"]["chains"] == 2 and diag["accepted"] is True
+    assert diag["converged"] is False and diag["passed"] is False
+    assert diag["status"].startswith("not converged (quick scale: job thresholds relaxed")
+    assert diag["thresholds"] == {"rhat_max": 1.01, "ess_min": 400.0}
+    with np.load(out) as z:
+        assert bool(z["converged"]) is False
     assert len(diag["sampler"]["step_size"]) == 2 and len(diag["diagnostics"]["rhat"]) == T
     assert len(diag["diagnostics"]["ess_tail"]) == T and diag["diagnostics"]["draws"] == 100
     assert diag["wall_time_s"] > 0 and diag["sampler"]["cpu_seconds"] > 0
@@ -512,7 +520,8 @@ def test_run_hmc_failed_diagnostics_leave_no_predictions(tmp_path):
         run_hmc(job, out)
     assert not out.exists()
     diag = json.loads(out.with_name("diagnostics.json").read_text())
-    assert diag["passed"] is False and diag["settings"]["ess_min"] == 1e6
+    assert diag["passed"] is False and diag["accepted"] is False and diag["settings"]["ess_min"] == 1e6
+    assert diag["converged"] is False and diag["status"].startswith("not converged")
 
 
 def test_failed_run_keeps_checkpoint_for_looser_thresholds(tmp_path, monkeypatch):
@@ -556,3 +565,40 @@ def test_run_hmc_resumes_from_checkpoint(tmp_path, interrupt_hmc):
     with np.load(full) as a, np.load(out) as b:
         np.testing.assert_array_equal(a["f_test"], b["f_test"])
     assert not ckpt.exists()
+
+
+def test_convergence_is_judged_at_the_paper_thresholds_whatever_the_job_enforces():
+    """A quick-scale reference with R-hat 1.50 and bulk ESS 10 passes its relaxed check
+    (rhat_max 1000, ess_min 0) but is reported not converged, never passed; a reference
+    meeting R-hat <= 1.01 and ESS >= 400 is converged."""
+    from repens.hmc import convergence
+
+    quick = HMCSettings.from_dict({"rhat_max": 1000, "ess_min": 0})
+    bad = {"rhat_max": 1.50, "ess_min": 10.0}
+    v = convergence(bad, quick, scale="quick")
+    assert v["accepted"] is True and v["converged"] is False and v["passed"] is False
+    assert v["status"] == ("not converged (quick scale: job thresholds relaxed to R-hat <= 1000, ESS >= 0; "
+                           "R-hat max 1.5 > 1.01, ESS min 10 < 400)")
+    good = convergence({"rhat_max": 1.004, "ess_min": 1622.0}, quick, scale="quick")
+    assert good["converged"] is True and good["passed"] is True and good["status"] == "converged"
+    paper = HMCSettings.from_dict({"rhat_max": 1.01, "ess_min": 400})
+    v = convergence({"rhat_max": 1.02, "ess_min": 500.0}, paper, scale="paper")
+    assert v == {**v, "accepted": False, "converged": False, "passed": False,
+                 "status": "not converged (R-hat max 1.02 > 1.01)"}
+    assert convergence({"rhat_max": float("nan"), "ess_min": 500.0}, paper)["converged"] is False
+
+
+def test_convergence_thresholds_are_config_yamls_paper_scale_ones():
+    """repens.hmc's thresholds of convergence are those config.yaml sets for the paper
+    scale (experiments.toy.hmc, and any dataset's hmc block), so they cannot drift apart."""
+    import yaml
+
+    from repens.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    toy = config["experiments"]["toy"]
+    blocks = [toy["hmc"], *((d or {}).get("hmc") or {} for d in toy["datasets"].values())]
+    assert toy["hmc"]["rhat_max"] == CONVERGED_RHAT_MAX and toy["hmc"]["ess_min"] == CONVERGED_ESS_MIN
+    for block in blocks:
+        assert block.get("rhat_max", CONVERGED_RHAT_MAX) == CONVERGED_RHAT_MAX
+        assert block.get("ess_min", CONVERGED_ESS_MIN) == CONVERGED_ESS_MIN

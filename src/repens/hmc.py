@@ -51,6 +51,11 @@ tail effective sample sizes of Vehtari, Gelman, Simpson, Carpenter & Bürkner (2
 "Rank-normalization, folding, and localization: an improved R-hat", Bayesian Analysis)
 of the predictive f(x) at every test input, as ArviZ and Stan compute them, and
 :func:`check_diagnostics` turns a failed check into an :class:`HMCDiagnosticsError`.
+
+The check a job enforces uses its own thresholds (``hmc.rhat_max`` / ``hmc.ess_min``,
+relaxed at quick scale so that a smoke test runs through); whether the reference is
+*converged* is always judged at the paper-scale thresholds (:data:`CONVERGED_RHAT_MAX`,
+:data:`CONVERGED_ESS_MIN`) by :func:`convergence`, which the diagnostics file records.
 """
 
 from __future__ import annotations
@@ -80,7 +85,10 @@ __all__ = [
     "HMCSettings",
     "ValueAndGrad",
     "adaptation_windows",
+    "CONVERGED_ESS_MIN",
+    "CONVERGED_RHAT_MAX",
     "check_diagnostics",
+    "convergence",
     "dual_averaging_init",
     "dual_averaging_update",
     "ess_basic",
@@ -182,6 +190,56 @@ class HMCSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+#: The thresholds a reference must meet to count as converged, whatever its job enforces:
+#: those of config.yaml's paper-scale ``experiments.toy.hmc`` block (Vehtari et al. 2021's
+#: R-hat <= 1.01 and bulk / tail ESS >= 400; tests/test_hmc.py checks they agree).
+CONVERGED_RHAT_MAX = 1.01
+CONVERGED_ESS_MIN = 400.0
+
+
+def convergence(diag: Mapping[str, Any], settings: HMCSettings, scale: str | None = None,
+                rhat_max: float = CONVERGED_RHAT_MAX, ess_min: float = CONVERGED_ESS_MIN) -> dict[str, Any]:
+    """Whether a reference is converged, at the paper-scale thresholds (``rhat_max``,
+    ``ess_min``) whatever ``settings`` enforced, for the diagnostics file:
+
+    * ``converged``: R-hat max <= ``rhat_max`` and ESS min (bulk and tail) >= ``ess_min``
+      (NaN fails);
+    * ``accepted``: the job's own check (``settings.rhat_max`` / ``ess_min``) passed, so
+      its predictions were written;
+    * ``passed``: accepted and converged (never true for an unconverged reference);
+    * ``status``: ``"converged"``, or ``"not converged (...)"`` with the figures, saying
+      when the job's thresholds were relaxed (``scale``: the job's, named there, e.g.
+      quick) so that it ran through anyway;
+    * ``thresholds`` (the paper-scale ones) and ``job_thresholds``.
+    """
+    rhat, ess = float(diag["rhat_max"]), float(diag["ess_min"])
+    converged = bool(rhat <= rhat_max and ess >= ess_min)
+    accepted = bool(rhat <= settings.rhat_max and ess >= settings.ess_min)
+    relaxed = settings.rhat_max > rhat_max or settings.ess_min < ess_min
+    if converged:
+        status = "converged"
+    else:
+        failed = []
+        if not rhat <= rhat_max:
+            failed.append(f"R-hat max {rhat:.3g} > {rhat_max:g}")
+        if not ess >= ess_min:
+            failed.append(f"ESS min {ess:.4g} < {ess_min:g}")
+        parts = []
+        if relaxed:
+            parts.append((f"{scale} scale: " if scale else "") + "job thresholds relaxed to R-hat <= "
+                         f"{settings.rhat_max:g}, ESS >= {settings.ess_min:g}")
+        parts.append(", ".join(failed))
+        status = f"not converged ({'; '.join(parts)})"
+    return {
+        "converged": converged,
+        "accepted": accepted,
+        "passed": bool(converged and accepted),
+        "status": status,
+        "thresholds": {"rhat_max": float(rhat_max), "ess_min": float(ess_min)},
+        "job_thresholds": {"rhat_max": float(settings.rhat_max), "ess_min": float(settings.ess_min)},
+    }
 
 
 class HMCDiagnosticsError(RuntimeError):

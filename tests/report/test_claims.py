@@ -187,6 +187,25 @@ def _toy(path: Path, scale: str, ratios: dict[str, list[float]]) -> Path:
     return _write_csv(path, rows)
 
 
+def test_toy_claims_are_not_scored_against_an_unconverged_hmc_reference(tmp_path):
+    """A paper-scale distance table whose HMC reference is not converged (hmc_converged 0,
+    repens.report.toy) scores nothing: the claim is not run, saying why; a converged one
+    (1), or a table from before the column existed, is scored."""
+    claim = next(c for c in cl.CLAIMS if c.id == "regression-weight-gap")
+    weight = {m: [0.20, 0.25, 0.30, 0.22, 0.28] for m in cl.WEIGHT_SPACE}
+    rows = list(csv.DictReader(_toy(tmp_path / "a.csv", "paper", weight).open()))
+    (result,) = cl.evaluate(cl.Evidence({"toy": tmp_path / "a.csv"}), [claim])
+    assert result.verdict == "reproduced"  # no column: a table from before it existed
+    converged = _write_csv(tmp_path / "1.csv", [{**r, "hmc_converged": "1"} for r in rows])
+    (result,) = cl.evaluate(cl.Evidence({"toy": converged}), [claim])
+    assert result.verdict == "reproduced"
+    # one seed's reference (seed 40) not converged: every method measured against it is not scored
+    one_bad = _write_csv(tmp_path / "0.csv", [{**r, "hmc_converged": "0" if r["seed"] == "40" else "1"}
+                                              for r in rows])
+    (result,) = cl.evaluate(cl.Evidence({"toy": one_bad}), [claim])
+    assert result.verdict == "not run" and "HMC reference not converged" in cl.summary(result.comparisons)
+
+
 def test_toy_claim_over_seeds(tmp_path):
     claim = next(c for c in cl.CLAIMS if c.id == "regression-weight-gap")
     weight = {m: [0.20, 0.25, 0.30, 0.22, 0.28] for m in cl.WEIGHT_SPACE}

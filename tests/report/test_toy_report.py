@@ -340,3 +340,28 @@ def test_regression_figure_y_range_follows_the_training_span_not_the_tails(tmp_p
     assert hi - lo <= 1.1 * (max(band_hi, y.max()) - min(band_lo, y.min()))
     assert (mean + 2 * sd)[~inside].max() > hi + 10  # the tails run off the axes
     assert "clipped" in captured["footer"] and "training span" in captured["footer"]
+
+
+def test_an_unconverged_hmc_reference_is_flagged_in_the_distance_table_and_figure(tmp_path):
+    """An HMC file that records converged = False (a quick-scale smoke test, repens.hmc.
+    convergence), or an older one whose job enforced relaxed thresholds, is flagged: the
+    CSV's hmc_converged is 0 (the scorecard then scores nothing against it), the table's
+    title and note and the figure's footer say it is not converged."""
+    hmc, de = _write_regression(tmp_path, "hmc"), _write_regression(tmp_path, "de")
+    assert rep.load_predictions(hmc).converged is True  # the job's default thresholds are the paper's
+    with np.load(hmc) as z:
+        arrays = dict(z)
+    np.savez(hmc, **arrays, converged=np.array(False))
+    assert rep.load_predictions(hmc).converged is False
+    out = {k: tmp_path / f"d.{k}" for k in ("csv", "tex", "html")}
+    rep.write_distance_table(([hmc], [de]), None, out["csv"], out["tex"], out_html=out["html"])
+    frame = pd.read_csv(out["csv"])
+    assert list(frame["hmc_converged"]) == [0]
+    assert "not converged" in out["tex"].read_text() and "NOT converged" in out["html"].read_text()
+    footer, _ = rep._settings_summary([rep.load_predictions(hmc), rep.load_predictions(de)])
+    assert "HMC: " in footer and "not converged" in footer
+    # a file from before the flag: judged by the thresholds its job enforced
+    job = json.loads(str(arrays["job"]))
+    job["hmc"] = {**job["hmc"], "rhat_max": 1000, "ess_min": 0}
+    np.savez(hmc, **{**arrays, "job": np.array(json.dumps(job, sort_keys=True))})
+    assert rep.load_predictions(hmc).converged is False

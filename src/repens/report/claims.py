@@ -414,6 +414,11 @@ class Evidence:
         mine = [r for r in rows if r.get("method") == method]
         if not mine:
             return Estimate.absent(label, f"{self.paths['toy']}: no {method} row")
+        # never scored against an unconverged HMC reference (repens.hmc.convergence; the
+        # column is absent from tables written before it existed)
+        if any(str(r.get("hmc_converged", "")).strip() in ("0", "False") for r in mine):
+            return Estimate.absent(label, f"{self.paths['toy']}: HMC reference not converged (R-hat / ESS fail the "
+                                          "paper-scale thresholds)")
         scale, source = self._scale("toy", mine), str(self.paths["toy"])
         if f"{metric}_mean" in mine[0]:  # already aggregated over seeds
             r = mine[0]

@@ -78,7 +78,7 @@ CLASSIFICATION_COLUMNS = [
     "kl_near", "kl_far", "entropy_near", "entropy_far", "hmc_entropy_near", "hmc_entropy_far",
 ]
 COLUMNS = (["method", "label", "seed", "scale"] + REGRESSION_COLUMNS + CLASSIFICATION_COLUMNS
-           + ["regression_source", "classification_source"])
+           + ["regression_source", "classification_source", "hmc_converged"])
 
 
 # --------------------------------------------------------------------------- inputs
@@ -99,6 +99,9 @@ class ToyPredictions:
     f_test: np.ndarray | None = None  # regression: (S, T) float64
     noise_std: float | None = None  # regression
     probs_test: np.ndarray | None = None  # classification: (T, C) float64
+    #: an HMC reference: converged at the paper-scale thresholds (repens.hmc.convergence);
+    #: None for a method's file
+    converged: bool | None = None
 
     @property
     def seed(self) -> Any:
@@ -202,8 +205,26 @@ def load_predictions(path: Path | str) -> ToyPredictions:
             raise ValueError(f"{path}: 'y_train' must hold integer labels in [0, {probs.shape[1]})")
         _grid_axes(path, x_test)
         fields.update(probs_test=probs, y_train=labels)
+    converged = None
+    if "converged" in arrays:
+        converged = bool(np.asarray(arrays["converged"]))
+    elif method == "hmc":
+        converged = _converged_by_job(job)
     return ToyPredictions(path=path, dataset=dataset, method=str(method), label=label, job=job,
-                          x_train=x_train, x_test=x_test, **fields)
+                          x_train=x_train, x_test=x_test, converged=converged, **fields)
+
+
+def _converged_by_job(job: Mapping[str, Any]) -> bool:
+    """An HMC file written before it recorded ``converged``: its predictions exist only if
+    the job's own check passed, so it is converged when that check was at least as strict
+    as the paper-scale thresholds (:data:`repens.hmc.CONVERGED_RHAT_MAX`, ``_ESS_MIN``)."""
+    from repens.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX, HMCSettings
+
+    try:
+        settings = HMCSettings.from_dict(job.get("hmc"))
+    except (TypeError, ValueError):
+        return False
+    return settings.rhat_max <= CONVERGED_RHAT_MAX and settings.ess_min >= CONVERGED_ESS_MIN
 
 
 def _load_all(inputs: Sequence[Path | str], dataset: str | None,
@@ -408,11 +429,15 @@ def _distance_data(regression: ToyInputs | None, classification: ToyInputs | Non
         for seed, (hmc, methods) in by_seed.items():
             for key, values in row_builders[dataset](hmc, methods).items():
                 rows[(key, seed)].update(values)
+                # 1 when every HMC reference the row was measured against is converged
+                row = rows[(key, seed)]
+                row["hmc_converged"] = int(bool(hmc.converged) and row.get("hmc_converged", 1) == 1)
     ordered = sorted(rows.items(), key=lambda item: (order[item[0][0]], seeds[item[0][1]]))
     frame = pd.DataFrame([row for _, row in ordered], columns=COLUMNS)
     for col in REGRESSION_COLUMNS + CLASSIFICATION_COLUMNS:
         frame[col] = frame[col].astype(float)
     frame["seed"] = frame["seed"].astype("Int64")
+    frame["hmc_converged"] = frame["hmc_converged"].astype("Int64")
     return frame, present
 
 
@@ -456,7 +481,8 @@ def _settings_detail(preds: Sequence[ToyPredictions]) -> tuple[list[str], list[s
         parts.append(f"methods: {next(iter(method_settings.values()))}")
     elif others:
         parts += [f"{p.label}: {method_settings[p.path]}" for p in others]
-    parts += [f"HMC: {_fmt_setting(p.job, _members(p))}" for p in preds if p.is_hmc]
+    parts += [f"HMC: {_fmt_setting(p.job, _members(p))}" + ("" if p.converged is not False else
+              " (not converged: R-hat / ESS fail the paper-scale thresholds)") for p in preds if p.is_hmc]
     extra = [None if p.is_hmc or shared else method_settings[p.path] for p in preds]
     return parts, extra
 
@@ -523,9 +549,14 @@ def distance_table(frame, present: dict[str, Any]):
         for dataset, by_seed in present.items() for hmc, methods in list(by_seed.values())[:1])
     over = "" if len(seeds) == 1 else f" Each cell: mean $\\pm$ standard error over the {len(seeds)} seeds, " \
         "each seed's data, method and HMC reference its own."
+    unconverged = sorted({str(hmc.seed) for by_seed in present.values() for hmc, _ in by_seed.values()
+                          if hmc.converged is False}, key=str)
+    warning = (f" The HMC reference of seed{'s' if len(unconverged) > 1 else ''} {', '.join(unconverged)} is not "
+               "converged (R-hat / ESS fail the paper-scale thresholds $\\hat R \\le 1.01$, ESS $\\ge 400$): its "
+               "distances are no evidence about the methods." if unconverged else "")
     parts = [
         "Distance of each method's predictive distribution to that of the HMC reference posterior "
-        f"(HMC is the reference; scale {first.scale}, {_seeds_text(seeds)}; {settings}).{over}",
+        f"(HMC is the reference; scale {first.scale}, {_seeds_text(seeds)}; {settings}).{over}{warning}",
     ]
     headers: dict[tuple[str, str], str] = {}  # (group, key) -> plain header
     if "regression" in present:
@@ -572,10 +603,14 @@ def distance_table(frame, present: dict[str, Any]):
     return Table(
         cells=pd.DataFrame(rows, index=index, columns=columns, dtype=object), csv=frame, caption=" ".join(parts),
         label="tab:toy-distance-to-hmc", title=f"BNN toys: distance of each predictive to HMC's "
-                                               f"(scale: {first.scale}, {_seeds_text(seeds)})",
+                                               f"(scale: {first.scale}, {_seeds_text(seeds)})"
+                                               + ("; HMC reference NOT converged" if unconverged else ""),
         note="W2: Wasserstein-2 between Gaussian summaries; ratio: method / HMC; KL(HMC || method); "
              "H: predictive entropy (nats); (f): epistemic, without the noise"
-             + ("" if len(seeds) == 1 else "; mean ± s.e. over seeds"),
+             + ("" if len(seeds) == 1 else "; mean ± s.e. over seeds")
+             + (f"; the HMC reference of seed(s) {', '.join(unconverged)} is not converged (R-hat / ESS fail the "
+                "paper-scale thresholds R-hat <= 1.01, ESS >= 400): no evidence about the methods"
+                if unconverged else ""),
         source="repens.report.toy.write_distance_table", tex_headers=tex,
         formats={plain: fmt for plain in headers.values()},
         italic=[True] + [False] * len(methods), rules=["", "midrule"] + [""] * (len(methods) - 1),
