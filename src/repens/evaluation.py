@@ -75,6 +75,8 @@ def ensemble_summary(member_probs: Tensor) -> tuple[Tensor, Tensor]:
 def member_std(member_probs: Tensor) -> Tensor:
     """The released code's model disagreement, (N,): the members' standard deviation
     (``n - 1`` in the denominator) of ``p(y|x, w)``, averaged over the classes."""
+    if member_probs.shape[0] < 2:  # one member: no spread (the n - 1 sd is undefined)
+        return member_probs.new_zeros(member_probs.shape[1:-1])
     return member_probs.std(0).mean(-1)
 
 
