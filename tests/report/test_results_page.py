@@ -139,10 +139,14 @@ def test_campaign_queues_follow_the_paper_results_order():
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     image = campaign.build_queue(ROOT, "image")
     methods = config["experiments"]["image"]["methods"]
-    paper = [m for m in methods if m not in ("anchored", "dle", "drle")]
+    table = (ROOT / "workflow" / "resources" / "table1_paper.csv").read_text()
+    in_paper = {line.split(",")[1] for line in table.splitlines()[1:] if line.startswith("fashionmnist,")}
+    paper = [m for m in methods if m in in_paper]
+    others = [m for m in methods if m not in in_paper]
+    assert len(paper) == 10 and {"anchored", "dle", "drle"} <= set(others)
     labels = [label for label, _ in image]
     assert labels[: len(paper)] == [f"image fashionmnist {m} seed 38" for m in paper]
-    assert labels[len(paper): len(methods)] == [f"image fashionmnist {m} seed 38" for m in ("anchored", "dle", "drle")]
+    assert labels[len(paper): len(methods)] == [f"image fashionmnist {m} seed 38" for m in others]
     assert labels[len(methods)] == f"image fashionmnist {paper[0]} seed 39"
     assert len(image) == len(methods) * len(config["seeds"])
     assert image[0][1] == ("image/fashionmnist/de/seed38/metrics.json",)
