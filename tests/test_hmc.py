@@ -416,6 +416,7 @@ def _interrupting(fn, after: int, how: str):
     return wrapped
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 @pytest.mark.parametrize("how", ["signal", "kill"])
 def test_resume_is_bit_identical(tmp_path, how):
     mean, cov = correlated_gaussian(5)

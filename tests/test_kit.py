@@ -185,6 +185,7 @@ def node(tmp_path, monkeypatch):
     return Node
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_deadline_interrupts_a_job_the_next_call_resumes_it_and_then_skips_finished_ones(node):
     long, short = node.job("long", ticks=80), node.job("short", ticks=2)
     node.jobs([long, short])
@@ -249,6 +250,7 @@ def test_a_failed_job_is_not_run_again_unless_asked(node):
     assert rc == 1 and len(node.state()["jobs"][bad["id"]]["attempts"]) == 2, out
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(node):
     stubborn = node.job("stubborn", ticks=400, ignore_term=True)
     node.jobs([stubborn])
@@ -332,6 +334,7 @@ def test_sigterm_to_the_runner_stops_its_jobs_cleanly(node, tmp_path):
     assert (node.dir / (job["id"] + ".ckpt")).is_file()
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_a_job_left_running_by_a_killed_runner_is_stopped_before_it_runs_again(node, tmp_path):
     """A command limit that kills the runner (SIGKILL) leaves its jobs running: the next call
     stops them (SIGTERM: they checkpoint) and resumes them, never running one job twice at once."""
@@ -418,6 +421,7 @@ def test_stack_seeds_runs_the_seeds_of_one_image_job_as_one_stack(node):
     assert len(_starts(node)) == 4
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_an_interrupted_stack_resumes_from_its_checkpoint(node):
     jobs = [node.image_job("de", seed, ticks=80) for seed in (1, 2)]
     node.jobs(jobs)
@@ -460,6 +464,7 @@ def test_a_partly_finished_group_stacks_only_the_rest(node):
     assert all(kit.job_status(j, node.state()["jobs"][j["id"]], node.dir) == "done" for j in jobs)
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_a_stack_left_running_by_a_killed_runner_is_stopped_once_and_resumed(node, tmp_path):
     jobs = [node.image_job("de", seed, ticks=60) for seed in (1, 2)]
     node.jobs(jobs)

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # every test starts Snakemake: second stage of .ci/run
+
 # Not imported here: importing the plugin runs the host's SLURM clients (`which sinfo`,
 # `scontrol show config`); only the snakemake runs below, on their own PATH, load it.
 if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:

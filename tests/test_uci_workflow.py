@@ -7,7 +7,10 @@ import os
 import re
 import time
 
+import pytest
 from test_workflow import CONFIG, jobs, snakemake
+
+pytestmark = pytest.mark.slow  # every test starts Snakemake: second stage of .ci/run
 
 UCI = CONFIG["experiments"]["uci"]
 

@@ -81,6 +81,7 @@ def test_dry_run_default_target(tmp_path):
     assert "results/synthetic/metrics.csv" in out and "results/synthetic/metrics.tex" in out
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_dry_run_table1_builds_exactly_what_it_needs(tmp_path):
     rc, out = snakemake(tmp_path, "-n", "results/table1.tex")
     assert rc == 0, out
@@ -104,6 +105,7 @@ def _image_plan(output: str) -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_sharing_a_gpu_changes_no_job(tmp_path):
     """Issue 14: k image jobs on one GPU (`--resources gpu_share=100` and a smaller share
     per job) schedule differently and run the same jobs: the share is no part of a spec."""
@@ -122,6 +124,7 @@ def test_sharing_a_gpu_changes_no_job(tmp_path):
     assert not any("share" in spec for spec in specs["default"])
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_claim_scorecard_reads_table2_but_never_trains_it(tmp_path):
     """Issue 13: the scorecard takes the tables of `all`; Table 2 is read if present."""
     rc, out = snakemake(tmp_path, "-n", "-p", "results/claims.csv")
@@ -132,6 +135,7 @@ def test_claim_scorecard_reads_table2_but_never_trains_it(tmp_path):
     assert "--uci results/table2_uci.csv" in out
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_claim_scorecard_without_building_table1_trains_no_image_job(tmp_path):
     """claims_build_table1=false: the paper-scale scorecard of a machine without a GPU
     reads Table 1 if it is there and never trains it."""
@@ -206,6 +210,7 @@ def test_report_captions_exist(name):
     assert (ROOT / "workflow" / "report" / name).read_text().strip()
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_every_table_rule_writes_html_for_the_report(tmp_path):
     """Issue 15: each table rule writes .tex, .csv and the .html the report shows; PNG
     only for Table 1."""
@@ -227,6 +232,7 @@ REPORT_RULES = ["summarize_synthetic", "plot_gaussian", "plot_funnel", "plot_reg
                 "summarize_toy", "summarize_image", "summarize_uci", "summarize_claims"]
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_fresh_clone_without_network_stops_before_any_job(tmp_path):
     """No data, no mirror, no network ($REPENS_OFFLINE, tests/conftest.py): the plain
     `snakemake -c2` stops before its first job with every missing file and the fix."""
@@ -249,6 +255,7 @@ def test_fresh_clone_without_network_stops_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_data_needed_by_no_target_does_not_stop_the_run(tmp_path):
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     config["experiments"]["synthetic"]["methods"] = ["svgd"]
@@ -261,6 +268,7 @@ def test_data_needed_by_no_target_does_not_stop_the_run(tmp_path):
 
 @pytest.mark.skipif(not (SHARED / "FashionMNIST" / "raw").is_dir() or not (SHARED / "MNIST" / "raw").is_dir(),
                     reason="no shared copy of FashionMNIST/MNIST")
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_mirror_is_not_a_reason_to_rerun(tmp_path):
     """Data prepared from a mirror: dropping the mirror plans nothing for the data rule,
     and Table 1 plans its trainings and the table only."""
@@ -280,6 +288,7 @@ def test_mirror_is_not_a_reason_to_rerun(tmp_path):
     assert rc == 0 and "Nothing to be done" in out, out
 
 
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_every_report_rule_passes_the_config_labels(tmp_path):
     """A label set in config.yaml reaches every figure and table rule (--labels); the
     report functions show it (tests/report/test_labels.py)."""
