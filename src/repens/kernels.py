@@ -40,6 +40,7 @@ Numerics (the same results on every machine, float32 included):
 from __future__ import annotations
 
 import contextvars
+import itertools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,7 +50,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["RBF", "squared_distances", "difference_distances", "median_bandwidth", "kernel_grad_sum", "CANCELLATION_FACTOR",
-           "gpu_path", "gpu_paths"]
+           "gpu_path", "gpu_paths", "set_matmul", "BMM_LOOP_WORK"]
 
 #: set inside :func:`gpu_paths`
 _GPU_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar("repens_gpu_paths", default=False)
@@ -119,11 +120,56 @@ def _recompute_pairs(d: Tensor, xc: Tensor, yc: Tensor, suspect: Tensor) -> Tens
     return d.index_put(tuple(pairs.T), torch.cat(exact))
 
 
+#: Below this many multiply-adds per matrix (``r k c`` for (r, k) @ (k, c)), torch's CPU ``bmm`` /
+#: ``baddbmm`` multiplies a stack with a loop kernel of its own (ATen's ``baddbmm_cpu_kernel``:
+#: a multiply, then an add), where one set's ``mm`` / ``addmm`` calls the BLAS GEMM (MKL: fused
+#: multiply-adds on an Intel Xeon with AVX-512; measured in torch 2.14, where the two agreed on
+#: an AMD EPYC). Measured on the Xeon, one thread, 3 sets: 83 of 111 shapes under the threshold
+#: differ from the sets' own products by an ulp or so (SSGE's (3, 3) @ (3, 3) by up to 6e-8 in
+#: entries ~0.5), none of 288 above it with every dimension over 1 (bmm and baddbmm).
+BMM_LOOP_WORK = 400
+
+
+def _per_set(a: Tensor, b: Tensor) -> bool:
+    """Whether a stack's product ``a @ b`` (..., r, k) @ (..., k, c) runs set by set so that each
+    set's product rounds as one set's own (n, .) product does: on the CPU (:func:`gpu_path` off),
+    below :data:`BMM_LOOP_WORK`, or with a dimension 1 (one set's product is then BLAS's
+    matrix-vector or rank-1 kernel, the stack's a GEMM: (10, 50) @ (50, 1) and
+    (1, 1) @ (1, 641) differed, measured)."""
+    r, k, c = a.shape[-2], a.shape[-1], b.shape[-1]
+    return not gpu_path(a) and (r * k * c < BMM_LOOP_WORK or min(r, k, c) == 1)
+
+
+def _each_set(lead: torch.Size, *tensors: Tensor) -> list[tuple[Tensor, ...]]:
+    """Each set's (2-d) blocks of ``tensors`` broadcast to the leading axes ``lead``: views
+    that keep the blocks' strides, so a BLAS call sees each set as it sees one set alone."""
+    full = [t.expand(*lead, *t.shape[-2:]) for t in tensors]
+    return [tuple(t[index] for t in full) for index in itertools.product(*(range(size) for size in lead))]
+
+
+def set_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` for one set (r, k) @ (k, c) or a stack of sets (..., r, k) @ (..., k, c) whose
+    every set's product is, bit for bit, what that set's own 2-d ``a @ b`` gives: a stack's
+    products that ``bmm`` would round otherwise (:func:`_per_set`) run set by set, the
+    others in one ``bmm`` (its GEMM per set rounds as one set's; a few dozen small ops cost
+    more than one call there). What makes a stack of seeds equal its one-seed jobs
+    (``tests/experiments/test_image_stack.py``)."""
+    if (a.dim() == 2 and b.dim() == 2) or not _per_set(a, b):
+        return a @ b
+    lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    products = [x @ y for x, y in _each_set(lead, a, b)]
+    return torch.stack(products).view(*lead, a.shape[-2], b.shape[-1])
+
+
 def _matmul_add(base: Tensor, a: Tensor, b: Tensor, alpha: float, beta: float = 1.0) -> Tensor:
-    """``beta * base + alpha * a @ b`` in one BLAS call, for one set or a stack of sets."""
+    """``beta * base + alpha * a @ b`` in one BLAS call, for one set or a stack of sets (set by
+    set where one call would round a set otherwise than the set's own call: :func:`_per_set`)."""
     if a.dim() == 2:
         return torch.addmm(base, a, b, beta=beta, alpha=alpha)
     lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    if _per_set(a, b):
+        sums = [torch.addmm(s, x, y, beta=beta, alpha=alpha) for s, x, y in _each_set(lead, base, a, b)]
+        return torch.stack(sums).view(*lead, a.shape[-2], b.shape[-1])
     out = torch.baddbmm(base.expand(*lead, *base.shape[-2:]).reshape(-1, *base.shape[-2:]),
                         a.expand(*lead, *a.shape[-2:]).reshape(-1, *a.shape[-2:]),
                         b.expand(*lead, *b.shape[-2:]).reshape(-1, *b.shape[-2:]), beta=beta, alpha=alpha)

@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 import torch
 from torch import Tensor
 
-from repens.kernels import RBF, gpu_path, kernel_grad_sum, squared_distances
+from repens.kernels import RBF, gpu_path, kernel_grad_sum, set_matmul, squared_distances
 
 __all__ = ["kde_score", "sge_score", "ssge_score", "all_eigenpairs_weights", "SCORE_ESTIMATORS", "ScoreEstimator"]
 
@@ -54,7 +54,7 @@ def sge_score(x: Tensor, kernel: RBF, eta: float = 0.01) -> Tensor:
     # inv_ex: K + eta I is symmetric positive definite, and skipping the error check keeps
     # a GPU step free of host round-trips
     inverse = torch.linalg.inv_ex(gram.double() + eta * eye).inverse.to(x.dtype)
-    return inverse @ grads
+    return set_matmul(inverse, grads)
 
 
 def ssge_score(
@@ -88,9 +88,11 @@ def ssge_score(
         eigvals, eigvecs = torch.linalg.eigh(gram + eta * eye)  # ascending order
         if num_eigs is not None:
             eigvals, eigvecs = eigvals[..., -num_eigs:], eigvecs[..., -num_eigs:]
-        # the (N, M) weights first, then a single product with the (M, d) gradients
-        weights = ((cross @ eigvecs) / eigvals.pow(2).unsqueeze(-2)) @ eigvecs.mT
-    return weights @ grads
+        # the (N, M) weights first, then a single product with the (M, d) gradients; a stack
+        # of sets multiplies as each set alone would (set_matmul: torch's bmm rounds small
+        # products otherwise, e.g. these (n, n) @ (n, n) for n <= 7)
+        weights = set_matmul(set_matmul(cross, eigvecs) / eigvals.pow(2).unsqueeze(-2), eigvecs.mT)
+    return set_matmul(weights, grads)
 
 
 def all_eigenpairs_weights(cross: Tensor, gram: Tensor, eta: float) -> Tensor:

@@ -7,9 +7,16 @@ batch of the one-seed GEMMs, each summed by the same single-threaded kernel), th
 score estimators act on each seed's (n, D) block of a batched computation, elementwise work is
 lane-independent, and the optimizer's fused kernel gets each seed's block as a tensor of its
 own (SeedStackAdam: one (G, n, D) tensor would move a seed's last ``n D mod 16`` entries from
-the kernel's scalar tail into its vector loop, which rounds differently). So a stacked seed's
-particles, metrics and predictions equal its one-seed job's bit for bit, and the tests assert
-equality. (With several threads neither is invariant: MKL partitions one GEMM's sums by
+the kernel's scalar tail into its vector loop, which rounds differently). A batched matrix
+product is invariant only where torch's CPU bmm hands each matrix to the BLAS GEMM that one
+seed's mm calls: at 400 multiply-adds per matrix or more, no dimension 1. Below, bmm runs a
+loop kernel of its own (a multiply, then an add), which on an Intel Xeon (AVX-512) rounds
+otherwise than MKL's GEMM (fused multiply-adds; on an AMD EPYC the two agreed): SSGE's
+(n, n) @ (n, n) products here (n = 3, the function prior of kde-fwgd and ssge-fwgd) came out
+up to 6e-8 apart, and the particles an ulp apart after a few steps. So such products of a
+stack run seed by seed (repens.kernels.set_matmul, and the kernels' matmul-adds). A stacked
+seed's particles, metrics and predictions then equal its one-seed job's bit for bit, and the
+tests assert equality. (With several threads neither is invariant: MKL partitions one GEMM's sums by
 thread, so even a one-seed job differs between 1 and 2 threads, by the same few ulps per step
 as a stack and a one-seed job do there.)
 """
@@ -253,3 +260,26 @@ def test_seed_stack_optimizers_step_each_seed_as_its_own(name):
         state = stacked.state_dict()["state"][0]
         assert float(state["step"]) == 30 and state["exp_avg"].shape == (4, 5, 51)
         assert torch.equal(state["exp_avg_sq"][2], ones[2].state_dict()["state"][0]["exp_avg_sq"])
+
+
+@pytest.mark.parametrize("estimator", ["kde", "sge", "ssge", "ssge-query", "set_matmul"])
+@pytest.mark.parametrize("n, d", [(3, 16), (3, 160), (1, 641), (10, 2560)])
+def test_stacked_score_estimators_give_each_set_its_own(estimator, n, d):
+    """The function-space estimators on a stack of 3 sets (G, n, d) give each set, bit for bit,
+    what they give the set alone (n, d). n = 3 is the image tests' (SSGE's (3, 3) @ (3, 3)
+    products: bmm's loop kernel, which rounded otherwise than MKL's GEMM on an Intel Xeon);
+    d = 16 puts kernel_grad_sum's (3, 3) @ (3, 16) under bmm's GEMM threshold too; n = 1 makes
+    its product a rank-1 update; n = 10 is a stack bmm multiplies by GEMMs."""
+    from repens.kernels import RBF, set_matmul
+    from repens.scores import kde_score, sge_score, ssge_score
+
+    kernel = RBF()
+    score = {"kde": lambda x, q: kde_score(x, kernel), "sge": lambda x, q: sge_score(x, kernel),
+             "ssge": lambda x, q: ssge_score(x, kernel, eta=0.01),
+             "ssge-query": lambda x, q: ssge_score(x, kernel, eta=0.01, query=q),
+             "set_matmul": lambda x, q: set_matmul(x, q.mT)}[estimator]
+    g = torch.Generator().manual_seed(1)
+    x, q = torch.randn(3, n, d, generator=g), torch.randn(3, n, d, generator=g)
+    stacked = score(x, q)
+    for k in range(3):
+        assert torch.equal(stacked[k], score(x[k], q[k]))
