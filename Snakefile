@@ -17,7 +17,8 @@ configfile: "config.yaml"
 
 
 # `snakemake --report report.html`: this page, then every figure and table marked
-# with report() in the rule files (categories, labels and captions: workflow/report/).
+# with report() in the rule files (categories, labels and captions: workflow/report/);
+# after a partial run, those built, and this page lists the others (partial_report()).
 report: "workflow/report/workflow.rst"
 
 
@@ -46,3 +47,6 @@ rule all:
 
 # Profile mistakes (profiles/slurm) stop the run here, once every rule is defined.
 check_profile()
+# `snakemake --report report.html` after a partial run: the report shows what was built
+# and its main page lists what was not, with the command that builds each (common.smk).
+partial_report()

@@ -428,3 +428,111 @@ def check_gpu_partitions(settings):
                     f"partition with {kind}s ({', '.join(having) or 'none found'}) or "
                     f"a whole GPU (`gpu: 1`) in profiles/slurm/config.yaml."
                 )
+
+
+# The report after a partial run. `snakemake --report report.html` stops at the first
+# output marked report(...) that a job of its targets has not built. In a run that only
+# builds the report (--report on the command line, without --report-after-run, which
+# reports after running the jobs and marks outputs as usual), partial_report() (end of the
+# Snakefile) unmarks every marked output that is not there, so the report shows what was
+# built; the report's main page (workflow/report/workflow.rst) lists the marked outputs of
+# the report's targets that are missing, each with the command that builds it.
+
+
+def report_only():
+    """Whether this Snakemake run only builds the report: ``--report`` on the command
+    line (the report options are not visible to the Snakefile otherwise), without
+    ``--report-after-run``."""
+    argv = sys.argv[1:]
+    asked = any(arg == "--report" or arg.startswith("--report=") for arg in argv)
+    return asked and "--report-after-run" not in argv
+
+
+_REPEATED = {"-s", "--snakefile", "-d", "--directory", "--profile"}
+_CONFIG_OPTIONS = {"--configfile", "--configfiles", "--config", "-C"}
+
+
+def _build_options():
+    """The options of this command line that a command building an output repeats (its
+    Snakefile, working directory, profile and config), ``--config`` last: it takes every
+    word after it, so targets come before it."""
+    argv, kept, config_items, i = sys.argv[1:], [], [], 0
+    while i < len(argv):
+        name, eq, _ = argv[i].partition("=")
+        if name in _REPEATED | _CONFIG_OPTIONS:
+            words = [argv[i]]
+            if not eq:  # the values follow: one, or every word up to the next option
+                while i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                    words.append(argv[i + 1])
+                    i += 1
+                    if name in _REPEATED:
+                        break
+            (config_items if name in ("--config", "-C") else kept).extend(words)
+        i += 1
+    return kept + config_items
+
+
+class MissingReportOutputs:
+    """The outputs marked report(...) that are not built, among the jobs of the report's
+    targets, in the order of the rules; what the report's main page lists. Worked out
+    once, when the page is rendered (the report's jobs are known then). Each entry is a
+    dict of path, output, format, category, rule, inputs (of its job), inputs_built and
+    command."""
+
+    def __init__(self, unmarked):
+        self.unmarked = unmarked  # path -> (rule name, its ReportObject)
+        self._entries = None
+
+    def entries(self):
+        if self._entries is None:
+            jobs = workflow.dag.jobs if workflow.dag else []
+            in_dag = {str(f): job for job in jobs for f in job.output}
+            options = " ".join(shlex.quote(w) for w in _build_options())
+            self._entries = []
+            for path, (rule, obj) in self.unmarked.items():
+                job = in_dag.get(path)
+                if job is None:
+                    continue
+                labels = obj.labels if isinstance(obj.labels, dict) else {}
+                inputs = [str(f) for f in job.input]
+                self._entries.append(
+                    {
+                        "path": path,
+                        "output": labels.get("output", path),
+                        "format": labels.get("format", Path(path).suffix[1:].upper()),
+                        "category": obj.category or "",
+                        "rule": rule,
+                        "inputs": len(inputs),
+                        "inputs_built": sum(Path(f).exists() for f in inputs),
+                        "command": f"snakemake {shlex.quote(path)} {options}".rstrip(),
+                    }
+                )
+            for entry in self._entries:
+                print(
+                    f"report: not built, listed on the report's main page: "
+                    f"{entry['path']} ({entry['command']})",
+                    file=sys.stderr,
+                )
+        return self._entries
+
+    def __iter__(self):
+        return iter(self.entries())
+
+    def __len__(self):
+        return len(self.entries())
+
+
+def partial_report():
+    """In a report-only run, unmark the marked outputs that are not there (see above) and
+    give the report's main page their list (config key ``report_missing``, read by
+    workflow/report/workflow.rst). Call once, after every rule is defined."""
+    if not report_only():
+        return
+    unmarked = {}
+    for each in workflow.rules:
+        for item in each.output:
+            if not item.is_flagged("report") or "{" in str(item):
+                continue
+            if not Path(item).exists():
+                unmarked[str(item)] = (each.name, item.flags.pop("report"))
+    config["report_missing"] = MissingReportOutputs(unmarked)
