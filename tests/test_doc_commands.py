@@ -66,11 +66,7 @@ PYTEST_BUILTIN_MARKERS = {"skip", "skipif", "xfail", "parametrize", "usefixtures
 
 # Commands of the docs known not to work as written: (page, start of the command) -> why.
 # Each is an expected failure, strict: once the page is fixed, the entry must go.
-KNOWN_BROKEN: dict[tuple[str, str], str] = {
-    ("docs/gpu.md", "printf 'experiments:"):
-        "writes data/table1-fashionmnist.yaml, but a fresh checkout has no data/ (git-ignored, made by the "
-        "first data step), so the shell cannot create the file: `mkdir -p data` first",
-}
+KNOWN_BROKEN: dict[tuple[str, str], str] = {}
 
 
 def known_broken(cmd: "Command") -> str | None:
