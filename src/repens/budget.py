@@ -1,4 +1,4 @@
-"""What Table 1 costs on a device, said before anything is submitted (issue 14).
+"""What Table 1 costs on a device, said before anything is submitted.
 
 ``python -m repens budget`` lists the image experiment's jobs as the pipeline resolves
 them (:func:`repens.config.resolve_job`, the seeds of

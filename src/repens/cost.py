@@ -1,4 +1,4 @@
-"""The cost of planned Table 1 jobs on CPU cores, said before a big run starts (issue 17).
+"""The cost of planned Table 1 jobs on CPU cores, said before a big run starts.
 
 workflow/rules/preflight.smk passes the planned ``train_image`` jobs' specs and the step
 times of workflow/resources/step_seconds.yaml (measured on this project's CPU machines).
