@@ -1,4 +1,4 @@
-"""repens.budget and `python -m repens budget`: Table 1's device-hours before a run (issue 14).
+"""repens.budget and `python -m repens budget`: Table 1's device-hours before a run.
 
 The arithmetic runs on an injected timing; the step timer runs the real training loop on
 tiny stacks on the CPU (no figure of its speed is asserted: that is the benchmarks')."""

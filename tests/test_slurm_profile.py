@@ -215,7 +215,7 @@ def test_gpu_partition_passes_the_check(tmp_path):
 
 
 def test_gpu_shares_pass_where_the_cluster_has_them_and_are_checked(tmp_path):
-    """Issue 14: the documented sharing variants, `gres: "shard:1"` and `gres: "mps:25"`."""
+    """The documented sharing variants, `gres: "shard:1"` and `gres: "mps:25"`."""
     sharded = "main|(null)\ngpu|gpu:h100:4(S:0-1),shard:32\nmps|gpu:2,mps:200"
     path, log = fake_cluster(tmp_path, sinfo=sharded)
     for gres, partition in (("shard:1", "gpu"), ("mps:25", "mps")):

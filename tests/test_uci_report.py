@@ -164,7 +164,7 @@ def test_table2_files(tmp_path):
     assert float(rows[1]["rmse_mean"]) == pytest.approx(2.0) and float(rows[1]["rmse_se"]) == pytest.approx(1.0)
     page = outs["html"].read_text()
     assert ">Yacht<" in page and ">0.600±0.100<" in page and "font-weight: bold" in page
-    assert not (tmp_path / "out" / "t.png").exists()  # Table 2 has no PNG (issue 15: PNG only for Table 1)
+    assert not (tmp_path / "out" / "t.png").exists()  # Table 2 has no PNG (PNG only for Table 1)
     # every seed value with our runs beside it, with its source (paper and table)
     assert "Pearce et al. 2020: anchored ensemble (Table 1; App. C Table 2)" in (tmp_path / "out" / "vs.html").read_text()
     vs = list(csv.DictReader(seeds_out.open()))

@@ -107,7 +107,7 @@ def _image_plan(output: str) -> list[tuple[str, str]]:
 
 @pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_sharing_a_gpu_changes_no_job(tmp_path):
-    """Issue 14: k image jobs on one GPU (`--resources gpu_share=100` and a smaller share
+    """k image jobs on one GPU (`--resources gpu_share=100` and a smaller share
     per job) schedule differently and run the same jobs: the share is no part of a spec."""
     plans = {}
     for name, args in (("default", ()), ("one GPU", ("--resources", "gpu_share=100")),
@@ -126,7 +126,7 @@ def test_sharing_a_gpu_changes_no_job(tmp_path):
 
 @pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_claim_scorecard_reads_table2_but_never_trains_it(tmp_path):
-    """Issue 13: the scorecard takes the tables of `all`; Table 2 is read if present."""
+    """The scorecard takes the tables of `all`; Table 2 is read if present."""
     rc, out = snakemake(tmp_path, "-n", "-p", "results/claims.csv")
     assert rc == 0, out
     planned = jobs(out)
@@ -212,7 +212,7 @@ def test_report_captions_exist(name):
 
 @pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_every_table_rule_writes_html_for_the_report(tmp_path):
-    """Issue 15: each table rule writes .tex, .csv and the .html the report shows; PNG
+    """Each table rule writes .tex, .csv and the .html the report shows; PNG
     only for Table 1."""
     rc, out = snakemake(tmp_path, "-n", "all", "results/table2_uci.tex")
     assert rc == 0, out
@@ -223,7 +223,7 @@ def test_every_table_rule_writes_html_for_the_report(tmp_path):
     assert "results/table1.png" in out and "table2_uci.png" not in out
 
 
-# --------------------------------------------------------------------------- issue 17
+# ---------------------------------------------------------------------------
 # A newcomer's first run: data problems found before any job, no retraining for where
 # the data came from, config labels in every report.
 

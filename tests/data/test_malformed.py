@@ -1,4 +1,4 @@
-"""Malformed and missing data files (issue 10): every one gives one line naming the file
+"""Malformed and missing data files: every one gives one line naming the file
 and what is wrong, never a raw traceback; extracted image files are verified."""
 
 from __future__ import annotations

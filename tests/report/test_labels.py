@@ -1,4 +1,4 @@
-"""A method's label from config.yaml shows in every figure and table (issue 17).
+"""A method's label from config.yaml shows in every figure and table.
 
 Every report takes its labels the same way: the workflow passes ``config.yaml``'s
 labels as JSON (``--labels``, tests/test_workflow.py checks every report rule does) and

@@ -1,5 +1,5 @@
 """The checks of the report stage (tests/report/report_check.py) on a fake report, and
-which outputs the rule files put in the report (issue 15: every figure and table, as
+which outputs the rule files put in the report (every figure and table, as
 HTML tables; PNG only for Table 1's table1.png)."""
 
 from __future__ import annotations

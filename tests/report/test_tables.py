@@ -240,7 +240,7 @@ def test_bad_direction():
 
 
 def test_no_table_markup_or_tex_escaping_outside_the_table_module():
-    """Issue 15: every table goes through repens.report.tables (Styler); nothing else
+    """Every table goes through repens.report.tables (Styler); nothing else
     writes booktabs rules or escapes TeX."""
     out = subprocess.run(["grep", "-rnE", r"toprule|bottomrule|tex_escape|textbackslash|_escape_latex",
                           "src", "workflow"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
