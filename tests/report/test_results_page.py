@@ -174,3 +174,20 @@ def test_publish_lists_the_runs_the_tables_rest_on_and_check_sees_them_change(tm
     _job(reference, "image/fashionmnist/de/seed38/metrics.json", torch="other")
     assert check(results, reference) == ["image/fashionmnist/de/seed38/metrics.json: changed since the kept tables "
                                          "were built from it"]
+
+
+def test_readme_headline_matches_the_published_scorecard():
+    """The README's first screen states the scorecard's verdict counts; they are those of
+    the published claims.csv (so a publish that changes them must update the README)."""
+    import collections
+    import csv
+    import re
+
+    rows = list(csv.DictReader((ROOT / "reference" / "results" / "claims.csv").open()))
+    counts = collections.Counter(r["verdict"] for r in rows)
+    head = " ".join((ROOT / "README.md").read_text().splitlines()[:30])
+    m = re.search(r"(\d+) of (\d+) claims reproduced, (\d+) contradicted, (\d+)\s+inconclusive, (\d+) not run", head)
+    assert m, "README's first 30 lines must state the scorecard's verdict counts"
+    stated = tuple(int(g) for g in m.groups())
+    assert stated == (counts["reproduced"], len(rows), counts["contradicted"], counts["inconclusive"],
+                      counts["not run"]), (stated, dict(counts))
