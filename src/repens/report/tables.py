@@ -261,12 +261,7 @@ def number(value: Any, kind: str = "text", digits: int = 3) -> str:
         return str(int(value))
     v = float(value)
     if v != 0.0 and (abs(v) < 1e-3 or abs(v) >= 1e4):
-        mantissa, exponent = f"{v:.{max(digits - 1, 0)}e}".split("e")
-        if kind == "latex":
-            return rf"${mantissa}\times 10^{{{int(exponent)}}}$"
-        if kind == "html":
-            return f"{mantissa}×10<sup>{int(exponent)}</sup>"
-        return f"{mantissa}e{int(exponent)}"
+        return _sci(v, digits, kind)
     return f"{v:.{digits}f}"
 
 
