@@ -23,7 +23,7 @@ as torch-uncertainty and uncertainty-baselines do by default:
   epistemic part of the predictive entropy), mean on test and on OOD inputs, their ratio
   and the AUROC of detecting OOD by it.
 
-Reported beside them as ``*_code``, three Table 1 metrics as the authors' released code
+Reported beside them as ``*_code``, three of Table 1's metrics (NLL, ECE, MD) as the authors' released code
 computes them (``training/training_mnist_hyper.py`` of ratschlab/repulsive_ensembles),
 where it departs from the paper's text:
 
@@ -89,17 +89,20 @@ def accuracy(probs: Tensor, labels: Tensor) -> float:
     return float((probs.argmax(-1) == labels).double().mean())
 
 
+def _true_class(probs: Tensor, labels: Tensor) -> Tensor:
+    """``p(y|x)`` of each input's true label, (N,), from (N, C) probabilities."""
+    return probs.gather(-1, labels.long().view(-1, 1)).squeeze(-1)
+
+
 def mean_nll(probs: Tensor, labels: Tensor) -> float:
     """Mean ``-log p(y|x)`` of the true labels (probabilities floored at 1e-12)."""
-    p = probs.gather(-1, labels.long().view(-1, 1)).squeeze(-1)
-    return float(-p.double().clamp_min(1e-12).log().mean())
+    return float(-_true_class(probs, labels).double().clamp_min(1e-12).log().mean())
 
 
 def nll_of_mean(probs: Tensor, labels: Tensor) -> float:
     """``-log`` of the mean probability of the true labels: the released code's "NLL"
     (``-torch.log((y * p).max(1)[0].mean(0))``), not the mean NLL."""
-    p = probs.gather(-1, labels.long().view(-1, 1)).squeeze(-1)
-    return float(-p.double().mean().log())
+    return float(-_true_class(probs, labels).double().mean().log())
 
 
 def expected_calibration_error(probs: Tensor, labels: Tensor, bins: int = ECE_BINS) -> float:

@@ -15,7 +15,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from repens.report.tables import Column, Table, build_blocks, mean_se, mean_se_table, with_labels, write_table
+from repens.report.tables import (Column, Table, build_blocks, mean_pm_text, mean_se, mean_se_table, signed_text,
+                                  with_labels, write_table)
 
 __all__ = ["TABLE1_COLUMNS", "EXTRA_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows",
            "vs_paper_table"]
@@ -156,17 +157,6 @@ def _code_header(column: Column) -> str:
     return f"{paper.name}: the released code's definition" + (f" ({detail})" if detail else "")
 
 
-def _mean_se_text(mean: float, se: float, digits: int = 3) -> str:
-    """``91.122 ± 0.013``; the mean alone without an s.e. (one seed); a dash without a mean."""
-    if not math.isfinite(mean):
-        return "–"
-    return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if math.isfinite(se) else "")
-
-
-def _z_text(z: float) -> str:
-    return f"{z:+.1f}".replace("-", "−") if math.isfinite(z) else "–"
-
-
 def vs_paper_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str], csv: pd.DataFrame, *,
                    scale: str, seeds: str, sizes: str) -> Table:
     """The comparison with the paper in wide form, for a person: one row per (dataset,
@@ -194,11 +184,11 @@ def vs_paper_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
         line: list[Any] = [n]
         for c in TABLE1_COLUMNS:
             r = metrics.get(c.name)
-            line += ([_mean_se_text(r["paper_mean"], r["paper_error"]), _mean_se_text(r["ours_mean"], r["ours_se"]),
-                      _z_text(r["difference_in_errors"])] if r else ["–"] * 3)
+            line += ([mean_pm_text(r["paper_mean"], r["paper_error"]), mean_pm_text(r["ours_mean"], r["ours_se"]),
+                      signed_text(r["difference_in_errors"])] if r else ["–"] * 3)
         for c in code:
             r = metrics.get(c.name)
-            line += ([_mean_se_text(r["ours_mean"], r["ours_se"]), _z_text(r["difference_in_errors"])]
+            line += ([mean_pm_text(r["ours_mean"], r["ours_se"]), signed_text(r["difference_in_errors"])]
                      if r else ["–"] * 2)
         rules.append("midrule" if keys and keys[-1][0] != DATASET_LABELS.get(dataset, dataset) else "")
         keys.append((DATASET_LABELS.get(dataset, dataset), labels.get(method, method)))

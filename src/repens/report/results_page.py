@@ -364,8 +364,7 @@ def _mean_se(path: Path) -> list[str]:
     table = []
     # rows none of whose own means is measured (a dataset not run yet beside the paper's values)
     mine = [k for k in keys if not k.startswith(("seed", "paper"))] or keys
-    rows = [r for r in rows if any(math.isfinite(_number(r[f"{k}_mean"]) or math.nan)
-                                   if _number(r[f"{k}_mean"]) != 0.0 else True for k in mine)]
+    rows = [r for r in rows if any((v := _number(r[f"{k}_mean"])) is not None and math.isfinite(v) for k in mine)]
     for r in rows:
         cells = []
         for k in keys:

@@ -51,6 +51,8 @@ __all__ = [
     "column_notation",
     "mean_se_formatter",
     "number",
+    "mean_pm_text",
+    "signed_text",
     "latex_text",
     "csv_rows",
     "mean_se_table",
@@ -263,6 +265,20 @@ def number(value: Any, kind: str = "text", digits: int = 3) -> str:
     if v != 0.0 and (abs(v) < 1e-3 or abs(v) >= 1e4):
         return _sci(v, digits, kind)
     return f"{v:.{digits}f}"
+
+
+def mean_pm_text(mean: float, se: float, digits: int = 3) -> str:
+    """``91.122 ± 0.013`` for a comparison table's cell: ``digits`` decimals, the mean
+    alone without an s.e. (one seed), a dash without a mean."""
+    if not math.isfinite(mean):
+        return "–"
+    return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if math.isfinite(se) else "")
+
+
+def signed_text(z: float) -> str:
+    """``+1.2`` / ``−3.4`` (a true minus sign) for a difference in standard errors; a dash
+    when undefined."""
+    return f"{z:+.1f}".replace("-", "−") if math.isfinite(z) else "–"
 
 
 def latex_text(text: str) -> str:
@@ -490,14 +506,16 @@ def _text_lengths(table: Table) -> np.ndarray:
     return out
 
 
-def wraps(table: Table) -> bool:
+def wraps(table: Table, lengths: np.ndarray | None = None) -> bool:
     """Whether the table's HTML wraps its text (:attr:`Table.wrap`; None: some cell or row
-    label longer than :data:`WRAP_CHARS`)."""
+    label longer than :data:`WRAP_CHARS`). ``lengths``: :func:`_text_lengths`, if known."""
     if table.wrap is not None:
         return table.wrap
     labels = [str(v) for level in range(table.cells.index.nlevels)
               for v in table.cells.index.get_level_values(level)] if table.show_index else []
-    return bool((_text_lengths(table) > WRAP_CHARS).any() or any(len(v) > WRAP_CHARS for v in labels))
+    if lengths is None:
+        lengths = _text_lengths(table)
+    return bool((lengths > WRAP_CHARS).any() or any(len(v) > WRAP_CHARS for v in labels))
 
 
 def to_html(table: Table) -> str:
@@ -506,10 +524,11 @@ def to_html(table: Table) -> str:
     (left-aligned), so every column is seen without scrolling sideways; short cells
     (numbers) stay on one line."""
     styler = _styler(table, "html")
-    wrap = wraps(table)
+    lengths = _text_lengths(table)
+    wrap = wraps(table, lengths)
     if wrap:
         # columns with long text (by position: Styler's class col<j>) wrap it, left-aligned
-        text_columns = np.flatnonzero((_text_lengths(table) > NOWRAP_CHARS).any(axis=0))
+        text_columns = np.flatnonzero((lengths > NOWRAP_CHARS).any(axis=0))
         if text_columns.size:
             styler.set_table_styles([{"selector": ", ".join(f"td.col{j}" for j in text_columns),
                                       "props": _TEXT_COLUMN}], overwrite=False)

@@ -17,8 +17,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from repens.report.tables import (Column, Table, build_blocks, mean_se, mean_se_table, plain_table, with_labels,
-                                  write_table)
+from repens.report.tables import (Column, Table, build_blocks, mean_pm_text, mean_se, mean_se_table, plain_table,
+                                  signed_text, with_labels, write_table)
 
 __all__ = ["UCI_COLUMNS", "DATASET_LABELS", "load_records", "read_seeds", "compare_with_seeds", "paired_differences",
            "vs_seeds_table", "write_uci_tables"]
@@ -149,12 +149,6 @@ def _seed_paper(source: str) -> str:
     return next((name for prefix, name in SEED_PAPERS.items() if source.startswith(prefix)), source)
 
 
-def _mean_se_text(mean: float, se: float, digits: int) -> str:
-    if not math.isfinite(mean):
-        return "–"
-    return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if math.isfinite(se) else "")
-
-
 def vs_seeds_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str], csv_frame: pd.DataFrame, *,
                    datasets: Sequence[str], methods: Sequence[str], scale: str) -> Table:
     """The comparison with the seed papers in wide form, for a person: one row per
@@ -190,9 +184,9 @@ def vs_seeds_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
                 continue
             inferred = inferred or r["metric"] == "nll_inferred"
             within = r["within_error_bars"]
-            line += [_mean_se_text(r["seed_mean"], r["seed_se"], digits),
-                     _mean_se_text(r["ours_mean"], r["ours_se"], digits),
-                     f"{r['z']:+.1f}".replace("-", "−") if math.isfinite(r["z"]) else "–",
+            line += [mean_pm_text(r["seed_mean"], r["seed_se"], digits),
+                     mean_pm_text(r["ours_mean"], r["ours_se"], digits),
+                     signed_text(r["z"]),
                      {1: "yes", 0: "no"}.get(within, "–") if within != "" else "–"]
         first = next(iter(metrics.values()))
         line += ["yes" if first["like_for_like"] else "no", first.get("seed_what") or ""]
@@ -215,7 +209,7 @@ def vs_seeds_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
         "√(s.e. ours² + s.e. seed²); within error bars: the two mean ± s.e. intervals overlap (widened by half a "
         "unit of the seed's last printed digit). Like for like: the seed's model and protocol are ours (no: a "
         "difference is no evidence either way). "
-        + ("The poster does not name its metric: read as a Gaussian NLL (README, 'UCI regression'). "
+        + ("The poster does not name its metric: read as a Gaussian NLL (docs/uci.md). "
            if inferred else "")
         + reproduction
         + "Rows without a run of ours are left out (every row, long form: table2_vs_seeds.csv)."
