@@ -39,6 +39,7 @@ import numpy as np
 
 from repens.data.toy import REGRESSION_CLUSTERS
 from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
+from repens.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX
 from repens.report.style import PALETTE, figure_style
 from repens.report.synthetic import LABELS, _save_figure, read_npz
 
@@ -218,7 +219,7 @@ def _converged_by_job(job: Mapping[str, Any]) -> bool:
     """An HMC file written before it recorded ``converged``: its predictions exist only if
     the job's own check passed, so it is converged when that check was at least as strict
     as the paper-scale thresholds (:data:`repens.hmc.CONVERGED_RHAT_MAX`, ``_ESS_MIN``)."""
-    from repens.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX, HMCSettings
+    from repens.hmc import HMCSettings
 
     try:
         settings = HMCSettings.from_dict(job.get("hmc"))
@@ -552,8 +553,8 @@ def distance_table(frame, present: dict[str, Any]):
     unconverged = sorted({str(hmc.seed) for by_seed in present.values() for hmc, _ in by_seed.values()
                           if hmc.converged is False}, key=str)
     warning = (f" The HMC reference of seed{'s' if len(unconverged) > 1 else ''} {', '.join(unconverged)} is not "
-               "converged (R-hat / ESS fail the paper-scale thresholds $\\hat R \\le 1.01$, ESS $\\ge 400$): its "
-               "distances are no evidence about the methods." if unconverged else "")
+               f"converged (R-hat / ESS fail the paper-scale thresholds $\\hat R \\le {CONVERGED_RHAT_MAX:g}$, ESS "
+               f"$\\ge {CONVERGED_ESS_MIN:g}$): its distances are no evidence about the methods." if unconverged else "")
     parts = [
         "Distance of each method's predictive distribution to that of the HMC reference posterior "
         f"(HMC is the reference; scale {first.scale}, {_seeds_text(seeds)}; {settings}).{over}{warning}",
@@ -609,7 +610,8 @@ def distance_table(frame, present: dict[str, Any]):
              "H: predictive entropy (nats); (f): epistemic, without the noise"
              + ("" if len(seeds) == 1 else "; mean ± s.e. over seeds")
              + (f"; the HMC reference of seed(s) {', '.join(unconverged)} is not converged (R-hat / ESS fail the "
-                "paper-scale thresholds R-hat <= 1.01, ESS >= 400): no evidence about the methods"
+                f"paper-scale thresholds R-hat <= {CONVERGED_RHAT_MAX:g}, ESS >= {CONVERGED_ESS_MIN:g}): no evidence "
+                "about the methods"
                 if unconverged else ""),
         source="repens.report.toy.write_distance_table", tex_headers=tex,
         formats={plain: fmt for plain in headers.values()},
