@@ -26,8 +26,10 @@ def test_dry_run_table2_from_a_mirror(tmp_path):
     assert rc == 0, out
     assert jobs(out) == {"train_uci": len(UCI["methods"]), "summarize_uci": 1}  # no download: the mirror has it
     specs = [json.loads(s) for s in re.findall(r"train --spec '(\{.*?\})'", out)]
+    runtimes = [json.loads(s) for s in re.findall(r"--runtime '(\{.*?\})'", out)]
     assert {s["method"] for s in specs} == set(UCI["methods"])
-    assert all(s["uci_data"] == str(mirror) and s["splits"] == 2 and s["steps"] == 200 for s in specs)
+    assert all(s["splits"] == 2 and s["steps"] == 200 and "uci_data" not in s for s in specs)
+    assert len(runtimes) == len(specs) and all(r["uci_data"] == str(mirror) for r in runtimes)
 
 
 def test_dry_run_downloads_when_no_data(tmp_path):
@@ -35,7 +37,7 @@ def test_dry_run_downloads_when_no_data(tmp_path):
     assert rc == 0, out
     n_data, n_methods = len(UCI["datasets"]), len(UCI["methods"])
     assert jobs(out) == {"download_uci": n_data, "train_uci": n_data * n_methods, "summarize_uci": 1}
-    assert "uci-download --root data/uci --name naval-propulsion-plant" in out
+    assert "uci-download --root data/.roots/uci --name naval-propulsion-plant" in out
     specs = [json.loads(s) for s in re.findall(r"train --spec '(\{.*?\})'", out)]
     assert all("splits" not in s and "steps" not in s for s in specs)  # paper: all splits, n_epochs.txt
 

@@ -304,3 +304,54 @@ def test_every_report_rule_passes_the_config_labels(tmp_path):
     for rule in REPORT_RULES:
         assert rule in blocks, rule
         assert "--labels" in blocks[rule] and '"svgd": "Zeta SVGD"' in blocks[rule], blocks[rule]
+
+
+@pytest.mark.skipif(not (SHARED / "uci" / "yacht" / "data" / "data.txt").is_file(), reason="no shared copy of UCI yacht")
+@pytest.mark.slow  # an end-to-end run: second stage of .ci/run
+def test_runtime_settings_never_retrain_and_result_settings_always_do(tmp_path):
+    """A tiny real run of synthetic and UCI jobs; then another log_every, checkpoint_seconds,
+    method label or UCI data folder (a copy of the same files) plans no training job (a
+    label re-renders the figures only), while another learning rate plans every one."""
+    import shutil
+
+    for root in ("uci-a", "uci-b"):
+        shutil.copytree(SHARED / "uci" / "yacht", tmp_path / root / "yacht")
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["uci_data"] = str(tmp_path / "uci-a")
+    synthetic, uci = config["experiments"]["synthetic"], config["experiments"]["uci"]
+    synthetic["methods"] = ["svgd", "kde-wgd"]
+    synthetic["quick"] = {"settings": {"steps": 3, "log_every": 1}, "datasets": {"funnel": {"particles": 8}}}
+    synthetic["datasets"]["gaussian"]["particles"] = 8
+    uci["methods"] = ["de"]
+    uci["quick"]["settings"] = {**uci["quick"].get("settings", {}), "splits": 1, "steps": 20, "log_every": 5}
+    trained = [f"results/synthetic/gaussian/{m}/seed42/particles.npz" for m in synthetic["methods"]]
+    trained.append("results/uci/yacht/de/seed42/metrics.json")
+    rc, out = snakemake(tmp_path, "-c2", *trained, "results/figures/fig2_gaussian.png", config=config, timeout=600)
+    assert rc == 0, out
+    assert jobs(out)["train_synthetic"] == 2 and jobs(out)["train_uci"] == 1, out
+
+    def changed(edit) -> dict:
+        other = yaml.safe_load(yaml.safe_dump(config))
+        edit(other)
+        return other
+
+    def runtime_only(other):
+        other["experiments"]["synthetic"]["quick"]["settings"].update(log_every=2, checkpoint_seconds=7)
+        other["experiments"]["uci"]["quick"]["settings"].update(log_every=2, checkpoint_seconds=7)
+        other["methods"]["svgd"]["label"] = "plain SVGD"
+        other["uci_data"] = str(tmp_path / "uci-b")
+
+    rc, out = snakemake(tmp_path, "-n", *trained, "results/figures/fig2_gaussian.png", config=changed(runtime_only))
+    assert rc == 0, out
+    planned = jobs(out) if "Job stats:" in out else {}
+    assert not any(rule.startswith("train_") for rule in planned), out
+    assert planned.get("plot_gaussian", 0) <= 1, out  # the new label re-renders the figure only
+
+    def new_lr(other):
+        for name in ("svgd", "kde-wgd"):
+            other["experiments"]["synthetic"].setdefault("method_settings", {}).setdefault(name, {})["lr"] = 0.123
+        other["experiments"]["uci"]["quick"]["settings"]["lr"] = 0.0123
+
+    rc, out = snakemake(tmp_path, "-n", *trained, config=changed(new_lr))
+    assert rc == 0, out
+    assert jobs(out) == {"train_synthetic": 2, "train_uci": 1}, out

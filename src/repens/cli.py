@@ -56,7 +56,7 @@ def _train(args: argparse.Namespace) -> int:
     from repens.train import Interrupted, NonFiniteError
 
     try:  # an unknown experiment or setting, or a value of the wrong type: one line naming it
-        job = Job.from_spec(json.loads(args.spec))
+        job = Job.from_spec({**json.loads(args.spec), **_runtime_fields(args.runtime)})
     except (SpecError, json.JSONDecodeError) as err:
         raise SystemExit(f"error: --spec: {err}") from None
     out = Path(args.out)
@@ -82,6 +82,27 @@ def _runtime(args: argparse.Namespace) -> dict:
         if bad:
             raise SystemExit(f"error: --input takes KEY=PATH, got {bad}")
         runtime["inputs"] = dict(item.split("=", 1) for item in args.input)
+def _runtime_fields(text: str | None) -> dict:
+    """``--runtime JSON``: the fields of a job that do not change its result
+    (:data:`repens.jobkey.RUNTIME_FIELDS`), given apart from ``--spec`` so that the
+    workflow does not track them; any other field is refused in one line."""
+    from repens.jobkey import RUNTIME_FIELDS
+
+    if not text:
+        return {}
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"error: --runtime: not JSON ({err})") from None
+    if not isinstance(fields, dict):
+        raise SystemExit("error: --runtime: a JSON object of runtime fields is expected")
+    other = sorted(set(fields) - RUNTIME_FIELDS)
+    if other:
+        raise SystemExit(f"error: --runtime: {other[0]!r} changes a result and belongs in --spec "
+                         f"(runtime fields: {', '.join(sorted(RUNTIME_FIELDS))})")
+    return fields
+
+
     if args.device:
         runtime["device"] = args.device
     return runtime
@@ -407,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_train)
 
     p = sub.add_parser("train-stack", help="train one method's seeds of one image data set as one stack "
+    p.add_argument("--runtime", help="the job's fields that do not change its result, as JSON "
+                                     "(repens.jobkey.RUNTIME_FIELDS: log_every, checkpoint_seconds, uci_data)")
                                            "(each seed's own outputs, equal to its train job's)")
     p.add_argument("--spec", action="append", required=True,
                    help="a seed's job as JSON (repeat once per seed; the jobs differ only in seed)")

@@ -34,6 +34,7 @@ from repens.config import (
     resolve_hmc_job,
     resolve_job,
 )
+from repens.jobkey import RUNTIME_FIELDS
 from repens.report.results_page import published_runs, tree_runs
 
 # The config is checked before any job runs, each mistake in one line naming the key:
@@ -108,18 +109,38 @@ def job_spec(experiment):
     """Params function of ``experiment``'s training rule: the job as JSON, for ``--spec``.
 
     The job (repens.config.resolve_job) comes from the wildcards ``dataset`` (or
-    ``target``), ``method`` and ``seed``. As a param, the spec makes Snakemake rerun
-    exactly the jobs whose settings or scale changed. (The returned function takes
-    only ``wildcards``: Snakemake does not track params computed from output files.)
+    ``target``), ``method`` and ``seed``, without the fields that do not change a result
+    (repens.jobkey.RUNTIME_FIELDS: logging and checkpoint cadence, where the data live).
+    As a param, the spec makes Snakemake rerun exactly the jobs whose settings or scale
+    changed; the runtime fields go to ``--runtime`` (job_runtime), untracked.
     """
 
     def spec(wildcards):
-        dataset = wildcards.get("dataset") or wildcards.get("target")
-        seed = int(wildcards.seed)
-        job = resolve_job(config, experiment, dataset, wildcards.method, seed)
-        return json.dumps(job, sort_keys=True)
+        job = _resolved_job(experiment, wildcards)
+        return json.dumps(
+            {k: v for k, v in job.items() if k not in RUNTIME_FIELDS}, sort_keys=True
+        )
 
     return spec
+
+
+def job_runtime(experiment, **extra):
+    """Params function of ``experiment``'s training rule: the job's RUNTIME_FIELDS (and
+    ``extra``), as JSON for ``--runtime``. It reads ``output``, which keeps it out of
+    Snakemake's rerun triggers: changing how a job logs or checkpoints, or where its data
+    live, never retrains it."""
+
+    def runtime(wildcards, output):
+        job = _resolved_job(experiment, wildcards)
+        fields = {k: v for k, v in job.items() if k in RUNTIME_FIELDS}
+        return json.dumps({**fields, **extra}, sort_keys=True)
+
+    return runtime
+
+
+def _resolved_job(experiment, wildcards):
+    dataset = wildcards.get("dataset") or wildcards.get("target")
+    return resolve_job(config, experiment, dataset, wildcards.method, int(wildcards.seed))
 
 
 def hmc_spec(experiment):

@@ -76,9 +76,10 @@ rule train_image:
         gpu_share=GPU_SHARE,
     params:
         spec=job_spec("image"),
+        runtime=job_runtime("image"),
         device=config["device"],
     shell:
-        "python -m repens --threads {threads} train --spec {params.spec:q}"
+        "python -m repens --threads {threads} train --spec {params.spec:q} --runtime {params.runtime:q}"
         " --input train={input.train:q} --input ood={input.ood:q} --device {params.device}"
         " --out {output.metrics:q} > {log:q} 2>&1"
 

@@ -38,8 +38,9 @@ rule train_synthetic:
         runtime=grows_with_attempt(30),
     params:
         spec=job_spec("synthetic"),
+        runtime=job_runtime("synthetic"),
     shell:
-        "python -m repens --threads {threads} train --spec {params.spec:q} --out {output.particles:q} > {log:q} 2>&1"
+        "python -m repens --threads {threads} train --spec {params.spec:q} --runtime {params.runtime:q} --out {output.particles:q} > {log:q} 2>&1"
 
 
 rule summarize_synthetic:

@@ -41,8 +41,9 @@ rule train_toy:
         runtime=grows_with_attempt(120),
     params:
         spec=job_spec("toy"),
+        runtime=job_runtime("toy"),
     shell:
-        "python -m repens --threads {threads} train --spec {params.spec:q} --out {output.predictions:q} > {log:q} 2>&1"
+        "python -m repens --threads {threads} train --spec {params.spec:q} --runtime {params.runtime:q} --out {output.predictions:q} > {log:q} 2>&1"
 
 
 rule sample_hmc:

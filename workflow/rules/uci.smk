@@ -57,9 +57,10 @@ rule train_uci:
         mem_mb=grows_with_attempt(2000),
         runtime=grows_with_attempt(240),
     params:
-        spec=uci_spec,
+        spec=job_spec("uci"),
+        runtime=uci_runtime(),
     shell:
-        "python -m repens --threads {threads} train --spec {params.spec:q} --out {output.metrics:q} > {log:q} 2>&1"
+        "python -m repens --threads {threads} train --spec {params.spec:q} --runtime {params.runtime:q} --out {output.metrics:q} > {log:q} 2>&1"
 
 
 rule summarize_uci:
