@@ -5,13 +5,19 @@ target and renames it over the target. A write that fails (disk full, permission
 a missing or read-only folder) removes the temporary file, leaves any previous
 target untouched and raises :class:`WriteError`, whose message is one line:
 ``cannot write <path>: <reason>`` (``python -m repens`` prints just that line).
+
+A checkpoint (:func:`torch_save_atomic`) carries the SHA-256 of its bytes as the comment
+of its zip archive (``repens-sha256:<64 hex>``): the file stays an ordinary ``torch.load``
+archive, and :func:`verify_torch_file` tells an intact checkpoint from a damaged one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,8 @@ __all__ = [
     "save_npz_atomic",
     "torch_save_atomic",
     "save_figure_atomic",
+    "ChecksumError",
+    "verify_torch_file",
 ]
 
 _CHUNK = 1 << 20
@@ -89,13 +97,83 @@ def save_npz_atomic(path: Path | str, **arrays: Any) -> None:
     write_bytes_atomic(path, buffer.getbuffer())
 
 
+#: the signature of the zip archive's end record (22 bytes long when it has no comment)
+_ZIP_END = b"PK\x05\x06"
+_ZIP_END_SIZE = 22
+#: a checkpoint's zip comment: this tag and the hex SHA-256 of the archive as written
+#: without the comment (its comment length 0)
+CHECKSUM_TAG = b"repens-sha256:"
+_TRAILER_SIZE = len(CHECKSUM_TAG) + 64
+
+
+class ChecksumError(ValueError):
+    """A checkpoint's bytes differ from the checksum it carries (or the trailer is damaged)."""
+
+
 def torch_save_atomic(obj: Any, path: Path | str) -> None:
-    """``torch.save(obj, path)``, atomically."""
+    """``torch.save(obj, path)``, atomically, with the SHA-256 of the archive in its zip
+    comment (see :func:`verify_torch_file`)."""
     import torch
 
     buffer = io.BytesIO()
     torch.save(obj, buffer)
+    with buffer.getbuffer() as view:
+        bare = len(view) >= _ZIP_END_SIZE and view[-_ZIP_END_SIZE:-_ZIP_END_SIZE + 4] == _ZIP_END \
+            and view[-2:] == b"\x00\x00"
+        digest = hashlib.sha256(view).hexdigest() if bare else None
+    if digest is not None:  # replace the comment length 0 by that of the checksum, then the checksum
+        buffer.seek(-2, io.SEEK_END)
+        buffer.write(struct.pack("<H", _TRAILER_SIZE) + CHECKSUM_TAG + digest.encode("ascii"))
     write_bytes_atomic(path, buffer.getbuffer())
+
+
+def _hash_file(f: Any, length: int) -> Any:
+    """SHA-256 of the first ``length`` bytes of the open file ``f`` (read in chunks)."""
+    sha = hashlib.sha256()
+    f.seek(0)
+    left = length
+    while left > 0:
+        chunk = f.read(min(_CHUNK * 16, left))
+        if not chunk:
+            break
+        sha.update(chunk)
+        left -= len(chunk)
+    return sha
+
+
+def verify_torch_file(path: Path | str) -> bool:
+    """Check a file written by :func:`torch_save_atomic` against its checksum: ``True``
+    when it carries one and matches. A file without one (written before checkpoints
+    carried it) has the CRC-32 of each archive member checked instead: ``False``.
+    Raises :class:`ChecksumError` (one-line message) on a mismatch, a damaged trailer or
+    a member whose CRC-32 differs, ``OSError`` when it cannot be read."""
+    import zipfile
+
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(0, size - _ZIP_END_SIZE - _TRAILER_SIZE))
+        tail = f.read()
+        if CHECKSUM_TAG in tail:
+            end = len(tail) - _TRAILER_SIZE - _ZIP_END_SIZE
+            if end < 0 or tail[end:end + 4] != _ZIP_END or tail[-_TRAILER_SIZE - 2:-_TRAILER_SIZE] != \
+                    struct.pack("<H", _TRAILER_SIZE) or not tail[-_TRAILER_SIZE:].startswith(CHECKSUM_TAG):
+                raise ChecksumError("its checksum trailer is damaged")
+            recorded = tail[-64:].decode("ascii", errors="replace")
+            sha = _hash_file(f, size - _TRAILER_SIZE - 2)
+            sha.update(b"\x00\x00")  # the comment length it was hashed with
+            actual = sha.hexdigest()
+            if actual != recorded:
+                raise ChecksumError(f"SHA-256 {actual[:12]}.. differs from the recorded {recorded[:12]}..")
+            return True
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, ValueError) as err:
+        raise ChecksumError(f"not an intact archive ({' '.join(str(err).split())})") from None
+    if bad is not None:
+        raise ChecksumError(f"archive member {bad} fails its CRC-32")
+    return False
 
 
 def save_figure_atomic(fig: Any, path: Path | str, **savefig_options: Any) -> None:

@@ -467,8 +467,10 @@ def _fresh_state(value_and_grad: ValueAndGrad, init: Tensor, settings: HMCSettin
         else float(step.median().log()) + math.log(10.0),
         "log_T_bar": 0.0, "T_count": 0,
         "welford": asdict(_Welford.empty(q)),
-        "draws": torch.empty(chains, settings.kept, q.shape[1], dtype=torch.float32),
-        "draw_logp": torch.empty(chains, settings.kept, dtype=torch.float64),
+        # zeros, not torch.empty: a checkpoint holds no uninitialised memory (a NaN there
+        # would fail its finiteness check when read, repens.jobkey.read_checkpoint)
+        "draws": torch.zeros(chains, settings.kept, q.shape[1], dtype=torch.float32),
+        "draw_logp": torch.zeros(chains, settings.kept, dtype=torch.float64),
         "generator": generator.get_state(),
         "stats": {
             "gradient_calls": 1 + calls,  # batched calls (each evaluates every chain)
@@ -510,8 +512,9 @@ def sample_hmc(
             SIGTERM / SIGINT (then :class:`repens.train.Interrupted` is raised) and when
             sampling is done (the caller removes it once the draws are accepted). A run
             finds it and resumes where it stopped, bit-identically, when it was made under
-            the same ``checkpoint_key``, settings (thresholds aside), shapes and seed;
-            otherwise it is set aside as ``<name>.stale``.
+            the same ``checkpoint_key``, settings (thresholds aside), shapes and seed and
+            it passes its checks (:func:`repens.jobkey.read_checkpoint`); otherwise it is
+            set aside as ``<name>.stale``.
         log_every: iterations between progress lines (default: a tenth of the run).
 
     The statistics: per-chain ``step_size``, ``accept_prob`` (mean while sampling),

@@ -194,7 +194,11 @@ def train(
         next_batch: draws the next minibatch from ``generator`` (``None`` if no data). A
             sampler with state of its own (``state_dict`` / ``load_state_dict``, e.g. the
             epoch sampler of :mod:`repens.minibatches`) has it checkpointed too.
-        checkpoint: file for checkpoints; removed when training completes.
+        checkpoint: file for checkpoints (each carries its SHA-256, see
+            :func:`repens.atomic.torch_save_atomic`); the runners remove it when the job's
+            results are written. One that fails its checksum, holds a non-finite tensor or
+            an object other than tensors and plain containers is set aside, not resumed
+            (:func:`repens.jobkey.read_checkpoint`).
         on_log: optional extra figures (name -> value) added to each progress line.
         checkpoint_key: the settings that decide the result (``repens.jobkey.job_key``
             of the job). It is stored with ``settings.steps``/``lr``/``optimizer`` in

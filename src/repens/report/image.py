@@ -8,13 +8,14 @@ Methods the paper's table has are the main rows; any other method goes below a r
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from repens.data.errors import DataFileError
+from repens.report.files import read_json
 from repens.report.tables import (Column, Table, build_blocks, mean_pm_text, mean_se, mean_se_table, signed_text,
                                   with_labels, write_table)
 
@@ -65,11 +66,12 @@ def load_records(paths: Sequence[Path | str]) -> list[dict[str, Any]]:
     """One flat record per run (dataset, method, seed, scale, the metrics)."""
     records = []
     for path in paths:
-        try:
-            data = json.loads(Path(path).read_text())
-            job, metrics = data["job"], data["metrics"]
-        except (OSError, ValueError, KeyError) as err:
-            raise ValueError(f"{path}: not a metrics file written by an image job ({err})") from None
+        data = read_json(path, "image metrics", required=("job", "metrics"))
+        job, metrics = data["job"], data["metrics"]
+        if not isinstance(job, dict) or not isinstance(metrics, dict) or \
+                not all(k in job for k in ("dataset", "method", "seed")):
+            raise DataFileError(path, "not a metrics file written by an image job (its 'job' has no "
+                                      "dataset, method and seed, or 'metrics' is not an object)")
         records.append({"dataset": job["dataset"], "method": job["method"], "seed": job["seed"],
                         "scale": job.get("scale"), "particles": job.get("particles"), "steps": job.get("steps"),
                         **{c.key: math.nan for c in EXTRA_COLUMNS}, **metrics})

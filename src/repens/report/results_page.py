@@ -216,12 +216,17 @@ def _job_files(reference: Path, experiment: str, runs: Sequence[str]) -> list[Pa
 
 
 def _provenance(path: Path) -> dict[str, Any]:
-    if path.suffix == ".json":
-        return json.loads(path.read_text()).get("provenance") or {}
-    import numpy as np
+    """The provenance stamped in a result file ({} if none); a corrupt file: one line naming it."""
+    from repens.data.errors import DataFileError
+    from repens.report.files import read_json, read_npz
 
-    with np.load(path, allow_pickle=False) as data:
-        return json.loads(str(data["provenance"])) if "provenance" in data.files else {}
+    if path.suffix == ".json":
+        return read_json(path, "result").get("provenance") or {}
+    data = read_npz(path, "result")
+    try:
+        return json.loads(str(data["provenance"])) if "provenance" in data else {}
+    except ValueError as err:
+        raise DataFileError(path, f"its 'provenance' is not JSON ({err})") from None
 
 
 def _machine(path: Path) -> dict[str, str]:

@@ -33,7 +33,9 @@ import numpy as np
 import torch
 
 from repens.atomic import save_figure_atomic
+from repens.data.errors import DataFileError
 from repens.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
+from repens.report.files import read_npz as _read_npz
 from repens.report.style import PALETTE, figure_style
 from repens.targets import make_target
 
@@ -124,14 +126,9 @@ class Run:
 
 
 def read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
-    """All arrays of an ``.npz`` result file (no pickles), with errors that name the file."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such {what} file")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: not a readable .npz {what} file ({err})") from err
+    """All arrays of an ``.npz`` result file (no pickles); a missing, truncated or corrupt
+    file raises an error whose one-line message names it (:mod:`repens.report.files`)."""
+    return _read_npz(path, what)
 
 
 def load_run(path: Path | str) -> Run:
@@ -152,17 +149,17 @@ def load_run(path: Path | str) -> Run:
     arrays = read_npz(path, "result")
     missing = [key for key in ("particles", "job") if key not in arrays]
     if missing:
-        raise ValueError(f"{path}: missing array(s) {missing}; has {sorted(arrays)} "
+        raise DataFileError(path, f"missing array(s) {missing}; has {sorted(arrays)} "
                          "(expected the output of 'repens train' for a synthetic job)")
     particles = np.asarray(arrays["particles"], dtype=np.float64)
     if particles.ndim != 2 or particles.shape[1] != 2 or particles.shape[0] < 2:
-        raise ValueError(f"{path}: 'particles' must have shape (n >= 2, 2), got {particles.shape}")
+        raise DataFileError(path, f"'particles' must have shape (n >= 2, 2), got {particles.shape}")
     try:
         job = json.loads(str(arrays["job"][()]))
     except (json.JSONDecodeError, TypeError, IndexError) as err:
-        raise ValueError(f"{path}: 'job' is not a JSON job spec ({err})") from err
+        raise DataFileError(path, f"'job' is not a JSON job spec ({err})") from err
     if not isinstance(job, dict) or "dataset" not in job:
-        raise ValueError(f"{path}: the job spec has no 'dataset' (target name)")
+        raise DataFileError(path, "the job spec has no 'dataset' (target name)")
     initial = arrays.get("initial")
     return Run(path, particles, None if initial is None else np.asarray(initial, dtype=np.float64), job)
 

@@ -37,6 +37,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from repens.data.errors import DataFileError
 from repens.data.toy import REGRESSION_CLUSTERS
 from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
 from repens.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX
@@ -129,12 +130,12 @@ def _grid_axes(path: Path, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     t = x_test.shape[0]
     n = math.isqrt(t)
     if n * n != t or n < 2:
-        raise ValueError(f"{path}: x_test has {t} points, not a square grid")
+        raise DataFileError(path, f"x_test has {t} points, not a square grid")
     grid = x_test.reshape(n, n, 2)
     xs, ys = grid[0, :, 0], grid[:, 0, 1]
     expected = np.stack(np.broadcast_arrays(xs[None, :], ys[:, None]), axis=-1)
     if not (np.allclose(grid, expected, atol=1e-5) and np.all(np.diff(xs) > 0) and np.all(np.diff(ys) > 0)):
-        raise ValueError(f"{path}: x_test is not a y-major grid "
+        raise DataFileError(path, "x_test is not a y-major grid "
                          "(expected x_test.reshape(n, n, 2)[i, j] = (xs[j], ys[i]), both increasing)")
     return xs, ys
 
@@ -159,19 +160,19 @@ def load_predictions(path: Path | str) -> ToyPredictions:
     arrays = read_npz(path, "prediction")
     for key in _COMMON_KEYS:
         if key not in arrays:
-            raise ValueError(f"{path}: missing array {key!r}; has {sorted(arrays)}")
+            raise DataFileError(path, f"missing array {key!r}; has {sorted(arrays)}")
     try:
         job = json.loads(str(arrays["job"][()]))
     except (json.JSONDecodeError, TypeError, IndexError) as err:
-        raise ValueError(f"{path}: 'job' is not a JSON job spec ({err})") from err
+        raise DataFileError(path, f"'job' is not a JSON job spec ({err})") from err
     if not isinstance(job, dict):
-        raise ValueError(f"{path}: 'job' is not a JSON object")
+        raise DataFileError(path, "'job' is not a JSON object")
     dataset = job.get("dataset")
     if dataset not in DATASETS:
-        raise ValueError(f"{path}: job 'dataset' is {dataset!r}, expected one of {list(DATASETS)}")
+        raise DataFileError(path, f"job 'dataset' is {dataset!r}, expected one of {list(DATASETS)}")
     for key in _DATASET_KEYS[dataset]:
         if key not in arrays:
-            raise ValueError(f"{path}: missing array {key!r} (required for {dataset}); has {sorted(arrays)}")
+            raise DataFileError(path, f"missing array {key!r} (required for {dataset}); has {sorted(arrays)}")
 
     method = job.get("method") or ("hmc" if "hmc" in job else path.parent.parent.name)
     label = str(arrays["label"][()]) or LABELS.get(method, method)
@@ -180,30 +181,30 @@ def load_predictions(path: Path | str) -> ToyPredictions:
     y_train = np.asarray(arrays["y_train"])
     d = 1 if dataset == "regression" else 2
     if x_train.ndim != 2 or x_train.shape[1] != d or x_train.shape[0] < 1:
-        raise ValueError(f"{path}: 'x_train' must have shape (N, {d}), got {x_train.shape}")
+        raise DataFileError(path, f"'x_train' must have shape (N, {d}), got {x_train.shape}")
     if y_train.shape != (x_train.shape[0],):
-        raise ValueError(f"{path}: 'y_train' must have shape ({x_train.shape[0]},), got {y_train.shape}")
+        raise DataFileError(path, f"'y_train' must have shape ({x_train.shape[0]},), got {y_train.shape}")
     if x_test.ndim != 2 or x_test.shape[1] != d or x_test.shape[0] < 2:
-        raise ValueError(f"{path}: 'x_test' must have shape (T, {d}), got {x_test.shape}")
+        raise DataFileError(path, f"'x_test' must have shape (T, {d}), got {x_test.shape}")
     t = x_test.shape[0]
     fields: dict[str, Any] = {}
     if dataset == "regression":
         f_test = np.asarray(arrays["f_test"], dtype=np.float64)
         if f_test.ndim != 2 or f_test.shape[1] != t or f_test.shape[0] < 1:
-            raise ValueError(f"{path}: 'f_test' must have shape (S, {t}), got {f_test.shape}")
+            raise DataFileError(path, f"'f_test' must have shape (S, {t}), got {f_test.shape}")
         noise = np.asarray(arrays["noise_std"], dtype=np.float64)
         if noise.shape != () or not noise >= 0:
-            raise ValueError(f"{path}: 'noise_std' must be a non-negative scalar, got {noise!r}")
+            raise DataFileError(path, f"'noise_std' must be a non-negative scalar, got {noise!r}")
         fields.update(f_test=f_test, noise_std=float(noise), y_train=y_train.astype(np.float64))
     else:
         probs = np.asarray(arrays["probs_test"], dtype=np.float64)
         if probs.ndim != 2 or probs.shape[0] != t or probs.shape[1] < 2:
-            raise ValueError(f"{path}: 'probs_test' must have shape ({t}, C >= 2), got {probs.shape}")
+            raise DataFileError(path, f"'probs_test' must have shape ({t}, C >= 2), got {probs.shape}")
         if np.any(probs < 0) or not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):
-            raise ValueError(f"{path}: 'probs_test' rows are not probability vectors")
+            raise DataFileError(path, "'probs_test' rows are not probability vectors")
         labels = y_train.astype(np.int64)
         if not np.array_equal(labels, y_train) or labels.min() < 0 or labels.max() >= probs.shape[1]:
-            raise ValueError(f"{path}: 'y_train' must hold integer labels in [0, {probs.shape[1]})")
+            raise DataFileError(path, f"'y_train' must hold integer labels in [0, {probs.shape[1]})")
         _grid_axes(path, x_test)
         fields.update(probs_test=probs, y_train=labels)
     converged = None

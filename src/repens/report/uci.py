@@ -10,13 +10,14 @@ seed papers report (``workflow/resources/table2_seeds.csv``).
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from repens.data.errors import DataFileError
+from repens.report.files import read_json
 from repens.report.tables import (Column, Table, build_blocks, mean_pm_text, mean_se, mean_se_table, plain_table,
                                   signed_text, with_labels, write_table)
 
@@ -43,8 +44,12 @@ def load_records(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], str]:
     """Per-split records ``{dataset, method, seed, split, rmse, nll, ...}`` and the runs' scale."""
     records, scales = [], set()
     for path in paths:
-        summary = json.loads(Path(path).read_text())
+        summary = read_json(path, "UCI metrics", required=("job", "splits"))
         job = summary["job"]
+        if not isinstance(job, dict) or not all(k in job for k in ("dataset", "method")) or \
+                not isinstance(summary["splits"], list) or not all(isinstance(s, dict) for s in summary["splits"]):
+            raise DataFileError(path, "not a metrics file written by a UCI job (its 'job' has no dataset and "
+                                      "method, or 'splits' is not a list of objects)")
         scales.add(job.get("scale", "?"))
         for split in summary["splits"]:
             # figures a run of an older version did not write show as n/a

@@ -1,0 +1,62 @@
+"""Reading the training jobs' result files for the tables and figures.
+
+Every reader of a result file (``metrics.json``, ``predictions.npz``, ``particles.npz``,
+an HMC run's ``diagnostics.json``) goes through :func:`read_npz` or :func:`read_json`:
+a file that is truncated, corrupt (an ``.npz`` member that fails its CRC-32, a
+``BadZipFile``, JSON that does not parse) or lacks what the table needs raises
+:class:`repens.data.errors.DataFileError` (a ``ValueError``), whose message is one line
+naming the file; ``python -m repens`` prints it as ``error: <path>: ...`` and exits 2. A
+missing file raises :class:`ResultFileMissing` (a ``FileNotFoundError``), also one line.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any, Sequence
+
+from repens.data.errors import DataError, DataFileError, one_line
+
+__all__ = ["ResultFileMissing", "read_npz", "read_json"]
+
+
+class ResultFileMissing(DataError, FileNotFoundError):
+    """A result file a table or figure reads is not there; the message names it."""
+
+
+def _reason(err: BaseException) -> str:
+    return one_line(f"{type(err).__name__}: {err}")[:300]
+
+
+def read_npz(path: Path | str, what: str) -> dict[str, Any]:
+    """All arrays of the ``.npz`` result file ``path`` (no pickles); every member is read
+    in full, so one that fails its CRC-32 is found here."""
+    import numpy as np
+
+    path = Path(path)
+    if not path.exists():
+        raise ResultFileMissing(f"{path}: no such {what} file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+        raise DataFileError(path, f"not a readable .npz {what} file (truncated or corrupt: {_reason(err)})") from None
+
+
+def read_json(path: Path | str, what: str, required: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON object of the result file ``path``, holding the keys ``required``."""
+    path = Path(path)
+    if not path.exists():
+        raise ResultFileMissing(f"{path}: no such {what} file")
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise DataFileError(path, f"not a readable JSON {what} file (truncated or corrupt: {_reason(err)})") from None
+    if not isinstance(data, dict):
+        raise DataFileError(path, f"not a {what} file (a JSON {type(data).__name__}, not an object)")
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise DataFileError(path, f"not a {what} file: no {', '.join(map(repr, missing))} (has {sorted(data)[:12]})")
+    return data
