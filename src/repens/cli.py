@@ -62,6 +62,13 @@ def _train(args: argparse.Namespace) -> int:
     out = Path(args.out)
     checkpoint = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".ckpt")
     runtime = _runtime(args)
+    # a job that finished before (Snakemake may delete outputs it took as incomplete): restored, not retrained
+    from repens.jobkey import final_key, final_record_path, restore_final_outputs, write_final_record
+
+    outputs = [out.with_name("predictions.npz"), out] if job.experiment == "image" else [out]  # out: last
+    record, key = final_record_path(checkpoint), final_key(job.spec, runtime)
+    if restore_final_outputs(record, key, outputs, logging.getLogger("repens.train")):
+        return 0
     try:
         RUNNERS[job.experiment](job, out, checkpoint, **runtime)
     except NonFiniteError as err:
@@ -70,18 +77,11 @@ def _train(args: argparse.Namespace) -> int:
     except Interrupted as err:
         logging.getLogger("repens").warning("%s", err)
         return 128 + err.signum  # 143 for SIGTERM, 130 for SIGINT
-    _stamp([out, out.with_name("predictions.npz")] if job.experiment == "image" else [out], job.spec, args.log)
+    _stamp(outputs, job.spec, args.log)
+    write_final_record(record, key, outputs)
     return 0
 
 
-def _runtime(args: argparse.Namespace) -> dict:
-    """The runner's keyword arguments from ``--input KEY=PATH`` and ``--device``."""
-    runtime: dict = {}
-    if args.input:
-        bad = [item for item in args.input if "=" not in item]
-        if bad:
-            raise SystemExit(f"error: --input takes KEY=PATH, got {bad}")
-        runtime["inputs"] = dict(item.split("=", 1) for item in args.input)
 def _runtime_fields(text: str | None) -> dict:
     """``--runtime JSON``: the fields of a job that do not change its result
     (:data:`repens.jobkey.RUNTIME_FIELDS`), given apart from ``--spec`` so that the
@@ -103,6 +103,14 @@ def _runtime_fields(text: str | None) -> dict:
     return fields
 
 
+def _runtime(args: argparse.Namespace) -> dict:
+    """The runner's keyword arguments from ``--input KEY=PATH`` and ``--device``."""
+    runtime: dict = {}
+    if args.input:
+        bad = [item for item in args.input if "=" not in item]
+        if bad:
+            raise SystemExit(f"error: --input takes KEY=PATH, got {bad}")
+        runtime["inputs"] = dict(item.split("=", 1) for item in args.input)
     if args.device:
         runtime["device"] = args.device
     return runtime
@@ -420,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("train", help="run one training job")
     p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_job)")
+    p.add_argument("--runtime", help="the job's fields that do not change its result, as JSON "
+                                     "(repens.jobkey.RUNTIME_FIELDS: log_every, checkpoint_seconds, uci_data)")
     p.add_argument("--out", required=True, help="results file to write")
     p.add_argument("--checkpoint", help="checkpoint file (default: OUT.ckpt)")
     p.add_argument("--input", action="append", metavar="KEY=PATH",
@@ -428,8 +438,6 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_train)
 
     p = sub.add_parser("train-stack", help="train one method's seeds of one image data set as one stack "
-    p.add_argument("--runtime", help="the job's fields that do not change its result, as JSON "
-                                     "(repens.jobkey.RUNTIME_FIELDS: log_every, checkpoint_seconds, uci_data)")
                                            "(each seed's own outputs, equal to its train job's)")
     p.add_argument("--spec", action="append", required=True,
                    help="a seed's job as JSON (repeat once per seed; the jobs differ only in seed)")
