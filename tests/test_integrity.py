@@ -302,6 +302,16 @@ def image_spec(**extra):
     return job
 
 
+def uci_spec(root: Path, monkeypatch):
+    """A tiny UCI job on a stand-in of Boston housing under ``root`` (two splits, 4 steps)."""
+    from test_uci import tiny_job, write_dataset
+    from repens.data.uci import UCI_FOLDERS
+
+    monkeypatch.setenv("REPENS_UCI_VERIFY", "0")  # a stand-in under a standard name: not the registry's
+    write_dataset(root, name=UCI_FOLDERS["boston"])
+    return lambda **extra: tiny_job("de", root, **extra)
+
+
 @pytest.fixture()
 def tiny_sets(tmp_path):
     from experiments.test_image import _write_set
@@ -321,11 +331,12 @@ def _log_of(log: Path) -> str:
     return log.read_text() if log.exists() else ""
 
 
-@pytest.mark.parametrize("experiment", ["synthetic", "image"])
+@pytest.mark.parametrize("experiment", ["synthetic", "image", "uci"])
 def test_finished_job_is_restored_not_retrained_after_its_outputs_are_deleted(tmp_path, monkeypatch, experiment,
                                                                               tiny_sets):
     sets = tiny_sets if experiment == "image" else None
-    spec, name = (image_spec, "metrics.json") if experiment == "image" else (synthetic_spec, "particles.npz")
+    spec, name = {"synthetic": (synthetic_spec, "particles.npz"), "image": (image_spec, "metrics.json"),
+                  "uci": (uci_spec(tmp_path / "uci", monkeypatch), "metrics.json")}[experiment]
     out = tmp_path / "results" / name
     outputs = [out, out.with_name("predictions.npz")] if experiment == "image" else [out]
     record = final_record_path(out.with_name(out.name + ".ckpt"))
@@ -339,6 +350,7 @@ def test_finished_job_is_restored_not_retrained_after_its_outputs_are_deleted(tm
     def no_training(*args, **kwargs):
         raise AssertionError("the job trained again")
 
+    real = RUNNERS[experiment]
     monkeypatch.setitem(RUNNERS, experiment, no_training)
     t0 = time.perf_counter()
     assert _run(spec(), out, tmp_path / "second.log", sets) == 0
@@ -350,7 +362,7 @@ def test_finished_job_is_restored_not_retrained_after_its_outputs_are_deleted(tm
     assert seconds < 10, f"restoring took {seconds:.1f} s"
 
     # another learning rate: no restore; the record is set aside in one line and the job trains
-    monkeypatch.undo()
+    monkeypatch.setitem(RUNNERS, experiment, real)
     for p in outputs:
         p.unlink()
     other = spec(lr=spec()["lr"] / 2)
@@ -388,3 +400,13 @@ def test_final_key_follows_the_input_data(tmp_path):
     assert key != final_key({**spec, "lr": 0.2}, {"inputs": {"train": str(data)}, "device": "cpu"})
     data.write_bytes(b"two")
     assert key != final_key(spec, {"inputs": {"train": str(data)}, "device": "cpu"})
+
+    # a UCI job: its dataset folder under uci_data (a runtime field: where, not what)
+    for root in ("a", "b"):
+        (tmp_path / root / "yacht" / "data").mkdir(parents=True)
+        (tmp_path / root / "yacht" / "data" / "data.txt").write_text("0 1\n")
+    uci = {"experiment": "uci", "dataset": "yacht", "lr": 0.1}
+    key = final_key({**uci, "uci_data": str(tmp_path / "a")}, {})
+    assert key == final_key({**uci, "uci_data": str(tmp_path / "b")}, {})
+    (tmp_path / "b" / "yacht" / "data" / "data.txt").write_text("0 2\n")
+    assert key != final_key({**uci, "uci_data": str(tmp_path / "b")}, {})

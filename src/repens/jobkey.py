@@ -180,20 +180,34 @@ def _names(record: Path, outputs: Sequence[Path]) -> list[str]:
     return [os.path.relpath(Path(p), record.parent) for p in outputs]
 
 
+def _data_files(spec: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, str]:
+    """A job's data files, name -> path: its ``--input`` files, and a UCI job's dataset
+    folder (found as the runner finds it: ``uci_data``, ``$REPENS_UCI_DATA``, ``data/uci``)."""
+    files = {str(k): str(v) for k, v in dict(runtime.get("inputs") or {}).items()}
+    if spec.get("experiment") == "uci":
+        from repens.data.uci import UCI_FOLDERS
+
+        root = Path(spec.get("uci_data") or os.environ.get("REPENS_UCI_DATA") or "data/uci")
+        folder = root / UCI_FOLDERS.get(str(spec.get("dataset")), str(spec.get("dataset"))) / "data"
+        files.update({f"uci/{p.name}": str(p) for p in sorted(folder.glob("*")) if p.is_file()})
+    return files
+
+
 def final_key(spec: Mapping[str, Any], runtime: Mapping[str, Any]) -> str:
     """The key of a training job's final record: :func:`job_key` of ``spec`` with the
-    training engine's version, the device asked for and the SHA-256 of each input file
-    (``runtime["inputs"]``, name -> path), so that new data or another engine trains again."""
+    training engine's version, the device asked for and the SHA-256 of each data file
+    (``runtime["inputs"]``, name -> path; a UCI job's dataset folder), so that new data or
+    another engine trains again."""
     from repens.train import ENGINE_VERSION
 
-    inputs = {}
-    for name, path in sorted(dict(runtime.get("inputs") or {}).items()):
+    data = {}
+    for name, path in sorted(_data_files(spec, runtime).items()):
         try:
             with open(path, "rb") as f:
-                inputs[name] = hashlib.file_digest(f, "sha256").hexdigest()
+                data[name] = hashlib.file_digest(f, "sha256").hexdigest()
         except OSError:
-            inputs[name] = "unreadable"
-    return job_key(spec, "final", f"engine{ENGINE_VERSION}", runtime.get("device"), inputs)
+            data[name] = "unreadable"
+    return job_key(spec, "final", f"engine{ENGINE_VERSION}", runtime.get("device"), data)
 
 
 def write_final_record(record: Path, key: str, outputs: Sequence[Path], log: logging.Logger | None = None) -> int | None:
