@@ -55,8 +55,8 @@ def read_json(path: Path | str, what: str, required: Sequence[str] = ()) -> dict
     except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise DataFileError(path, f"not a readable JSON {what} file (truncated or corrupt: {_reason(err)})") from None
     if not isinstance(data, dict):
-        raise DataFileError(path, f"not a {what} file (a JSON {type(data).__name__}, not an object)")
+        raise DataFileError(path, f"holds a JSON {type(data).__name__}, not the JSON object of a result file")
     missing = [key for key in required if key not in data]
     if missing:
-        raise DataFileError(path, f"not a {what} file: no {', '.join(map(repr, missing))} (has {sorted(data)[:12]})")
+        raise DataFileError(path, f"no {', '.join(map(repr, missing))} in this {what} file (has {sorted(data)[:12]})")
     return data
