@@ -51,9 +51,7 @@ def _setup_logging(path: str | None) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from repens.experiments import RUNNERS
     from repens.job import Job, SpecError
-    from repens.train import Interrupted, NonFiniteError
 
     try:  # an unknown experiment or setting, or a value of the wrong type: one line naming it
         job = Job.from_spec({**json.loads(args.spec), **_runtime_fields(args.runtime)})
@@ -62,9 +60,23 @@ def _train(args: argparse.Namespace) -> int:
     out = Path(args.out)
     checkpoint = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".ckpt")
     runtime = _runtime(args)
-    # a job that finished before (Snakemake may delete outputs it took as incomplete): restored, not retrained
-    from repens.jobkey import final_key, final_record_path, restore_final_outputs, write_final_record
+    from repens.attempt import GpuUnusable, JobBusy, check_granted_gpu, job_lock
 
+    try:  # a duplicate of a running attempt, or a GPU granted but not usable: one line, nothing touched
+        with job_lock(out, logging.getLogger("repens.train")):
+            check_granted_gpu(args.device if job.experiment == "image" else "cpu")
+            return _train_locked(job, out, checkpoint, runtime, args.log)
+    except (JobBusy, GpuUnusable) as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+def _train_locked(job, out: Path, checkpoint: Path, runtime: dict, log_file: str | None) -> int:
+    """``train`` while holding the job's lock: restore a finished job, else train it."""
+    from repens.experiments import RUNNERS
+    from repens.jobkey import final_key, final_record_path, restore_final_outputs, write_final_record
+    from repens.train import Interrupted, NonFiniteError
+
+    # a job that finished before (Snakemake may delete outputs it took as incomplete): restored, not retrained
     outputs = [out.with_name("predictions.npz"), out] if job.experiment == "image" else [out]  # out: last
     record, key = final_record_path(checkpoint), final_key(job.spec, runtime)
     if restore_final_outputs(record, key, outputs, logging.getLogger("repens.train")):
@@ -77,7 +89,7 @@ def _train(args: argparse.Namespace) -> int:
     except Interrupted as err:
         logging.getLogger("repens").warning("%s", err)
         return 128 + err.signum  # 143 for SIGTERM, 130 for SIGINT
-    _stamp(outputs, job.spec, args.log)
+    _stamp(outputs, job.spec, log_file)
     write_final_record(record, key, outputs)
     return 0
 
@@ -423,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="repens", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", help="also append the log to this file")
+    parser.add_argument("--attempts", help="also append the log, under a header naming this attempt, to this file "
+                                           "(kept across attempts: Snakemake deletes a job's log before each)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (the rule's threads; default: torch's)")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -637,6 +651,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     _setup_logging(args.log)
+    if args.attempts:
+        from repens.attempt import keep_attempt_log
+
+        keep_attempt_log(args.attempts, args.command)
     if os.environ.get("SLURM_JOB_ID"):  # a cluster job: record where it ran
         logging.getLogger("repens").info(
             "SLURM_JOB_ID=%s SLURM_ARRAY_JOB_ID=%s SLURM_ARRAY_TASK_ID=%s host=%s CUDA_VISIBLE_DEVICES=%s",
