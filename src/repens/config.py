@@ -43,6 +43,10 @@ __all__ = [
     "method_label",
     "resolve_hmc_job",
     "report_datasets",
+    "HMC_MIN_CHAINS",
+    "HMC_MIN_KEPT",
+    "setting_source",
+    "hmc_setting_source",
 ]
 
 #: keys that describe the algorithm; the rest of a resolved job are training settings
@@ -223,6 +227,7 @@ def check_config(config: Mapping[str, Any]) -> None:
         _check_seeds(key, seeds)
     for exp, spec in (config.get("experiments") or {}).items():
         _check_experiment(config, exp, spec)
+        _check_hmc(config, exp, spec)
 
 
 def _check_finite(value: Any, where: str) -> None:
@@ -331,14 +336,96 @@ def _check_job(job: Mapping[str, Any], caps: Experiment, where: str) -> None:
             raise ConfigError(f"{where}: ood {ood!r} has images {caps.shapes[ood]}, {ds!r} has {caps.shapes[ds]}")
 
 
+#: what the HMC reference's diagnostics need (repens.hmc.predictive_diagnostics): R-hat
+#: compares chains, so at least 2; split R-hat halves each chain's kept draws, at least 4
+HMC_MIN_CHAINS = 2
+HMC_MIN_KEPT = 4
+#: repens.hmc.HMCSettings' defaults of the settings checked here (tests/test_checks.py
+#: compares them), for a config that leaves them unset
+_HMC_DEFAULTS = {"chains": 8, "samples": 1000, "thin": 1}
+
+
+def _hmc_blocks(config: Mapping[str, Any], experiment: str, dataset: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The ``hmc`` blocks resolve_hmc_job merges for ``dataset``, as (key path, block), in its order."""
+    exp = config["experiments"][experiment]
+    where = f"experiments.{experiment}"
+    blocks = [(f"{where}.hmc", exp.get("hmc")),
+              (f"{where}.datasets.{dataset}.hmc", ((exp.get("datasets") or {}).get(dataset) or {}).get("hmc"))]
+    if config["scale"] == "quick":
+        quick = exp.get("quick") or {}
+        blocks += [(f"{where}.quick.hmc", quick.get("hmc")),
+                   (f"{where}.quick.datasets.{dataset}.hmc",
+                    ((quick.get("datasets") or {}).get(dataset) or {}).get("hmc"))]
+    return [(path, block) for path, block in blocks if block]
+
+
+def hmc_setting_source(config: Mapping[str, Any], experiment: str, dataset: str, key: str) -> str:
+    """The config key that sets ``hmc.<key>`` of the dataset's HMC reference at the config's
+    scale (the last layer resolve_hmc_job merges that has it), e.g.
+    ``experiments.toy.quick.hmc.chains``; ``<experiment's hmc>.<key> (default)`` if none does."""
+    found = [path for path, block in _hmc_blocks(config, experiment, dataset) if key in block]
+    return f"{found[-1]}.{key}" if found else f"experiments.{experiment}.hmc.{key} (default)"
+
+
+def _check_hmc(config: Mapping[str, Any], exp: str, spec: Mapping[str, Any]) -> None:
+    """The HMC reference of every dataset, at both scales, can be diagnosed: at least
+    :data:`HMC_MIN_CHAINS` chains and :data:`HMC_MIN_KEPT` kept draws per chain (the
+    sampler would otherwise run to the end and then fail its R-hat)."""
+    if exp != "toy" and not any(
+        _hmc_blocks(dict(config, scale="quick"), exp, ds) for ds in spec.get("datasets") or {}
+    ):
+        return  # only the toy experiment has an HMC reference; another's hmc block is checked if set
+    for ds in spec.get("datasets") or {}:
+        for scale in ("paper", "quick"):
+            scaled = dict(config, scale=scale)
+            hmc = {**_HMC_DEFAULTS, **resolve_hmc_job(scaled, exp, ds, 0)["hmc"]}
+            chains, samples, thin = (hmc[k] for k in ("chains", "samples", "thin"))
+            if not isinstance(chains, int) or chains < HMC_MIN_CHAINS:
+                raise ConfigError(
+                    f"{hmc_setting_source(scaled, exp, ds, 'chains')}: {chains!r} chain(s) for the HMC reference of "
+                    f"{ds} at {scale} scale; its R-hat compares chains and needs at least {HMC_MIN_CHAINS}")
+            if isinstance(samples, int) and isinstance(thin, int) and thin > 0 and samples // thin < HMC_MIN_KEPT:
+                keys = " / ".join(hmc_setting_source(scaled, exp, ds, k) for k in ("samples", "thin"))
+                raise ConfigError(
+                    f"{keys}: samples {samples} // thin {thin} keeps {samples // thin} draw(s) per chain for the HMC "
+                    f"reference of {ds} at {scale} scale; split R-hat needs at least {HMC_MIN_KEPT}")
+
+
+def setting_source(config: Mapping[str, Any], experiment: str, dataset: str, method: str, key: str) -> str:
+    """The config key that sets ``key`` of the job (experiment, dataset, method) at the
+    config's scale: the last layer :func:`resolve_job` merges that has it, e.g.
+    ``experiments.image.quick.settings.particles``; ``<key> (default)`` if none does."""
+    exp = config["experiments"][experiment]
+    where = f"experiments.{experiment}"
+    layers: list[tuple[str, Mapping[str, Any] | None]] = [(f"methods.{method}", config["methods"].get(method))]
+    blocks = [(where, exp)] + ([(f"{where}.quick", exp.get("quick") or {})] if config["scale"] == "quick" else [])
+    for prefix, block in blocks:
+        on_dataset = (block.get("datasets") or {}).get(dataset) or {}
+        layers += [
+            (f"{prefix}.settings", block.get("settings")),
+            (f"{prefix}.datasets.{dataset}", {k: v for k, v in on_dataset.items() if k not in ("hmc", "method_settings")}),
+            (f"{prefix}.method_settings.{method}", (block.get("method_settings") or {}).get(method)),
+            (f"{prefix}.datasets.{dataset}.method_settings.{method}", (on_dataset.get("method_settings") or {}).get(method)),
+        ]
+    found = [path for path, layer in layers if layer and key in layer]
+    return f"{found[-1]}.{key}" if found else f"{key} (default)"
+
+
 def check_data_folders(config: Mapping[str, Any]) -> None:
-    """A data folder the user names must exist (a download cannot fill another's mirror)."""
+    """A data folder the user names must exist (a download cannot fill another's mirror):
+    ``image_data_mirror``, ``uci_data``, and where ``uci_data`` is unset the folder
+    ``$REPENS_UCI_DATA`` names in its place."""
+    import os
     from pathlib import Path
 
     for key in ("image_data_mirror", "uci_data"):
         folder = config.get(key)
         if folder and not Path(folder).is_dir():
             raise ConfigError(f"{key}: folder {folder} does not exist")
+    folder = os.environ.get("REPENS_UCI_DATA")
+    if not config.get("uci_data") and folder and not Path(folder).is_dir():
+        raise ConfigError(f"uci_data: unset, and environment variable REPENS_UCI_DATA={folder!r} names no "
+                          "folder; point it (or uci_data) at an existing one, or unset both to download into data/uci")
 
 
 _INT = re.compile(r"[-+]?[0-9]+")

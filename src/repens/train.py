@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from repens.atomic import torch_save_atomic
+from repens.checks import env_setting
 from repens.host_memory import keep_freed_memory
 from repens.jobkey import load_keyed_checkpoint
 from repens.optimizers import OPTIMIZERS, make_optimizer
@@ -134,7 +135,7 @@ class TrainSettings:
     #: (env REPENS_CUDA_GRAPHS=0 turns it off, e.g. to time a run eagerly)
     cuda_graphs: bool = field(default_factory=lambda: os.environ.get("REPENS_CUDA_GRAPHS", "1") != "0")
     #: seconds between periodic checkpoints (env REPENS_CHECKPOINT_SECONDS, default 300)
-    checkpoint_seconds: float = field(default_factory=lambda: float(os.environ.get("REPENS_CHECKPOINT_SECONDS", 300)))
+    checkpoint_seconds: float = field(default_factory=lambda: env_setting("REPENS_CHECKPOINT_SECONDS"))
 
 
 @dataclass

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -28,6 +27,7 @@ import torch
 from torch import Tensor
 
 from repens.atomic import save_npz_atomic, write_json_atomic
+from repens.checks import env_setting
 from repens.data.toy import make_toy
 from repens.experiments.toy import toy_posterior
 from repens.hmc import (
@@ -218,7 +218,7 @@ def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
     draws, stats = sample_hmc(value_and_grad(posterior, batch), init, settings, seed,
                               # the network's numerics are the training engine's (ENGINE_VERSION)
                               checkpoint=checkpoint, checkpoint_key=f"{job_key(sampling_job)}|engine{ENGINE_VERSION}",
-                              checkpoint_seconds=float(os.environ.get("REPENS_CHECKPOINT_SECONDS", "300")))
+                              checkpoint_seconds=env_setting("REPENS_CHECKPOINT_SECONDS"))
     diag_start = time.perf_counter()
     predictive, diag = predict_and_diagnose(model, draws, data.x_test.to(dtype), data.task)
     lp_diag = _log_density_summary(stats.pop("draw_logp"))
