@@ -8,9 +8,22 @@ workflow/rules/<experiment>.smk (its training rule and its aggregate localrules,
 plus a list of its final outputs), include it below and add that list to `all`.
 """
 
+import sys
+
 from snakemake.utils import min_version
 
 min_version("8.0")
+
+sys.path.insert(0, f"{workflow.basedir}/src")
+from snakemake.exceptions import WorkflowError
+
+from repens.checks import CheckError, check_config_files
+
+# a YAML mistake in config.yaml (syntax, a key written twice): one line naming file:line:column
+try:
+    check_config_files(["config.yaml"])
+except CheckError as err:
+    raise WorkflowError(str(err)) from None
 
 
 configfile: "config.yaml"

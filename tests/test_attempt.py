@@ -99,10 +99,9 @@ def test_a_duplicate_train_command_refuses_to_train_over_a_running_one(holder, c
     job.update(particles=4, steps=3)
     ckpt = out.with_name(out.name + ".ckpt")
     ckpt.write_bytes(b"the holder's checkpoint")
-    with pytest.raises(SystemExit) as err:
-        cli.main(["train", "--spec", json.dumps(job), "--out", str(out)])
-    message = str(err.value.code)
-    assert "\n" not in message and "another attempt is running this job" in message and f"pid {proc.pid}" in message
+    assert cli.main(["train", "--spec", json.dumps(job), "--out", str(out)]) == 75
+    (message,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "another attempt is running this job" in message and f"pid {proc.pid}" in message
     assert not out.exists() and ckpt.read_bytes() == b"the holder's checkpoint"
 
 

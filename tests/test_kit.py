@@ -835,6 +835,7 @@ def tiny_config(mirror: Path) -> dict:
                     reason="no shared copy of FashionMNIST/MNIST")
 def test_table1_on_a_node_without_snakemake_and_back(tmp_path):
     from repens.config import resolve_job
+    from repens.jobkey import RUNTIME_FIELDS
 
     mirror = tmp_path / "mirror"
     for name in ("FashionMNIST", "MNIST"):
@@ -850,7 +851,8 @@ def test_table1_on_a_node_without_snakemake_and_back(tmp_path):
     exported = json.loads((login / "jobs.json").read_text())
     assert [j["wildcards"]["method"] for j in exported["jobs"]] == ["de", "dle"]
     for job in exported["jobs"]:  # exactly the spec Snakemake passes (workflow/rules/common.smk job_spec)
-        assert job["spec"] == json.dumps(resolve_job(config, "image", "fashionmnist", job["wildcards"]["method"], 38),
+        resolved = resolve_job(config, "image", "fashionmnist", job["wildcards"]["method"], 38)
+        assert job["spec"] == json.dumps({k: v for k, v in resolved.items() if k not in RUNTIME_FIELDS},
                                          sort_keys=True)
         assert job["inputs"] == ["data/images/fashionmnist.npz", "data/images/mnist.npz"]
     assert sorted(s["dataset"] for s in exported["prepare"]) == ["fashionmnist", "mnist"]
@@ -884,7 +886,9 @@ def test_table1_on_a_node_without_snakemake_and_back(tmp_path):
             break
         assert not (node_dir / "results/image/fashionmnist/de/seed38/metrics.json").exists(), \
             "the job finished before any deadline interrupted its loop"
-    step = int(re.search(r"SIGTERM at step (\d+); checkpoint written", de_log.read_text())[1])
+    found = re.search(r"SIGTERM at step (\d+); checkpoint written", de_log.read_text())
+    assert found, f"no deadline fell in the training loop: {out}\n{de_log.read_text()}"
+    step = int(found[1])
     assert rc == 75 and 0 < step < 600, out
     rc, out = _repens(node_dir, "run-jobs", "jobs.json", "--parallel", "2", env=env)
     assert rc == 0, out

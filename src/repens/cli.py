@@ -66,8 +66,9 @@ def _train(args: argparse.Namespace) -> int:
         with job_lock(out, logging.getLogger("repens.train")):
             check_granted_gpu(args.device if job.experiment == "image" else "cpu")
             return _train_locked(job, out, checkpoint, runtime, args.log)
-    except (JobBusy, GpuUnusable) as err:
-        raise SystemExit(f"error: {err}") from None
+    except (JobBusy, GpuUnusable) as err:  # logged: the attempts log keeps the line too
+        logging.getLogger("repens").error("%s", err)
+        return 75 if isinstance(err, JobBusy) else 2  # 75: EX_TEMPFAIL, try again later
 
 
 def _train_locked(job, out: Path, checkpoint: Path, runtime: dict, log_file: str | None) -> int:
@@ -136,7 +137,8 @@ def _train_stack(args: argparse.Namespace) -> int:
     from repens.train import Interrupted, NonFiniteError
 
     try:  # jobs that are not one image method's seeds: one line naming the difference
-        jobs = [Job.from_spec(json.loads(spec)) for spec in args.spec]
+        runtime_fields = _runtime_fields(args.runtime)
+        jobs = [Job.from_spec({**json.loads(spec), **runtime_fields}) for spec in args.spec]
         other = [job.experiment for job in jobs if not isinstance(job, ImageJob)]
         if other:
             raise SpecError(f"train-stack takes image jobs, got experiment {other[0]!r}")
@@ -456,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec", action="append", required=True,
                    help="a seed's job as JSON (repeat once per seed; the jobs differ only in seed)")
     p.add_argument("--out", action="append", required=True, help="that seed's metrics file (repeat, in --spec order)")
+    p.add_argument("--runtime", help="the jobs' fields that do not change a result, as JSON (as train's)")
     p.add_argument("--checkpoint", help="the stack's checkpoint (default: the first OUT.stack.ckpt)")
     p.add_argument("--input", action="append", metavar="KEY=PATH", help="train=DATA.npz, ood=OOD.npz")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to train")
@@ -665,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     from repens.atomic import WriteError
+    from repens.checks import EnvError
     from repens.data.errors import DataError, one_line
 
     # a missing or malformed data file (2) or a write that failed, e.g. disk full (74,
@@ -675,10 +679,11 @@ def main(argv: list[str] | None = None) -> int:
         line = "interrupted (SIGINT); finished checkpoints are kept and a rerun resumes from them"
         logging.getLogger("repens").warning(line)
         return 130
-    except (DataError, WriteError) as err:
+    except (DataError, WriteError, EnvError) as err:
         line = f"error: {one_line(err)}"
         print(line, file=sys.stderr, flush=True)
-        if args.log:
-            with open(args.log, "a") as f:
-                f.write(line + "\n")
-        return 2 if isinstance(err, DataError) else 74
+        for kept in (args.log, args.attempts):
+            if kept:
+                with open(kept, "a") as f:
+                    f.write(line + "\n")
+        return 74 if isinstance(err, WriteError) else 2

@@ -70,7 +70,7 @@ TRAIN_COMMANDS = ("train", "hmc")
 #: repens commands that make a job's input (run on the node when the input is missing)
 PREP_COMMANDS = ("prepare-images", "uci-download")
 #: repens' own options before the command, each with a value
-_GLOBAL_OPTIONS = ("--log", "--threads")
+_GLOBAL_OPTIONS = ("--log", "--threads", "--attempts")
 #: the experiments whose ``train`` jobs ``run-jobs --stack-seeds`` stacks (``repens train-stack``)
 STACK_EXPERIMENTS = ("image",)
 #: where run-jobs keeps what it did, under the working directory (ignored by git with results/)
@@ -438,13 +438,20 @@ def stack_key(job: dict[str, Any], argv: Sequence[str] | None = None) -> str | N
     if not isinstance(spec, dict) or spec.get("experiment") not in STACK_EXPERIMENTS or "seed" not in spec:
         return None
     rest = {k: v for k, v in spec.items() if k != "seed"}
-    return json.dumps([rest, _with_option(_with_option(argv, "--spec", None), "--out", None)], sort_keys=True)
+    return json.dumps([rest, _per_job_removed(argv)], sort_keys=True)
+
+
+def _per_job_removed(argv: Sequence[str]) -> list[str]:
+    """``argv`` without the options each job of a stack has its own value of."""
+    for name in ("--spec", "--out", "--attempts"):
+        argv = _with_option(argv, name, None)
+    return list(argv)
 
 
 def stack_argv(argvs: Sequence[Sequence[str]]) -> list[str]:
     """The ``train-stack`` command line of ``train`` jobs of one :func:`stack_key`: the first
     job's, its command ``train-stack``, then ``--spec S --out F`` per job, in order."""
-    base = _with_option(_with_option(argvs[0], "--spec", None), "--out", None)
+    base = _per_job_removed(argvs[0])
     i = _command_index(base)
     assert i is not None and base[i] == "train", base
     base[i] = "train-stack"

@@ -138,9 +138,23 @@ def job_runtime(experiment, **extra):
     return runtime
 
 
+def attempts_log(log):
+    """Params function: the file that keeps every attempt's log of a job whose ``log:`` is
+    the pattern ``log`` (Snakemake deletes that one before each attempt; ``--attempts``
+    appends to this one). It reads ``output``: untracked, never a reason to rerun."""
+
+    def attempts(wildcards, output):
+        path = log.format(**dict(wildcards.items()))
+        return path[: -len(".log")] + ".attempts.log"
+
+    return attempts
+
+
 def _resolved_job(experiment, wildcards):
     dataset = wildcards.get("dataset") or wildcards.get("target")
-    return resolve_job(config, experiment, dataset, wildcards.method, int(wildcards.seed))
+    return resolve_job(
+        config, experiment, dataset, wildcards.method, int(wildcards.seed)
+    )
 
 
 def hmc_spec(experiment):

@@ -75,11 +75,12 @@ rule train_image:
         # it is not in the job's spec, so sharing a GPU never changes a job's settings.
         gpu_share=GPU_SHARE,
     params:
+        attempts=attempts_log("logs/image/{dataset}/{method}/seed{seed}.log"),
         spec=job_spec("image"),
         runtime=job_runtime("image"),
         device=config["device"],
     shell:
-        "python -m repens --threads {threads} train --spec {params.spec:q} --runtime {params.runtime:q}"
+        "python -m repens --threads {threads} --attempts {params.attempts:q} train --spec {params.spec:q} --runtime {params.runtime:q}"
         " --input train={input.train:q} --input ood={input.ood:q} --device {params.device}"
         " --out {output.metrics:q} > {log:q} 2>&1"
 

@@ -37,10 +37,11 @@ rule train_synthetic:
         mem_mb=grows_with_attempt(2000),
         runtime=grows_with_attempt(30),
     params:
+        attempts=attempts_log("logs/synthetic/{target}/{method}/seed{seed}.log"),
         spec=job_spec("synthetic"),
         runtime=job_runtime("synthetic"),
     shell:
-        "python -m repens --threads {threads} train --spec {params.spec:q} --runtime {params.runtime:q} --out {output.particles:q} > {log:q} 2>&1"
+        "python -m repens --threads {threads} --attempts {params.attempts:q} train --spec {params.spec:q} --runtime {params.runtime:q} --out {output.particles:q} > {log:q} 2>&1"
 
 
 rule summarize_synthetic:

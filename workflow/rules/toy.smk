@@ -40,10 +40,11 @@ rule train_toy:
         mem_mb=grows_with_attempt(2000),
         runtime=grows_with_attempt(120),
     params:
+        attempts=attempts_log("logs/toy/{dataset}/{method}/seed{seed}.log"),
         spec=job_spec("toy"),
         runtime=job_runtime("toy"),
     shell:
-        "python -m repens --threads {threads} train --spec {params.spec:q} --runtime {params.runtime:q} --out {output.predictions:q} > {log:q} 2>&1"
+        "python -m repens --threads {threads} --attempts {params.attempts:q} train --spec {params.spec:q} --runtime {params.runtime:q} --out {output.predictions:q} > {log:q} 2>&1"
 
 
 rule sample_hmc:
@@ -61,9 +62,10 @@ rule sample_hmc:
         mem_mb=grows_with_attempt(4000),
         runtime=grows_with_attempt(240),
     params:
+        attempts=attempts_log("logs/toy/{dataset}/hmc/seed{seed}.log"),
         spec=hmc_spec("toy"),
     shell:
-        "python -m repens --threads {threads} hmc --spec {params.spec:q} --out {output.predictions:q} > {log:q} 2>&1"
+        "python -m repens --threads {threads} --attempts {params.attempts:q} hmc --spec {params.spec:q} --out {output.predictions:q} > {log:q} 2>&1"
 
 
 rule plot_regression:

@@ -57,10 +57,11 @@ rule train_uci:
         mem_mb=grows_with_attempt(2000),
         runtime=grows_with_attempt(240),
     params:
+        attempts=attempts_log("logs/uci/{dataset}/{method}/seed{seed}.log"),
         spec=job_spec("uci"),
         runtime=uci_runtime(),
     shell:
-        "python -m repens --threads {threads} train --spec {params.spec:q} --runtime {params.runtime:q} --out {output.metrics:q} > {log:q} 2>&1"
+        "python -m repens --threads {threads} --attempts {params.attempts:q} train --spec {params.spec:q} --runtime {params.runtime:q} --out {output.metrics:q} > {log:q} 2>&1"
 
 
 rule summarize_uci:
