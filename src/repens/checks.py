@@ -182,8 +182,8 @@ class EnvSetting:
 
 def _seconds(value: str) -> float:
     seconds = float(value)
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError("not a finite number > 0")
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError("not a finite number >= 0")
     return seconds
 
 
@@ -220,7 +220,7 @@ def _commit(value: str) -> str:
 ENVIRONMENT: dict[str, EnvSetting] = {
     "REPENS_CHECKPOINT_SECONDS": EnvSetting(
         "repens.train (TrainSettings), repens.experiments.hmc", _seconds, 300.0,
-        "seconds between checkpoints, a number > 0"),
+        "seconds between checkpoints, a number >= 0 (0: after every step)"),
     "REPENS_CUDA_GRAPHS": EnvSetting(
         "repens.train (TrainSettings.cuda_graphs)", _flag({"0"}, {"1", ""}), True,
         "0 (off) or 1 (on)"),
