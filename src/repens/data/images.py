@@ -16,6 +16,17 @@ the last step:
 4. it is downloaded (the URLs torchvision uses; MD5 checked before the file is renamed
    into place).
 
+Runs may share ``root`` (two Snakemake runs whose ``image_data`` is one folder, say):
+:func:`prepare` holds an exclusive lock on ``root/.<name>.lock`` (:func:`data_lock`) while
+it checks and writes, :func:`save_arrays` one on ``.<stem>.lock`` beside the ``.npz`` (the
+same file for ``<root>/<name>.npz``), :func:`prepare_arrays` that lock across both steps;
+a run that finds the lock taken logs one line and waits. Every file is written under a
+temporary name of its own process in the same folder and renamed into place
+(:func:`atomic_file`), so no run sees, renames or removes another's half-written file; and
+a file already there and verified is left as it is (a prepared ``.npz`` whose arrays
+equal those of the verified originals is not rewritten: same inode, same modification
+time, nothing for Snakemake to find newer or to remove).
+
 So a root holding only extracted files needs no archive as long as they are intact;
 a corrupt extracted file is never read. If a file is still missing or corrupt,
 :class:`DataUnavailableError` lists every such file with its MD5, where to put it and
@@ -32,17 +43,23 @@ them as one ``.npz`` per data set, the file training jobs read.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import gzip
 import logging
 import math
 import os
 import pickle
+import secrets
 import shutil
+import socket
+import time
 import zipfile
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -58,18 +75,187 @@ __all__ = [
     "DataUnavailableError",
     "DataFileError",
     "prepare",
+    "prepare_arrays",
     "load_split",
     "save_arrays",
     "load_arrays",
     "read_idx",
     "read_cifar_batches",
     "read_svhn_mat",
+    "data_lock",
+    "DataLock",
+    "atomic_file",
 ]
 
 
 class DataUnavailableError(DataError, FileNotFoundError):
     """Files of a data set are missing (or corrupt) and could not be downloaded; or a
     folder or file named by the configuration does not exist. The message is one line."""
+
+
+#: errors that mean a lock cannot be had in this folder (read-only, another user's lock
+#: file, a filesystem without flock): the run goes on without it
+_NO_LOCK_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOLCK,
+                             errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
+
+
+class DataLock:
+    """A held :func:`data_lock` (``held`` is false where the folder could not be locked)."""
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self.path, self._fd = path, fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def remove(self) -> None:
+        """Delete the lock file while still holding it (a run that takes it after this
+        sees that its file is gone and locks a new one: see :func:`data_lock`)."""
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)
+
+
+#: the locks this process holds, by real path (a nested data_lock on one of them is a no-op)
+_HELD: dict[str, DataLock] = {}
+#: the locks a filesystem refused (warned about once)
+_WARNED: set[str] = set()
+
+
+def _open_lock(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except PermissionError:  # another user's lock file: flock needs no write access
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock open at ``fd``, as the holder wrote it (it writes just after
+    taking the lock: a moment's wait for it)."""
+    for _ in range(5):
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+        if text:
+            return text
+        time.sleep(0.02)
+    return "holder unknown"
+
+
+def _acquire(path: Path, what: str) -> int:
+    """The descriptor of ``path`` once this process holds its flock (see :func:`data_lock`)."""
+    waited = False
+    for attempt in range(4):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = _open_lock(path)
+        except FileNotFoundError:
+            if attempt < 3:  # the folder was removed meanwhile (a failed run cleaning up)
+                continue
+            raise
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not waited:
+                    log.info("waiting for %s: another run (%s) is preparing %s in this folder", path,
+                             _holder(fd), what)
+                    waited = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if same:
+            return fd
+        os.close(fd)  # the holder removed the file: lock the one at path now
+    raise OSError(errno.ENOENT, f"{path} keeps disappearing")
+
+
+@contextmanager
+def data_lock(path: Path | str, what: str) -> Iterator[DataLock]:
+    """Hold an exclusive ``fcntl.flock`` on ``path`` (created, with its folder, if need
+    be) for the ``with`` block; ``what`` names what is prepared under it, for the one
+    line logged while waiting for another process that holds it::
+
+        waiting for <path>: another run (pid <pid> on <host>) is preparing <what> in this folder
+
+    Nested in a block of this process holding the same lock, it just runs the block
+    (flocks of one process on two opens of one file would wait for each other).
+
+    The kernel drops a flock when its process ends, however it ends: a lock file left by
+    a dead run holds back nobody. After taking the lock the file is checked to still be
+    the one at ``path`` (a holder may have removed it: :meth:`DataLock.remove`), else
+    the new one is locked. The holder's pid and host are written into the file for the
+    waiting line.
+
+    Where the folder cannot be locked (read-only, or a filesystem without flock) the
+    block runs unlocked: the atomic writes still keep every file whole; a read-only
+    folder is logged at debug level, a filesystem refusing flock with a warning.
+    """
+    path = Path(os.path.abspath(path))
+    key = os.path.realpath(path)
+    if key in _HELD:  # this process holds it already (an outer block): no second flock
+        yield _HELD[key]
+        return
+    fd: int | None
+    try:
+        fd = _acquire(path, what)
+    except OSError as err:
+        if err.errno not in _NO_LOCK_ERRNOS:
+            raise
+        if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
+            log.debug("cannot lock %s (%s): going on without the lock", path, err.strerror)
+        elif key not in _WARNED:  # once per lock and process
+            _WARNED.add(key)
+            log.warning("cannot lock %s (%s): going on without the lock; runs preparing %s in this "
+                        "folder at the same time are not held back", path, err.strerror, what)
+        fd = None
+    try:
+        if fd is not None:
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            except OSError:  # opened read-only: a waiting line names no holder
+                pass
+        _HELD[key] = DataLock(path, fd)
+        yield _HELD[key]
+    finally:
+        _HELD.pop(key, None)
+        if fd is not None:
+            os.close(fd)  # releases the flock
+
+
+@contextmanager
+def atomic_file(dest: Path | str) -> Iterator[tuple[BinaryIO, Path]]:
+    """A new file ``(f, temporary path)`` beside ``dest``, under a name of this process's
+    own (``.<name>.<pid>-<random>.tmp``: concurrent writers never share one, on one host
+    or several), created with the mode an ordinary write gets (0666 less the umask); when
+    the block ends without an error it is renamed over ``dest`` (``os.replace``, atomic
+    within a folder), otherwise removed."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f, tmp
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _copy_file(src: Path, dest: Path) -> None:
+    """``src`` to ``dest`` through :func:`atomic_file`."""
+    with atomic_file(dest) as (out, _), open(src, "rb") as inp:
+        shutil.copyfileobj(inp, out, 1 << 20)
 
 
 @dataclass(frozen=True)
@@ -284,40 +470,44 @@ def _md5(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def _extract(archive: Path, file: RemoteFile, root: Path) -> None:
+    """Extract ``archive`` into ``root / file.folder``, each file through a temporary
+    name of this process's own and a rename (a tar into a staging folder of its own)."""
     if archive.suffix == ".mat":
         return
     target = root / file.folder
     if archive.name.endswith(".tar.gz"):
         import tarfile
+        import tempfile
 
-        with tarfile.open(archive) as tar:
-            tar.extractall(target, filter="data")
+        target.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{archive.name}.{os.getpid()}-", suffix=".extract", dir=target))
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(staging, filter="data")
+            for path in sorted(staging.rglob("*")):
+                if path.is_file() and not path.is_symlink():
+                    dest = target / path.relative_to(staging)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(path, dest)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     elif archive.suffix == ".gz":
-        out = target / archive.name.removesuffix(".gz")
-        tmp = out.with_name(out.name + ".tmp")
-        with gzip.open(archive, "rb") as src, open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        os.replace(tmp, out)
+        with atomic_file(target / archive.name.removesuffix(".gz")) as (dst, _), gzip.open(archive, "rb") as src:
+            shutil.copyfileobj(src, dst, 1 << 20)
 
 
 def _fetch(url: str, dest: Path, md5: str | None, timeout: float = 60.0) -> None:
     """Download ``url`` to ``dest``: into a temporary file of its own beside ``dest``
-    (concurrent downloads never share one), MD5-checked, then renamed into place."""
-    import tempfile
+    (:func:`atomic_file`: concurrent downloads never share one), MD5-checked, then
+    renamed into place."""
     import urllib.request
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        request = urllib.request.Request(url, headers={"User-Agent": "repens"})
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as response:
-            shutil.copyfileobj(response, out, 1 << 20)
+    request = urllib.request.Request(url, headers={"User-Agent": "repens"})
+    with atomic_file(dest) as (out, tmp), urllib.request.urlopen(request, timeout=timeout) as response:
+        shutil.copyfileobj(response, out, 1 << 20)
+        out.flush()
         if md5 is not None and (got := _md5(tmp)) != md5:
             raise OSError(f"MD5 {got}, expected {md5}")
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _download(file: RemoteFile, folder: Path) -> None:
@@ -356,16 +546,13 @@ def _copy_extracted_from_mirror(file: RemoteFile, root: Path, mirror: Path) -> b
     if _extracted_problems(file, mirror):
         return False
     for rel in file.extracted:
-        out = root / rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.copyfile(mirror / rel, tmp)
-        os.replace(tmp, out)
+        _copy_file(mirror / rel, root / rel)
     return True
 
 
 def prepare(name: str, root: Path | str, mirror: Path | str | None = None, download: bool = True) -> None:
-    """Make ``name``'s files present and verified under ``root`` (see module docstring).
+    """Make ``name``'s files present and verified under ``root`` (see module docstring),
+    holding the lock ``root/.<name>.lock`` meanwhile (:func:`data_lock`).
 
     Raises:
         DataUnavailableError: ``mirror`` does not exist; or (one line) every file still
@@ -374,6 +561,12 @@ def prepare(name: str, root: Path | str, mirror: Path | str | None = None, downl
     dataset, root = _check_name(name), Path(root)
     if mirror is not None and not Path(mirror).is_dir():
         raise DataUnavailableError(f"image_data_mirror (--mirror) folder {mirror} does not exist")
+    with data_lock(root / f".{name}.lock", name):
+        _prepare_locked(dataset, root, mirror, download)
+
+
+def _prepare_locked(dataset: ImageDataset, root: Path, mirror: Path | str | None, download: bool) -> None:
+    name = dataset.name
     missing = []
     for file in dataset.files:
         bad_extracted = _extracted_problems(file, root)
@@ -391,10 +584,7 @@ def prepare(name: str, root: Path | str, mirror: Path | str | None = None, downl
                 if _md5(candidate) != file.md5:
                     problems.append(f"the mirror copy {candidate} has the wrong MD5")
                 else:
-                    folder.mkdir(parents=True, exist_ok=True)
-                    tmp = archive.with_name(archive.name + ".tmp")
-                    shutil.copyfile(candidate, tmp)
-                    os.replace(tmp, archive)
+                    _copy_file(candidate, archive)
             elif _copy_extracted_from_mirror(file, root, Path(mirror)):
                 log.info("%s: copied the verified extracted files from %s", file.filename, mirror)
                 continue
@@ -441,13 +631,59 @@ def load_split(name: str, split: str, root: Path | str) -> tuple[np.ndarray, np.
     return x, y
 
 
-def save_arrays(name: str, root: Path | str, out: Path | str) -> None:
-    """All splits of ``name`` into one ``.npz`` (``x_<split>``, ``y_<split>``), written atomically."""
+def _same_arrays(path: Path, arrays: dict[str, np.ndarray]) -> str | None:
+    """``None`` when the ``.npz`` at ``path`` holds exactly ``arrays`` (names, dtypes,
+    shapes, values), else what differs."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                return "not an .npz"
+            if sorted(data.files) != sorted(arrays):
+                return f"holds {sorted(data.files)}, not {sorted(arrays)}"
+            for key, expected in arrays.items():
+                got = data[key]
+                if got.dtype != expected.dtype or got.shape != expected.shape or not np.array_equal(got, expected):
+                    return f"its {key} differs from the verified originals"
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+        return f"unreadable ({type(err).__name__}: {' '.join(str(err).split())})"
+    return None
+
+
+def save_arrays(name: str, root: Path | str, out: Path | str) -> bool:
+    """All splits of ``name`` into one ``.npz`` (``x_<split>``, ``y_<split>``), written
+    atomically, holding the lock ``.<stem>.lock`` beside it (:func:`data_lock`; for
+    ``<root>/<name>.npz`` the one :func:`prepare` takes).
+
+    An ``.npz`` already there that holds exactly these arrays (those of the verified
+    originals under ``root``) is left untouched (same inode and modification time).
+    Returns whether the file was written.
+    """
     dataset, out = _check_name(name), Path(out)
     arrays = {}
     for split in dataset.splits:
         arrays[f"x_{split}"], arrays[f"y_{split}"] = load_split(name, split, root)
-    save_npz_atomic(out, **arrays)
+    with data_lock(out.with_name(f".{out.stem}.lock"), name):
+        if out.is_file():
+            problem = _same_arrays(out, arrays)
+            if problem is None:
+                log.info("%s already holds the verified %s arrays: left untouched", out, name)
+                return False
+            log.info("%s: replacing it (%s)", out, problem)
+        save_npz_atomic(out, **arrays)
+    return True
+
+
+def prepare_arrays(name: str, root: Path | str, out: Path | str, mirror: Path | str | None = None,
+                   download: bool = True) -> bool:
+    """:func:`prepare` then :func:`save_arrays` (what ``repens prepare-images`` does), both
+    under one hold of the lock ``root/.<name>.lock``: a run sharing ``root`` waits once,
+    then finds everything in place. Returns whether ``out`` was written."""
+    root = Path(root)
+    if mirror is not None and not Path(mirror).is_dir():
+        raise DataUnavailableError(f"image_data_mirror (--mirror) folder {mirror} does not exist")
+    with data_lock(root / f".{name}.lock", _check_name(name).name):
+        prepare(name, root, mirror, download)
+        return save_arrays(name, root, out)
 
 
 def load_arrays(path: Path | str, split: str) -> tuple[np.ndarray, np.ndarray]:

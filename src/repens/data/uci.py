@@ -407,46 +407,57 @@ def load_split(root: Path | str, name: str, split: int) -> UCISplit:
 
 def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Path:
     """Fetch ``<base_url>/<name>/data/*`` into ``<root>/<name>/data/`` (metadata first,
-    then the split indices ``n_splits.txt`` asks for); every file is written atomically.
+    then the split indices ``n_splits.txt`` asks for); files already there are kept.
+
+    Runs may share ``root``: the download holds the lock ``<root>/.<name>.lock``
+    (:func:`repens.data.images.data_lock`; a run that finds it taken logs one line and
+    waits, then fetches only what is still missing), and every file is written under a
+    temporary name of its own process and renamed into place
+    (:func:`repens.data.images.atomic_file`). The lock file sits in the root, not in the
+    dataset folder, whose files are the data (and are hashed into a job's key).
 
     Raises:
         UCIDataError: naming the files that could not be fetched.
     """
     import http.client
+    import shutil
     import urllib.error
     import urllib.request
+
+    from repens.data.images import atomic_file, data_lock
 
     folder = _folder(root, name)
     root_existed = Path(root).is_dir()
     created = [d for d in (folder, folder.parent, Path(root)) if not d.exists()]
-    folder.mkdir(parents=True, exist_ok=True)
 
     def fetch(names: list[str]) -> list[str]:
         by_reason: dict[str, list[str]] = {}  # the same reason (e.g. offline) once, with its files
         for fname in names:
             if (folder / fname).is_file():
                 continue
-            tmp = folder / f".{fname}.part"
             try:
-                with urllib.request.urlopen(f"{base_url}/{name}/data/{fname}", timeout=60) as resp:
-                    tmp.write_bytes(resp.read())
+                with urllib.request.urlopen(f"{base_url}/{name}/data/{fname}", timeout=60) as resp, \
+                        atomic_file(folder / fname) as (out, _):
+                    shutil.copyfileobj(resp, out, 1 << 20)
             except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-                tmp.unlink(missing_ok=True)
                 reason = err.reason if isinstance(err, urllib.error.URLError) else err
                 by_reason.setdefault(f"{type(err).__name__}: {reason}", []).append(fname)
-                continue
-            tmp.replace(folder / fname)
         return [f"{', '.join(files)} ({reason})" for reason, files in by_reason.items()]
 
-    failed = fetch(list(_META))
-    if not failed:
-        failed = fetch(required_files(_read_int(folder / "n_splits.txt")))
+    with data_lock(Path(root) / f".{name}.lock", f"UCI dataset {name!r}") as lock:
+        folder.mkdir(parents=True, exist_ok=True)
+        failed = fetch(list(_META))
+        if not failed:
+            failed = fetch(required_files(_read_int(folder / "n_splits.txt")))
+        if failed:
+            if Path(root) in created:  # the lock file too: leave no root behind that this run made
+                lock.remove()
+            for path in created:  # leave no empty folders behind (a mistyped root, say)
+                try:
+                    path.rmdir()
+                except OSError:
+                    break
     if failed:
-        for path in created:  # leave no empty folders behind (a mistyped root, say)
-            try:
-                path.rmdir()
-            except OSError:
-                break
         if not root_existed:
             raise UCIDataError(f"UCI data folder {root} (uci_data / $REPENS_UCI_DATA) does not exist, "
                                f"and fetching {name!r} into it from {base_url} failed: {'; '.join(failed)}")
