@@ -216,6 +216,19 @@ def test_uci_downloads_into_one_root_at_once_all_succeed(tmp_path):
     assert _leftovers(root) == []
 
 
+def test_a_complete_uci_folder_is_only_read(tmp_path, monkeypatch):
+    """uci-download into a root already holding every file of the dataset (a shared,
+    read-only copy, say) fetches nothing and writes nothing, not even a lock file."""
+    from repens.data.uci import download_dataset
+
+    _uci_mirror(tmp_path / "root")
+    monkeypatch.setattr(images, "_open_lock", lambda path: pytest.fail(f"{path} opened"))
+    before = sorted(p.name for p in (tmp_path / "root").rglob("*"))
+    assert download_dataset(tmp_path / "root", "tiny", base_url="http://unreachable.invalid") == \
+        tmp_path / "root" / "tiny" / "data"
+    assert sorted(p.name for p in (tmp_path / "root").rglob("*")) == before
+
+
 def test_a_lock_held_by_a_process_that_dies_does_not_block(tmp_path):
     """A run waits (one log line naming the lock and its holder) while another process
     holds the folder's lock, goes on once that process is killed (the kernel drops a
@@ -314,22 +327,37 @@ def test_written_files_honour_the_umask(tmp_path, monkeypatch):
             assert path.stat().st_mode & 0o777 == 0o644, path
 
 
+def test_a_prepared_folder_is_only_read(tmp_path, monkeypatch, capsys):
+    """Where the original files and the .npz are in place and verified, a run writes
+    nothing there, not even a lock file (a read-only shared data folder works)."""
+    registry, expected = _fake_mirror(tmp_path / "mirror")
+    _patch_registry(monkeypatch, registry)
+    data = tmp_path / "image_data"
+    argv = _prepare_argv(data, tmp_path / "mirror", data / "fashionmnist.npz")
+    assert main(argv) == 0
+    (data / ".fashionmnist.lock").unlink()
+    monkeypatch.setattr(images, "_open_lock", lambda path: pytest.fail(f"{path} opened"))
+    monkeypatch.setattr(images, "atomic_file", lambda dest: pytest.fail(f"{dest} written"))
+    assert main(argv) == 0
+    assert main(["prepare-images", "--dataset", "fashionmnist", "--root", str(data), "--offline",
+                 "--out", str(data / "fashionmnist.npz")]) == 0
+    assert images.prepare_arrays("fashionmnist", data, data / "fashionmnist.npz") is False
+    assert not (data / ".fashionmnist.lock").exists()
+    _assert_npz(data / "fashionmnist.npz", expected)
+
+
 @pytest.mark.parametrize("failure", ["read-only folder", "no flock on this filesystem"])
 def test_a_folder_that_cannot_be_locked_is_prepared_unlocked(tmp_path, monkeypatch, capsys, failure):
-    """A read-only data folder (all files there already) or a filesystem refusing flock
-    (some NFS mounts: ENOLCK) does not stop a run: it goes on without the lock, the latter
-    with one warning line."""
+    """A folder where the lock file cannot be made (read-only: EROFS) or a filesystem
+    refusing flock (some NFS mounts: ENOLCK) does not stop a run: it goes on without the
+    lock, the latter with one warning line."""
     import errno
 
     registry, expected = _fake_mirror(tmp_path / "mirror")
     _patch_registry(monkeypatch, registry)
     data = tmp_path / "image_data"
     out = data / "fashionmnist.npz"
-    argv = _prepare_argv(data, tmp_path / "mirror", out)
     if failure == "read-only folder":
-        assert main(argv) == 0
-        (data / ".fashionmnist.lock").unlink()
-
         def refuse(path):
             raise OSError(errno.EROFS, "Read-only file system", str(path))
 
@@ -339,8 +367,7 @@ def test_a_folder_that_cannot_be_locked_is_prepared_unlocked(tmp_path, monkeypat
             raise OSError(errno.ENOLCK, "No locks available")
 
         monkeypatch.setattr(images.fcntl, "flock", no_flock)
-    capsys.readouterr()
-    assert main(argv) == 0
+    assert main(_prepare_argv(data, tmp_path / "mirror", out)) == 0
     err = capsys.readouterr().err
     _assert_npz(out, expected)
     warnings = [line for line in err.splitlines() if "cannot lock" in line]

@@ -552,7 +552,8 @@ def _copy_extracted_from_mirror(file: RemoteFile, root: Path, mirror: Path) -> b
 
 def prepare(name: str, root: Path | str, mirror: Path | str | None = None, download: bool = True) -> None:
     """Make ``name``'s files present and verified under ``root`` (see module docstring),
-    holding the lock ``root/.<name>.lock`` meanwhile (:func:`data_lock`).
+    holding the lock ``root/.<name>.lock`` meanwhile (:func:`data_lock`) unless they
+    are all there and verified already.
 
     Raises:
         DataUnavailableError: ``mirror`` does not exist; or (one line) every file still
@@ -561,8 +562,14 @@ def prepare(name: str, root: Path | str, mirror: Path | str | None = None, downl
     dataset, root = _check_name(name), Path(root)
     if mirror is not None and not Path(mirror).is_dir():
         raise DataUnavailableError(f"image_data_mirror (--mirror) folder {mirror} does not exist")
+    if _all_verified(dataset, root):  # nothing to write: no lock (the folder may be read-only)
+        return
     with data_lock(root / f".{name}.lock", name):
         _prepare_locked(dataset, root, mirror, download)
+
+
+def _all_verified(dataset: ImageDataset, root: Path) -> bool:
+    return all(not _extracted_problems(file, root) for file in dataset.files)
 
 
 def _prepare_locked(dataset: ImageDataset, root: Path, mirror: Path | str | None, download: bool) -> None:
@@ -649,26 +656,41 @@ def _same_arrays(path: Path, arrays: dict[str, np.ndarray]) -> str | None:
     return None
 
 
+def _arrays(name: str, root: Path | str) -> dict[str, np.ndarray]:
+    return {f"{kind}_{split}": array for split in _check_name(name).splits
+            for kind, array in zip("xy", load_split(name, split, root))}
+
+
+def _left_untouched(name: str, out: Path, arrays: dict[str, np.ndarray], say_why: bool = False) -> bool:
+    """Whether ``out`` already holds exactly ``arrays`` (then logged: left untouched)."""
+    if not out.is_file():
+        return False
+    problem = _same_arrays(out, arrays)
+    if problem is None:
+        log.info("%s already holds the verified %s arrays: left untouched", out, name)
+        return True
+    if say_why:
+        log.info("%s: replacing it (%s)", out, problem)
+    return False
+
+
 def save_arrays(name: str, root: Path | str, out: Path | str) -> bool:
     """All splits of ``name`` into one ``.npz`` (``x_<split>``, ``y_<split>``), written
     atomically, holding the lock ``.<stem>.lock`` beside it (:func:`data_lock`; for
     ``<root>/<name>.npz`` the one :func:`prepare` takes).
 
     An ``.npz`` already there that holds exactly these arrays (those of the verified
-    originals under ``root``) is left untouched (same inode and modification time).
-    Returns whether the file was written.
+    originals under ``root``) is left untouched (same inode and modification time; and
+    no lock is taken, so a read-only folder holding it is fine). Returns whether the
+    file was written.
     """
-    dataset, out = _check_name(name), Path(out)
-    arrays = {}
-    for split in dataset.splits:
-        arrays[f"x_{split}"], arrays[f"y_{split}"] = load_split(name, split, root)
+    out = Path(out)
+    arrays = _arrays(name, root)
+    if _left_untouched(name, out, arrays):
+        return False
     with data_lock(out.with_name(f".{out.stem}.lock"), name):
-        if out.is_file():
-            problem = _same_arrays(out, arrays)
-            if problem is None:
-                log.info("%s already holds the verified %s arrays: left untouched", out, name)
-                return False
-            log.info("%s: replacing it (%s)", out, problem)
+        if _left_untouched(name, out, arrays, say_why=True):  # another run wrote it meanwhile
+            return False
         save_npz_atomic(out, **arrays)
     return True
 
@@ -677,11 +699,15 @@ def prepare_arrays(name: str, root: Path | str, out: Path | str, mirror: Path | 
                    download: bool = True) -> bool:
     """:func:`prepare` then :func:`save_arrays` (what ``repens prepare-images`` does), both
     under one hold of the lock ``root/.<name>.lock``: a run sharing ``root`` waits once,
-    then finds everything in place. Returns whether ``out`` was written."""
-    root = Path(root)
+    then finds everything in place. Where the original files and ``out`` are already
+    in place and verified nothing is written, not even the lock file. Returns whether
+    ``out`` was written."""
+    dataset, root, out = _check_name(name), Path(root), Path(out)
     if mirror is not None and not Path(mirror).is_dir():
         raise DataUnavailableError(f"image_data_mirror (--mirror) folder {mirror} does not exist")
-    with data_lock(root / f".{name}.lock", _check_name(name).name):
+    if _all_verified(dataset, root) and _left_untouched(name, out, _arrays(name, root)):
+        return False
+    with data_lock(root / f".{name}.lock", name):
         prepare(name, root, mirror, download)
         return save_arrays(name, root, out)
 

@@ -405,13 +405,23 @@ def load_split(root: Path | str, name: str, split: int) -> UCISplit:
     )
 
 
+def _complete(folder: Path) -> bool:
+    """Whether ``folder`` holds every file its ``n_splits.txt`` asks for."""
+    try:
+        return all((folder / f).is_file() for f in _META) and \
+            all((folder / f).is_file() for f in required_files(_read_int(folder / "n_splits.txt")))
+    except (DataError, OSError, ValueError):
+        return False
+
+
 def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Path:
     """Fetch ``<base_url>/<name>/data/*`` into ``<root>/<name>/data/`` (metadata first,
     then the split indices ``n_splits.txt`` asks for); files already there are kept.
 
     Runs may share ``root``: the download holds the lock ``<root>/.<name>.lock``
     (:func:`repens.data.images.data_lock`; a run that finds it taken logs one line and
-    waits, then fetches only what is still missing), and every file is written under a
+    waits, then fetches only what is still missing; a folder holding every file takes no
+    lock, so a read-only root is fine), and every file is written under a
     temporary name of its own process and renamed into place
     (:func:`repens.data.images.atomic_file`). The lock file sits in the root, not in the
     dataset folder, whose files are the data (and are hashed into a job's key).
@@ -427,6 +437,9 @@ def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Pa
     from repens.data.images import atomic_file, data_lock
 
     folder = _folder(root, name)
+    if _complete(folder):  # nothing to fetch: no lock (the root may be read-only)
+        check_dataset(root, name)
+        return folder
     root_existed = Path(root).is_dir()
     created = [d for d in (folder, folder.parent, Path(root)) if not d.exists()]
 
