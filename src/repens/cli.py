@@ -209,13 +209,13 @@ def _hmc(args: argparse.Namespace) -> int:
 
 
 def _prepare_images(args: argparse.Namespace) -> int:
-    from repens.data.images import prepare, save_arrays
+    from repens.data.images import prepare_arrays
 
-    # a missing or malformed file raises a DataError: main prints it as one line, exit 2
-    prepare(args.dataset, Path(args.root), Path(args.mirror) if args.mirror else None,
-            download=not args.offline)
-    save_arrays(args.dataset, Path(args.root), Path(args.out))
-    logging.getLogger("repens").info("wrote %s", args.out)
+    # a missing or malformed file raises a DataError: main prints it as one line, exit 2;
+    # under one lock of the data folder, so runs sharing it wait for each other
+    if prepare_arrays(args.dataset, Path(args.root), Path(args.out), Path(args.mirror) if args.mirror else None,
+                      download=not args.offline):
+        logging.getLogger("repens").info("wrote %s", args.out)
     return 0
 
 
