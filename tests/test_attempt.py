@@ -143,3 +143,14 @@ def test_a_granted_gpu_torch_cannot_see_stops_the_job_in_one_line(monkeypatch):
     check_granted_gpu("auto", {})  # no GPU granted: the CPU is right
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     check_granted_gpu("auto", {"SLURM_JOB_GPUS": "0"})
+
+
+def test_a_duplicate_hmc_or_stack_command_refuses_too(holder, capsys):
+    """The HMC sampler and a seed stack hold the same locks as a train job."""
+    out, proc = holder
+    assert cli.main(["hmc", "--spec", "{}", "--out", str(out)]) == 75
+    stack = resolve_job(CONFIG, "image", "fashionmnist", "de", 38)
+    assert cli.main(["train-stack", "--spec", json.dumps(stack), "--out", str(out), "--device", "cpu"]) == 75
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 2 and all("another attempt is running this job" in line for line in lines)
+    assert not out.exists()

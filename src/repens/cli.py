@@ -149,8 +149,19 @@ def _train_stack(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: --spec: {err}") from None
     outs = [Path(out) for out in args.out]
     runtime = _runtime(args)
+    from contextlib import ExitStack
+
+    from repens.attempt import GpuUnusable, JobBusy, check_granted_gpu, job_lock
+
     try:
-        run_image_stack(jobs, outs, _path(args.checkpoint), **runtime)
+        with ExitStack() as locks:  # each seed's lock, as its own train job would hold it
+            for out in outs:
+                locks.enter_context(job_lock(out, logging.getLogger("repens.train")))
+            check_granted_gpu(args.device)
+            run_image_stack(jobs, outs, _path(args.checkpoint), **runtime)
+    except (JobBusy, GpuUnusable) as err:
+        logging.getLogger("repens").error("%s", err)
+        return 75 if isinstance(err, JobBusy) else 2
     except NonFiniteError as err:
         logging.getLogger("repens").error("%s", err)
         return 3
@@ -194,10 +205,16 @@ def _hmc(args: argparse.Namespace) -> int:
     from repens.hmc import HMCDiagnosticsError
     from repens.train import Interrupted
 
+    from repens.attempt import JobBusy, job_lock
+
     try:
         out = Path(args.out)
         job = json.loads(args.spec)
-        run_hmc(job, out, out.with_name(out.name + ".ckpt"))
+        with job_lock(out, logging.getLogger("repens.hmc")):  # a duplicate stops here, in one line
+            run_hmc(job, out, out.with_name(out.name + ".ckpt"))
+    except JobBusy as err:
+        logging.getLogger("repens").error("%s", err)
+        return 75
     except HMCDiagnosticsError as err:
         logging.getLogger("repens").error("%s", err)
         return 4
