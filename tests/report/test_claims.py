@@ -83,6 +83,10 @@ def test_not_worse_is_one_sided_equivalence():
     assert compare(est(0.5, 0.1), ">=", est(1.0, 0.1)).verdict == "contradicted"
     assert compare(est(0.9, 0.1), ">=", est(1.0, 0.1)).verdict == "inconclusive"
     assert compare(est(1.5, 0.1), ">=", est(1.0, 0.1)).verdict == "reproduced"
+    # one-sided: reproducible at any error bars (by a clear margin), so never "too wide"
+    below = compare(est(0.5, 0.3), "<=", est(1.0, 0.01))
+    assert below.verdict == "inconclusive" and not below.undetectable
+    assert "(a-b -0.5 ± 0.6, margin +0)" in below.text()
 
 
 def test_every_agreement_claim_states_its_margin():

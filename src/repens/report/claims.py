@@ -201,14 +201,17 @@ class Comparison:
 
     @property
     def undetectable(self) -> bool:
-        """An agreement whose error bars are wider than its margin: it cannot be reproduced."""
-        return self.margin is not None and _finite(self.detectable) and self.detectable > self.margin
+        """A two-sided agreement (``~``) whose error bars are wider than its margin: it cannot
+        be reproduced (a one-sided ``<=`` / ``>=`` can, at any error bars, by a clear margin)."""
+        return (self.relation == "~" and self.margin is not None and _finite(self.detectable)
+                and self.detectable > self.margin)
 
     def text(self) -> str:
         head = f"{self.a.text()} {self.relation} {self.b.text()}"
         if self.margin is not None and _finite(self.difference):
             note = "; error bars wider than the margin" if self.undetectable else ""
-            head += (f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}, margin ±{_num(self.margin, 3)}"
+            sign = {"~": "±", "<=": "+", ">=": "-"}[self.relation]
+            head += (f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}, margin {sign}{_num(self.margin, 3)}"
                      f"{note})")
         return f"{head}: {self.verdict}"
 
@@ -273,7 +276,7 @@ def detectable_summary(comparisons: Sequence[Comparison]) -> str:
         return ""
     lo, hi = min(c.detectable for c in ran), max(c.detectable for c in ran)
     text = _num(lo, 2) if _num(lo, 2) == _num(hi, 2) else f"{_num(lo, 2)}-{_num(hi, 2)}"
-    agreements = [c for c in ran if c.margin is not None]
+    agreements = [c for c in ran if c.relation == "~"]
     wide = [c for c in agreements if c.undetectable]
     if wide:
         text += (f"; above the margin on {len(wide)} of {len(agreements)} comparisons: those cannot be "
