@@ -1,0 +1,198 @@
+"""repens.convergence: verdicts on hand-made histories and on committed reference runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from repens import convergence as cv
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "reference"
+
+TOTAL = 50000
+EVERY = 2500
+
+
+def _curve(kind: str, n: int = TOTAL // EVERY) -> list[float]:
+    """train / monitor NLL over n logged points: flat, steep, degrading."""
+    out = []
+    for i in range(1, n + 1):
+        t = i / n
+        wiggle = 0.002 * (-1) ** i
+        if kind == "flat":
+            out.append(0.30 + 0.2 * math.exp(-30 * t) + wiggle)
+        elif kind == "steep":
+            out.append(1.0 - 0.6 * t + wiggle)
+        elif kind == "degrade":
+            out.append(0.30 + wiggle if t < 0.6 else 0.30 + 1.0 * (t - 0.6) + wiggle)
+        else:
+            raise ValueError(kind)
+    return out
+
+
+def _image_log(path: Path, kind: str) -> None:
+    lines = ['2026-01-01 00:00:00,000 repens.image INFO job {"method": "x"}']
+    nll = _curve(kind)
+    for i, v in enumerate(nll, start=1):
+        acc = 0.9 - 0.2 * (v - 0.3)
+        lines.append(f"2026-01-01 00:00:{i:02d},000 repens.train INFO step {i * EVERY}/{TOTAL}  9.8 steps/s  ETA 0s  "
+                     f"train_nll={v - 0.1:.4g} train_acc={acc + 0.05:.3g} monitor_nll={v:.4g} monitor_acc={acc:.3g}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _image_run(tmp_path: Path, kind: str | None) -> Path:
+    run = tmp_path / "results" / "image" / "fashionmnist" / "m" / "seed1"
+    run.mkdir(parents=True)
+    rel = "logs/image/fashionmnist/m/seed1.log"
+    (run / "metrics.json").write_text(json.dumps({"job": {"method": "m"}, "metrics": {"nll": 0.3},
+                                                  "provenance": {"log": rel}}))
+    if kind is not None:
+        log = tmp_path / rel
+        log.parent.mkdir(parents=True)
+        _image_log(log, kind)
+    return run / "metrics.json"
+
+
+def test_flat_history_converged(tmp_path):
+    v = cv.check_image_run(_image_run(tmp_path, "flat"))
+    assert v.converged is True, v.reason
+    assert "monitor_nll" in v.reason and "seed1.log" in v.reason
+
+
+def test_steep_history_not_converged(tmp_path):
+    v = cv.check_image_run(_image_run(tmp_path, "steep"))
+    assert v.converged is False
+    assert "monitor_nll" in v.reason and "drift" in v.reason
+
+
+def test_late_degradation_not_converged(tmp_path):
+    v = cv.check_image_run(_image_run(tmp_path, "degrade"))
+    assert v.converged is False
+    assert "late degradation" in v.reason
+
+
+def test_missing_history_unknown(tmp_path):
+    v = cv.check_image_run(_image_run(tmp_path, None))
+    assert v.converged is None
+    assert "no history" in v.reason and "not found" in v.reason
+    assert cv.check_image_run(tmp_path / "nowhere" / "metrics.json").converged is None
+
+
+def test_history_in_metrics_preferred(tmp_path):
+    path = _image_run(tmp_path, "steep")  # the log says steep, metrics.json's own history is flat
+    data = json.loads(path.read_text())
+    data["history"] = [{"step": (i + 1) * EVERY, "total": TOTAL, "train_nll": v - 0.1, "monitor_nll": v,
+                        "monitor_acc": 0.9} for i, v in enumerate(_curve("flat"))]
+    path.write_text(json.dumps(data))
+    v = cv.check_image_run(path)
+    assert v.converged is True and "history in metrics.json" in v.reason
+
+
+def test_too_few_points_unknown():
+    s = cv.Series("monitor_nll", (25000, 50000), (0.4, 0.3), 50000)
+    assert cv.stability(s)["ok"] is None
+
+
+def test_unfinished_history_unknown():
+    s = cv.Series("monitor_nll", (1000, 2000, 3000, 4000), (0.4, 0.4, 0.4, 0.4), 50000)
+    assert cv.stability(s)["ok"] is None
+
+
+def test_stability_noise_gate():
+    # a drift of 2 % buried in +-5 % noise is not resolved: stable
+    vals = tuple(0.3 + 0.015 * (-1) ** i - 0.0003 * i for i in range(20))
+    s = cv.Series("x", tuple(range(2500, 50001, 2500)), vals, 50000)
+    assert cv.stability(s)["ok"] is True
+
+
+def _uci_run(tmp_path: Path, method: str, final: float, slope: float = 0.0, noise_std: float = 0.25,
+             n_train: int = 455) -> Path:
+    run = tmp_path / "results" / "uci" / "boston" / method / "seed42"
+    run.mkdir(parents=True)
+    rel = f"logs/uci/boston/{method}/seed42.log"
+    (run / "metrics.json").write_text(json.dumps({
+        "job": {"method": method, "noise_std": noise_std},
+        "splits": [{"split": k, "n_train": n_train} for k in range(3)],
+        "provenance": {"log": rel}}))
+    log = tmp_path / rel
+    log.parent.mkdir(parents=True)
+    total, every = 24000, 1200
+    lines = []
+    for i in range(1, total // every + 1):
+        v = final + slope * (total - i * every) / total
+        lines.append(f"x repens.train INFO step {i * every}/{total}  263.5 steps/s  ETA 0s  "
+                     f"train_rmse_std_units_mean={v:.4g}")
+    log.write_text("\n".join(lines) + "\n")
+    return run / "metrics.json"
+
+
+def test_uci_fit_and_stability(tmp_path):
+    de = _uci_run(tmp_path, "de", 0.15)
+    assert cv.check_uci_run(de).converged is True
+    good = cv.check_uci_run(_uci_run(tmp_path, "svgd", 0.14))
+    assert good.converged is True and "bound" in good.reason
+    under = cv.check_uci_run(_uci_run(tmp_path, "dle", 0.47))
+    assert under.converged is False and "under-fit" in under.reason
+    falling = cv.check_uci_run(_uci_run(tmp_path, "fsvgd", 0.10, slope=0.5))
+    assert falling.converged is False and "drift" in falling.reason
+
+
+def test_uci_without_de_is_unknown(tmp_path):
+    v = cv.check_uci_run(_uci_run(tmp_path, "svgd", 0.14))
+    assert v.converged is None and "DE" in v.reason
+
+
+def test_uci_fit_bound():
+    # likelihood term: sqrt(r_ref^2 + sigma^2 (1 + 2 sqrt(2/n)))
+    assert cv.uci_fit_bound(0.245, 0.245, 455) == pytest.approx(
+        math.sqrt(0.245 ** 2 * (2 + 2 * math.sqrt(2 / 455))))
+    # tiny sigma: the RMS resolution term
+    assert cv.uci_fit_bound(0.02, 3e-4, 691) == pytest.approx(0.02 * (1 + 2 / math.sqrt(2 * 691)))
+
+
+def test_hmc_reference_delegates(tmp_path):
+    from repens.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX
+
+    good = tmp_path / "good" / "diagnostics.json"
+    bad = tmp_path / "bad" / "diagnostics.json"
+    for p, rhat, ess in ((good, CONVERGED_RHAT_MAX - 0.005, CONVERGED_ESS_MIN + 10),
+                         (bad, 1.2, 30.0)):
+        p.parent.mkdir()
+        p.write_text(json.dumps({"job": {"scale": "paper"}, "settings": {"chains": 4},
+                                 "diagnostics": {"rhat_max": rhat, "ess_min": ess}}))
+    assert cv.check_hmc_reference(good).converged is True
+    v = cv.check_hmc_reference(bad)
+    assert v.converged is False and "R-hat" in v.reason
+    empty = tmp_path / "diagnostics.json"
+    empty.write_text("{}")
+    assert cv.check_hmc_reference(empty).converged is None
+
+
+@pytest.mark.skipif(not (REFERENCE / "image" / "fashionmnist" / "fsvgd" / "seed38" / "metrics.json").exists(),
+                    reason="no committed image reference")
+def test_reference_image_runs():
+    v = cv.check_image_run(REFERENCE / "image" / "fashionmnist" / "fsvgd" / "seed38" / "metrics.json")
+    assert v.converged is not None and v.reason
+    assert v.converged is False and "late degradation" in v.reason  # train_nll 0.16 -> 0.61
+    de = cv.check_image_run(REFERENCE / "image" / "fashionmnist" / "de" / "seed38" / "metrics.json")
+    assert de.converged is not None and de.reason
+
+
+@pytest.mark.skipif(not (REFERENCE / "uci" / "boston" / "dle" / "seed42" / "metrics.json").exists(),
+                    reason="no committed UCI reference")
+def test_reference_uci_runs():
+    v = cv.check_uci_run(REFERENCE / "uci" / "boston" / "dle" / "seed42" / "metrics.json")
+    assert v.converged is False and "under-fit" in v.reason
+    de = cv.check_uci_run(REFERENCE / "uci" / "boston" / "de" / "seed42" / "metrics.json")
+    assert de.converged is not None and de.reason
+
+
+def test_check_tree_covers_reference():
+    if not REFERENCE.is_dir():
+        pytest.skip("no reference tree")
+    rows = cv.check_tree(REFERENCE)
+    assert rows and all(isinstance(v, cv.Verdict) and v.reason for _, v in rows)
