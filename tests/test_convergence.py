@@ -196,3 +196,32 @@ def test_check_tree_covers_reference():
         pytest.skip("no reference tree")
     rows = cv.check_tree(REFERENCE)
     assert rows and all(isinstance(v, cv.Verdict) and v.reason for _, v in rows)
+
+
+def _toy_tree(tmp_path: Path, nll: list[float], rhat: float | None) -> Path:
+    run = tmp_path / "results" / "toy" / "regression" / "svgd" / "seed1"
+    run.mkdir(parents=True)
+    (run / "predictions.npz").write_bytes(b"")
+    log = tmp_path / "logs" / "toy" / "regression" / "svgd" / "seed1.log"
+    log.parent.mkdir(parents=True)
+    total = 100 * len(nll)
+    log.write_text("\n".join(f"x repens.train INFO step {100 * (i + 1)}/{total}  1 steps/s  ETA 0s  train_nll={v:.4g}"
+                             for i, v in enumerate(nll)) + "\n")
+    if rhat is not None:
+        hmc = tmp_path / "results" / "toy" / "regression" / "hmc" / "seed1"
+        hmc.mkdir(parents=True)
+        (hmc / "diagnostics.json").write_text(json.dumps({"job": {"scale": "paper"}, "settings": {},
+                                                         "diagnostics": {"rhat_max": rhat, "ess_min": 1000.0}}))
+    return run / "predictions.npz"
+
+
+def test_toy_run_needs_both_sides(tmp_path):
+    flat = [0.5 + 0.5 * math.exp(-i) + 0.001 * (-1) ** i for i in range(20)]
+    assert cv.check_toy_run(_toy_tree(tmp_path / "a", flat, 1.001)).converged is True
+    v = cv.check_toy_run(_toy_tree(tmp_path / "b", flat, 1.2))
+    assert v.converged is False and "HMC reference" in v.reason
+    assert cv.check_toy_run(_toy_tree(tmp_path / "c", flat, None)).converged is None
+    steep = [2.0 - 0.05 * i for i in range(20)]
+    assert cv.check_toy_run(_toy_tree(tmp_path / "d", steep, 1.001)).converged is False
+    hmc_dir = tmp_path / "a" / "results" / "toy" / "regression" / "hmc" / "seed1"
+    assert cv.check_run(hmc_dir).kind == "hmc"

@@ -8,6 +8,8 @@ files and compute, they write nothing and train nothing):
 * :func:`check_image_run` -- a Table 1 run, ``results/image/<ds>/<method>/seed<N>/metrics.json``;
 * :func:`check_uci_run` -- a Table 2 run, ``results/uci/<ds>/<method>/seed<N>/metrics.json``;
 * :func:`check_synthetic_run` -- a 2-D synthetic-target run (its log's ``log_p``);
+* :func:`check_toy_run` -- a toy run (``results/toy/<ds>/<method>/seed<N>``): its
+  particles' ``train_nll`` history and the HMC reference it is scored against;
 * :func:`check_hmc_reference` -- an HMC reference (toy runs are scored against it),
   delegated to :func:`repens.hmc.convergence` (R-hat / ESS at the paper-scale
   thresholds), never recomputed here;
@@ -123,6 +125,7 @@ __all__ = [
     "check_image_run",
     "check_run",
     "check_synthetic_run",
+    "check_toy_run",
     "check_tree",
     "check_uci_run",
     "degradation",
@@ -344,7 +347,7 @@ def _combine(parts: Sequence[tuple[bool | None, str]]) -> tuple[bool | None, str
     unknown = [t for ok, t in parts if ok is None]
     passed = [t for ok, t in parts if ok is True]
     if failed:
-        return False, "; ".join(failed + unknown)
+        return False, "; ".join(failed + unknown + passed)
     if unknown:
         return None, "; ".join(unknown + passed)
     return True, "; ".join(passed)
@@ -579,6 +582,64 @@ def check_hmc_reference(diagnostics_path: Path | str) -> Verdict:
     return Verdict(bool(v["converged"]), reason, "hmc", (str(p),), v)
 
 
+# ----------------------------------------------------------------------------- toy
+def _toy_run_dir(path: Path) -> Path:
+    return path if path.name.startswith("seed") else path.parent
+
+
+def check_toy_run(path: Path | str, log: Path | str | None = None, hmc_diagnostics: Path | str | None = None,
+                  rel_tol: float = REL_TOL) -> Verdict:
+    """A toy run (``results/toy/<ds>/<method>/seed<N>/predictions.npz`` or its folder) and
+    the HMC reference it is scored against.
+
+    ``method`` hmc: :func:`check_hmc_reference` on its ``diagnostics.json``. Otherwise both
+    must hold: the particles' logged ``train_nll`` (mean NLL per training point, full
+    data) stable over the last 20 % (tolerance ``max(rel_tol |level|, ABS_TOL_LOGP)``
+    nats) and not rising late, from ``logs/toy/<ds>/<method>/seed<N>.log``; and the HMC
+    reference (``hmc_diagnostics``, default ``../../hmc/seed<N>/diagnostics.json``, else
+    the first HMC seed there) converged by :func:`repens.hmc.convergence`.
+    """
+    run = _toy_run_dir(Path(path))
+    parts_ = run.parts
+    if "toy" not in parts_ or len(parts_) < parts_.index("toy") + 4:
+        return Verdict(None, f"{run}: not a toy run folder (toy/<dataset>/<method>/seed<N>)", "toy")
+    i = parts_.index("toy")
+    dataset, method, seed = parts_[i + 1], parts_[i + 2], run.name
+    if method == "hmc":
+        return check_hmc_reference(run / "diagnostics.json")
+    root = Path(*parts_[:i])
+    sources: list[str] = []
+    parts: list[tuple[bool | None, str]] = []
+    if log is None:
+        rel = Path("logs") / "toy" / dataset / method / f"{seed}.log"
+        found = next((c for c in (root / rel, root.parent / rel) if c.is_file()), None)
+    else:
+        found = Path(log) if Path(log).is_file() else None
+    if found is None:
+        parts.append((None, f"training log logs/toy/{dataset}/{method}/{seed}.log not found"))
+    else:
+        sources.append(str(found))
+        segs = parse_log(found)
+        ser = _series(segs[-1], "train_nll") if segs else None
+        if ser is None:
+            parts.append((None, f"log {found} records no train_nll history"))
+        else:
+            st = stability(ser, rel_tol=rel_tol, abs_tol=ABS_TOL_LOGP)
+            dg = degradation(ser, rel_tol=rel_tol, abs_tol=ABS_TOL_LOGP)
+            parts.append((st["ok"], st["text"]))
+            parts.append((dg["ok"], ("late degradation: " if dg["ok"] is False else "") + dg["text"]))
+    if hmc_diagnostics is None:
+        hmc_dir = root / "toy" / dataset / "hmc"
+        same = hmc_dir / seed / "diagnostics.json"
+        others = sorted(hmc_dir.glob("seed*/diagnostics.json"))
+        hmc_diagnostics = same if same.is_file() else (others[0] if others else same)
+    hv = check_hmc_reference(hmc_diagnostics)
+    sources += list(hv.sources)
+    parts.append((hv.converged, f"HMC reference {hmc_diagnostics}: {hv.label} ({hv.reason})"))
+    ok, text = _combine(parts)
+    return Verdict(ok, text, "toy", tuple(sources), {"hmc": hv})
+
+
 # ----------------------------------------------------------------------------- dispatch
 def check_run(path: Path | str, **kwargs: Any) -> Verdict:
     """Dispatch on the path: ``.../image/.../metrics.json``, ``.../uci/.../metrics.json``,
@@ -593,6 +654,8 @@ def check_run(path: Path | str, **kwargs: Any) -> Verdict:
         return check_image_run(p, **kwargs)
     if p.name == "metrics.json" and "uci" in parts:
         return check_uci_run(p, **kwargs)
+    if "toy" in parts:
+        return check_toy_run(p, **kwargs)
     if "synthetic" in parts:
         if p.suffix == ".log":
             return check_synthetic_run(p)
@@ -612,7 +675,8 @@ def check_tree(root: Path | str) -> list[tuple[str, Verdict]]:
     for kind in ("image", "uci"):
         runs += sorted((root / kind).glob("*/*/seed*/metrics.json"))
     runs += sorted(d for d in (root / "synthetic").glob("*/*/seed*") if d.is_dir())
-    runs += sorted(root.rglob("diagnostics.json"))
+    runs += sorted(d for d in (root / "toy").glob("*/*/seed*") if d.is_dir())
+    runs += sorted(p for p in root.rglob("diagnostics.json") if "toy" not in p.relative_to(root).parts)
     return [(str(r.relative_to(root)), check_run(r)) for r in runs]
 
 
