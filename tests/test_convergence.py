@@ -225,3 +225,17 @@ def test_toy_run_needs_both_sides(tmp_path):
     assert cv.check_toy_run(_toy_tree(tmp_path / "d", steep, 1.001)).converged is False
     hmc_dir = tmp_path / "a" / "results" / "toy" / "regression" / "hmc" / "seed1"
     assert cv.check_run(hmc_dir).kind == "hmc"
+
+
+def test_uci_rel_tol_from_recorded_se(tmp_path):
+    path = _uci_run(tmp_path, "svgd", 0.14)
+    data = json.loads(path.read_text())
+    data.update(rmse_mean=3.0, rmse_se=0.15)
+    path.write_text(json.dumps(data))
+    tol, text = cv.uci_rel_tol(path)
+    assert tol == pytest.approx(0.1) and "boston" in text
+    # a 3 % drift per last fifth passes at boston's 10 % but fails at the 1 % default
+    _uci_run(tmp_path, "de", 0.15)
+    drifting = _uci_run(tmp_path, "kde-wgd", 0.14, slope=0.0042 * 5)
+    assert cv.check_uci_run(drifting).converged is True
+    assert cv.check_uci_run(drifting, rel_tol=cv.REL_TOL).converged is False
