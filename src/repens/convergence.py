@@ -36,8 +36,8 @@ reason. A log that was resumed from a checkpoint holds only the steps after the 
   the series moved over the last fifth of training;
 * the *noise* ``sigma``: the sd of one logged value about the smooth trend over the
   last half of the log (residual sd about a least-squares quadratic, so that neither a
-  steady trend nor a settling curve's bend counts as noise), and the drift's standard
-  error ``se(D) = sigma x 0.2K / sqrt(sum (s - s_mean)^2)``;
+  steady trend nor a settling curve's bend counts as noise; at least the rounding error
+  of the log's 4 significant digits), and the drift's standard error ``se(D) = sigma x 0.2K / sqrt(sum (s - s_mean)^2)``;
 * *still moving*: ``|D| > K_SE se(D)`` (the drift is resolved from the noise, K_SE = 2 as
   in the scorecard) **and** ``|D| > REL_TOL x level`` (it is large enough to matter);
 * *late degradation* (a series that should fall): its fitted value at the last step
@@ -269,7 +269,11 @@ def _noise(values: np.ndarray) -> float:
     x = np.arange(n, dtype=float) - (n - 1) / 2
     coef = np.polyfit(x, half, deg)
     resid = half - np.polyval(coef, x)
-    return float(np.sqrt((resid ** 2).sum() / (n - deg - 1)))
+    sd = float(np.sqrt((resid ** 2).sum() / (n - deg - 1)))
+    # the log prints 4 significant digits (repens.train: ``{v:.4g}``): rounding error floor
+    top = float(np.max(np.abs(half)))
+    unit = 10.0 ** (math.floor(math.log10(top)) - 3) if top > 0 else 0.0
+    return max(sd, unit / math.sqrt(12.0))
 
 
 def stability(series: Series, rel_tol: float | None = REL_TOL, abs_tol: float = 0.0,
@@ -541,6 +545,7 @@ def check_uci_run(metrics_path: Path | str, log: Path | str | None = None,
         r_de = None
         if method == "de":  # the reference fit itself: a net that cannot reach noise_std is not unconverged
             r_ref = None
+            details.update(train_rmse=r, n_train=n, noise_std=sigma)
             parts.append((True, f"fit: DE is the reference (train RMSE {r:.4g}, noise_std {sigma:.3g})"))
         else:
             de_path = Path(de_metrics) if de_metrics else path.parent.parent.parent / "de" / path.parent.name / "metrics.json"
