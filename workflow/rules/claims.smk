@@ -14,6 +14,7 @@ from repens.last_good import shell as keep_last_good
 
 CLAIMS_OUTPUTS = [
     "results/claims.csv",
+    "results/claims_diagnostics.csv",
     "results/claims.md",
     "results/claims.html",
 ]
@@ -42,6 +43,8 @@ rule summarize_claims:
         uci_table=claims_input("uci", CLAIMS_UCI_TABLE) if FROM_REFERENCE else [],
     output:
         csv="results/claims.csv",
+        # written beside csv by the same command (repens.report.claims.diagnostics_path)
+        diagnostics="results/claims_diagnostics.csv",
         md="results/claims.md",
         html=report(
             "results/claims.html",
