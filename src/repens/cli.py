@@ -334,7 +334,7 @@ def _claims(args: argparse.Namespace) -> int:
     from repens.report.claims import write_scorecard
 
     files = {"synthetic": args.synthetic, "toy": args.toy, "table1": args.table1, "uci": args.uci,
-             "table1_paper": args.table1_paper, "uci_seeds": args.uci_seeds}
+             "table1_paper": args.table1_paper, "uci_seeds": args.uci_seeds, "convergence": args.convergence}
     write_scorecard(files, Path(args.out_csv), Path(args.out_md), _path(args.out_html), json.loads(args.labels))
     _sidecar(args.out_csv, [str(sidecar_path(p)) for p in files.values() if p and sidecar_path(p).exists()])
     return 0
@@ -574,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                        ("table1-paper", "workflow/resources/table1_paper.csv"),
                        ("uci-seeds", "workflow/resources/table2_seeds.csv")):
         p.add_argument(f"--{name}", help=f"{what} (absent or missing: its claims are 'not run')")
+    p.add_argument("--convergence", help="results/convergence.csv (python -m repens.report.claims convergence): a "
+                                         "comparison resting on an unconverged run is inconclusive")
     p.set_defaults(func=_claims)
 
     p = sub.add_parser("reference", help="the reference tree: keep a rebuild's tables, check a rebuild, write the results page")

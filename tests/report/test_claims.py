@@ -491,3 +491,122 @@ def test_scorecard_reads_the_tables_the_pipeline_writes(tmp_path):
     assert by_id["drle-repulsion-acts"]["verdict"] == "contradicted"
     assert "drle ||repulsion||/||drift|| (yacht) 0.0115 ± 0.00065, n=4 > 0.05 (negligible): contradicted" in \
         by_id["drle-repulsion-acts"]["comparisons"]
+
+
+# --------------------------------------------------------------------------- convergence
+
+
+def _convergence(path: Path, rows: list[tuple[str, str, str, str, str]]) -> Path:
+    """results/convergence.csv: (experiment, dataset, method, converged, reason) per run."""
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=cl.CONVERGENCE_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for experiment, dataset, method, converged, reason in rows:
+            writer.writerow({"experiment": experiment, "dataset": dataset, "method": method, "seed": "38",
+                             "converged": converged, "reason": reason, "log": ""})
+    return path
+
+
+def test_an_unconverged_run_makes_any_comparison_inconclusive():
+    ok = est(2.0, 0.1)
+    stuck = Estimate("x", 1.0, 0.1, 5, "paper", "results/t.csv", converged=False,
+                     convergence="image/d/m/seed38: monitor_nll drift +0.126 (+24.4%) per last 20%")
+    # would be reproduced, and (the other way) contradicted: inconclusive, saying why
+    for relation in (">", "<"):
+        c = compare(ok, relation, stuck)
+        assert c.verdict == "inconclusive" and c.reason.startswith("not converged: image/d/m/seed38: monitor_nll")
+        assert c.text().endswith("inconclusive (not converged: image/d/m/seed38: monitor_nll drift +0.126 "
+                                 "(+24.4%) per last 20%)")
+        assert "[not converged]" in c.text()
+    # on either side, and for an agreement too (would be contradicted: 1 apart, margin 0.1)
+    assert compare(stuck, "~", est(2.0, 0.01), margin=0.1).verdict == "inconclusive"
+    assert compare(est(1.0, 0.01), "~", replace_converged(est(1.0, 0.01), False), margin=0.1).verdict == "inconclusive"
+    # a quantity that is missing still makes it "not run"
+    assert compare(stuck, ">", Estimate.absent("y", "no row")).verdict == "not run"
+    # unknown convergence is shown but does not block
+    unknown = Estimate("x", 1.0, 0.1, 5, "paper", "results/t.csv", converged=None,
+                       convergence="no convergence check of the image/d/m runs")
+    c = compare(ok, ">", unknown)
+    assert c.verdict == "reproduced" and "[convergence unknown]" in c.text()
+    assert compare(ok, "<", unknown).verdict == "contradicted"
+    # converged: nothing shown
+    assert "[" not in compare(ok, ">", replace_converged(est(1.0, 0.1), True)).text()
+
+
+def replace_converged(e: Estimate, converged):
+    from dataclasses import replace
+
+    return replace(e, converged=converged, convergence="r")
+
+
+def test_table1_claim_inconclusive_on_an_unconverged_run(tmp_path):
+    files = {"table1": _table1(tmp_path / "table1.csv", "paper", ACCURACY),
+             "table1_paper": RESOURCES / "table1_paper.csv"}
+    all_ok = [("image", "fashionmnist", m, "True", "stable") for m in ACCURACY]
+    files["convergence"] = _convergence(tmp_path / "ok.csv", all_ok)
+    assert _fmnist(cl.Evidence(files)).verdict == "reproduced"
+    # one run not converged: reproduced becomes inconclusive; the paper's own numbers unaffected
+    bad = [r if r[2] != "sge-fwgd" else ("image", "fashionmnist", "sge-fwgd", "False",
+                                         "monitor_nll drift +0.126 (+24.4%) per last 20%; monitor_acc ok [from log x]")
+           for r in all_ok]
+    files["convergence"] = _convergence(tmp_path / "bad.csv", bad)
+    result = _fmnist(cl.Evidence(files))
+    assert result.verdict == "inconclusive" and result.source_verdict == "inconclusive"
+    stuck = [c for c in result.comparisons if c.reason]
+    assert len(stuck) == 2 and all(c.verdict == "inconclusive" for c in stuck)  # sge-fWGD against DE and SVGD
+    assert not any(c.reason for c in result.source_comparisons)
+    assert stuck[0].reason == ("not converged: image/fashionmnist/sge-fwgd/seed38: monitor_nll drift +0.126 "
+                               "(+24.4%) per last 20%")
+    assert cl.Evidence(files).table1("fashionmnist", "sge-fwgd", "accuracy").converged is False
+    # would be contradicted (below DE beyond the error bars): inconclusive
+    files["table1"] = _table1(tmp_path / "low" / "table1.csv", "paper", {**ACCURACY, "sge-fwgd": (90.0, 0.01)})
+    assert _fmnist(cl.Evidence(files)).verdict == "inconclusive"
+    # unknown (an empty cell, or no row for the runs) does not block
+    unknown = [r if r[2] != "sge-fwgd" else ("image", "fashionmnist", "sge-fwgd", "", "log not found")
+               for r in all_ok]
+    files["convergence"] = _convergence(tmp_path / "unknown.csv", unknown)
+    assert _fmnist(cl.Evidence(files)).verdict == "contradicted"
+    files["convergence"] = _convergence(tmp_path / "none.csv", [])
+    assert _fmnist(cl.Evidence(files)).verdict == "contradicted"
+    files["table1"] = _table1(tmp_path / "table1.csv", "paper", ACCURACY)
+    result = _fmnist(cl.Evidence(files))
+    assert result.verdict == "reproduced" and "[convergence unknown]" in cl.summary(result.comparisons, limit=20)
+
+
+def test_convergence_table_from_runs_and_their_logs(tmp_path):
+    """write_convergence: one row per Table 1 / Table 2 run present, the log read under
+    --log-root (a rebuild from the reference tree) when the provenance names one."""
+    ref = ROOT / "reference"
+    run = ref / "image" / "fashionmnist" / "fsvgd" / "seed38" / "metrics.json"
+    if not run.is_file():
+        pytest.skip("no reference run")
+    results = tmp_path / "results"
+    dest = results / "image" / "fashionmnist" / "fsvgd" / "seed38"
+    dest.mkdir(parents=True)
+    (dest / "metrics.json").write_bytes(run.read_bytes())
+    rows = cl.write_convergence(tmp_path / "convergence.csv", results)  # no log beside: unknown
+    assert [(r["method"], r["converged"]) for r in rows] == [("fsvgd", "")]
+    assert main(["claims", "--out-csv", str(tmp_path / "c.csv"), "--out-md", str(tmp_path / "c.md"),
+                 "--convergence", str(tmp_path / "convergence.csv")]) == 0
+    assert cl._main(["convergence", "--out", str(tmp_path / "convergence.csv"), "--results", str(results),
+                     "--log-root", str(ref)]) == 0
+    rows = list(csv.DictReader((tmp_path / "convergence.csv").open()))
+    assert [(r["experiment"], r["dataset"], r["method"], r["seed"], r["converged"]) for r in rows] == [
+        ("image", "fashionmnist", "fsvgd", "38", "False")]
+    assert rows[0]["log"].endswith("logs/image/fashionmnist/fsvgd/seed38.log")
+
+
+def test_summary_names_the_unconverged_runs():
+    stuck = Estimate("s", 1.0, 0.1, 5, "paper", "results/t.csv", converged=False,
+                     convergence="uci/kin8nm/dle/seed42: under-fit: train RMSE 0.7253 > bound 0.2698")
+    comparisons = [compare(est(2.0, 0.1), ">", stuck), compare(est(2.0, 0.1), ">", Estimate.absent("y", "F: missing"))]
+    assert cl.combine(comparisons) == "not run"
+    text = cl.summary(comparisons)
+    # the not-run reasons are the missing quantities' only; the unconverged run is named apart
+    assert text == ("1 of 2 comparisons not run (F: missing); 1 inconclusive (1 of them not converged); "
+                    "not converged: uci/kin8nm/dle/seed42 (under-fit: train RMSE 0.7253 > bound 0.2698)")
+    many = [compare(est(2.0, 0.1), ">", est(1.0, 0.1))] * 5 + [compare(est(2.0, 0.1), "<", est(1.0, 0.1)),
+                                                               comparisons[0]]
+    assert cl.combine(many) == "contradicted"
+    assert cl.summary(many).endswith("not converged: uci/kin8nm/dle/seed42 (under-fit: train RMSE 0.7253 > "
+                                     "bound 0.2698)")

@@ -8,6 +8,13 @@
 # hash is a param too, so a new Table 2 reruns the scorecard. Without it, the UCI claims
 # say "not run". With claims_build_table1: false, Table 1 is read the same way (a
 # paper-scale scorecard on a machine without a GPU).
+#
+# Whether the runs behind each Table 1 / Table 2 row converged (repens.convergence, from
+# each run's metrics.json and training log) is results/convergence.csv, written by the
+# cheap localrule check_convergence over the runs present after those tables are built;
+# the scorecard reads it (a comparison resting on an unconverged run is inconclusive).
+# A rebuild from the reference tree restores no logs: the check reads them in the tree
+# (reference/logs/..., the path each run's provenance names, under the tree).
 
 # aggregate rules copy their outputs to results/last_good/ (repens.last_good)
 from repens.last_good import shell as keep_last_good
@@ -26,10 +33,32 @@ CLAIMS_TABLE1 = "results/table1.csv"
 CLAIMS_BUILD_TABLE1 = config_flag("claims_build_table1")
 CLAIMS_SYNTHETIC = "results/synthetic/metrics.csv"
 CLAIMS_TOY = "results/toy/distance_to_hmc.csv"
+CLAIMS_CONVERGENCE = "results/convergence.csv"
 
 
 localrules:
     summarize_claims,
+    check_convergence,
+
+
+rule check_convergence:
+    input:
+        # the tables whose runs it checks are built first (Table 2: only from the tree)
+        table1=claims_input("image", CLAIMS_TABLE1) if CLAIMS_BUILD_TABLE1 else [],
+        uci_table=claims_input("uci", CLAIMS_UCI_TABLE) if FROM_REFERENCE else [],
+    output:
+        CLAIMS_CONVERGENCE,
+    log:
+        "logs/claims/check_convergence.log",
+    conda:
+        "../../envs/repens.yaml"
+    params:
+        log_root=f"--log-root {REFERENCE}" if FROM_REFERENCE else "",
+        uci_state=lambda wildcards: file_state(CLAIMS_UCI_TABLE),
+        table1_state=lambda wildcards: file_state(CLAIMS_TABLE1),
+    shell:
+        "python -m repens.report.claims convergence --results results {params.log_root}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule summarize_claims:
@@ -41,6 +70,7 @@ rule summarize_claims:
         uci_seeds=UCI_SEEDS,
         # from the reference tree Table 2 costs nothing: build it before the scorecard
         uci_table=claims_input("uci", CLAIMS_UCI_TABLE) if FROM_REFERENCE else [],
+        convergence=CLAIMS_CONVERGENCE,
     output:
         csv="results/claims.csv",
         # written beside csv by the same command (repens.report.claims.diagnostics_path)
@@ -76,5 +106,6 @@ rule summarize_claims:
             "python -m repens claims --labels {params.labels:q}"
             " --synthetic {params.synthetic:q} --toy {params.toy:q} --table1 {params.table1:q}"
             " --uci {params.uci:q} --table1-paper {input.table1_paper:q} --uci-seeds {input.uci_seeds:q}"
+            " --convergence {input.convergence:q}"
             " --out-csv {output.csv:q} --out-md {output.md:q} --out-html {output.html:q} > {log:q} 2>&1"
         )

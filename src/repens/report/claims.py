@@ -10,7 +10,9 @@ It reads tables only (never trains):
 * ``results/table1.csv`` (Table 1: :mod:`repens.report.image`),
 * ``results/table2_uci.csv`` (Table 2: :mod:`repens.report.uci`), when present,
 * the transcribed values of the papers: ``workflow/resources/table1_paper.csv`` and
-  ``workflow/resources/table2_seeds.csv``.
+  ``workflow/resources/table2_seeds.csv``,
+* ``results/convergence.csv`` (:func:`write_convergence`: the :mod:`repens.convergence`
+  verdict of each Table 1 / Table 2 run, from its ``metrics.json`` and training log), when given.
 
 The scale of a table (``quick`` or ``paper``) comes from its ``scale`` column, else from
 its provenance sidecar ``<csv>.provenance.json`` (:mod:`repens.provenance`).
@@ -43,7 +45,10 @@ a printed value's interval is widened by its rounding (:attr:`Estimate.rounding`
   ``K (se_a + se_b)`` for an ordering (plus rounding). An agreement whose detectable
   difference exceeds its margin cannot be reproduced at the measured error bars;
 * *not run*: a quantity is missing (its file, or its row), or it was made at a scale
-  other than ``paper``, or it has fewer than 2 seeds (no standard error).
+  other than ``paper``, or it has fewer than 2 seeds (no standard error);
+* *inconclusive (not converged: <reason>)*: a comparison that ran, one of whose quantities
+  rests on runs that did not converge (:attr:`Estimate.converged` False), whatever its
+  figures; unknown convergence (None) is shown ("[convergence unknown]") but does not block.
 
 A claim's verdict combines its comparisons: *contradicted* if any is, else *not run* if
 any is, else *reproduced* if all are, else *inconclusive*. Only the papers' claims
@@ -67,7 +72,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +97,8 @@ __all__ = [
     "scorecard_rows",
     "scorecard_markdown",
     "write_scorecard",
+    "convergence_rows",
+    "write_convergence",
 ]
 
 #: Each quantity's interval is mean ± K standard errors.
@@ -104,6 +111,8 @@ PUBLISHED = "published"
 EXACT = "exact"
 #: below this ||repulsion|| / ||drift|| (averaged over training) a repulsion is negligible
 NEGLIGIBLE_REPULSION = 0.05
+#: a comparison's reason when its verdict is inconclusive because a run did not converge
+NOT_CONVERGED = "not converged"
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -132,7 +141,10 @@ class Estimate:
     file it was read from (names it in "not run" reasons). ``rounding``: half a unit of
     the last digit a paper printed (0.005 for "0.07 ± 0.00"): the interval is widened by
     it and the error taken as at least it, so a value printed as 0.00 ± 0.00 reads as
-    "below 0.005", not as exact.
+    "below 0.005", not as exact. ``converged`` / ``convergence``: whether the runs behind
+    it converged (:mod:`repens.convergence`, read from ``results/convergence.csv``: True,
+    False, or None when unknown) and the one-line reason; ``convergence`` is empty where
+    no check applies (a printed value, a constant, or no convergence table given).
     """
 
     label: str
@@ -143,6 +155,8 @@ class Estimate:
     source: str = ""
     missing: str | None = None
     rounding: float = 0.0
+    converged: bool | None = None
+    convergence: str = ""
 
     @classmethod
     def constant(cls, label: str, value: float) -> "Estimate":
@@ -178,7 +192,9 @@ class Estimate:
         if self.scale == EXACT:  # a constant's label names its value
             return self.label
         n = f", n={self.n}" if self.n else ""
-        return f"{self.label} {_num(self.value)} ± {_num(self.se, 2)}{n}"
+        flag = ("" if not self.convergence or self.converged is True
+                else " [not converged]" if self.converged is False else " [convergence unknown]")
+        return f"{self.label} {_num(self.value)} ± {_num(self.se, 2)}{n}{flag}"
 
 
 @dataclass(frozen=True)
@@ -208,6 +224,8 @@ class Comparison:
 
     def text(self) -> str:
         head = f"{self.a.text()} {self.relation} {self.b.text()}"
+        if self.reason.startswith(NOT_CONVERGED):  # the verdict is not the figures': say why
+            return f"{head}: {self.verdict} ({self.reason})"
         if self.margin is not None and _finite(self.difference):
             note = "; error bars wider than the margin" if self.undetectable else ""
             sign = {"~": "±", "<=": "+", ">=": "-"}[self.relation]
@@ -222,6 +240,20 @@ def _half(e: Estimate, k: float) -> tuple[float, float]:
 
 
 def compare(a: Estimate, relation: str, b: Estimate, k: float = K, margin: float | None = None) -> Comparison:
+    """The verdict of the claim ``a <relation> b`` (:func:`_compare`), but *inconclusive
+    (not converged: <reason>)* when it ran and the runs behind ``a`` or ``b`` did not
+    converge (:attr:`Estimate.converged` False): a comparison resting on an unconverged run
+    says nothing about the methods, so it is never reproduced or contradicted. Unknown
+    convergence (None) is shown (:meth:`Estimate.text`) but does not block."""
+    c = _compare(a, relation, b, k, margin)
+    failed = [e for e in (a, b) if e.converged is False]
+    if c.verdict == "not run" or not failed:
+        return c
+    why = "; ".join(dict.fromkeys(e.convergence or "no reason recorded" for e in failed))
+    return replace(c, verdict="inconclusive", reason=f"{NOT_CONVERGED}: {why}")
+
+
+def _compare(a: Estimate, relation: str, b: Estimate, k: float = K, margin: float | None = None) -> Comparison:
     """The verdict of the claim ``a <relation> b``.
 
     ``relation``: ``">"`` / ``"<"`` (ordering: the mean ± ``k`` s.e. intervals disjoint in
@@ -322,22 +354,46 @@ def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
     verdict = combine(comparisons)
 
     def counts(items: Sequence[Comparison]) -> str:
-        return ", ".join(f"{sum(c.verdict == v for c in items)} {v}" for v in VERDICTS
-                         if any(c.verdict == v for c in items))
+        stuck = sum(c.reason.startswith(NOT_CONVERGED) for c in items)
+        return ", ".join(f"{sum(c.verdict == v for c in items)} {v}"
+                         + (f" ({stuck} of them not converged)" if v == "inconclusive" and stuck else "")
+                         for v in VERDICTS if any(c.verdict == v for c in items))
 
     if verdict == "not run":
-        reasons = _grouped(dict.fromkeys(r for c in comparisons for r in c.reason.split("; ") if r))
+        reasons = _grouped(dict.fromkeys(r for c in comparisons if c.verdict == "not run"
+                                         for r in c.reason.split("; ") if r))
         text = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
         ran = [c for c in comparisons if c.verdict != "not run"]
         if ran:
             text = f"{len(comparisons) - len(ran)} of {len(comparisons)} comparisons not run ({text}); {counts(ran)}"
+            text += _not_converged(ran)
         return text
     if len(comparisons) <= limit:
         return "; ".join(c.text() for c in comparisons)
     deciding = [c for c in comparisons if c.verdict == verdict and verdict != "reproduced"]
     shown = "; ".join(c.text() for c in deciding[:limit])
     more = f"; and {len(deciding) - limit} more" if len(deciding) > limit else ""
-    return f"{len(comparisons)} comparisons: {counts(comparisons)}" + (f". {shown}{more}" if shown else "")
+    return (f"{len(comparisons)} comparisons: {counts(comparisons)}" + (f". {shown}{more}" if shown else "")
+            + _not_converged([c for c in comparisons if c not in deciding[:limit]]))
+
+
+_RUN = re.compile(r"(?:^|; )(?:not converged: )?(?P<run>[\w-]+/[\w-]+/[\w-]+/seed\d+): (?P<why>[^;]*)")
+
+
+def _not_converged(comparisons: Sequence[Comparison], limit: int = 4) -> str:
+    """"; not converged: <run> (<its reason>), <run>, ...": the runs that made comparisons
+    inconclusive, the first with its reason (empty if none)."""
+    runs: dict[str, str] = {}
+    for c in comparisons:
+        if c.reason.startswith(NOT_CONVERGED):
+            for m in _RUN.finditer(c.reason):
+                runs.setdefault(m["run"], m["why"].strip())
+    if not runs:
+        return ""
+    items = list(runs.items())
+    shown = [f"{items[0][0]} ({items[0][1]})"] + [run for run, _ in items[1:limit]]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return f"; not converged: {', '.join(shown)}{more}"
 
 
 # --------------------------------------------------------------------------- reading tables
@@ -417,7 +473,9 @@ class Evidence:
     then "not run", naming the file).
 
     Args:
-        files: ``{"synthetic", "toy", "table1", "uci"}`` -> path (or None).
+        files: ``{"synthetic", "toy", "table1", "uci"}`` -> path (or None); ``"convergence"``:
+            ``results/convergence.csv`` (:func:`write_convergence`), the verdict of each run
+            behind a Table 1 / Table 2 row (absent key: no check applies).
         labels: method key -> display name (config.yaml's labels).
     """
 
@@ -529,8 +587,32 @@ class Evidence:
         r = mine[0]
         if f"{metric}_mean" not in r:
             return Estimate.absent(label, f"{self.paths[key]}: no column {metric}_mean")
+        converged, why = self.convergence(_EXPERIMENTS[key], dataset, method)
         return Estimate(label, _float(r[f"{metric}_mean"]), _float(r.get(f"{metric}_se")), _int(r.get(f"{metric}_n")),
-                        self._scale(key, mine), str(self.paths[key]))
+                        self._scale(key, mine), str(self.paths[key]), converged=converged, convergence=why)
+
+    # ---- whether the runs behind a Table 1 / Table 2 row converged (results/convergence.csv)
+    def convergence(self, experiment: str, dataset: str, method: str) -> tuple[bool | None, str]:
+        """(converged, one-line reason) of the runs ``<experiment>/<dataset>/<method>/seed*``:
+        False if any run's check failed (the first failing run's reason), else None if any
+        is unknown or there is no row for them, else True. ``(None, "")`` when no
+        convergence table is given (no check applies)."""
+        if self.paths.get("convergence") is None:
+            return None, ""
+        rows, why = self.rows("convergence")
+        if rows is None:
+            return None, f"convergence unknown ({why})"
+        mine = [r for r in rows if (r.get("experiment"), r.get("dataset"), r.get("method"))
+                == (experiment, dataset, method)]
+        if not mine:
+            return None, f"no convergence check of the {experiment}/{dataset}/{method} runs"
+        verdicts = [(_verdict_value(r.get("converged")), r) for r in mine]
+        for value in (False, None):
+            hit = [r for v, r in verdicts if v is value]
+            if hit:
+                r = hit[0]
+                return value, f"{experiment}/{dataset}/{method}/seed{r.get('seed')}: {_first_part(r.get('reason', ''))}"
+        return True, f"{len(mine)} run(s) converged"
 
     # ---- the seed papers' published UCI values (workflow/resources/table2_seeds.csv)
     def seed_value(self, source: str, dataset: str, method: str, metric: str) -> Estimate:
@@ -549,6 +631,19 @@ class Evidence:
 
 
 _SOURCE_NAMES = {"pearce2020": "Pearce's", "wild2023": "Wild's"}
+#: the experiment (results/<experiment>/...) whose runs make each block table's rows
+_EXPERIMENTS = {"table1": "image", "uci": "uci"}
+
+
+def _verdict_value(text: Any) -> bool | None:
+    """A ``converged`` cell: True / False, anything else unknown (None)."""
+    return {"true": True, "false": False}.get(str(text).strip().lower())
+
+
+def _first_part(reason: str) -> str:
+    """The first clause of a :class:`repens.convergence.Verdict` reason (its failing check
+    comes first), so the scorecard's reason stays one short line."""
+    return reason.split("; ")[0].split(" [")[0].strip() or "no reason recorded"
 
 
 class PaperEvidence(Evidence):
@@ -951,6 +1046,7 @@ FILES = {
     "uci": "results/table2_uci.csv",
     "table1_paper": "workflow/resources/table1_paper.csv",
     "uci_seeds": "workflow/resources/table2_seeds.csv",
+    "convergence": "results/convergence.csv",
 }
 
 
@@ -1025,7 +1121,10 @@ LEGEND = (
     "detect: for an ordering 2 (se_a + se_b)); where it exceeds an agreement's margin, that comparison cannot be "
     "reproduced at the measured error bars. **not run**: a "
     "quantity's file or row is missing, or it was made at a scale other than paper, or from fewer than 2 seeds "
-    "(no standard error). A claim is contradicted if any of its comparisons is, else not run if any is, else "
+    "(no standard error). **inconclusive (not converged)**: a comparison resting on a Table 1 / Table 2 row whose "
+    "runs did not converge (results/convergence.csv), whatever its figures; unknown convergence is shown "
+    "('[convergence unknown]') but does not block. A claim is contradicted if any of its comparisons is, else not "
+    "run if any is, else "
     "reproduced if all are, else inconclusive. 'On the paper's numbers': the same check on the values the "
     "source paper prints (n/a where it shows a figure only, or where the claim is about matching them). "
     "Diagnostics are checks of our own runs, not claims of a paper: judged the same way, listed apart, not "
@@ -1131,3 +1230,88 @@ def write_scorecard(files: Mapping[str, Path | str | None], out_csv: Path | str,
                     f"{body}</body>{tail}")
         write_text_atomic(Path(out_html), page)
     return rows + diag_rows
+
+
+# --------------------------------------------------------------------------- convergence
+CONVERGENCE_COLUMNS = ("experiment", "dataset", "method", "seed", "converged", "reason", "log")
+
+
+def convergence_rows(results: Path | str = "results", log_root: Path | str | None = None) -> list[dict[str, str]]:
+    """The convergence verdict (:mod:`repens.convergence`) of every Table 1 and Table 2 run
+    present under ``results`` (``<results>/{image,uci}/<dataset>/<method>/seed<N>/metrics.json``).
+
+    Each run's log is ``<log_root>/<provenance.log>`` when ``log_root`` is given and that
+    file exists (a rebuild from the reference tree: its logs stay in ``reference/logs/``,
+    never restored), else the one :mod:`repens.convergence` finds beside ``results``
+    (``logs/...``). A UCI run's fit check reads the deep ensemble's log the same way."""
+    from repens.convergence import check_image_run, check_uci_run
+
+    results = Path(results)
+
+    def log_of(metrics_path: Path) -> Path | None:
+        if log_root is None:
+            return None
+        try:
+            rel = (json.loads(metrics_path.read_text()).get("provenance") or {}).get("log")
+        except (OSError, ValueError):
+            return None
+        path = Path(log_root) / rel if rel else None
+        return path if path is not None and path.is_file() else None
+
+    rows = []
+    for experiment in ("image", "uci"):
+        for path in sorted((results / experiment).glob("*/*/seed*/metrics.json")):
+            dataset, method, seed = path.parts[-4], path.parts[-3], path.parts[-2].removeprefix("seed")
+            log = log_of(path)
+            if experiment == "image":
+                verdict = check_image_run(path, log=log)
+            else:
+                de = path.parent.parent.parent / "de" / path.parent.name / "metrics.json"
+                verdict = check_uci_run(path, log=log, de_log=log_of(de) if de.is_file() else None)
+            logs = [s for s in verdict.sources if s.endswith(".log")]
+            rows.append({"experiment": experiment, "dataset": dataset, "method": method, "seed": seed,
+                         "converged": "" if verdict.converged is None else str(verdict.converged),
+                         "reason": " ".join(verdict.reason.split()),
+                         "log": _shown_path(logs[0]) if logs else ""})
+    return rows
+
+
+def write_convergence(out_csv: Path | str, results: Path | str = "results",
+                      log_root: Path | str | None = None) -> list[dict[str, str]]:
+    """``results/convergence.csv``: :func:`convergence_rows`, one row per run (``converged``
+    True / False / empty for unknown), which the scorecard reads (:meth:`Evidence.convergence`)."""
+    import io
+
+    from repens.atomic import write_text_atomic
+
+    rows = convergence_rows(results, log_root)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CONVERGENCE_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(Path(out_csv), buffer.getvalue())
+    return rows
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    """``python -m repens.report.claims convergence --out F [--results D] [--log-root D]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m repens.report.claims")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("convergence", help="results/convergence.csv: the convergence verdict of each "
+                                           "Table 1 / Table 2 run present")
+    p.add_argument("--out", required=True)
+    p.add_argument("--results", default="results")
+    p.add_argument("--log-root", help="read each run's log (provenance.log) under this folder "
+                                      "(the reference tree's, in a rebuild from it)")
+    args = parser.parse_args(argv)
+    rows = write_convergence(args.out, args.results, args.log_root)
+    counts = {label: sum(r["converged"] == value for r in rows)
+              for label, value in (("converged", "True"), ("not converged", "False"), ("unknown", ""))}
+    print(f"{len(rows)} runs: " + ", ".join(f"{n} {label}" for label, n in counts.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
