@@ -38,7 +38,7 @@ PUBLISHED = (
     "toy/distance_to_hmc.csv", "figures/fig1_regression.png", "figures/fig3_classification.png",
     "table1.csv", "table1_vs_paper.csv", "table1.png",
     "table2_uci.csv", "table2_vs_seeds.csv", "table2_vs_de.csv",
-    "claims.csv", "claims_diagnostics.csv", "claims.md",
+    "claims.csv", "claims_diagnostics.csv", "claims.md", "convergence.csv",
 )
 
 #: Relative tolerance of :func:`check` for numbers. A rebuild reads the same stored
