@@ -71,6 +71,7 @@ def test_dry_run_default_target(tmp_path):
         "prepare_images": 2,
         "train_image": len(CONFIG["experiments"]["image"]["methods"]) * len(CONFIG["seeds"]),
         "summarize_image": 1,
+        "check_convergence": 1,
         "summarize_claims": 1,
         "all": 1,
     }
