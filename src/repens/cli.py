@@ -15,6 +15,10 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 * ``uci-table ... METRICS.json...``: Table 2 (UCI regression) and its comparison with the seeds.
 * ``claims --out-csv F --out-md F [--synthetic F --toy F --table1 F --uci F ...]``: the claim
   scorecard over the result tables (a missing table makes its claims "not run").
+* ``claim-figures --comparisons F --out-dir D``: one evidence figure per claim, from the
+  scorecard's ``claims_comparisons.csv`` (:mod:`repens.report.claim_figures`).
+* ``claims-page --claims F --figures D --out F``: the scorecard's HTML from its CSVs, each
+  claim's evidence figure embedded.
 * ``budget [--scale paper] [--timings F | --save-timings F]``: device-hours of Table 1's
   jobs per dataset x method on this device (step times timed here or read), before any
   run (:mod:`repens.budget`).
@@ -340,6 +344,22 @@ def _claims(args: argparse.Namespace) -> int:
     return 0
 
 
+def _claim_figures(args: argparse.Namespace) -> int:
+    from repens.report.claim_figures import write_claim_figures
+
+    written = write_claim_figures(args.comparisons, args.out_dir)
+    print(f"wrote {len(written)} figures in {args.out_dir}")
+    return 0
+
+
+def _claims_page(args: argparse.Namespace) -> int:
+    from repens.report.claims import write_scorecard_html
+
+    write_scorecard_html(args.claims, args.out, args.figures)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _budget(args: argparse.Namespace) -> int:
     from repens.budget import (BudgetError, budget, device_name, format_budget, load_config, plan, read_timings,
                                time_stage, timing_rows, write_timings)
@@ -577,6 +597,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--convergence", help="results/convergence.csv (python -m repens.report.claims convergence): a "
                                          "comparison resting on an unconverged run is inconclusive")
     p.set_defaults(func=_claims)
+
+    p = sub.add_parser("claim-figures", help="one evidence figure per claim, from the scorecard's comparisons CSV")
+    p.add_argument("--comparisons", required=True, help="results/claims_comparisons.csv (written by `claims`)")
+    p.add_argument("--out-dir", required=True, help="where <claim id>.png go")
+    p.set_defaults(func=_claim_figures)
+
+    p = sub.add_parser("claims-page", help="the scorecard's HTML from its CSVs, with each claim's evidence figure")
+    p.add_argument("--claims", required=True, help="results/claims.csv (its _diagnostics.csv is read beside it)")
+    p.add_argument("--figures", help="the folder of the evidence figures (claim-figures --out-dir)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_claims_page)
 
     p = sub.add_parser("reference", help="the reference tree: keep a rebuild's tables, check a rebuild, write the results page")
     p.add_argument("action", choices=["publish", "check", "page"],

@@ -60,9 +60,12 @@ check on the paper's own numbers is given beside ours (``source_verdict``): how 
 the claim is in its own paper at this rule.
 
 :func:`write_scorecard` writes ``results/claims.csv`` (the papers' claims),
-``claims_diagnostics.csv`` beside it (the diagnostics, same columns), ``claims.md`` (a table
-of the claims, one of the diagnostics and a legend of the rule) and the HTML of the
-Snakemake report.
+``claims_diagnostics.csv`` beside it (the diagnostics, same columns),
+``claims_comparisons.csv`` (one row per comparison of every claim and diagnostic, with its
+numbers: what the evidence figures of :mod:`repens.report.claim_figures` draw) and
+``claims.md`` (a table of the claims, one of the diagnostics and a legend of the rule).
+:func:`write_scorecard_html` writes the HTML of the Snakemake report from those CSVs and
+the evidence figures (files only).
 """
 
 from __future__ import annotations
@@ -87,6 +90,9 @@ __all__ = [
     "detectable_summary",
     "headline",
     "diagnostics_path",
+    "comparisons_path",
+    "COMPARISON_COLUMNS",
+    "comparison_rows",
     "Claim",
     "CLAIMS",
     "DIAGNOSTICS",
@@ -97,6 +103,8 @@ __all__ = [
     "scorecard_rows",
     "scorecard_markdown",
     "write_scorecard",
+    "scorecard_html",
+    "write_scorecard_html",
     "convergence_rows",
     "write_convergence",
 ]
@@ -1181,22 +1189,59 @@ def diagnostics_path(out_csv: Path | str) -> Path:
     return out_csv.with_name(f"{out_csv.stem}_diagnostics{out_csv.suffix or '.csv'}")
 
 
+def comparisons_path(out_csv: Path | str) -> Path:
+    """Where the per-comparison CSV goes: ``<stem>_comparisons.csv`` beside ``out_csv``."""
+    out_csv = Path(out_csv)
+    return out_csv.with_name(f"{out_csv.stem}_comparisons{out_csv.suffix or '.csv'}")
+
+
+#: the columns of ``claims_comparisons.csv`` (:func:`comparison_rows`)
+COMPARISON_COLUMNS = (
+    "claim", "kind", "claim_verdict", "index", "a", "relation", "b", "a_value", "a_se", "a_n", "b_value", "b_se",
+    "b_n", "difference", "detectable", "margin", "verdict", "reason",
+)
+
+
+def comparison_rows(results: Sequence[Result]) -> list[dict[str, Any]]:
+    """One row per comparison of each result (:data:`COMPARISON_COLUMNS`): the claim id,
+    claim or diagnostic, the claim's verdict, the comparison's index, both quantities (label, mean, s.e., n),
+    ``difference`` (a - b), ``detectable`` (the half-width of the interval the rule reads),
+    ``margin`` (empty for an ordering), the verdict and its reason (nan: not run)."""
+    rows = []
+    for r in results:
+        for i, c in enumerate(r.comparisons, 1):
+            rows.append({
+                "claim": r.claim.id, "kind": "diagnostic" if r.claim.diagnostic else "claim",
+                "claim_verdict": r.verdict, "index": i,
+                "a": c.a.label, "relation": c.relation, "b": c.b.label,
+                "a_value": c.a.value, "a_se": c.a.se, "a_n": c.a.n,
+                "b_value": c.b.value, "b_se": c.b.se, "b_n": c.b.n,
+                "difference": c.difference, "detectable": c.detectable,
+                "margin": "" if c.margin is None else c.margin,
+                "verdict": c.verdict, "reason": c.reason,
+            })
+    return rows
+
+
 def write_scorecard(files: Mapping[str, Path | str | None], out_csv: Path | str, out_md: Path | str,
                     out_html: Path | str | None = None, labels: Mapping[str, str] | None = None,
                     claims: Sequence[Claim] = CLAIMS,
                     diagnostics: Sequence[Claim] = DIAGNOSTICS) -> list[dict[str, Any]]:
     """Evaluate every claim and diagnostic on the tables in ``files`` (keys of
     :data:`FILES`; a missing path or file makes its checks "not run") and write the CSV
-    of the claims (``out_csv``), that of the diagnostics (:func:`diagnostics_path`), the
-    Markdown and the HTML. Returns the rows, claims first."""
+    of the claims (``out_csv``), that of the diagnostics (:func:`diagnostics_path`), that
+    of the comparisons (:func:`comparisons_path`), the Markdown and, when ``out_html`` is
+    given, the HTML without figures (:func:`write_scorecard_html` adds them). Returns the
+    rows, claims first."""
     import pandas as pd
 
     from repens.atomic import write_text_atomic
-    from repens.report.tables import plain_table, to_html, write_table
+    from repens.report.tables import plain_table, write_table
 
     evidence = Evidence(files, labels)
-    rows = scorecard_rows(evaluate(evidence, claims), files)
-    diag_rows = scorecard_rows(evaluate(evidence, diagnostics), files)
+    results, diag_results = evaluate(evidence, claims), evaluate(evidence, diagnostics)
+    rows = scorecard_rows(results, files)
+    diag_rows = scorecard_rows(diag_results, files)
     scales = {}
     for key in ("synthetic", "toy", "table1", "uci"):
         table, _ = evidence.rows(key)
@@ -1206,30 +1251,91 @@ def write_scorecard(files: Mapping[str, Path | str | None], out_csv: Path | str,
     diag_frame = pd.DataFrame(diag_rows, columns=columns)
     write_table(plain_table(frame, title="Claim scorecard"), out_csv=out_csv)
     write_table(plain_table(diag_frame, title="Claim scorecard: diagnostics"), out_csv=diagnostics_path(out_csv))
+    each = pd.DataFrame(comparison_rows([*results, *diag_results]), columns=list(COMPARISON_COLUMNS))
+    write_table(plain_table(each, title="Claim scorecard: comparisons"), out_csv=comparisons_path(out_csv))
     write_text_atomic(Path(out_md), scorecard_markdown(rows + diag_rows, scales))
     if out_html is not None:
-        # the verdicts in bold; the legend without its Markdown emphasis; long text wraps
-        # (repens.report.tables.to_html), so the verdicts are seen on a 1,500-pixel screen
-        def html(table: pd.DataFrame, title: str, note: str) -> str:
-            shown = table[["id", "source", "claim", "margin", "figures", "detectable", "verdict",
-                           "source_verdict"]].rename(columns={"source_verdict": "on the paper's numbers"})
-            shown = shown.reset_index(drop=True)
-            bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
-            bold["verdict"] = True
-            return to_html(plain_table(shown, title=title, note=note, bold=bold, wrap=True))
-
-        page = html(frame, f"Claim scorecard (beyond the paper): {headline(rows)}", LEGEND.replace("**", ""))
-        if diag_rows:  # a section of its own (its styles and table in the same page; ids apart)
-            diag = html(diag_frame, "Diagnostics: checks of our own runs, not claims (not counted above)",
-                        "").replace("T_repens", "T_repens_diagnostics")
-            style = diag.split("<head>", 1)[1].split("</head>", 1)[0]
-            body = diag.split("<body>", 1)[1].rsplit("</body>", 1)[0]
-            head, rest = page.split("</head>", 1)
-            main_body, tail = rest.rsplit("</body>", 1)
-            page = (f"{head}{style}</head>{main_body}<h2>Diagnostics (checks of our own runs, not claims)</h2>"
-                    f"{body}</body>{tail}")
-        write_text_atomic(Path(out_html), page)
+        write_text_atomic(Path(out_html), scorecard_html(frame, diag_frame))
     return rows + diag_rows
+
+
+def _figure_html(claim_id: str, verdict: str, png: Path) -> str:
+    import base64
+    import html
+
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    name = html.escape(claim_id)
+    return (f'<figure id="evidence-{name}" style="margin: 1em 0"><img src="data:image/png;base64,{data}" '
+            f'alt="evidence for {name}" style="max-width: 100%"><figcaption>{name}: {html.escape(verdict)}'
+            "</figcaption></figure>")
+
+
+def scorecard_html(frame: Any, diag_frame: Any, figures: Path | str | None = None) -> str:
+    """The scorecard page: the claims' table (verdicts in bold, long text wrapped, the
+    legend), the diagnostics' apart and, with ``figures`` (the folder of
+    :mod:`repens.report.claim_figures`), each claim's evidence figure embedded as a
+    base64 ``<img>`` (a self-contained page; a claim without its PNG is listed as such)."""
+    import html as html_text
+
+    import pandas as pd
+
+    from repens.report.tables import plain_table, to_html
+
+    # the verdicts in bold; the legend without its Markdown emphasis; long text wraps
+    # (repens.report.tables.to_html), so the verdicts are seen on a 1,500-pixel screen
+    def html(table: pd.DataFrame, title: str, note: str) -> str:
+        shown = table[["id", "source", "claim", "margin", "figures", "detectable", "verdict",
+                       "source_verdict"]].rename(columns={"source_verdict": "on the paper's numbers"})
+        shown = shown.reset_index(drop=True)
+        bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
+        bold["verdict"] = True
+        return to_html(plain_table(shown, title=title, note=note, bold=bold, wrap=True))
+
+    rows = frame.to_dict("records")
+    page = html(frame, f"Claim scorecard (beyond the paper): {headline(rows)}", LEGEND.replace("**", ""))
+    extra = ""
+    if len(diag_frame):  # a section of its own (its styles and table in the same page; ids apart)
+        diag = html(diag_frame, "Diagnostics: checks of our own runs, not claims (not counted above)",
+                    "").replace("T_repens", "T_repens_diagnostics")
+        style = diag.split("<head>", 1)[1].split("</head>", 1)[0]
+        body = diag.split("<body>", 1)[1].rsplit("</body>", 1)[0]
+        head, rest = page.split("</head>", 1)
+        page = f"{head}{style}</head>{rest}"
+        extra += f"<h2>Diagnostics (checks of our own runs, not claims)</h2>{body}"
+    if figures is not None:
+        folder = Path(figures)
+        items = []
+        for r in [*rows, *diag_frame.to_dict("records")]:
+            png = folder / f"{r['id']}.png"
+            items.append(_figure_html(str(r["id"]), str(r["verdict"]), png) if png.is_file()
+                         else f"<p>{html_text.escape(str(r['id']))}: no figure ({html_text.escape(str(png))})</p>")
+        extra += ("<h2>Evidence: each comparison's difference a - b with the interval the rule reads</h2>"
+                  + "".join(items))
+    if extra:
+        main_body, tail = page.rsplit("</body>", 1)
+        page = f"{main_body}{extra}</body>{tail}"
+    return page
+
+
+def write_scorecard_html(claims_csv: Path | str, out_html: Path | str, figures: Path | str | None = None) -> str:
+    """``claims.html`` from the files only: ``claims_csv`` and the diagnostics' CSV beside
+    it (:func:`diagnostics_path`, written by :func:`write_scorecard`) and the evidence
+    figures in ``figures`` (one ``<claim id>.png`` each)."""
+    import pandas as pd
+
+    from repens.atomic import write_text_atomic
+
+    def read(path: Path) -> pd.DataFrame:
+        if not path.is_file():
+            from repens.report.files import ResultFileMissing
+
+            raise ResultFileMissing(f"{path}: no such scorecard file (python -m repens claims writes it)")
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+    claims_csv = Path(claims_csv)
+    page = scorecard_html(read(claims_csv), read(diagnostics_path(claims_csv)), figures)
+    write_text_atomic(Path(out_html), page)
+    return page
 
 
 # --------------------------------------------------------------------------- convergence

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import seaborn as sns
 
-__all__ = ["STYLE", "CONTEXT", "FONT_SCALE", "PALETTE", "figure_style"]
+__all__ = ["STYLE", "CONTEXT", "FONT_SCALE", "PALETTE", "VERDICT_COLOURS", "figure_style"]
 
 #: seaborn axes style, plotting context and font scale of every report figure.
 STYLE = "ticks"
@@ -32,6 +32,14 @@ PALETTE: dict[str, tuple[float, float, float]] = {
     "mean": sns.dark_palette(_DEEP[0], 3)[1],
     "truth": (0.2, 0.2, 0.2),
     "data": (0.0, 0.0, 0.0),
+}
+
+#: One colour per verdict of the claim scorecard (the evidence figures, their legend).
+VERDICT_COLOURS: dict[str, tuple[float, float, float]] = {
+    "reproduced": _DEEP[2],
+    "contradicted": _DEEP[3],
+    "inconclusive": _DEEP[1],
+    "not run": (0.55, 0.55, 0.55),
 }
 
 
