@@ -15,6 +15,11 @@
 # the scorecard reads it (a comparison resting on an unconverged run is inconclusive).
 # A rebuild from the reference tree restores no logs: the check reads them in the tree
 # (reference/logs/..., the path each run's provenance names, under the tree).
+#
+# The evidence of each claim as a picture: summarize_claims also writes one row per
+# comparison (results/claims_comparisons.csv); plot_claim_evidence draws one forest plot
+# per claim and diagnostic from it alone (repens.report.claim_figures), and
+# write_claims_page makes claims.html from the scorecard's CSVs and those figures.
 
 # aggregate rules copy their outputs to results/last_good/ (repens.last_good)
 from repens.last_good import shell as keep_last_good
@@ -22,7 +27,9 @@ from repens.last_good import shell as keep_last_good
 CLAIMS_OUTPUTS = [
     "results/claims.csv",
     "results/claims_diagnostics.csv",
+    "results/claims_comparisons.csv",
     "results/claims.md",
+    "results/figures/claims",
     "results/claims.html",
 ]
 
@@ -39,6 +46,8 @@ CLAIMS_CONVERGENCE = "results/convergence.csv"
 localrules:
     summarize_claims,
     check_convergence,
+    plot_claim_evidence,
+    write_claims_page,
 
 
 rule check_convergence:
@@ -75,14 +84,9 @@ rule summarize_claims:
         csv="results/claims.csv",
         # written beside csv by the same command (repens.report.claims.diagnostics_path)
         diagnostics="results/claims_diagnostics.csv",
+        # one row per comparison, beside csv (repens.report.claims.comparisons_path)
+        comparisons="results/claims_comparisons.csv",
         md="results/claims.md",
-        html=report(
-            "results/claims.html",
-            caption="../report/claims.rst",
-            category=CLAIMS_CATEGORY,
-            subcategory="Tables",
-            labels={"output": "Claim scorecard", "format": "HTML"},
-        ),
     log:
         "logs/claims/summarize_claims.log",
     conda:
@@ -107,5 +111,51 @@ rule summarize_claims:
             " --synthetic {params.synthetic:q} --toy {params.toy:q} --table1 {params.table1:q}"
             " --uci {params.uci:q} --table1-paper {input.table1_paper:q} --uci-seeds {input.uci_seeds:q}"
             " --convergence {input.convergence:q}"
-            " --out-csv {output.csv:q} --out-md {output.md:q} --out-html {output.html:q} > {log:q} 2>&1"
+            " --out-csv {output.csv:q} --out-md {output.md:q} > {log:q} 2>&1"
+        )
+
+
+rule plot_claim_evidence:
+    input:
+        "results/claims_comparisons.csv",
+    output:
+        report(
+            directory("results/figures/claims"),
+            patterns=["{name}.png"],
+            caption="../report/claim_evidence.rst",
+            category=CLAIMS_CATEGORY,
+            subcategory="Evidence",
+            labels={"output": "Evidence: {name}", "format": "PNG"},
+        ),
+    log:
+        "logs/claims/plot_claim_evidence.log",
+    conda:
+        "../../envs/repens.yaml"
+    shell:
+        "python -m repens claim-figures --comparisons {input:q} --out-dir {output:q} > {log:q} 2>&1"
+
+
+# The HTML is written after the figures (it embeds each as a base64 <img>, a self-contained
+# page), from files only: the scorecard's CSVs and the figures.
+rule write_claims_page:
+    input:
+        csv="results/claims.csv",
+        diagnostics="results/claims_diagnostics.csv",
+        figures="results/figures/claims",
+    output:
+        report(
+            "results/claims.html",
+            caption="../report/claims.rst",
+            category=CLAIMS_CATEGORY,
+            subcategory="Tables",
+            labels={"output": "Claim scorecard", "format": "HTML"},
+        ),
+    log:
+        "logs/claims/write_claims_page.log",
+    conda:
+        "../../envs/repens.yaml"
+    shell:
+        keep_last_good(
+            "python -m repens claims-page --claims {input.csv:q} --figures {input.figures:q}"
+            " --out {output:q} > {log:q} 2>&1"
         )
