@@ -73,6 +73,8 @@ def test_dry_run_default_target(tmp_path):
         "summarize_image": 1,
         "check_convergence": 1,
         "summarize_claims": 1,
+        "plot_claim_evidence": 1,
+        "write_claims_page": 1,
         "all": 1,
     }
     assert "results/toy/distance_to_hmc.csv" in out

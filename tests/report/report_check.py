@@ -47,7 +47,7 @@ RULES = {
     "image": ["summarize_image"],
     "uci": ["summarize_uci"],
     # the scorecard reads the tables of the three above (and Table 2 where it is there)
-    "claims": ["summarize_claims"],
+    "claims": ["summarize_claims", "plot_claim_evidence", "write_claims_page"],
 }
 MIME = {".png": "image/png", ".html": "text/html", ".pdf": "application/pdf", ".csv": "text/csv"}
 DESCRIPTION = "Repulsive Deep Ensembles are Bayesian"
@@ -128,18 +128,31 @@ def read_var(page: str, name: str) -> Any:
 
 
 def report_outputs(rules_dir: Path = ROOT / "workflow" / "rules") -> list[str]:
-    """Every output path marked ``report("...")`` in the rule files."""
+    """Every output path marked ``report("...")`` or ``report(directory("..."), ...)`` in
+    the rule files (a directory's files are in the report one by one)."""
     found = []
     for path in sorted(rules_dir.glob("*.smk")):
-        found += re.findall(r"report\(\s*\"([^\"]+)\"", path.read_text())
+        found += re.findall(r"report\(\s*(?:directory\(\s*)?\"([^\"]+)\"", path.read_text())
     return found
+
+
+def marked_files(workdir: Path, marked: list[str]) -> list[str]:
+    """The marked outputs that exist in ``workdir``, a marked directory as its PNG files."""
+    files = []
+    for path in marked:
+        full = workdir / path
+        if full.is_dir():
+            files += sorted(str(p.relative_to(workdir)) for p in full.glob("*.png"))
+        elif full.exists():
+            files.append(path)
+    return files
 
 
 def produced_outputs(workdir: Path) -> list[str]:
     """The figures and tables a run made: PNG figures and HTML tables under results/."""
     results = workdir / "results"
-    files = [*results.glob("figures/*.png"), *results.glob("*.png"), *results.glob("*.html"),
-             *results.glob("*/*.html")]
+    files = [*results.glob("figures/*.png"), *results.glob("figures/*/*.png"), *results.glob("*.png"),
+             *results.glob("*.html"), *results.glob("*/*.html")]
     return sorted(str(p.relative_to(workdir)) for p in files if "last_good" not in p.parts)
 
 
@@ -159,12 +172,13 @@ def check_report(page: str, workdir: Path, marked: list[str] | None = None) -> l
         return [str(err)]
     if DESCRIPTION not in description:
         problems.append(f"no workflow description page (no {DESCRIPTION!r} in workflow_desc)")
-    expected = sorted({p for p in marked if (workdir / p).exists()} | set(produced_outputs(workdir)))
+    present = marked_files(workdir, marked)
+    expected = sorted(set(present) | set(produced_outputs(workdir)))
     if not expected:
         problems.append(f"the run in {workdir} made no figure or table")
     in_category = {p for subcats in categories.values() for paths in subcats.values() for p in paths}
     for path in expected:
-        if path not in marked:
+        if path not in present and path not in marked:
             problems.append(f"{path}: made by the run but not marked report(...) in workflow/rules/")
             continue
         entry = results.get(path)

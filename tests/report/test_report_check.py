@@ -22,7 +22,8 @@ def test_the_report_has_every_figure_and_table_of_the_workflow():
         "results/figures/fig1_regression.png", "results/figures/fig3_classification.png",
         "results/toy/distance_to_hmc.html",
         "results/table1.png", "results/table1.html", "results/table1_vs_paper.html",
-        "results/table2_uci.html", "results/table2_vs_seeds.html", "results/table2_vs_de.html", "results/claims.html",
+        "results/table2_uci.html", "results/table2_vs_seeds.html", "results/table2_vs_de.html", "results/figures/claims",
+        "results/claims.html",
     ])
 
 

@@ -169,13 +169,17 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
         title = f"{claim}: {verdict}" + (" (diagnostic)" if rows["kind"].iloc[0] == "diagnostic" else "")
         ax.set_title(title, fontsize=10.5, loc="left", color=VERDICT_COLOURS.get(verdict, (0, 0, 0)),
                      fontweight="bold")
+        # the legend: the verdicts drawn (each always in its colour), hollow, the margin
+        drawn = set(rows.loc[ran, "verdict"])
         handles = [Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items()
-                   if v != "not run"]
-        handles.append(Line2D([], [], marker="o", ls="", color="0.3", mfc="white", label="not converged"))
-        if rows["margin"].notna().any():
+                   if v in drawn]
+        if stuck[ran].any():
+            handles.append(Line2D([], [], marker="o", ls="", color="0.3", mfc="white", label="not converged"))
+        if rows.loc[ran, "margin"].notna().any():
             handles.append(Patch(color=str(BAND_GREY), label="agreement margin"))
-        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=7.5, frameon=False,
-                   handletextpad=0.3, columnspacing=1.0)
+        if handles:
+            fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=7.5,
+                       frameon=False, handletextpad=0.3, columnspacing=1.0)
         _save_png(fig, out_png)
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PUBLISHED", "RTOL", "RUN_FILES", "Section", "SECTIONS", "tree_runs", "published_runs", "publish", "check",
+__all__ = ["PUBLISHED", "PUBLISHED_FOLDERS", "RTOL", "RUN_FILES", "Section", "SECTIONS", "tree_runs", "published_runs", "publish", "check",
            "inventory", "write_page"]
 
 #: what a rebuild writes that the tree keeps, relative to results/ (tables with their
@@ -38,8 +38,11 @@ PUBLISHED = (
     "toy/distance_to_hmc.csv", "figures/fig1_regression.png", "figures/fig3_classification.png",
     "table1.csv", "table1_vs_paper.csv", "table1.png",
     "table2_uci.csv", "table2_vs_seeds.csv", "table2_vs_de.csv",
-    "claims.csv", "claims_diagnostics.csv", "claims.md", "convergence.csv",
+    "claims.csv", "claims_diagnostics.csv", "claims_comparisons.csv", "claims.md", "convergence.csv",
 )
+#: folders of figures a rebuild writes that the tree keeps whole (their PNGs), relative
+#: to results/: the evidence figure of each claim (:mod:`repens.report.claim_figures`)
+PUBLISHED_FOLDERS = ("figures/claims",)
 
 #: Relative tolerance of :func:`check` for numbers. A rebuild reads the same stored
 #: results with the same code, so on one machine every cell comes out the same; on
@@ -132,7 +135,9 @@ def publish(results: Path | str, reference: Path | str) -> list[Path]:
         if built.is_file() and (digest := _sha256(built)) == _sha256(reference / rel):
             runs[rel] = digest
     copied = []
-    for rel in PUBLISHED:
+    figures = [p.relative_to(results).as_posix() for folder in PUBLISHED_FOLDERS
+               for p in sorted((results / folder).glob("*.png"))]
+    for rel in [*PUBLISHED, *figures]:
         for name in (rel, rel + ".provenance.json"):
             if (results / name).is_file():
                 (staged / name).parent.mkdir(parents=True, exist_ok=True)
@@ -418,12 +423,23 @@ def _table(path: Path) -> list[str]:
     return _mean_se(path)
 
 
-def _claims_section(kept: Path) -> list[str]:
+def _claims_section(kept: Path, link: Path) -> list[str]:
+    """The scorecard (``claims.md``) and, where kept, each claim's evidence figure."""
     md = kept / "claims.md"
     if not md.is_file():
         return ["The scorecard has not been built from the tree yet."]
     lines = md.read_text().splitlines()
-    return [("##" + line[1:]) if line.startswith("#") else line for line in lines[1:]]
+    lines = [("##" + line[1:]) if line.startswith("#") else line for line in lines[1:]]
+    figures = [p for folder in PUBLISHED_FOLDERS for p in sorted((kept / folder).glob("*.png"))]
+    if figures:
+        lines += ["", "### Evidence of each claim", "",
+                  "Each comparison's difference a - b with the interval the verdict rule reads, coloured by its "
+                  "verdict (grey band: an agreement's margin; hollow: a run that did not converge), from "
+                  f"[`claims_comparisons.csv`]({link / 'claims_comparisons.csv'}).", ""]
+        for png in figures:
+            rel = png.relative_to(kept).as_posix()
+            lines += [f"![{png.stem}]({link / rel})", ""]
+    return lines
 
 
 def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str) -> str:
@@ -486,7 +502,7 @@ def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str
                 lines += [f"![{Path(rel).stem}]({link / rel})", ""]
         if not have:
             lines += ["Not run at the paper's settings yet (see above)."]
-    lines += ["", "## Claim scorecard", ""] + _claims_section(kept)
+    lines += ["", "## Claim scorecard", ""] + _claims_section(kept, link)
     text = "\n".join(lines).rstrip() + "\n"
     write_text_atomic(out, text)
     return text
