@@ -11,14 +11,17 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from repens.atomic import torch_save_atomic
 from repens.job import Job, default_of
+from repens.jobkey import load_keyed_checkpoint
 from repens.kernels import RBF
 from repens.posteriors import Batch, Posterior
 from repens.step_size import StepSize, langevin_step_size
 from repens.train import TrainSettings, TrainState, train
 from repens.updates import StepContext, make_update
 
-__all__ = ["kernel_from_job", "train_settings", "fit_particles", "curvature_step", "CURVATURE_BATCHES"]
+__all__ = ["kernel_from_job", "train_settings", "fit_particles", "burn_in", "burn_in_files", "remove_checkpoints",
+           "curvature_step", "CURVATURE_BATCHES"]
 
 log = logging.getLogger("repens.fitting")
 
@@ -62,17 +65,22 @@ def fit_particles(
     made under other settings is set aside instead of resumed.
     """
     kernel = kernel_from_job(job)
+    checkpoint_key = job.key() if checkpoint_key is None else checkpoint_key
+    anchors = init.clone() if job.rule == "anchored" else None
+    if job.burn_in:
+        init, settings = burn_in(job, posterior, init, settings, generator, next_batch, checkpoint, on_log,
+                                 checkpoint_key)
     if job.step_size == "curvature":
         step = curvature_step(job, posterior, init, next_batch, kernel, generator.device)
-        log.info("step size: curvature %.4g (MMD bound %.3g) at the initial particles, eta = %g / L = %.4g "
-                 "(lr %g is the cap)", step.curvature, step.mmd_curvature, step.fraction, step.lr, settings.lr)
+        log.info("step size: curvature %.4g (MMD bound %.3g) at the %s particles, eta = %g / L = %.4g "
+                 "(lr %g is the cap)", step.curvature, step.mmd_curvature,
+                 "burned-in" if job.burn_in else "initial", step.fraction, step.lr, settings.lr)
         settings = dataclasses.replace(settings, lr=min(settings.lr, step.lr))
     elif job.rule == "langevin" and settings.optimizer == "adam" and (job.temperature is None or job.temperature):
         log.warning("Langevin noise preconditioned by Adam (no correction term) does not sample the target: "
                     "it over-disperses a Gaussian by tens of percent (tests/test_langevin.py); use "
                     "optimizer: sgd with step_size: curvature for ULA")
     update = make_update(job.rule, job.space, **job.rule_options())
-    anchors = init.clone() if job.rule == "anchored" else None
     state = train(
         TrainState(init, anchors),
         update,
@@ -82,9 +90,76 @@ def fit_particles(
         next_batch=next_batch,
         checkpoint=checkpoint,
         on_log=on_log,
-        checkpoint_key=job.key() if checkpoint_key is None else checkpoint_key,
+        checkpoint_key=checkpoint_key,
     )
     return state
+
+
+def burn_in_files(checkpoint: Path) -> tuple[Path, Path]:
+    """The burn-in's checkpoint and its final state beside the run's ``checkpoint``:
+    ``<checkpoint>.burn_in`` and ``<checkpoint>.burn_in.done``."""
+    running = checkpoint.with_name(checkpoint.name + ".burn_in")
+    return running, running.with_name(running.name + ".done")
+
+
+def remove_checkpoints(checkpoint: Path | None) -> None:
+    """Remove a finished run's checkpoint and its burn-in's files (:func:`burn_in_files`)."""
+    if checkpoint is None:
+        return
+    for path in (checkpoint, *burn_in_files(checkpoint)):
+        if path.exists():
+            path.unlink()
+
+
+def burn_in(job: Job, posterior: Posterior, init: torch.Tensor, settings: TrainSettings,
+            generator: torch.Generator, next_batch: Callable[[torch.Generator], Batch | None],
+            checkpoint: Path | None, on_log: Callable[[int, torch.Tensor], dict] | None,
+            checkpoint_key: str) -> tuple[torch.Tensor, TrainSettings]:
+    """The first ``round(burn_in * steps)`` steps of a run as a deep ensemble: each particle
+    ascends its own log-posterior (Eq. 2, the ``ensemble`` rule) with Adam at the job's
+    ``lr`` and learning-rate schedule, the settings a deep ensemble of the job trains with.
+
+    Returns the particles there and the settings of the rest of the run: the steps left,
+    at a constant step (no decay; a sampler's step is its own, e.g. the curvature step
+    measured at these particles). The burn-in checkpoints like any run
+    (``<checkpoint>.burn_in``); its final state, with the random stream and the minibatch
+    sampler, is kept in ``<checkpoint>.burn_in.done`` until the job is done
+    (:func:`remove_checkpoints`), so a run killed after the burn-in resumes without it.
+    """
+    n = int(round(job.burn_in * settings.steps))
+    rest = dataclasses.replace(settings, steps=settings.steps - n, lr_decay=1.0, lr_decay_steps=None)
+    if n == 0:
+        return init, rest
+    key = f"{checkpoint_key}|burn_in{n}"
+    running, done = burn_in_files(checkpoint) if checkpoint is not None else (None, None)
+    sampler_state = getattr(next_batch, "state_dict", None)
+    saved = load_keyed_checkpoint(done, key, log, then="burning in again") if done is not None else None
+    if saved is not None:
+        generator.set_state(saved["generator"])
+        if sampler_state is not None:
+            next_batch.load_state_dict(saved["sampler"])
+        log.info("burn-in: %d steps done before (%s), reused", n, done)
+        return saved["params"].to(init.device), rest
+    log.info("burn-in: %d of %d steps as a deep ensemble (adam, lr %g), then %s", n, settings.steps, settings.lr,
+             job.rule)
+    kernel = kernel_from_job(job)
+    state = train(
+        TrainState(init),
+        make_update("ensemble", "weight"),
+        lambda batch, anchors_: StepContext(posterior, kernel, generator, batch, anchors_),
+        dataclasses.replace(settings, steps=n, optimizer="adam"),
+        generator,
+        next_batch=next_batch,
+        checkpoint=running,
+        on_log=on_log,
+        checkpoint_key=key,
+    )
+    if done is not None:
+        torch_save_atomic({"key": key, "step": n, "params": state.params, "generator": generator.get_state(),
+                           **({"sampler": sampler_state()} if sampler_state is not None else {})}, done)
+        if running.exists():
+            running.unlink()
+    return state.params, rest
 
 
 def curvature_step(job: Job, posterior: Posterior, init: torch.Tensor,

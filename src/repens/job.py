@@ -426,6 +426,9 @@ class Job(_Spec):
     step_size: Literal["fixed", "curvature"] = "fixed"
     #: curvature step: eta * L (0.1: ULA's variance +5 % in the stiffest direction; repens.step_size)
     curvature_fraction: float = 0.1
+    #: fraction of the steps run first as a deep ensemble (Eq. 2; adam at lr and its schedule), after
+    #: which the rule runs from those particles at a constant step (repens.fitting.burn_in)
+    burn_in: float = 0.0
 
     @classmethod
     def _class_for(cls, spec: Mapping[str, Any]) -> type[Job]:
@@ -448,6 +451,8 @@ class Job(_Spec):
         return self.log_every if self.log_every is not None else max(1, steps // self.LOG_LINES)
 
     def _check(self) -> None:
+        if not 0.0 <= self.burn_in < 1.0:
+            raise SpecError(f"{self._where()}: burn_in must be a fraction of the steps in [0, 1), got {self.burn_in}")
         if self.space == "function" and self.rule not in FUNCTION_SPACE:
             raise SpecError(f"{self._where()}: rule {self.rule!r} has no function-space form "
                             f"(only {', '.join(sorted(FUNCTION_SPACE))})")

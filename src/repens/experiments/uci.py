@@ -45,7 +45,7 @@ from torch import Tensor
 
 from repens.atomic import write_json_atomic
 from repens.data.uci import UCI_FOLDERS, UCISplit, dataset_info, load_split
-from repens.fitting import fit_particles, train_settings
+from repens.fitting import fit_particles, remove_checkpoints, train_settings
 from repens.job import UCIJob, UCINetwork
 from repens.jobkey import load_keyed_json
 from repens.minibatches import EpochSampler
@@ -274,8 +274,7 @@ def run_uci(job: UCIJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
             log.info("split %d: test rmse %.4g, nll %.4g", k, metrics["rmse"], metrics["nll"])
             write_json_atomic(out.parent / f"split{k}.json", {"key": key, "metrics": metrics}, indent=1,
                               sort_keys=True)
-        if checkpoint is not None and checkpoint.exists():
-            checkpoint.unlink()
+        remove_checkpoints(checkpoint)
     summary: dict[str, Any] = {"job": job.to_spec(), "splits": results}
     for name in METRICS:
         values = np.array([r.get(name, math.nan) for r in results], dtype=np.float64)
