@@ -96,13 +96,13 @@ rule summarize_claims:
         toy=lambda wildcards: CLAIMS_TOY,
         uci=lambda wildcards: CLAIMS_UCI_TABLE,
         uci_state=lambda wildcards: file_state(
-            CLAIMS_UCI_TABLE, CLAIMS_UCI_TABLE + ".provenance.json"
+            CLAIMS_UCI_TABLE, f"{CLAIMS_UCI_TABLE}.provenance.json"
         ),
         table1=lambda wildcards: CLAIMS_TABLE1,
         table1_state=lambda wildcards: (
             "built"
             if CLAIMS_BUILD_TABLE1
-            else file_state(CLAIMS_TABLE1, CLAIMS_TABLE1 + ".provenance.json")
+            else file_state(CLAIMS_TABLE1, f"{CLAIMS_TABLE1}.provenance.json")
         ),
         labels=method_labels(),
     shell:
