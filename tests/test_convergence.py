@@ -141,6 +141,29 @@ def test_uci_fit_and_stability(tmp_path):
     assert falling.converged is False and "drift" in falling.reason
 
 
+def test_a_burn_in_is_not_judged_only_the_run_after_it(tmp_path):
+    """A deep-ensemble burn-in still falling at its end, then the rule's run, flat and fitted:
+    converged, judged on the run after the burn-in (two segments, the first one left out)."""
+    de = _uci_run(tmp_path, "de", 0.15)
+    run = _uci_run(tmp_path, "dle-burnin", 0.15)
+    log = tmp_path / "logs/uci/boston/dle-burnin/seed42.log"
+    falling = [f"x repens.train INFO step {i * 1200}/12000  263.5 steps/s  ETA 0s  "
+               f"train_rmse_std_units_mean={0.15 + 0.5 * (10 - i) / 10 + 0.01:.4g}" for i in range(1, 11)]
+    sampler = [line.replace("/24000", "/12000") for line in log.read_text().splitlines()[:10]]
+    log.write_text("\n".join(["x repens.fitting INFO burn-in: 12000 of 24000 steps as a deep ensemble (adam, lr "
+                              "0.05), then langevin", *falling,
+                              "x repens.fitting INFO step size: curvature 1e+12 at the burned-in particles",
+                              *sampler]) + "\n")
+    segments = cv.parse_log(log)
+    assert [s["burn_in"] for s in segments] == [True, False]
+    verdict = cv.check_uci_run(run)
+    assert verdict.converged is True and "burn-in, not judged" in verdict.reason
+    # the same lines without the burn-in marker: the falling segment is judged and fails
+    log.write_text("\n".join([*falling, *sampler]) + "\n")
+    assert cv.check_uci_run(run).converged is False
+    assert cv.check_uci_run(de).converged is True
+
+
 def test_uci_without_de_is_unknown(tmp_path):
     v = cv.check_uci_run(_uci_run(tmp_path, "svgd", 0.14))
     assert v.converged is None and "DE" in v.reason

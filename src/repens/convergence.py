@@ -151,6 +151,8 @@ ABS_TOL_LOGP = 0.01
 _STEP = re.compile(r"repens\.train INFO step (\d+)/(\d+)\s+(.*)$")
 _RESUMED = re.compile(r"repens\.train INFO resumed from .* at step (\d+)/(\d+)")
 _FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(\S+)")
+#: the line before a deep-ensemble burn-in's own steps (repens.fitting.burn_in)
+_BURN_IN = re.compile(r"repens\.fitting INFO burn-in: \d+ of \d+ steps")
 
 
 @dataclass(frozen=True)
@@ -193,25 +195,33 @@ def parse_log(path: Path | str) -> list[dict[str, Any]]:
     Returns ``[{"total": K, "points": [(k, {name: value})...], "resumed_at": k0 | None}]``;
     a new segment starts where the step count goes back or ``K`` changes without a
     resume line (the next stack of a job); a ``resumed from ... at step k0/K`` line
-    continues its segment. Values that do not parse as floats are skipped.
+    continues its segment. Values that do not parse as floats are skipped. The segment after a
+    ``burn-in: n of N steps`` line is a deep-ensemble burn-in (``"burn_in": True``), the run
+    before the run a rule's convergence is judged on (:func:`_history` leaves it out).
     """
     segments: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
+    burn_in = False  # the next new segment is a burn-in
     for line in Path(path).read_text(errors="replace").splitlines():
+        if _BURN_IN.search(line):
+            burn_in, current = True, None
+            continue
         m = _RESUMED.search(line)
         if m:
             k0, total = int(m.group(1)), int(m.group(2))
             if current is None or current["total"] != total or (current["points"] and current["points"][-1][0] > k0):
-                current = {"total": total, "points": [], "resumed_at": k0}
+                current = {"total": total, "points": [], "resumed_at": k0, "burn_in": burn_in}
                 segments.append(current)
+                burn_in = False
             continue
         m = _STEP.search(line)
         if not m:
             continue
         k, total = int(m.group(1)), int(m.group(2))
         if current is None or current["total"] != total or (current["points"] and k <= current["points"][-1][0]):
-            current = {"total": total, "points": [], "resumed_at": None}
+            current = {"total": total, "points": [], "resumed_at": None, "burn_in": burn_in}
             segments.append(current)
+            burn_in = False
         fields = {}
         for name, raw in _FIELD.findall(m.group(3)):
             try:
@@ -406,11 +416,13 @@ def _history(metrics_path: Path, log: Path | str | None) -> tuple[list[dict[str,
         rel = (metrics.get("provenance") or {}).get("log")
         return None, (f"metrics.json records no history and its training log ({rel or 'not named'}) "
                       f"is not found"), [str(metrics_path)], metrics
-    segs = parse_log(found)
+    parsed = parse_log(found)
+    segs = [s for s in parsed if not s.get("burn_in")]
     if not segs:
-        return None, f"metrics.json records no history; log {found} has no step lines", \
+        return None, f"metrics.json records no history; log {found} has no step lines after a burn-in", \
             [str(metrics_path), str(found)], metrics
-    return segs, f"from log {found} (metrics.json records no history)", [str(metrics_path), str(found)], metrics
+    burn = " after a deep-ensemble burn-in, not judged" if len(segs) < len(parsed) else ""
+    return segs, f"from log {found} (metrics.json records no history){burn}", [str(metrics_path), str(found)], metrics
 
 
 # ----------------------------------------------------------------------------- image

@@ -382,9 +382,9 @@ def test_uci_claims_on_table2(tmp_path):
                 row.update({f"{metric}_mean": mean + off * max(se, 0.01), f"{metric}_se": max(se, 0.01),
                             f"{metric}_n": 20})
             rows.append(row)
-        drle = {"block": ds, "method": "drle", "label": "DRLE", "extra": 0,
-                "repulsion_ratio_mean_mean": 0.3, "repulsion_ratio_mean_se": 0.01, "repulsion_ratio_mean_n": 20}
-        rows.append(drle)
+        for method in ("drle", "drle-burnin"):
+            rows.append({"block": ds, "method": method, "label": "DRLE", "extra": 0, "repulsion_ratio_mean_mean": 0.3,
+                         "repulsion_ratio_mean_se": 0.01, "repulsion_ratio_mean_n": 20})
     files = {"uci": _write_csv(tmp_path / "table2_uci.csv", rows, "paper"), "uci_seeds": RESOURCES / "table2_seeds.csv"}
     by_id = {r.claim.id: r for r in cl.evaluate(cl.Evidence(files), cl.CLAIMS + cl.DIAGNOSTICS)}
     match = by_id["anchored-matches-pearce"]  # read from the anchored-code rows
@@ -402,9 +402,9 @@ def test_uci_claims_on_table2(tmp_path):
     assert eq11.verdict == "contradicted"
     assert [c.verdict for c in eq11.comparisons].count("contradicted") == 2  # boston RMSE and NLL
     assert by_id["drle-repulsion-acts"].verdict == "reproduced"
-    # DLE and DE are not in this table: not run, naming the rows
+    # DLE (our runs started from a deep ensemble) and DE are not in this table: not run, naming the rows
     assert by_id["langevin-no-difference"].verdict == "not run"
-    assert "table2_uci.csv: no rows for dle, de (kin8nm, concrete, energy, naval, power, protein, wine, yacht)" in \
+    assert "table2_uci.csv: no rows for dle-burnin, de (kin8nm, concrete, energy, naval, power, protein, wine, yacht)" in \
         cl.summary(by_id["langevin-no-difference"].comparisons)
     # the poster's own numbers differ beyond 2 s.e. (kin8nm DLE 13.25 +- 4.3 vs DE 0.33 +- 0.1)
     assert by_id["langevin-no-difference"].source_verdict == "contradicted"
@@ -457,12 +457,12 @@ def test_scorecard_reads_the_tables_the_pipeline_writes(tmp_path):
                  *image]) == 0
     uci = []
     for ds in ("yacht", "energy"):
-        for method, ratio in (("de", 0.0), ("dle", 0.0), ("drle", 0.01)):
+        for method, ratio in (("de", 0.0), ("dle-burnin", 0.0), ("drle-burnin", 0.01)):
             job = {"experiment": "uci", "dataset": ds, "method": method, "seed": 42, "scale": "paper"}
             splits = [{"split": k, "rmse": 0.5 + 0.01 * k, "nll": 1.0 + 0.01 * k, "nll_mixture": 1.1,
                        "repulsion_ratio_mean": ratio + 0.001 * k} for k in range(4)]
             uci.append(_metrics_json(res / "uci" / ds / method / "seed42" / "metrics.json", job, {"splits": splits}))
-    assert main(["uci-table", "--datasets", "yacht", "energy", "--methods", "de", "dle", "drle",
+    assert main(["uci-table", "--datasets", "yacht", "energy", "--methods", "de", "dle-burnin", "drle-burnin",
                  "--seeds", str(RESOURCES / "table2_seeds.csv"), "--out-tex", str(res / "table2_uci.tex"),
                  "--out-csv", str(res / "table2_uci.csv"), "--out-seeds", str(res / "table2_vs_seeds.csv"), *uci]) == 0
 
@@ -484,12 +484,12 @@ def test_scorecard_reads_the_tables_the_pipeline_writes(tmp_path):
     nodiff = by_id["langevin-no-difference"]
     assert nodiff["verdict"] == "not run" and int(nodiff["n_reproduced"]) == 4  # yacht, energy x DLE, DRLE
     assert nodiff["figures"].startswith("12 of 16 comparisons not run (") and nodiff["figures"].endswith("; 4 reproduced")
-    assert "no rows for dle, de, drle (kin8nm, concrete, naval, power, protein, wine)" in nodiff["figures"]
+    assert "no rows for dle-burnin, de, drle-burnin (kin8nm, concrete, naval, power, protein, wine)" in nodiff["figures"]
     # DRLE's repulsion 0.0115 +- 0.0006 (4 splits) is below the 0.05 of "negligible" beyond
-    # its error bars: contradicted, though 6 of the poster's datasets are not in this run
-    assert by_id["drle-repulsion-acts"]["n_contradicted"] == "2" and by_id["drle-repulsion-acts"]["n_not_run"] == "6"
+    # its error bars: contradicted, though 6 of the poster's datasets (and DRLE from the prior) are not in this run
+    assert by_id["drle-repulsion-acts"]["n_contradicted"] == "2" and by_id["drle-repulsion-acts"]["n_not_run"] == "14"
     assert by_id["drle-repulsion-acts"]["verdict"] == "contradicted"
-    assert "drle ||repulsion||/||drift|| (yacht) 0.0115 ± 0.00065, n=4 > 0.05 (negligible): contradicted" in \
+    assert "drle-burnin ||repulsion||/||drift|| (yacht) 0.0115 ± 0.00065, n=4 > 0.05 (negligible): contradicted" in \
         by_id["drle-repulsion-acts"]["comparisons"]
 
 
