@@ -147,7 +147,8 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
         for yi, (_, r) in zip(y, rows.iterrows()):
             if r["verdict"] == "not run":
                 ax.text(0.02, yi, f"not run: {_short_reason(r['reason'])}", transform=ax.get_yaxis_transform(),
-                        va="center", ha="left", fontsize=7.5, color=VERDICT_COLOURS["not run"], style="italic")
+                        va="center", ha="left", fontsize=7.5, color=VERDICT_COLOURS["not run"], style="italic",
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
                 continue
             delta = r["margin"]
             if math.isfinite(delta) and r["relation"] in ("~", "<=", ">="):
