@@ -225,7 +225,7 @@ ENVIRONMENT: dict[str, EnvSetting] = {
         "repens.train (TrainSettings.cuda_graphs)", _flag({"0"}, {"1", ""}), True,
         "0 (off) or 1 (on)"),
     "REPENS_UCI_VERIFY": EnvSetting(
-        "repens.data.uci", _flag({"0", "false", "no"}, {"1", "true", "yes", ""}, strip=True), True,
+        "repens.data.uci_files", _flag({"0", "false", "no"}, {"1", "true", "yes", ""}, strip=True), True,
         "0, false or no (off); 1, true or yes (on)"),
     "REPENS_OFFLINE": EnvSetting(
         "repens.data.availability", _flag({"", "0"}, {"1", "true", "yes"}), False,

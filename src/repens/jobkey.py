@@ -185,7 +185,7 @@ def _data_files(spec: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str
     folder (found as the runner finds it: ``uci_data``, ``$REPENS_UCI_DATA``, ``data/uci``)."""
     files = {str(k): str(v) for k, v in dict(runtime.get("inputs") or {}).items()}
     if spec.get("experiment") == "uci":
-        from repens.data.uci import UCI_FOLDERS
+        from repens.data.uci_files import UCI_FOLDERS
 
         root = Path(spec.get("uci_data") or os.environ.get("REPENS_UCI_DATA") or "data/uci")
         folder = root / UCI_FOLDERS.get(str(spec.get("dataset")), str(spec.get("dataset"))) / "data"

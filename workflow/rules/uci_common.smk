@@ -2,7 +2,7 @@
 
 import os
 
-from repens.data.uci import UCI_FOLDERS, content_pinned
+from repens.data.uci_files import UCI_FOLDERS, content_pinned
 
 # Data root: --config uci_data=DIR, else $REPENS_UCI_DATA, else data/uci (downloaded).
 UCI_ROOT = config.get("uci_data") or os.environ.get("REPENS_UCI_DATA") or "data/uci"
@@ -41,7 +41,7 @@ UCI_CATEGORY = "4. UCI regression (Table 2)"
 
 def uci_data_file(wildcards):
     """data.txt of the job's dataset under the root's handle; ancient() where the job
-    checks the files' SHA-256 (repens.data.uci.content_pinned), so a copy of the data
+    checks the files' SHA-256 (repens.data.uci_files.content_pinned), so a copy of the data
     with new timestamps does not retrain the table."""
     folder = UCI_FOLDERS[wildcards.dataset]
     path = f"{UCI_HANDLE}/{folder}/data/data.txt"

@@ -121,7 +121,7 @@ def lacking_uci_data(
 ) -> list[Missing]:
     """UCI data sets (config names) whose ``data.txt`` is not under ``root`` and whose
     download URL does not answer (download_uci fetches the rest of the folder)."""
-    from repens.data.uci import UCI_FOLDERS, UCI_URL
+    from repens.data.uci_files import UCI_FOLDERS, UCI_URL
 
     out = []
     for name in datasets:

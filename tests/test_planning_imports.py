@@ -1,0 +1,60 @@
+"""Planning a run never imports torch.
+
+Snakemake reads the Snakefile and every rule file on each invocation (a dry run, each
+job's own start under a cluster executor, ``--lint``); importing torch there costs
+about a second of CPU each time. Every module of this package the workflow imports must
+therefore be torch-free at import: torch is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+
+_FROM = re.compile(r"^\s*from\s+(repens(?:\.\w+)*)\s+import\b", re.M)
+_IMPORT = re.compile(r"^\s*import\s+(repens(?:\.\w+)*)\b", re.M)
+
+
+def workflow_files() -> list[Path]:
+    return [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]
+
+
+def workflow_modules() -> list[str]:
+    """Every ``repens`` module the Snakefile and the rule files import (at load or inside
+    their functions)."""
+    found: set[str] = set()
+    for path in workflow_files():
+        text = path.read_text()
+        found.update(_FROM.findall(text))
+        found.update(_IMPORT.findall(text))
+    return sorted(found)
+
+
+def loaded_after_import(modules: list[str]) -> set[str]:
+    """The names in ``sys.modules`` of a fresh interpreter after importing ``modules``."""
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(SRC)!r})\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "print('\\n'.join(sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return set(out.stdout.split())
+
+
+def test_the_workflow_imports_modules_of_the_package():
+    modules = workflow_modules()
+    assert "repens.config" in modules and "repens.checks" in modules, modules
+    assert "repens.data.uci_files" in modules, modules  # the UCI names the rules use
+
+
+def test_planning_imports_no_torch():
+    modules = workflow_modules()
+    loaded = loaded_after_import(modules)
+    assert "repens.config" in loaded  # the imports ran
+    assert "torch" not in loaded, f"importing {', '.join(modules)} imports torch"
