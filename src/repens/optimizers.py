@@ -12,9 +12,20 @@ the same arguments directly, so their updates are bit for bit those of ``torch.o
 (``tests/test_optimizers.py``). Any setting the direct call does not cover (AMSGrad,
 momentum, a tensor learning rate, a closure, a missing gradient, the first step, which
 creates the state) goes through ``torch.optim``'s own ``step``.
+
+Neither imports ``torch._dynamo`` (about 1.2 s of CPU, a third of a small job's start):
+``torch.optim`` wraps ``add_param_group``, ``state_dict``, ``load_state_dict`` and
+``zero_grad`` in ``torch._disable_dynamo`` and ``step`` in ``_use_grad_for_differentiable``,
+and both import it on their first call, only to keep ``torch.compile`` from tracing them.
+These optimizers call the functions those wrappers wrap (``__wrapped__``), with gradients
+off as the step's wrapper sets them (``differentiable=False``), so the same code runs on the
+same values; this package does not compile its optimizers. A differentiable optimizer or a
+closure takes ``torch.optim``'s wrapped ``step``.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from torch import Tensor
@@ -22,9 +33,20 @@ from torch import Tensor
 __all__ = ["DirectAdam", "DirectSGD", "OPTIMIZERS", "make_optimizer"]
 
 
+def _unwrapped(method):  # noqa: ANN001, ANN202
+    """``method`` without the wrappers ``functools.wraps`` records (``__wrapped__``)."""
+    return inspect.unwrap(method)
+
+
 class _DirectStep:
     """The step of a direct-call optimizer: its fused kernel (``_fused_step``) where
     ``_direct()`` says it covers the settings, else ``torch.optim``'s own ``step``."""
+
+    # torch.optim's methods without their torch._disable_dynamo wrapper (see the module's docstring)
+    add_param_group = _unwrapped(torch.optim.Optimizer.add_param_group)
+    state_dict = _unwrapped(torch.optim.Optimizer.state_dict)
+    load_state_dict = _unwrapped(torch.optim.Optimizer.load_state_dict)
+    zero_grad = _unwrapped(torch.optim.Optimizer.zero_grad)
 
     def __init__(self, params, lr: float, maximize: bool = True) -> None:  # noqa: ANN001
         super().__init__(params, lr=lr, maximize=maximize, fused=True)
@@ -33,11 +55,15 @@ class _DirectStep:
     def _direct_step(self, closure=None):  # noqa: ANN001, ANN201
         """The step. ``torch.optim`` wraps a class's ``step`` in a profiler and hook wrapper
         (11 us a call measured); the instance's own ``step`` skips it, so optimizer step
-        hooks do not run (this package registers none)."""
-        if closure is not None or not self._direct():
+        hooks do not run (this package registers none). Where the direct call does not
+        apply, ``torch.optim``'s step runs as its wrappers would run it, gradients off."""
+        if closure is not None or self.defaults["differentiable"]:
             return super().step(closure)
         with torch.no_grad():
-            self._fused_step()
+            if self._direct():
+                self._fused_step()
+            else:
+                _unwrapped(super().step.__func__)(self)
         return None
 
 
