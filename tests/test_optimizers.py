@@ -148,3 +148,23 @@ def test_a_training_job_does_not_import_torch_dynamo(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "particles.npz").is_file()
     assert out.stderr.strip().splitlines()[-1] == "no dynamo", out.stderr[-3000:]
+
+
+def test_torch_is_pinned_below_the_next_minor_version():
+    """optimizers.py calls torch's private fused kernels (torch._fused_adam_, torch._fused_sgd_),
+    whose signatures may change in any release: pyproject.toml and every environment under
+    envs/ bound torch above by the next minor version, the same bound, which the installed
+    torch satisfies. Raise it once this file's tests pass on the new version."""
+    import re
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (pin,) = [d for d in deps if re.match(r"torch\b", d)]
+    upper = re.search(r"<(\d+)\.(\d+)\b", pin)
+    assert upper, f"{pin!r} has no upper bound"
+    installed = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups())
+    assert installed < (int(upper[1]), int(upper[2])), (torch.__version__, pin)
+    for env in sorted((ROOT / "envs").glob("*.yaml")):
+        specs = [s for dep in yaml.safe_load(env.read_text())["dependencies"] if isinstance(dep, dict)
+                 for s in dep.get("pip", [])]
+        assert [s for s in specs if re.match(r"torch\b", s)] == [pin], env.name

@@ -3,7 +3,7 @@ without their per-call Python.
 
 ``torch.optim.Adam.step`` (``fused=True``) spends most of a small stack's optimizer time
 in Python: grouping tensors by device, building per-step lists, checking flags. Measured
-with the profiler on one thread (torch 2.15): 65-90 us a call around a 5 us kernel on one
+with the profiler on one thread (torch 2.14): 65-90 us a call around a 5 us kernel on one
 UCI split (5 x 751 weights), a fifth of the whole step; 100 us around a 60 us kernel on
 the toy stack (50 x 2,701). :class:`DirectAdam` and :class:`DirectSGD` are those
 optimizers (same ``param_groups``, ``state``, ``state_dict`` and checkpoints) whose
