@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -553,123 +552,204 @@ def sample_hmc(
     return state["draws"], _summary(state, settings)
 
 
+@dataclass
+class _Chains:
+    """The sampler's working state of every chain, read from and stored back to the
+    checkpointed state dict: position, log density, gradient, inverse mass, step size,
+    dual averaging and the running moments of the mass window."""
+
+    q: Tensor
+    logp: Tensor
+    grad: Tensor
+    inv_mass: Tensor
+    step: Tensor
+    da: DualAveraging
+    welford: _Welford
+
+    @classmethod
+    def of(cls, state: dict[str, Any]) -> _Chains:
+        return cls(state["q"], state["logp"], state["grad"], state["inv_mass"], state["step"],
+                   DualAveraging(**state["da"]), _Welford(**state["welford"]))
+
+    def store(self, state: dict[str, Any], iteration: int) -> None:
+        state.update(iteration=iteration, q=self.q, logp=self.logp, grad=self.grad, inv_mass=self.inv_mass,
+                     step=self.step, da=dict(vars(self.da)), welford=dict(vars(self.welford)))
+
+
+@dataclass
+class _Transition:
+    """What one transition of every chain did: leapfrog steps, divergence, acceptance
+    probability, first U-turn (steps), and the trajectory length T it aimed at."""
+
+    steps: Tensor
+    divergent: Tensor
+    accept: Tensor
+    turned: Tensor
+    T: float
+    adapt_T: bool
+
+
+def _trajectory(state: dict[str, Any], settings: HMCSettings, it: int) -> tuple[float, float, bool]:
+    """(T, jitter u, whether T is being learnt) of iteration ``it``."""
+    warm = it < settings.warmup
+    adapt_T = warm and settings.trajectory_length is None
+    if warm:
+        return math.exp(state["log_T"]), (1.0 if adapt_T else van_der_corput(it + 1)), adapt_T  # learning T: full length
+    return state["T_final"], van_der_corput(it + 1), adapt_T
+
+
+def _transition(chains: _Chains, state: dict[str, Any], settings: HMCSettings, it: int,
+                value_and_grad: ValueAndGrad, generator: torch.Generator) -> _Transition:
+    """One jittered HMC transition of every chain; moves ``chains`` to the accepted points."""
+    T, u, adapt_T = _trajectory(state, settings, it)
+    st, q, step, inv_mass = state["stats"], chains.q, chains.step, chains.inv_mass
+    # each chain integrates for about u T: ceil(u T / eps_c) steps of its own size (a chain
+    # in a stiff region, with a small eps_c, takes more steps rather than moving less)
+    steps = torch.ceil(u * T / step).clamp(1, settings.max_leapfrog).to(torch.long)
+    p0 = torch.randn(q.shape, generator=generator, dtype=q.dtype) / inv_mass.sqrt()
+    h0 = -chains.logp + kinetic_energy(p0, inv_mass)
+    q1, p1, logp1, grad1, bad, turned = leapfrog(q, p0, chains.logp, chains.grad, step, inv_mass, steps,
+                                                 value_and_grad, uturn=adapt_T)
+    delta = (-logp1 + kinetic_energy(p1, inv_mass)) - h0
+    divergent = bad | ~torch.isfinite(delta) | (delta > DIVERGENCE_NATS)
+    accept = torch.where(divergent, 0.0, torch.exp(-delta.clamp_min(0.0)))
+    uniform = torch.rand(q.shape[0], generator=generator, dtype=q.dtype)
+    take = ~divergent & (uniform.log() < -delta)
+    st["gradient_calls"] += int(steps.max())
+    st["leapfrog_steps"] += steps
+    chains.q = torch.where(take.unsqueeze(-1), q1, q)
+    chains.logp = torch.where(take, logp1, chains.logp)
+    chains.grad = torch.where(take.unsqueeze(-1), grad1, chains.grad)
+    return _Transition(steps, divergent, accept, turned, T, adapt_T)
+
+
+def _learn_trajectory_length(state: dict[str, Any], settings: HMCSettings, step: Tensor, tr: _Transition) -> None:
+    """log T towards the TRAJECTORY_QUANTILE of the chains' times to their first U-turn."""
+    full = (tr.steps * step >= tr.T) & ~tr.divergent  # ran the whole T: a U-turn would show
+    back = (tr.turned > 0) & (tr.turned * step <= tr.T) & ~tr.divergent  # turned back within T
+    known = back | full
+    if bool(known.any()):
+        turned_share = float(back.sum()) / float(known.sum())
+        lo, hi = float(step.median().log()), float((settings.max_leapfrog * step.median()).log())
+        state["log_T"] = min(max(state["log_T"] + TRAJECTORY_RATE * (TRAJECTORY_QUANTILE - turned_share), lo), hi)
+
+
+def _adapt_mass(chains: _Chains, state: dict[str, Any], settings: HMCSettings, done: int,
+                windows: list[tuple[int, int]], value_and_grad: ValueAndGrad, generator: torch.Generator) -> None:
+    """Stan's windows, per chain: collect the draws of a window; at its end, the inverse
+    mass from them, a new step size search and dual averaging restarted."""
+    window_ends = {end: start for start, end in windows}
+    if done - 1 in {start for start, _ in windows} or chains.welford.count > 0:
+        chains.welford.update(chains.q)
+    if done not in window_ends:
+        return
+    chains.inv_mass = chains.welford.regularised_variance()
+    chains.welford = _Welford.empty(chains.q)
+    chains.step, calls = _initial_step(chains.q, chains.logp, chains.grad, chains.inv_mass, chains.step,
+                                       value_and_grad, generator)
+    state["stats"]["gradient_calls"] += calls
+    chains.da = dual_averaging_init(chains.step)
+    state["T_count"], state["log_T_bar"] = 0, 0.0
+    log.info("iteration %d: mass matrices from %d draws (median inverse mass %.3g, range %.3g-%.3g), "
+             "step sizes restarted at median %.3g", done, done - window_ends[done], float(chains.inv_mass.median()),
+             float(chains.inv_mass.min()), float(chains.inv_mass.max()), float(chains.step.median()))
+
+
+class _Clock:
+    """Wall and CPU seconds of a run, added to what a resumed run's checkpoint had counted."""
+
+    def __init__(self, stats: dict[str, Any]) -> None:
+        self.started, self.cpu_started = time.perf_counter(), time.process_time()
+        self.seconds0, self.cpu0 = stats["seconds"], stats.setdefault("cpu_seconds", 0.0)
+
+    def seconds(self) -> float:
+        return self.seconds0 + time.perf_counter() - self.started
+
+    def cpu_seconds(self) -> float:
+        return self.cpu0 + time.process_time() - self.cpu_started
+
+
+def _end_warmup(chains: _Chains, state: dict[str, Any], settings: HMCSettings, clock: _Clock) -> None:
+    """The averaged step sizes and trajectory length for sampling; the warmup's costs."""
+    st = state["stats"]
+    chains.step = step = chains.da.log_step_bar.exp()
+    state["T_final"] = min(math.exp(state["log_T_bar"] if state["T_count"] else state["log_T"]),
+                           settings.max_leapfrog * float(step.max()))
+    st["warmup_seconds"], st["warmup_cpu_seconds"] = clock.seconds(), clock.cpu_seconds()
+    st["warmup_gradient_calls"] = st["gradient_calls"]
+    st["warmup_leapfrog_steps"] = st["leapfrog_steps"].clone()
+    log.info("warmup done in %.1f s: step sizes %s, trajectory length %.3g (%.0f-%.0f leapfrog steps "
+             "at full length), %d warmup divergences", st["warmup_seconds"], _fmt(step), state["T_final"],
+             float((state["T_final"] / step).min()), float((state["T_final"] / step).max()),
+             int(st["warmup_divergences"].sum()))
+
+
+def _warmup_update(chains: _Chains, tr: _Transition, state: dict[str, Any], settings: HMCSettings, it: int,
+                   windows: list[tuple[int, int]], value_and_grad: ValueAndGrad, generator: torch.Generator,
+                   clock: _Clock) -> None:
+    """After a warmup transition: trajectory length, step sizes (H&G 2014 eq. 6), mass matrices."""
+    state["stats"]["warmup_divergences"] += tr.divergent.long()
+    if tr.adapt_T:
+        _learn_trajectory_length(state, settings, chains.step, tr)
+    chains.da = dual_averaging_update(chains.da, tr.accept, settings.target_accept)
+    chains.step = chains.da.log_step.exp()
+    state["T_count"] += 1
+    eta = state["T_count"] ** (-TRAJECTORY_AVERAGE_DECAY)
+    state["log_T_bar"] = eta * state["log_T"] + (1 - eta) * state["log_T_bar"]
+    if settings.adapt_mass:
+        _adapt_mass(chains, state, settings, it + 1, windows, value_and_grad, generator)
+    if it + 1 == settings.warmup:
+        _end_warmup(chains, state, settings, clock)
+
+
+def _keep_draw(chains: _Chains, tr: _Transition, state: dict[str, Any], settings: HMCSettings, it: int) -> None:
+    """After a sampling transition: its statistics, and the draw where the thinning keeps it."""
+    st = state["stats"]
+    st["divergences"] += tr.divergent.long()
+    st["accept_sum"] += tr.accept
+    j = it - settings.warmup + 1
+    if j % settings.thin == 0 and j // settings.thin <= settings.kept:
+        state["draws"][:, j // settings.thin - 1] = chains.q.float()
+        state["draw_logp"][:, j // settings.thin - 1] = chains.logp
+
+
+def _log_progress(chains: _Chains, tr: _Transition, state: dict[str, Any], warm: bool, done: int, first: int,
+                  total: int, clock: _Clock) -> None:
+    rate = (done - first) / max(time.perf_counter() - clock.started, 1e-9)
+    log.info("%s %d/%d, %.1f s, ETA %.0f s: step size median %.3g, T %.3g, %.1f leapfrog steps, "
+             "accept %.2f, log density median %.1f", "warmup" if warm else "sampling", done, total,
+             state["stats"]["seconds"], (total - done) / rate, float(chains.step.median()), tr.T,
+             float(tr.steps.float().mean()), float(tr.accept.mean()), float(chains.logp.median()))
+
+
 def _run(value_and_grad: ValueAndGrad, settings: HMCSettings, state: dict[str, Any], generator: torch.Generator,
          save: Callable[[], None], stop: dict[str, int | None], checkpoint: Path | None,
          checkpoint_seconds: float, log_every: int | None) -> None:
-    from repens.train import Interrupted
+    from repens.train import Every, stop_if_signalled
 
     total = settings.warmup + settings.samples
     windows = adaptation_windows(settings.warmup)
-    window_ends = {end: start for start, end in windows}
-    window_starts = {start for start, _ in windows}
     every = log_every or max(1, total // 10)
-    st = state["stats"]
-    q, logp, grad, inv_mass, step = state["q"], state["logp"], state["grad"], state["inv_mass"], state["step"]
-    da = DualAveraging(**state["da"])
-    welford = _Welford(**state["welford"])
-    chains = q.shape[0]
-    started, last_save = time.perf_counter(), time.perf_counter()
-    cpu_started = time.process_time()
-    seconds0, cpu0 = st["seconds"], st.setdefault("cpu_seconds", 0.0)
-    first = state["iteration"]
+    chains, first = _Chains.of(state), state["iteration"]
+    clock, periodic = _Clock(state["stats"]), Every(checkpoint_seconds)
     if settings.warmup == 0:
         state.setdefault("T_final", math.exp(state["log_T"]))
     for it in range(first, total):
         warm = it < settings.warmup
-        # --- one jittered HMC transition of every chain
-        adapt_T = warm and settings.trajectory_length is None
+        tr = _transition(chains, state, settings, it, value_and_grad, generator)
         if warm:
-            T = math.exp(state["log_T"])
-            u = 1.0 if adapt_T else van_der_corput(it + 1)  # learning T: full length, see below
+            _warmup_update(chains, tr, state, settings, it, windows, value_and_grad, generator, clock)
         else:
-            T, u = state["T_final"], van_der_corput(it + 1)
-        # each chain integrates for about u T: ceil(u T / eps_c) steps of its own size (a chain
-        # in a stiff region, with a small eps_c, takes more steps rather than moving less)
-        steps = torch.ceil(u * T / step).clamp(1, settings.max_leapfrog).to(torch.long)
-        p0 = torch.randn(q.shape, generator=generator, dtype=q.dtype) / inv_mass.sqrt()
-        h0 = -logp + kinetic_energy(p0, inv_mass)
-        q1, p1, logp1, grad1, bad, turned = leapfrog(q, p0, logp, grad, step, inv_mass, steps, value_and_grad,
-                                                     uturn=adapt_T)
-        delta = (-logp1 + kinetic_energy(p1, inv_mass)) - h0
-        divergent = bad | ~torch.isfinite(delta) | (delta > DIVERGENCE_NATS)
-        accept = torch.where(divergent, 0.0, torch.exp(-delta.clamp_min(0.0)))
-        uniform = torch.rand(chains, generator=generator, dtype=q.dtype)
-        take = ~divergent & (uniform.log() < -delta)
-        st["gradient_calls"] += int(steps.max())
-        st["leapfrog_steps"] += steps
-        q = torch.where(take.unsqueeze(-1), q1, q)
-        logp = torch.where(take, logp1, logp)
-        grad = torch.where(take.unsqueeze(-1), grad1, grad)
-        if warm:
-            st["warmup_divergences"] += divergent.long()
-            # --- trajectory length: towards the median time to the first U-turn
-            if adapt_T:
-                full = (steps * step >= T) & ~divergent  # ran the whole T: a U-turn would show
-                back = (turned > 0) & (turned * step <= T) & ~divergent  # turned back within T
-                known = back | full
-                if bool(known.any()):
-                    turned_share = float(back.sum()) / float(known.sum())
-                    lo, hi = float(step.median().log()), float((settings.max_leapfrog * step.median()).log())
-                    state["log_T"] = min(max(state["log_T"] + TRAJECTORY_RATE * (TRAJECTORY_QUANTILE - turned_share),
-                                             lo), hi)
-            # --- step sizes (H&G 2014 eq. 6)
-            da = dual_averaging_update(da, accept, settings.target_accept)
-            step = da.log_step.exp()
-            state["T_count"] += 1
-            eta = state["T_count"] ** (-TRAJECTORY_AVERAGE_DECAY)
-            state["log_T_bar"] = eta * state["log_T"] + (1 - eta) * state["log_T_bar"]
-            # --- mass matrices (Stan's windows, per chain)
-            done = it + 1
-            if settings.adapt_mass and (it in window_starts or welford.count > 0):
-                welford.update(q)
-            if settings.adapt_mass and done in window_ends:
-                inv_mass = welford.regularised_variance()
-                welford = _Welford.empty(q)
-                step, calls = _initial_step(q, logp, grad, inv_mass, step, value_and_grad, generator)
-                st["gradient_calls"] += calls
-                da = dual_averaging_init(step)
-                state["T_count"], state["log_T_bar"] = 0, 0.0
-                log.info("iteration %d: mass matrices from %d draws (median inverse mass %.3g, range %.3g-%.3g), "
-                         "step sizes restarted at median %.3g", done, done - window_ends[done],
-                         float(inv_mass.median()), float(inv_mass.min()), float(inv_mass.max()), float(step.median()))
-            if done == settings.warmup:
-                step = da.log_step_bar.exp()
-                state["T_final"] = min(math.exp(state["log_T_bar"] if state["T_count"] else state["log_T"]),
-                                       settings.max_leapfrog * float(step.max()))
-                st["warmup_seconds"] = seconds0 + time.perf_counter() - started
-                st["warmup_cpu_seconds"] = cpu0 + time.process_time() - cpu_started
-                st["warmup_gradient_calls"] = st["gradient_calls"]
-                st["warmup_leapfrog_steps"] = st["leapfrog_steps"].clone()
-                log.info("warmup done in %.1f s: step sizes %s, trajectory length %.3g (%.0f-%.0f leapfrog steps "
-                         "at full length), %d warmup divergences", st["warmup_seconds"],
-                         _fmt(step), state["T_final"], float((state["T_final"] / step).min()),
-                         float((state["T_final"] / step).max()), int(st["warmup_divergences"].sum()))
-        else:
-            st["divergences"] += divergent.long()
-            st["accept_sum"] += accept
-            j = it - settings.warmup + 1
-            if j % settings.thin == 0 and j // settings.thin <= settings.kept:
-                state["draws"][:, j // settings.thin - 1] = q.float()
-                state["draw_logp"][:, j // settings.thin - 1] = logp
-        state.update(iteration=it + 1, q=q, logp=logp, grad=grad, inv_mass=inv_mass, step=step,
-                     da=dict(vars(da)), welford=dict(vars(welford)))
-        st["seconds"] = seconds0 + time.perf_counter() - started
-        st["cpu_seconds"] = cpu0 + time.process_time() - cpu_started
+            _keep_draw(chains, tr, state, settings, it)
         done = it + 1
+        chains.store(state, done)
+        state["stats"]["seconds"], state["stats"]["cpu_seconds"] = clock.seconds(), clock.cpu_seconds()
         if done % every == 0 and done < total:
-            rate = (done - first) / max(time.perf_counter() - started, 1e-9)
-            log.info("%s %d/%d, %.1f s, ETA %.0f s: step size median %.3g, T %.3g, %.1f leapfrog steps, "
-                     "accept %.2f, log density median %.1f", "warmup" if warm else "sampling", done, total,
-                     st["seconds"], (total - done) / rate, float(step.median()), T, float(steps.float().mean()),
-                     float(accept.mean()), float(logp.median()))
-        if stop["signum"] is not None:
+            _log_progress(chains, tr, state, warm, done, first, total, clock)
+        stop_if_signalled(stop, save, f"HMC iteration {done}/{total}", checkpoint)
+        if checkpoint is not None and periodic.due():
             save()
-            name = signal.Signals(stop["signum"]).name
-            raise Interrupted(f"{name} at HMC iteration {done}/{total}; checkpoint written to {checkpoint}",
-                              int(stop["signum"]))
-        if checkpoint is not None and time.perf_counter() - last_save > checkpoint_seconds:
-            save()
-            last_save = time.perf_counter()
+            periodic.restart()
 
 
 def _fmt(x: Tensor) -> str:

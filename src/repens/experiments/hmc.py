@@ -145,7 +145,8 @@ def _log_density_summary(draw_logp: Tensor) -> dict[str, Any]:
 def run_hmc(job: HMCJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
     """HMC reference posterior of a toy BNN job; predictions on ``x_test`` to ``out`` (.npz).
 
-    Job keys: ``dataset`` ("regression" | "classification"), ``seed`` (data, initial
+    ``job``: an :class:`~repens.job.HMCJob` or its spec (made into one, so a misspelled key is
+    an error naming it). Its settings: ``dataset`` ("regression" | "classification"), ``seed`` (data, initial
     points and sampler), ``scale`` (recorded only), ``prior_std`` (1.0),
     ``noise_std`` (regression, 0.5), ``hidden`` ([50, 50]), ``hmc`` (fields of
     :class:`~repens.hmc.HMCSettings`; missing keys take the defaults),
@@ -183,24 +184,25 @@ def run_hmc(job: HMCJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
     ``hmc.ess_min``, so rerunning with looser thresholds reuses the draws instead of
     sampling again.
     """
-    job = job.to_spec() if isinstance(job, HMCJob) else dict(job)  # the spec, as its key hashes it
+    job = HMCJob.of(job)
     threads = torch.get_num_threads()
-    torch.set_num_threads(int(job.get("threads", 1)))
+    torch.set_num_threads(job.threads)
     try:
         _run_hmc(job, Path(out), checkpoint)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
+def _run_hmc(job: HMCJob, out: Path, checkpoint: Path | None) -> None:
     start = time.perf_counter()
-    job_json = json.dumps(job, sort_keys=True)
+    spec = job.to_spec()  # the job as given: recorded, and hashed into the checkpoint's key
+    job_json = json.dumps(spec, sort_keys=True)
     log.info("job %s", job_json)
-    settings = HMCSettings.from_dict(job.get("hmc"))
-    dtype = _DTYPES[job.get("dtype", "float32")]
-    seed = int(job["seed"])
+    settings = HMCSettings.from_dict(job.hmc)
+    dtype = _DTYPES[job.dtype]
+    seed = job.seed
 
-    data = make_toy(job["dataset"], seed)
+    data = make_toy(job.dataset, seed)
     posterior = toy_posterior(job, data, dtype)
     model = posterior.model
     y = data.y_train.to(dtype) if data.task == "regression" else data.y_train.long()
@@ -209,12 +211,12 @@ def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
     generator = torch.Generator().manual_seed(seed)
     init = posterior.sample_prior(settings.chains, generator).double()
     log.info("%s: %d weights, %d training points, %d chains x (%d warmup + %d samples, thin %d), network in %s",
-             job["dataset"], model.dim, batch.x.shape[0], settings.chains, settings.warmup,
+             job.dataset, model.dim, batch.x.shape[0], settings.chains, settings.warmup,
              settings.samples, settings.thin, dtype)
 
     # the acceptance thresholds do not change the draws: a run that failed its check
     # can be accepted with looser thresholds without sampling again
-    sampling_job = {**job, "hmc": {k: v for k, v in (job.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
+    sampling_job = {**spec, "hmc": {k: v for k, v in (spec.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
     draws, stats = sample_hmc(value_and_grad(posterior, batch), init, settings, seed,
                               # the network's numerics are the training engine's (ENGINE_VERSION)
                               checkpoint=checkpoint, checkpoint_key=f"{job_key(sampling_job)}|engine{ENGINE_VERSION}",
@@ -228,9 +230,9 @@ def _run_hmc(job: dict[str, Any], out: Path, checkpoint: Path | None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     # converged: at the paper-scale thresholds, whatever this job enforces (quick scale
     # relaxes them so that a smoke test runs through; its reference is then not converged)
-    verdict = convergence(diag, settings, scale=job.get("scale"))
+    verdict = convergence(diag, settings, scale=job.scale)
     write_json_atomic(out.with_name("diagnostics.json"), {
-        "job": job,
+        "job": spec,
         "settings": settings.to_dict(),
         "dtype": str(dtype).removeprefix("torch."),
         "num_weights": model.dim,
