@@ -38,6 +38,7 @@ import math
 import platform
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -46,6 +47,7 @@ import yaml
 from repens.config import (EXPERIMENTS, ConfigError, check_config, check_schema, experiment_seeds, report_datasets,
                            resolve_job)
 from repens.cost import duration
+from repens.job import ImageJob  # torch-free
 
 __all__ = [
     "BudgetError", "Stage", "Cell", "Row", "job_stages", "plan", "budget", "format_budget", "load_config",
@@ -75,17 +77,20 @@ class Stage:
     spec: Mapping[str, Any]
     steps: int
 
+    @cached_property
+    def job(self) -> ImageJob:
+        """The job of ``spec`` (:class:`repens.job.ImageJob`, its settings typed)."""
+        return ImageJob.of(dict(self.spec))
+
     @property
     def members(self) -> int:
-        return int(self.spec["particles"])
+        return self.job.particles
 
 
 def job_stages(spec: Mapping[str, Any]) -> list[Stage]:
     """The stacks one image job trains, in order (:func:`repens.experiments.image.run_image`):
     for ``l2_search`` first the search (``search_trials`` members of the ``ensemble`` rule in
     weight space, ``search_steps`` steps, ``steps`` when unset), then the ensemble."""
-    from repens.job import ImageJob  # torch-free
-
     job = ImageJob.of(dict(spec))
     stages = []
     if job.l2_search:
@@ -246,7 +251,7 @@ def timing_rows(rows: Sequence[Row], cells: Sequence[Cell], device: str, steps_t
         for stage in cell.stages[0]:
             out.append({"dataset": row.dataset, "method": row.method, "stage": stage.name,
                         "seconds_per_step": row.seconds_per_step[stage.name], "particles": stage.members,
-                        "batch_size": stage.spec.get("batch_size"), "scale": stage.spec.get("scale"),
+                        "batch_size": stage.job.batch_size, "scale": stage.job.scale,
                         "steps_timed": steps_timed.get((row.dataset, row.method, stage.name))})
     return {"device": device, "rows": out}
 
@@ -297,9 +302,9 @@ def read_timings(path: str | Path) -> tuple[Timing, str]:
         what = f"{dataset}/{method}" + (" (L2 search stack)" if stage.name == "search" else "")
         if row is None:
             raise BudgetError(f"{path}: no step time for {what}: {stage.members} members, batch "
-                              f"{stage.spec.get('batch_size')}; time it on the device with "
+                              f"{stage.job.batch_size}; time it on the device with "
                               "`python -m repens budget --save-timings FILE`")
-        for key, want in (("particles", stage.members), ("batch_size", stage.spec.get("batch_size"))):
+        for key, want in (("particles", stage.members), ("batch_size", stage.job.batch_size)):
             if row.get(key) is not None and row[key] != want:
                 raise BudgetError(f"{path}: the {what} step was timed with {key} {row[key]}, the config's job has "
                                   f"{want}")
@@ -345,12 +350,11 @@ class StageRun:
         import torch
 
         from repens.experiments.image import _batches, _initial, resolve_device
-        from repens.job import ImageJob
         from repens.models import build_model
         from repens.particles import StackedModel
         from repens.posteriors import NetworkPosterior
 
-        job = ImageJob.of(dict(stage.spec))
+        job = stage.job
         if job.step_size == "curvature":  # its one-time estimate is no step's cost
             job = job.replace(step_size="fixed")
         self.job, self.stage = job, stage

@@ -439,6 +439,48 @@ def parameter_count(spec: Mapping[str, Any]) -> int:
     return _network(spec)[0]
 
 
+def _hmc_memory(spec: Mapping[str, Any], params: int, widest: int, terms: dict[str, float]) -> MemoryEstimate:
+    """:func:`memory_estimate` of an HMC reference: its chains' state, kept draws and predictive."""
+    hmc = {**HMC_DEFAULTS, **(spec.get("hmc") or {})}
+    chains, kept = int(hmc["chains"]), int(hmc["samples"]) // max(int(hmc["thin"]), 1)
+    _, outputs, _, test = TOY_SETS.get(spec.get("dataset"), (2, 5, 200, 3600))
+    draws = chains * kept
+    terms["particles"] = float(chains * params * 8 * PARAM_COPIES)
+    terms["draws"] = float(draws * params * FLOAT)
+    terms["predictive"] = float(draws * min(test, HMC_EVAL_POINTS) * (2 * widest * FLOAT + outputs * 8)
+                                + draws * test * FLOAT)
+    return MemoryEstimate(terms, f"{chains:,} chains x {kept:,} kept draws x {params:,} parameters")
+
+
+def _training_stack(spec: Mapping[str, Any], terms: dict[str, float]) -> tuple[int, int, int, int]:
+    """``(sets, particles, batch, evaluated)`` of a training job (see :func:`memory_estimate`);
+    adds its data set's bytes to ``terms["data"]`` (UCI and image jobs)."""
+    experiment, dataset = spec.get("experiment"), spec.get("dataset")
+    particles = int(spec.get("particles") or 1)
+    batch = int(spec.get("batch_size") or 0)
+    sets, evaluated = 1, 0
+    if experiment == "synthetic":
+        batch = 0
+    elif experiment == "toy":
+        _, _, train, test = TOY_SETS.get(dataset, (2, 5, 200, 3600))
+        batch, evaluated = min(batch or 64, train), test
+    elif experiment == "uci":
+        rows, features, splits, _ = UCI_SETS.get(dataset, (10000, 16, 20, 50))
+        sets = int(spec.get("splits") or splits)
+        batch, evaluated = min(batch or rows, rows), rows // 10 + 1
+        terms["data"] = float(rows * (features + 1) * 8 * 3)  # the table, and a split's standardised copy
+    elif experiment == "image":
+        train, test, shape = IMAGE_SETS.get(dataset, IMAGE_SETS["cifar10"])
+        ood = IMAGE_SETS.get(spec.get("ood"), IMAGE_SETS["svhn"])[1]
+        pixels = math.prod(shape)
+        per_value = FLOAT + (8 if spec.get("normalize") == "standard" else 1)
+        terms["data"] = float((train + test + ood) * pixels * per_value)
+        evaluated = IMAGE_EVAL_BATCH
+        if spec.get("l2_search"):
+            particles = max(particles, int(spec.get("search_trials") or 20))
+    return sets, particles, batch, evaluated
+
+
 def memory_estimate(spec: Mapping[str, Any]) -> MemoryEstimate:
     """A rough upper bound of the peak memory of the job ``spec`` (a training job's spec, as
     repens.config.resolve_job makes it, or an HMC reference's, resolve_hmc_job).
@@ -467,41 +509,11 @@ def memory_estimate(spec: Mapping[str, Any]) -> MemoryEstimate:
     Calibration: the paper-scale FashionMNIST jobs on a CPU (50 particles, batch 256) peaked
     at 1.26-1.41 GB (reference/image/*/benchmark.tsv); this bound gives 1.5 GB.
     """
-    experiment, dataset = spec.get("experiment"), spec.get("dataset")
     params, acts, widest = _network(spec)
     terms: dict[str, float] = {"base": float(BASE_BYTES)}
     if spec.get("method") == "hmc":
-        hmc = {**HMC_DEFAULTS, **(spec.get("hmc") or {})}
-        chains, kept = int(hmc["chains"]), int(hmc["samples"]) // max(int(hmc["thin"]), 1)
-        _, outputs, _, test = TOY_SETS.get(dataset, (2, 5, 200, 3600))
-        draws = chains * kept
-        terms["particles"] = float(chains * params * 8 * PARAM_COPIES)
-        terms["draws"] = float(draws * params * FLOAT)
-        terms["predictive"] = float(draws * min(test, HMC_EVAL_POINTS) * (2 * widest * FLOAT + outputs * 8)
-                                    + draws * test * FLOAT)
-        return MemoryEstimate(terms, f"{chains:,} chains x {kept:,} kept draws x {params:,} parameters")
-    particles = int(spec.get("particles") or 1)
-    batch = int(spec.get("batch_size") or 0)
-    sets, evaluated = 1, 0
-    if experiment == "synthetic":
-        batch = 0
-    elif experiment == "toy":
-        _, _, train, test = TOY_SETS.get(dataset, (2, 5, 200, 3600))
-        batch, evaluated = min(batch or 64, train), test
-    elif experiment == "uci":
-        rows, features, splits, _ = UCI_SETS.get(dataset, (10000, 16, 20, 50))
-        sets = int(spec.get("splits") or splits)
-        batch, evaluated = min(batch or rows, rows), rows // 10 + 1
-        terms["data"] = float(rows * (features + 1) * 8 * 3)  # the table, and a split's standardised copy
-    elif experiment == "image":
-        train, test, shape = IMAGE_SETS.get(dataset, IMAGE_SETS["cifar10"])
-        ood = IMAGE_SETS.get(spec.get("ood"), IMAGE_SETS["svhn"])[1]
-        pixels = math.prod(shape)
-        per_value = FLOAT + (8 if spec.get("normalize") == "standard" else 1)
-        terms["data"] = float((train + test + ood) * pixels * per_value)
-        evaluated = IMAGE_EVAL_BATCH
-        if spec.get("l2_search"):
-            particles = max(particles, int(spec.get("search_trials") or 20))
+        return _hmc_memory(spec, params, widest, terms)
+    sets, particles, batch, evaluated = _training_stack(spec, terms)
     members = sets * particles
     terms["particles"] = float(members * params * FLOAT * PARAM_COPIES)
     repulsive = spec.get("rule") in _REPULSIVE or (spec.get("rule") == "langevin" and spec.get("mmd_weight"))

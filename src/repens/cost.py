@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
-from repens.job import ImageJob, default_of
+from repens.job import ImageJob
 
 __all__ = ["duration", "image_cpu_seconds", "image_cost_notice"]
 
@@ -24,9 +24,9 @@ def duration(seconds: float) -> str:
     raise AssertionError
 
 
-def image_cpu_seconds(spec: Mapping[str, Any], step_seconds: Mapping[str, Mapping[str, float]]) -> float:
-    """One image job's CPU seconds: its steps (plus hyper-DE's L2 search) at the measured
-    step time of its data set and scale (NaN where none was measured).
+def image_cpu_seconds(spec: ImageJob | Mapping[str, Any], step_seconds: Mapping[str, Mapping[str, float]]) -> float:
+    """One image job's CPU seconds (the job, or its spec): its steps (plus hyper-DE's L2
+    search) at the measured step time of its data set and scale (NaN where none was measured).
 
     The search trains its ``search_trials`` candidates at once, as one stack, for
     ``search_steps`` steps (repens.experiments.image.l2_search), so it costs
@@ -34,21 +34,25 @@ def image_cpu_seconds(spec: Mapping[str, Any], step_seconds: Mapping[str, Mappin
     ``search_steps x search_trials / particles`` steps at the rate of the job's own stack
     (a step's cost taken as proportional to the members; ``python -m repens budget``
     times the search stack itself)."""
-    rate = step_seconds.get(spec["dataset"], {}).get(spec["scale"])
-    steps = spec["steps"]
-    if spec.get("l2_search"):  # unset: the runner's defaults (repens.job.ImageJob)
-        trials = spec.get("search_trials", default_of(ImageJob, "search_trials"))
-        steps += (spec.get("search_steps") or steps) * trials / spec["particles"]
+    job = ImageJob.of(spec)
+    rate = step_seconds.get(job.dataset, {}).get(job.scale)
+    steps = job.steps
+    if job.l2_search:
+        steps += (job.search_steps or job.steps) * job.search_trials / job.particles
     return float(rate) * steps if rate is not None else math.nan
 
 
-def image_cost_notice(specs: Iterable[Mapping[str, Any]], step_seconds: Mapping[str, Mapping[str, float]],
+def image_cost_notice(specs: Iterable[ImageJob | Mapping[str, Any]], step_seconds: Mapping[str, Mapping[str, float]],
                       cores: int, scale: str, min_seconds: float = 4 * 3600) -> str | None:
-    """What the planned image jobs (their specs) cost on ``cores`` CPU cores; None when
-    there are none, or at quick scale when they total under ``min_seconds``."""
+    """What the planned image jobs (the jobs, or their specs) cost on ``cores`` CPU cores;
+    None when there are none, or at quick scale when they total under ``min_seconds``.
+
+    Raises:
+        repens.job.SpecError: a spec is not an image job's.
+    """
     per_dataset: dict[str, list[float]] = {}
-    for spec in specs:
-        per_dataset.setdefault(spec["dataset"], []).append(image_cpu_seconds(spec, step_seconds))
+    for job in map(ImageJob.of, specs):
+        per_dataset.setdefault(job.dataset, []).append(image_cpu_seconds(job, step_seconds))
     total = sum(sum(v) for v in per_dataset.values())
     if not per_dataset or (scale != "paper" and total < min_seconds):
         return None

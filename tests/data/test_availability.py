@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
-from repens.cost import image_cost_notice
+from repens.config import resolve_job
+from repens.cost import image_cost_notice, image_cpu_seconds
+from repens.job import ImageJob, SpecError
 from repens.data import availability as av
 from repens.data.images import IMAGE_DATASETS
 
@@ -62,15 +66,34 @@ def test_reachable_offline_and_closed_port(monkeypatch):
     assert time.monotonic() - start < 5
 
 
+def _image_spec(dataset: str, method: str, scale: str, **changes) -> dict:
+    """A planned train_image job's spec (as preflight.smk reads it), with ``changes``."""
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
+    config["scale"] = scale
+    return {**resolve_job(config, "image", dataset, method, 0), **changes}
+
+
 def test_cost_notice():
     steps = {"fashionmnist": {"paper": 0.2, "quick": 0.05}, "cifar10": {"paper": 60.0}}
-    quick = [{"dataset": "fashionmnist", "scale": "quick", "steps": 600}] * 65
+    quick = [_image_spec("fashionmnist", "de", "quick", steps=600)] * 65
     assert image_cost_notice(quick, steps, 2, "quick") is None
-    paper = [{"dataset": "cifar10", "scale": "paper", "steps": 50000}] * 2 + [
-        {"dataset": "fashionmnist", "scale": "paper", "steps": 50000, "particles": 50, "l2_search": True,
-         "search_trials": 20, "search_steps": 10000}]
+    paper = [_image_spec("cifar10", "de", "paper", steps=50000)] * 2 + [
+        _image_spec("fashionmnist", "hyper-de", "paper", steps=50000, particles=50, l2_search=True,
+                    search_trials=20, search_steps=10000)]
     text = image_cost_notice(paper, steps, 2, "paper")
     assert "3 Table 1 training jobs at scale=paper" in text
     # hyper-DE: 50,000 steps of 50 members, then the search: 10,000 steps of one stack of
     # 20 candidates, 4,000 steps of 50 members' cost: 54,000 x 0.2 s = 3.0 h
     assert "cifar10: 2 jobs, about 69.4 days of CPU" in text and "fashionmnist: 1 jobs, about 3.0 h" in text
+    assert image_cost_notice([ImageJob.from_spec(s) for s in paper], steps, 2, "paper") == text  # jobs as specs
+
+
+def test_cost_of_a_job_reads_its_settings():
+    steps = {"fashionmnist": {"paper": 0.5}}
+    spec = _image_spec("fashionmnist", "hyper-de", "paper", steps=100, particles=10, l2_search=True,
+                       search_trials=4, search_top=2)
+    spec.pop("search_steps", None)  # unset: the search trains the job's steps
+    assert image_cpu_seconds(spec, steps) == 0.5 * (100 + 100 * 4 / 10)
+    assert image_cpu_seconds({**spec, "scale": "quick"}, steps) != image_cpu_seconds(spec, steps)  # NaN: unmeasured
+    with pytest.raises(SpecError, match="unknown setting 'stepz'"):
+        image_cost_notice([{**spec, "stepz": 1}], steps, 2, "paper")

@@ -345,6 +345,31 @@ def _complete(folder: Path) -> bool:
         return False
 
 
+def _fetch(url: str, folder: Path, names: list[str]) -> list[str]:
+    """Fetch ``<url>/<name>`` into ``folder/<name>`` for each of ``names`` not there yet
+    (each written under a temporary name and renamed into place); what failed, as
+    ``"file, file (reason)"`` per reason (the same reason, e.g. offline, once)."""
+    import http.client
+    import shutil
+    import urllib.error
+    import urllib.request
+
+    from repens.data.images import atomic_file
+
+    by_reason: dict[str, list[str]] = {}
+    for fname in names:
+        if (folder / fname).is_file():
+            continue
+        try:
+            with urllib.request.urlopen(f"{url}/{fname}", timeout=60) as resp, \
+                    atomic_file(folder / fname) as (out, _):
+                shutil.copyfileobj(resp, out, 1 << 20)
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            reason = err.reason if isinstance(err, urllib.error.URLError) else err
+            by_reason.setdefault(f"{type(err).__name__}: {reason}", []).append(fname)
+    return [f"{', '.join(files)} ({reason})" for reason, files in by_reason.items()]
+
+
 def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Path:
     """Fetch ``<base_url>/<name>/data/*`` into ``<root>/<name>/data/`` (metadata first,
     then the split indices ``n_splits.txt`` asks for); files already there are kept.
@@ -360,12 +385,7 @@ def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Pa
     Raises:
         UCIDataError: naming the files that could not be fetched.
     """
-    import http.client
-    import shutil
-    import urllib.error
-    import urllib.request
-
-    from repens.data.images import atomic_file, data_lock
+    from repens.data.images import data_lock
 
     folder = _folder(root, name)
     if _complete(folder):  # nothing to fetch: no lock (the root may be read-only)
@@ -375,18 +395,7 @@ def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Pa
     created = [d for d in (folder, folder.parent, Path(root)) if not d.exists()]
 
     def fetch(names: list[str]) -> list[str]:
-        by_reason: dict[str, list[str]] = {}  # the same reason (e.g. offline) once, with its files
-        for fname in names:
-            if (folder / fname).is_file():
-                continue
-            try:
-                with urllib.request.urlopen(f"{base_url}/{name}/data/{fname}", timeout=60) as resp, \
-                        atomic_file(folder / fname) as (out, _):
-                    shutil.copyfileobj(resp, out, 1 << 20)
-            except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
-                reason = err.reason if isinstance(err, urllib.error.URLError) else err
-                by_reason.setdefault(f"{type(err).__name__}: {reason}", []).append(fname)
-        return [f"{', '.join(files)} ({reason})" for reason, files in by_reason.items()]
+        return _fetch(f"{base_url}/{name}/data", folder, names)
 
     with data_lock(Path(root) / f".{name}.lock", f"UCI dataset {name!r}") as lock:
         folder.mkdir(parents=True, exist_ok=True)
