@@ -13,6 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 
@@ -58,3 +61,26 @@ def test_planning_imports_no_torch():
     loaded = loaded_after_import(modules)
     assert "repens.config" in loaded  # the imports ran
     assert "torch" not in loaded, f"importing {', '.join(modules)} imports torch"
+
+
+_DRY_RUN = """
+import atexit, sys
+atexit.register(lambda: print("MODULES", *sorted(m for m in sys.modules if m.split(".")[0] == "torch"), file=sys.stderr))
+from snakemake.cli import main
+sys.argv = ["snakemake", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_dry_run_of_everything_imports_no_torch(tmp_path):
+    """Planning every target at the paper's scale (the functions the rules call while the
+    DAG is built included) leaves torch unimported."""
+    (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())
+    out = subprocess.run([sys.executable, "-c", _DRY_RUN, "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path),
+                          "-n", "all", "results/table2_uci.tex", "--quiet", "rules", "--config", "scale=paper"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    (line,) = [x for x in out.stderr.splitlines() if x.startswith("MODULES")]
+    assert line == "MODULES", line[:300]

@@ -76,6 +76,10 @@ def _rerun_command():
     return f"snakemake -c{workflow.resource_settings.cores or 1} {targets}".rstrip()
 
 
+# Planning imports no torch (tests/test_planning_imports.py): these checks run only from
+# onstart (a real run, never `snakemake -n`), and import torch only when a planned image
+# job may train on this machine's GPU (device auto, a local run): whether one is there is
+# torch's answer, the one the job itself will get.
 def _has_gpu():
     if config["device"] != "auto":
         return config["device"] == "cuda"
