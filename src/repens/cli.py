@@ -40,7 +40,9 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 __all__ = ["main"]
 
@@ -470,16 +472,22 @@ def _import_results(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="repens", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log", help="also append the log to this file")
-    parser.add_argument("--attempts", help="also append the log, under a header naming this attempt, to this file "
-                                           "(kept across attempts: Snakemake deletes a job's log before each)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (the rule's threads; default: torch's)")
-    sub = parser.add_subparsers(dest="command", required=True)
+# ----------------------------------------------------------------------------- the commands' options
+#: the help of an optional ``--out-html`` of a table command
+TABLE_HTML = ("html", "the table as HTML (the Snakemake report's)")
 
-    p = sub.add_parser("train", help="run one training job")
+
+def _outputs(p: argparse.ArgumentParser, *outputs: str | tuple[str, str]) -> None:
+    """A command's ``--out-NAME`` files, in order: a name is a required file, a (name, help)
+    pair an optional one."""
+    for out in outputs:
+        if isinstance(out, str):
+            p.add_argument(f"--out-{out}", required=True)
+        else:
+            p.add_argument(f"--out-{out[0]}", help=out[1])
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_job)")
     p.add_argument("--runtime", help="the job's fields that do not change its result, as JSON "
                                      "(repens.jobkey.RUNTIME_FIELDS: log_every, checkpoint_seconds, uci_data)")
@@ -488,10 +496,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input", action="append", metavar="KEY=PATH",
                    help="an input file of the job (image jobs: train=DATA.npz, ood=OOD.npz)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to train (image jobs)")
-    p.set_defaults(func=_train)
 
-    p = sub.add_parser("train-stack", help="train one method's seeds of one image data set as one stack "
-                                           "(each seed's own outputs, equal to its train job's)")
+
+def _train_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", action="append", required=True,
                    help="a seed's job as JSON (repeat once per seed; the jobs differ only in seed)")
     p.add_argument("--out", action="append", required=True, help="that seed's metrics file (repeat, in --spec order)")
@@ -499,95 +506,77 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", help="the stack's checkpoint (default: the first OUT.stack.ckpt)")
     p.add_argument("--input", action="append", metavar="KEY=PATH", help="train=DATA.npz, ood=OOD.npz")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to train")
-    p.set_defaults(func=_train_stack)
 
-    p = sub.add_parser("hmc", help="sample the HMC reference posterior of a toy problem")
+
+def _hmc_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_hmc_job)")
     p.add_argument("--out", required=True, help="predictions file to write (.npz)")
-    p.set_defaults(func=_hmc)
 
-    p = sub.add_parser("prepare-images", help="fetch/verify an image data set and save it as one .npz")
+
+def _prepare_images_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", required=True, help="fashionmnist, mnist, cifar10 or svhn")
     p.add_argument("--root", required=True, help="data folder (a torchvision root)")
     p.add_argument("--mirror", help="folder with the original files, laid out as a torchvision root")
     p.add_argument("--offline", action="store_true", help="never download")
     p.add_argument("--out", required=True, help=".npz to write")
-    p.set_defaults(func=_prepare_images)
 
-    p = sub.add_parser("image-table", help="Table 1 (LaTeX, PNG, CSV, HTML) and its comparison with the paper")
+
+def _image_table_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", required=True, help="the paper's values (CSV)")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("--datasets", required=True, help="comma-separated, in block order")
     p.add_argument("--methods", required=True, help="comma-separated, in row order")
-    p.add_argument("--out-tex", required=True)
-    p.add_argument("--out-png", required=True)
-    p.add_argument("--out-csv", required=True)
-    p.add_argument("--out-html", help="the table as HTML (the Snakemake report's)")
-    p.add_argument("--out-vs-paper", required=True)
-    p.add_argument("--out-vs-paper-html", help="the comparison as HTML")
+    _outputs(p, "tex", "png", "csv", TABLE_HTML, "vs-paper", ("vs-paper-html", "the comparison as HTML"))
     p.add_argument("inputs", nargs="+", help="metrics.json files written by image training jobs")
-    p.set_defaults(func=_image_table)
 
-    p = sub.add_parser("synthetic-table", help="metrics of the synthetic runs as CSV, LaTeX and HTML")
-    p.add_argument("--out-csv", required=True)
-    p.add_argument("--out-tex", required=True)
-    p.add_argument("--out-html", help="the table as HTML (the Snakemake report's)")
+
+def _synthetic_table_args(p: argparse.ArgumentParser) -> None:
+    _outputs(p, "csv", "tex", TABLE_HTML)
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("inputs", nargs="+", help="particle files (.npz) written by 'train'")
-    p.set_defaults(func=_synthetic_table)
 
-    p = sub.add_parser("synthetic-figure", help="Figure 2 (gaussian) or Figure F.1 (funnel)")
+
+def _synthetic_figure_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True)
-    p.add_argument("--out-png", required=True)
-    p.add_argument("--out-pdf", required=True)
+    _outputs(p, "png", "pdf")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("inputs", nargs="+", help="particle files (.npz), one per method, in panel order")
-    p.set_defaults(func=_synthetic_figure)
 
-    p = sub.add_parser("toy-figure", help="Figure 1 (regression) or Figure 3 (classification)")
+
+def _toy_figure_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", required=True, choices=["regression", "classification"])
-    p.add_argument("--out-png", required=True)
-    p.add_argument("--out-pdf", required=True)
+    _outputs(p, "png", "pdf")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("inputs", nargs="+", help="prediction files (.npz), one per panel, in order")
-    p.set_defaults(func=_toy_figure)
 
-    p = sub.add_parser("toy-table", help="distance of each method's predictive to HMC's")
-    p.add_argument("--out-csv", required=True)
-    p.add_argument("--out-tex", required=True)
-    p.add_argument("--out-html", help="the table as HTML (the Snakemake report's)")
+
+def _toy_table_args(p: argparse.ArgumentParser) -> None:
+    _outputs(p, "csv", "tex", TABLE_HTML)
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("--regression-hmc", nargs="+", help="the HMC reference of each seed")
     p.add_argument("--regression", nargs="+", help="the methods' files of those seeds")
     p.add_argument("--classification-hmc", nargs="+")
     p.add_argument("--classification", nargs="+")
-    p.set_defaults(func=_toy_table)
 
-    p = sub.add_parser("uci-download", help="fetch one UCI dataset with the standard splits")
+
+def _uci_download_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", required=True, help="data root; files go to ROOT/NAME/data/")
     p.add_argument("--name", required=True, help="folder name, e.g. bostonHousing")
     p.add_argument("--url", help="base URL (default: repens.data.uci.UCI_URL)")
-    p.set_defaults(func=_uci_download)
 
-    p = sub.add_parser("uci-table", help="Table 2 (UCI regression) and the comparison with the seeds")
+
+def _uci_table_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--datasets", nargs="+", required=True, help="block order")
     p.add_argument("--methods", nargs="+", required=True, help="row order")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("--seeds", required=True, help="the transcribed seed values (CSV)")
-    p.add_argument("--out-tex", required=True)
-    p.add_argument("--out-csv", required=True)
-    p.add_argument("--out-html", help="the table as HTML (the Snakemake report's)")
-    p.add_argument("--out-seeds", required=True)
-    p.add_argument("--out-seeds-html", help="the comparison as HTML")
-    p.add_argument("--out-vs-de", help="each method minus the deep ensemble, split by split (CSV)")
-    p.add_argument("--out-vs-de-html", help="the same as HTML")
+    _outputs(p, "tex", "csv", TABLE_HTML, "seeds", ("seeds-html", "the comparison as HTML"),
+             ("vs-de", "each method minus the deep ensemble, split by split (CSV)"), ("vs-de-html", "the same as HTML"))
     p.add_argument("inputs", nargs="+", help="metrics.json of the UCI jobs")
-    p.set_defaults(func=_uci_table)
 
-    p = sub.add_parser("claims", help="the claim scorecard: each claim of the papers checked on the result tables")
-    p.add_argument("--out-csv", required=True)
-    p.add_argument("--out-md", required=True)
-    p.add_argument("--out-html", help="the scorecard as HTML (the Snakemake report's)")
+
+def _claims_args(p: argparse.ArgumentParser) -> None:
+    _outputs(p, "csv", "md", ("html", "the scorecard as HTML (the Snakemake report's)"))
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     for name, what in (("synthetic", "results/synthetic/metrics.csv"), ("toy", "results/toy/distance_to_hmc.csv"),
                        ("table1", "results/table1.csv"), ("uci", "results/table2_uci.csv"),
@@ -596,20 +585,20 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{name}", help=f"{what} (absent or missing: its claims are 'not run')")
     p.add_argument("--convergence", help="results/convergence.csv (python -m repens.report.claims convergence): a "
                                          "comparison resting on an unconverged run is inconclusive")
-    p.set_defaults(func=_claims)
 
-    p = sub.add_parser("claim-figures", help="one evidence figure per claim, from the scorecard's comparisons CSV")
+
+def _claim_figures_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--comparisons", required=True, help="results/claims_comparisons.csv (written by `claims`)")
     p.add_argument("--out-dir", required=True, help="where <claim id>.png go")
-    p.set_defaults(func=_claim_figures)
 
-    p = sub.add_parser("claims-page", help="the scorecard's HTML from its CSVs, with each claim's evidence figure")
+
+def _claims_page_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--claims", required=True, help="results/claims.csv (its _diagnostics.csv is read beside it)")
     p.add_argument("--figures", help="the folder of the evidence figures (claim-figures --out-dir)")
     p.add_argument("--out", required=True)
-    p.set_defaults(func=_claims_page)
 
-    p = sub.add_parser("reference", help="the reference tree: keep a rebuild's tables, check a rebuild, write the results page")
+
+def _reference_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["publish", "check", "page"],
                    help="publish: copy results/'s tables and figures into REFERENCE/results; check: compare "
                         "results/'s tables with those; page: write the results page from REFERENCE")
@@ -617,9 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default="results", help="where the rebuild wrote (default: results)")
     p.add_argument("--configfile", default="config.yaml", help="the pipeline's config (page: the grid at paper scale)")
     p.add_argument("--out", default="docs/results.md", help="page: where to write it (default: docs/results.md)")
-    p.set_defaults(func=_reference)
 
-    p = sub.add_parser("budget", help="device-hours of Table 1's jobs on this device, before any run")
+
+def _budget_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--configfile", default="config.yaml", help="the pipeline's config (default: config.yaml)")
     p.add_argument("--scale", choices=["quick", "paper"], help="override the config's scale (as --config scale=)")
     p.add_argument("--datasets", help="comma-separated (default: the datasets Table 1 shows at that scale)")
@@ -630,18 +619,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, help="timed steps per (dataset, method, stage) (default: --seconds' worth)")
     p.add_argument("--seconds", type=float, default=3.0, help="time this long per stage when --steps is unset")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
-    p.set_defaults(func=_budget)
 
-    p = sub.add_parser("where", help="where the numbers of a result file or table row came from")
+
+def _where_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a result file (metrics.json, .npz) or a table CSV (reads its .provenance.json)")
     p.add_argument("--dataset", help="table rows: the dataset (block) of the row")
     p.add_argument("--method", help="table rows: the method of the row")
     p.add_argument("--metric", help="also print each input's value of this metric key (e.g. accuracy)")
-    p.set_defaults(func=_where)
 
-    # the job kit (repens.kit): a target's training jobs on an offline GPU node without Snakemake
-    p = sub.add_parser("export-jobs", help="login machine: write the training jobs of targets (as Snakemake "
-                                           "would run them) and their data steps to a jobs file")
+
+def _export_jobs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("targets", nargs="+", help="Snakemake targets, e.g. results/table1.tex")
     p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="as snakemake --config")
     p.add_argument("--configfile", help="as snakemake --configfile")
@@ -655,10 +642,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="copy the original image archives the data steps read into DIR (e.g. data/raw, ignored by "
                         "git) to send with the tree")
     p.add_argument("--out", required=True, help="the jobs file to write (JSON)")
-    p.set_defaults(func=_export_jobs)
 
-    p = sub.add_parser("run-jobs", help="GPU node: run a jobs file's jobs K at a time until a deadline; "
-                                        "resumes and skips finished jobs on the next call")
+
+def _run_jobs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("jobs", help="the jobs file (export-jobs)")
     p.add_argument("--parallel", "-k", type=int, default=1, help="jobs at a time (default 1)")
     p.add_argument("--deadline", type=float, metavar="SECONDS",
@@ -676,9 +662,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stack-seeds", action="store_true",
                    help="run the image jobs that differ only in seed as one train-stack per group (each seed keeps "
                         "its outputs, log, state; benchmark.tsv: the stack's time split evenly across its seeds)")
-    p.set_defaults(func=_run_jobs)
 
-    p = sub.add_parser("pack", help="GPU node: pack the finished jobs' files into at most 8 files of 16 MiB")
+
+def _pack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("jobs", help="the jobs file (export-jobs)")
     p.add_argument("--out", required=True, help="file prefix: writes PREFIX.tar.gz, or PREFIX.tar.gz.00, .01, ...")
     p.add_argument("--directory", "-d", default=".", help="where the jobs' paths are (default: here)")
@@ -687,10 +673,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-mib", type=float, default=16.0, help="MiB per file (default 16)")
     p.add_argument("--checkpoints", action="store_true", help="also the unfinished jobs' checkpoints (resume elsewhere)")
     p.add_argument("--only-new", action="store_true", help="leave out the jobs an earlier pack took")
-    p.set_defaults(func=_pack)
 
-    p = sub.add_parser("import-results", help="login machine: put a pack's results in place so Snakemake takes "
-                                              "them as built (no retraining)")
+
+def _import_results_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("parts", nargs="+", help="the pack: PREFIX.tar.gz, or all of PREFIX.tar.gz.NN")
     p.add_argument("--directory", "-d", default=".", help="Snakemake's working directory (default: here)")
     p.add_argument("--snakefile", help="default: this checkout's Snakefile")
@@ -700,9 +685,85 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-verify", action="store_true", help="skip checking the specs against Snakemake's")
     p.add_argument("--no-prepare", action="store_true", help="do not make missing inputs (fail instead)")
     p.add_argument("--no-metadata", action="store_true", help="leave Snakemake's metadata alone")
-    p.set_defaults(func=_import_results)
 
-    args = parser.parse_args(argv)
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its name and help, what adds its options, and its handler (args -> exit code)."""
+
+    name: str
+    help: str
+    setup: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("train", "run one training job",
+            _train_args, _train),
+    Command("train-stack", "train one method's seeds of one image data set as one stack "
+            "(each seed's own outputs, equal to its train job's)",
+            _train_stack_args, _train_stack),
+    Command("hmc", "sample the HMC reference posterior of a toy problem",
+            _hmc_args, _hmc),
+    Command("prepare-images", "fetch/verify an image data set and save it as one .npz",
+            _prepare_images_args, _prepare_images),
+    Command("image-table", "Table 1 (LaTeX, PNG, CSV, HTML) and its comparison with the paper",
+            _image_table_args, _image_table),
+    Command("synthetic-table", "metrics of the synthetic runs as CSV, LaTeX and HTML",
+            _synthetic_table_args, _synthetic_table),
+    Command("synthetic-figure", "Figure 2 (gaussian) or Figure F.1 (funnel)",
+            _synthetic_figure_args, _synthetic_figure),
+    Command("toy-figure", "Figure 1 (regression) or Figure 3 (classification)",
+            _toy_figure_args, _toy_figure),
+    Command("toy-table", "distance of each method's predictive to HMC's",
+            _toy_table_args, _toy_table),
+    Command("uci-download", "fetch one UCI dataset with the standard splits",
+            _uci_download_args, _uci_download),
+    Command("uci-table", "Table 2 (UCI regression) and the comparison with the seeds",
+            _uci_table_args, _uci_table),
+    Command("claims", "the claim scorecard: each claim of the papers checked on the result tables",
+            _claims_args, _claims),
+    Command("claim-figures", "one evidence figure per claim, from the scorecard's comparisons CSV",
+            _claim_figures_args, _claim_figures),
+    Command("claims-page", "the scorecard's HTML from its CSVs, with each claim's evidence figure",
+            _claims_page_args, _claims_page),
+    Command("reference", "the reference tree: keep a rebuild's tables, check a rebuild, write the results page",
+            _reference_args, _reference),
+    Command("budget", "device-hours of Table 1's jobs on this device, before any run",
+            _budget_args, _budget),
+    Command("where", "where the numbers of a result file or table row came from",
+            _where_args, _where),
+    Command("export-jobs", "login machine: write the training jobs of targets (as Snakemake "
+            "would run them) and their data steps to a jobs file",
+            _export_jobs_args, _export_jobs),
+    Command("run-jobs", "GPU node: run a jobs file's jobs K at a time until a deadline; "
+            "resumes and skips finished jobs on the next call",
+            _run_jobs_args, _run_jobs),
+    Command("pack", "GPU node: pack the finished jobs' files into at most 8 files of 16 MiB",
+            _pack_args, _pack),
+    Command("import-results", "login machine: put a pack's results in place so Snakemake takes "
+            "them as built (no retraining)",
+            _import_results_args, _import_results),
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="repens", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log", help="also append the log to this file")
+    parser.add_argument("--attempts", help="also append the log, under a header naming this attempt, to this file "
+                                           "(kept across attempts: Snakemake deletes a job's log before each)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (the rule's threads; default: torch's)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help)
+        command.setup(p)
+        p.set_defaults(func=command.run)
+    return parser
+
+
+def _start(args: argparse.Namespace) -> None:
+    """Logging, the attempts log, where a cluster job ran, torch's threads."""
     _setup_logging(args.log)
     if args.attempts:
         from repens.attempt import keep_attempt_log
@@ -717,12 +778,15 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command's handler. A missing or malformed data file (2) or a write that
+    failed, e.g. disk full (74, EX_IOERR): one line naming the file, no traceback."""
     from repens.atomic import WriteError
     from repens.checks import EnvError
     from repens.data.errors import DataError, one_line
 
-    # a missing or malformed data file (2) or a write that failed, e.g. disk full (74,
-    # EX_IOERR): one line naming the file, no traceback
     try:
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C outside a training loop (which checkpoints and exits 130 itself)
@@ -737,3 +801,9 @@ def main(argv: list[str] | None = None) -> int:
                 with open(kept, "a") as f:
                     f.write(line + "\n")
         return 74 if isinstance(err, WriteError) else 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _start(args)
+    return _dispatch(args)
