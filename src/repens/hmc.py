@@ -487,6 +487,17 @@ def _state_key(key: str | None, settings: HMCSettings, init: Tensor, seed: int) 
     return f"{key}|{sorted(sampling.items())}|{tuple(init.shape)}|{seed}|v{SAMPLER_VERSION}"
 
 
+def _resumed_state(checkpoint: Path | None, key: str, settings: HMCSettings) -> dict[str, Any] | None:
+    """The sampler state of a checkpoint made under ``key`` (None: none, or one set aside)."""
+    saved = (load_keyed_checkpoint(checkpoint, key, log, then="sampling from the start")
+             if checkpoint is not None else None)
+    state = saved["state"] if saved is not None else None
+    if state is not None:
+        log.info("resumed from %s at iteration %d/%d", checkpoint, state["iteration"],
+                 settings.warmup + settings.samples)
+    return state
+
+
 def sample_hmc(
     value_and_grad: ValueAndGrad,
     init: Tensor,
@@ -526,14 +537,7 @@ def sample_hmc(
     if init.shape[0] != settings.chains:
         raise ValueError(f"init has {init.shape[0]} rows but settings.chains = {settings.chains}")
     key = _state_key(checkpoint_key, settings, init, seed)
-    saved = (load_keyed_checkpoint(checkpoint, key, log, then="sampling from the start")
-             if checkpoint is not None else None)
-    state = saved["state"] if saved is not None else None
-    if state is not None:
-        log.info("resumed from %s at iteration %d/%d", checkpoint, state["iteration"],
-                 settings.warmup + settings.samples)
-    else:
-        state = _fresh_state(value_and_grad, init, settings, seed)
+    state = _resumed_state(checkpoint, key, settings) or _fresh_state(value_and_grad, init, settings, seed)
 
     def save() -> None:
         if checkpoint is not None:

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from repens.atomic import save_npz_atomic, write_json_atomic
 from repens.checks import env_setting
-from repens.data.toy import make_toy
+from repens.data.toy import ToyData, make_toy
 from repens.experiments.toy import toy_posterior
 from repens.hmc import (
     HMCSettings,
@@ -196,36 +196,17 @@ def run_hmc(job: HMCJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
 def _run_hmc(job: HMCJob, out: Path, checkpoint: Path | None) -> None:
     start = time.perf_counter()
     spec = job.to_spec()  # the job as given: recorded, and hashed into the checkpoint's key
-    job_json = json.dumps(spec, sort_keys=True)
-    log.info("job %s", job_json)
-    settings = HMCSettings.from_dict(job.hmc)
-    dtype = _DTYPES[job.dtype]
-    seed = job.seed
-
-    data = make_toy(job.dataset, seed)
+    log.info("job %s", json.dumps(spec, sort_keys=True))
+    settings, dtype = HMCSettings.from_dict(job.hmc), _DTYPES[job.dtype]
+    data = make_toy(job.dataset, job.seed)
     posterior = toy_posterior(job, data, dtype)
-    model = posterior.model
-    y = data.y_train.to(dtype) if data.task == "regression" else data.y_train.long()
-    batch = Batch(data.x_train.to(dtype), y)
-
-    generator = torch.Generator().manual_seed(seed)
-    init = posterior.sample_prior(settings.chains, generator).double()
-    log.info("%s: %d weights, %d training points, %d chains x (%d warmup + %d samples, thin %d), network in %s",
-             job.dataset, model.dim, batch.x.shape[0], settings.chains, settings.warmup,
-             settings.samples, settings.thin, dtype)
-
-    # the acceptance thresholds do not change the draws: a run that failed its check
-    # can be accepted with looser thresholds without sampling again
-    sampling_job = {**spec, "hmc": {k: v for k, v in (spec.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
-    draws, stats = sample_hmc(value_and_grad(posterior, batch), init, settings, seed,
-                              # the network's numerics are the training engine's (ENGINE_VERSION)
-                              checkpoint=checkpoint, checkpoint_key=f"{job_key(sampling_job)}|engine{ENGINE_VERSION}",
-                              checkpoint_seconds=env_setting("REPENS_CHECKPOINT_SECONDS"))
+    draws, stats = _sample(job, settings, posterior, data, checkpoint)
     diag_start = time.perf_counter()
-    predictive, diag = predict_and_diagnose(model, draws, data.x_test.to(dtype), data.task)
+    predictive, diag = predict_and_diagnose(posterior.model, draws, data.x_test.to(dtype), data.task)
     lp_diag = _log_density_summary(stats.pop("draw_logp"))
     diagnostics_s = time.perf_counter() - diag_start
-    wall = time.perf_counter() - start
+    times = {"wall_time_s": time.perf_counter() - start, "sampling_time_s": stats["seconds"],
+             "diagnostics_time_s": diagnostics_s}
 
     out.parent.mkdir(parents=True, exist_ok=True)
     # converged: at the paper-scale thresholds, whatever this job enforces (quick scale
@@ -235,17 +216,45 @@ def _run_hmc(job: HMCJob, out: Path, checkpoint: Path | None) -> None:
         "job": spec,
         "settings": settings.to_dict(),
         "dtype": str(dtype).removeprefix("torch."),
-        "num_weights": model.dim,
+        "num_weights": posterior.model.dim,
         "quantity": "f(x_test)" if data.task == "regression" else "softmax(f(x_test)), worst class per input",
         "diagnostics": diag,
         **verdict,
         "log_density": lp_diag,
         "divergences": int(sum(stats["divergences"])),
-        "wall_time_s": wall,
-        "sampling_time_s": stats["seconds"],
-        "diagnostics_time_s": diagnostics_s,
+        **times,
         "sampler": stats,
     }, indent=1, default=_json_default, allow_nan=True)
+    _log_verdict(verdict, diag, lp_diag, stats, times["wall_time_s"])
+    check_diagnostics(diag, settings)  # on failure the checkpoint stays (see above)
+    if checkpoint is not None and checkpoint.exists():
+        checkpoint.unlink()
+    _write_predictions(out, spec, data, posterior, predictive, verdict)
+
+
+def _sample(job: HMCJob, settings: HMCSettings, posterior: NetworkPosterior, data: ToyData,
+            checkpoint: Path | None) -> tuple[Tensor, dict[str, Any]]:
+    """The job's chains, started from prior draws, sampled on the full training set."""
+    dtype = _DTYPES[job.dtype]
+    y = data.y_train.to(dtype) if data.task == "regression" else data.y_train.long()
+    batch = Batch(data.x_train.to(dtype), y)
+    generator = torch.Generator().manual_seed(job.seed)
+    init = posterior.sample_prior(settings.chains, generator).double()
+    log.info("%s: %d weights, %d training points, %d chains x (%d warmup + %d samples, thin %d), network in %s",
+             job.dataset, posterior.model.dim, batch.x.shape[0], settings.chains, settings.warmup,
+             settings.samples, settings.thin, dtype)
+    # the acceptance thresholds do not change the draws: a run that failed its check
+    # can be accepted with looser thresholds without sampling again
+    spec = job.to_spec()
+    sampling_job = {**spec, "hmc": {k: v for k, v in (spec.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
+    return sample_hmc(value_and_grad(posterior, batch), init, settings, job.seed,
+                      # the network's numerics are the training engine's (ENGINE_VERSION)
+                      checkpoint=checkpoint, checkpoint_key=f"{job_key(sampling_job)}|engine{ENGINE_VERSION}",
+                      checkpoint_seconds=env_setting("REPENS_CHECKPOINT_SECONDS"))
+
+
+def _log_verdict(verdict: dict[str, Any], diag: dict[str, Any], lp_diag: dict[str, Any], stats: dict[str, Any],
+                 wall: float) -> None:
     (log.info if verdict["converged"] else log.warning)("HMC reference %s", verdict["status"])
     log.info("diagnostics: rank-normalised split R-hat max %.4f (mean %.4f), ESS min bulk %.1f tail %.1f "
              "(mean %.1f) over %d draws, %d divergences, sampling %.1f s (warmup %.1f s), %.1f s in all; "
@@ -253,15 +262,16 @@ def _run_hmc(job: HMCJob, out: Path, checkpoint: Path | None) -> None:
              diag["ess_tail_min"], diag["ess_mean"], diag["draws"], sum(stats["divergences"]), stats["seconds"],
              stats["warmup_seconds"], wall, ", ".join(f"{v:.1f}" for v in lp_diag["mean_per_chain"]),
              lp_diag.get("rhat", float("nan")))
-    check_diagnostics(diag, settings)  # on failure the checkpoint stays (see above)
-    if checkpoint is not None and checkpoint.exists():
-        checkpoint.unlink()
 
+
+def _write_predictions(out: Path, spec: dict[str, Any], data: ToyData, posterior: NetworkPosterior,
+                       predictive: Tensor, verdict: dict[str, Any]) -> None:
+    """The predictions file (see :func:`run_hmc`)."""
     arrays: dict[str, Any] = {
         "x_train": data.x_train.float().numpy(),
         "y_train": data.y_train.float().numpy() if data.task == "regression" else data.y_train.long().numpy(),
         "x_test": data.x_test.float().numpy(),
-        "job": np.array(job_json),
+        "job": np.array(json.dumps(spec, sort_keys=True)),
         "label": np.array(LABEL),
         # the paper-scale convergence verdict travels with the predictions (the toy report reads it)
         "converged": np.array(verdict["converged"]),
