@@ -19,11 +19,13 @@ import torch
 
 import test_image_report as image_fixtures
 import test_toy_report as toy_fixtures
+from repens.report import figures as figures_rep
 from repens.report import image as image_rep
 from repens.report import synthetic as synthetic_rep
 from repens.report import tables as tables_rep
 from repens.report import toy as toy_rep
 from repens.report import uci as uci_rep
+from repens.summaries import synthetic as synthetic_steps
 from repens.targets import make_target
 
 LABEL = "Zeta (our new one)"
@@ -37,7 +39,7 @@ def figure_texts(monkeypatch):
     import matplotlib.text
 
     texts: list[str] = []
-    real = synthetic_rep.save_figure_atomic
+    real = figures_rep.save_figure_atomic
 
     def capture(fig, path, **kwargs):
         texts.extend(t.get_text() for t in fig.findobj(matplotlib.text.Text))
@@ -45,7 +47,7 @@ def figure_texts(monkeypatch):
             texts.extend(cell.get_text().get_text() for cell in table.get_celld().values())
         return real(fig, path, **kwargs)
 
-    monkeypatch.setattr(synthetic_rep, "save_figure_atomic", capture)
+    monkeypatch.setattr(figures_rep, "save_figure_atomic", capture)
     monkeypatch.setattr(tables_rep, "save_figure_atomic", capture)
     return texts
 
@@ -64,8 +66,8 @@ def _synthetic_runs(tmp_path: Path, target: str) -> list[Path]:
 
 @pytest.mark.parametrize("target", ["gaussian", "funnel"])
 def test_synthetic_figures_and_table_show_config_labels(tmp_path, monkeypatch, figure_texts, target):
-    monkeypatch.setattr(synthetic_rep, "REFERENCE_SAMPLES", 1000)
-    monkeypatch.setattr(synthetic_rep, "IID_REPEATS", 2)
+    monkeypatch.setattr(synthetic_steps, "REFERENCE_SAMPLES", 1000)
+    monkeypatch.setattr(synthetic_steps, "IID_REPEATS", 2)
     runs = _synthetic_runs(tmp_path, target)
     labels = {"svgd": "SVGD (config)", "zeta": LABEL}
     synthetic_rep.plot_target_panels(target, runs, tmp_path / "f.png", tmp_path / "f.pdf", labels=labels)

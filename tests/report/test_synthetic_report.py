@@ -12,6 +12,7 @@ import torch
 
 from repens.report import synthetic as rep
 from repens.report.tables import Cell, Column, column_notation, format_cell
+from repens.summaries import synthetic as steps
 from repens.targets import make_target
 
 METHODS = ["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"]
@@ -29,8 +30,8 @@ def _write_run(path: Path, particles: np.ndarray, **job_overrides) -> Path:
 @pytest.fixture(autouse=True)
 def _small_reference(monkeypatch):
     # keep the tests fast: a 2000-point reference set instead of 20000
-    monkeypatch.setattr(rep, "REFERENCE_SAMPLES", 2000)
-    monkeypatch.setattr(rep, "IID_REPEATS", 3)
+    monkeypatch.setattr(steps, "REFERENCE_SAMPLES", 2000)
+    monkeypatch.setattr(steps, "IID_REPEATS", 3)
 
 
 @pytest.fixture
@@ -45,14 +46,14 @@ def gaussian_runs(tmp_path):
 
 def test_compute_metrics_exact_samples_are_near_the_noise_floor():
     x = make_target("gaussian").sample(200, torch.Generator().manual_seed(7))
-    m = rep.compute_metrics(x, "gaussian", reference_samples=2000)
+    m = steps.compute_metrics(x, "gaussian", reference_samples=2000)
     for key in rep.METRIC_KEYS:
         assert np.isfinite(m[key]) and m[key] >= 0
     assert m["cov_xy_err_kind"] == "relative"
     assert m["energy_distance"] < 0.1
     base = m["iid_baseline"]
     assert base["n"] == 200 and set(rep.METRIC_KEYS) <= set(base)
-    shifted = rep.compute_metrics(x + 2.0, "gaussian", reference_samples=2000, baseline=False)
+    shifted = steps.compute_metrics(x + 2.0, "gaussian", reference_samples=2000, baseline=False)
     mean = make_target("gaussian").moments()[0].numpy()
     assert shifted["mean_error"] == pytest.approx(np.linalg.norm(x.numpy().mean(0) + 2.0 - mean))
     assert shifted["energy_distance"] > 10 * m["energy_distance"]
@@ -61,7 +62,7 @@ def test_compute_metrics_exact_samples_are_near_the_noise_floor():
 
 def test_compute_metrics_funnel_reports_absolute_xy_error():
     x = make_target("funnel").sample(100, torch.Generator().manual_seed(3)).numpy()
-    m = rep.compute_metrics(x, "funnel", reference_samples=2000, baseline=False)
+    m = steps.compute_metrics(x, "funnel", reference_samples=2000, baseline=False)
     assert m["cov_xy_err_kind"] == "absolute"
     cov_xy = np.cov(x, rowvar=False, ddof=0)[0, 1]
     assert m["cov_xy_err"] == pytest.approx(abs(cov_xy))

@@ -12,6 +12,8 @@ import pytest
 
 from repens.data.toy import classification_2d, regression_1d, ring_means
 from repens.report import toy as rep
+from repens.report import toy_figures as figures
+from repens.summaries import toy as steps
 
 SEED = 41
 NOISE = 0.5
@@ -102,7 +104,7 @@ def files(tmp_path):
 
 def test_load_predictions(files):
     reg, cls = files
-    p = rep.load_predictions(reg["hmc"])
+    p = steps.load_predictions(reg["hmc"])
     assert (p.dataset, p.method, p.label, p.seed, p.scale, p.is_hmc) == ("regression", "hmc", "HMC", SEED,
                                                                           "quick", True)
     assert p.f_test.shape == (6, 100) and p.f_test.dtype == np.float64 and p.noise_std == NOISE
@@ -113,8 +115,8 @@ def test_load_predictions(files):
     del job["method"]
     arrays["job"] = np.array(json.dumps(job))
     np.savez(reg["hmc"], **arrays)
-    assert rep.load_predictions(reg["hmc"]).is_hmc
-    c = rep.load_predictions(cls["de"])
+    assert steps.load_predictions(reg["hmc"]).is_hmc
+    c = steps.load_predictions(cls["de"])
     assert c.probs_test.shape == (3600, 5) and c.y_train.dtype == np.int64 and not c.is_hmc
     assert c.label == "Deep ensemble"
 
@@ -126,20 +128,20 @@ def test_load_predictions_missing_key_names_file_and_key(tmp_path, files):
     bad = tmp_path / "broken.npz"
     np.savez(bad, **arrays)
     with pytest.raises(ValueError, match=r"broken\.npz.*'f_test'"):
-        rep.load_predictions(bad)
+        steps.load_predictions(bad)
     arrays.pop("x_train")
     np.savez(bad, **arrays)
     with pytest.raises(ValueError, match=r"broken\.npz.*'x_train'"):
-        rep.load_predictions(bad)
+        steps.load_predictions(bad)
 
 
 def test_regions_and_near_mask():
     x = np.array([0.0, 1.5, 2.0, 2.5, 2.6, 4.4, 4.5, 6.0, 6.1, 7.0])
-    r = rep.regression_regions(x)
+    r = steps.regression_regions(x)
     assert list(np.flatnonzero(r["data"])) == [1, 2, 3, 6, 7]
     assert list(np.flatnonzero(r["gap"])) == [4, 5]
     assert list(np.flatnonzero(r["outside"])) == [0, 8, 9]
-    near = rep.near_mask(np.array([[0.0, 0.0], [2.0, 0.0], [2.01, 0.0]]), np.array([[0.0, 0.0]]))
+    near = steps.near_mask(np.array([[0.0, 0.0], [2.0, 0.0], [2.01, 0.0]]), np.array([[0.0, 0.0]]))
     assert list(near) == [True, True, False]
 
 
@@ -227,26 +229,26 @@ def test_distance_table_wrong_dataset_names_file(tmp_path, files):
     with pytest.raises(ValueError, match=r"classification/de/seed41/predictions\.npz.*'classification'"):
         rep.write_distance_table((reg["hmc"], [reg["de"], cls["de"]]), None, tmp_path / "a.csv", tmp_path / "a.tex")
     with pytest.raises(ValueError, match=r"regression/hmc/seed41/predictions\.npz"):
-        rep.distance_frame(None, (reg["hmc"], [cls["de"]]))
+        steps.distance_frame(None, (reg["hmc"], [cls["de"]]))
     assert not (tmp_path / "a.csv").exists()
 
 
 def test_distance_table_reference_must_be_hmc(files):
     reg, _ = files
     with pytest.raises(ValueError, match=r"regression/de/seed41/predictions\.npz.*HMC reference"):
-        rep.distance_frame((reg["de"], [reg["kde-fwgd"]]))
+        steps.distance_frame((reg["de"], [reg["kde-fwgd"]]))
 
 
 def test_mixed_scales_or_unpaired_seeds_name_the_files(tmp_path, files):
     reg, cls = files
     other_seed = _write_regression(tmp_path, "de", seed=SEED + 1)
     with pytest.raises(ValueError, match=r"seed42/predictions\.npz: seed 42 has no HMC reference.*seed41.*\(seed 41\)"):
-        rep.distance_frame((reg["hmc"], [reg["kde-fwgd"], other_seed]))
+        steps.distance_frame((reg["hmc"], [reg["kde-fwgd"], other_seed]))
     paper = _write_classification(tmp_path / "paper", "de", scale="paper")
     with pytest.raises(ValueError, match=r"mix scales.*scale=paper"):
-        rep.distance_frame((reg["hmc"], [reg["de"]]), (cls["hmc"], [paper]))
+        steps.distance_frame((reg["hmc"], [reg["de"]]), (cls["hmc"], [paper]))
     with pytest.raises(ValueError, match=r"second HMC reference.*seed 41"):
-        rep.distance_frame(([reg["hmc"], reg["hmc"]], [reg["de"]]))
+        steps.distance_frame(([reg["hmc"], reg["hmc"]], [reg["de"]]))
     # a figure shows one seed
     with pytest.raises(ValueError, match="mix seeds/scales"):
         rep.plot_regression_panels([reg["hmc"], other_seed], tmp_path / "f.png", tmp_path / "f.pdf")
@@ -320,16 +322,16 @@ def test_regression_figure_y_range_follows_the_training_span_not_the_tails(tmp_p
     monkeypatch.setitem(REG_SPECS, "hmc", (0.2, 2.0, 12.0, 0.0))  # sd 12 outside the data's span
     paths = [_write_regression(tmp_path, m) for m in ("hmc", "de")]
     captured = {}
-    finish = rep._finish_figure
+    finish = figures._finish_figure
 
     def capture(fig, title, footer, *args, **kwargs):
         captured.update(ylim=fig.axes[0].get_ylim(), footer=footer)
         return finish(fig, title, footer, *args, **kwargs)
 
-    monkeypatch.setattr(rep, "_finish_figure", capture)
+    monkeypatch.setattr(figures, "_finish_figure", capture)
     rep.plot_regression_panels(paths, tmp_path / "f.png", tmp_path / "f.pdf")
     lo, hi = captured["ylim"]
-    hmc = rep.load_predictions(paths[0])
+    hmc = steps.load_predictions(paths[0])
     x = hmc.x_test[:, 0]
     mean, sd = hmc.predictive()
     inside = (x >= hmc.x_train.min()) & (x <= hmc.x_train.max())
@@ -348,20 +350,20 @@ def test_an_unconverged_hmc_reference_is_flagged_in_the_distance_table_and_figur
     CSV's hmc_converged is 0 (the scorecard then scores nothing against it), the table's
     title and note and the figure's footer say it is not converged."""
     hmc, de = _write_regression(tmp_path, "hmc"), _write_regression(tmp_path, "de")
-    assert rep.load_predictions(hmc).converged is True  # the job's default thresholds are the paper's
+    assert steps.load_predictions(hmc).converged is True  # the job's default thresholds are the paper's
     with np.load(hmc) as z:
         arrays = dict(z)
     np.savez(hmc, **arrays, converged=np.array(False))
-    assert rep.load_predictions(hmc).converged is False
+    assert steps.load_predictions(hmc).converged is False
     out = {k: tmp_path / f"d.{k}" for k in ("csv", "tex", "html")}
     rep.write_distance_table(([hmc], [de]), None, out["csv"], out["tex"], out_html=out["html"])
     frame = pd.read_csv(out["csv"])
     assert list(frame["hmc_converged"]) == [0]
     assert "not converged" in out["tex"].read_text() and "NOT converged" in out["html"].read_text()
-    footer, _ = rep._settings_summary([rep.load_predictions(hmc), rep.load_predictions(de)])
+    footer, _ = rep._settings_summary([steps.load_predictions(hmc), steps.load_predictions(de)])
     assert "HMC: " in footer and "not converged" in footer
     # a file from before the flag: judged by the thresholds its job enforced
     job = json.loads(str(arrays["job"]))
     job["hmc"] = {**job["hmc"], "rhat_max": 1000, "ess_min": 0}
     np.savez(hmc, **{**arrays, "job": np.array(json.dumps(job, sort_keys=True))})
-    assert rep.load_predictions(hmc).converged is False
+    assert steps.load_predictions(hmc).converged is False

@@ -39,6 +39,7 @@ CLAIMS_UCI_TABLE = "results/table2_uci.csv"
 CLAIMS_TABLE1 = "results/table1.csv"
 CLAIMS_BUILD_TABLE1 = config_flag("claims_build_table1")
 CLAIMS_SYNTHETIC = "results/synthetic/metrics.csv"
+CLAIMS_SYNTHETIC_SUMMARY = "results/synthetic/sample_quality.json"
 CLAIMS_TOY = "results/toy/distance_to_hmc.csv"
 CLAIMS_CONVERGENCE = "results/convergence.csv"
 
@@ -73,6 +74,8 @@ rule check_convergence:
 rule summarize_claims:
     input:
         synthetic=claims_input("synthetic", CLAIMS_SYNTHETIC),
+        # the noise floor's spread over its draws (repens.report.claims.synthetic_summary_path)
+        synthetic_summary=claims_input("synthetic", CLAIMS_SYNTHETIC_SUMMARY),
         toy=claims_input("toy", CLAIMS_TOY),
         table1=claims_input("image", CLAIMS_TABLE1) if CLAIMS_BUILD_TABLE1 else [],
         table1_paper=f"{workflow.basedir}/workflow/resources/table1_paper.csv",

@@ -1,5 +1,11 @@
 # Appendix G.1: particles sampling a 2-D Gaussian (Figure 2) and Neal's funnel
 # (Figure F.1), and a table of how well each method matches the target moments.
+#
+# Each aggregate rule runs two steps: the pipeline step (repens.summaries.synthetic)
+# computes the numbers from the runs and writes them to a file (the sample quality and
+# the exact-iid noise floor: results/synthetic/sample_quality.json, which the claim
+# scorecard reads too; a figure's exact samples and log-density grid), then the report
+# (python -m repens.report) formats and draws from that file alone.
 
 # aggregate rules copy their outputs to results/last_good/ (repens.last_good)
 from repens.last_good import shell as keep_last_good
@@ -51,6 +57,7 @@ rule summarize_synthetic:
             for ds in experiment_datasets("synthetic")
         ],
     output:
+        summary="results/synthetic/sample_quality.json",
         csv="results/synthetic/metrics.csv",
         tex="results/synthetic/metrics.tex",
         html=report(
@@ -69,9 +76,10 @@ rule summarize_synthetic:
         labels=method_labels(),
     shell:
         keep_last_good(
-            "python -m repens synthetic-table --labels {params.labels:q}"
+            "python -m repens.summaries.synthetic metrics --out {output.summary:q} {input:q} > {log:q} 2>&1"
+            " && python -m repens.report --labels {params.labels:q} synthetic-table --summary {output.summary:q}"
             " --out-csv {output.csv:q} --out-tex {output.tex:q} --out-html {output.html:q}"
-            " {input:q} > {log:q} 2>&1"
+            " {input:q} >> {log:q} 2>&1"
         )
 
 
@@ -87,6 +95,7 @@ rule plot_gaussian:
             labels={"output": "Figure 2 (2-D Gaussian)", "format": "PNG"},
         ),
         pdf="results/figures/fig2_gaussian.pdf",
+        data="results/synthetic/gaussian_figure.npz",
     log:
         "logs/synthetic/plot_gaussian.log",
     conda:
@@ -96,8 +105,10 @@ rule plot_gaussian:
         labels=method_labels(),
     shell:
         keep_last_good(
-            "python -m repens synthetic-figure --target gaussian --labels {params.labels:q}"
-            " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+            "python -m repens.summaries.synthetic figure-data --target gaussian --out {output.data:q}"
+            " {input:q} > {log:q} 2>&1"
+            " && python -m repens.report --labels {params.labels:q} synthetic-figure --target gaussian"
+            " --data {output.data:q} --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} >> {log:q} 2>&1"
         )
 
 
@@ -113,6 +124,7 @@ rule plot_funnel:
             labels={"output": "Figure F.1 (Neal's funnel)", "format": "PNG"},
         ),
         pdf="results/figures/figF1_funnel.pdf",
+        data="results/synthetic/funnel_figure.npz",
     log:
         "logs/synthetic/plot_funnel.log",
     conda:
@@ -122,6 +134,8 @@ rule plot_funnel:
         labels=method_labels(),
     shell:
         keep_last_good(
-            "python -m repens synthetic-figure --target funnel --labels {params.labels:q}"
-            " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+            "python -m repens.summaries.synthetic figure-data --target funnel --out {output.data:q}"
+            " {input:q} > {log:q} 2>&1"
+            " && python -m repens.report --labels {params.labels:q} synthetic-figure --target funnel"
+            " --data {output.data:q} --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} >> {log:q} 2>&1"
         )

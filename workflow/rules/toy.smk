@@ -1,5 +1,10 @@
 # Appendix G.2 / G.3: BNN posteriors on the 1-D regression and 2-D classification
 # toys (Figures 1 and 3) and how far each method's predictive is from HMC's.
+#
+# Each aggregate rule runs two steps: the pipeline step (repens.summaries.toy) computes
+# the numbers from the prediction files and writes them to a file (the distances to HMC:
+# results/toy/distances.json; a figure's predictive moments or entropies), then the
+# report (python -m repens.report) formats and draws from that file alone.
 
 # aggregate rules copy their outputs to results/last_good/ (repens.last_good)
 from repens.last_good import shell as keep_last_good
@@ -80,6 +85,7 @@ rule plot_regression:
             labels={"output": "Figure 1 (1-D regression)", "format": "PNG"},
         ),
         pdf="results/figures/fig1_regression.pdf",
+        data="results/toy/regression_figure.npz",
     log:
         "logs/toy/plot_regression.log",
     conda:
@@ -89,8 +95,10 @@ rule plot_regression:
         labels=method_labels(),
     shell:
         keep_last_good(
-            "python -m repens toy-figure --dataset regression --labels {params.labels:q}"
-            " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+            "python -m repens.summaries.toy figure-data --dataset regression --out {output.data:q}"
+            " {input:q} > {log:q} 2>&1"
+            " && python -m repens.report --labels {params.labels:q} toy-figure --dataset regression"
+            " --data {output.data:q} --out-png {output.png:q} --out-pdf {output.pdf:q} >> {log:q} 2>&1"
         )
 
 
@@ -106,6 +114,7 @@ rule plot_classification:
             labels={"output": "Figure 3 (2-D classification)", "format": "PNG"},
         ),
         pdf="results/figures/fig3_classification.pdf",
+        data="results/toy/classification_figure.npz",
     log:
         "logs/toy/plot_classification.log",
     conda:
@@ -115,8 +124,10 @@ rule plot_classification:
         labels=method_labels(),
     shell:
         keep_last_good(
-            "python -m repens toy-figure --dataset classification --labels {params.labels:q}"
-            " --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} > {log:q} 2>&1"
+            "python -m repens.summaries.toy figure-data --dataset classification --out {output.data:q}"
+            " {input:q} > {log:q} 2>&1"
+            " && python -m repens.report --labels {params.labels:q} toy-figure --dataset classification"
+            " --data {output.data:q} --out-png {output.png:q} --out-pdf {output.pdf:q} >> {log:q} 2>&1"
         )
 
 
@@ -127,6 +138,7 @@ rule summarize_toy:
         classification_hmc=toy_hmc_references("classification"),
         classification=run_files("toy", "classification", "predictions.npz"),
     output:
+        summary="results/toy/distances.json",
         csv="results/toy/distance_to_hmc.csv",
         tex="results/toy/distance_to_hmc.tex",
         html=report(
@@ -145,9 +157,12 @@ rule summarize_toy:
         labels=method_labels(),
     shell:
         keep_last_good(
-            "python -m repens toy-table --labels {params.labels:q}"
-            " --out-csv {output.csv:q} --out-tex {output.tex:q} --out-html {output.html:q}"
+            "python -m repens.summaries.toy distances --out {output.summary:q}"
             " --regression-hmc {input.regression_hmc:q} --regression {input.regression:q}"
             " --classification-hmc {input.classification_hmc:q}"
             " --classification {input.classification:q} > {log:q} 2>&1"
+            " && python -m repens.report --labels {params.labels:q} toy-table --summary {output.summary:q}"
+            " --out-csv {output.csv:q} --out-tex {output.tex:q} --out-html {output.html:q}"
+            " {input.regression_hmc:q} {input.regression:q} {input.classification_hmc:q}"
+            " {input.classification:q} >> {log:q} 2>&1"
         )

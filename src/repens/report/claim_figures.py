@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from repens.atomic import write_bytes_atomic
-from repens.data.errors import DataFileError
+from repens.errors import DataFileError
 from repens.report.files import ResultFileMissing
 from repens.report.style import VERDICT_COLOURS, figure_style
 

@@ -4,7 +4,9 @@ tests, written as a check over result files, with the figures it rests on and a 
 
 It reads tables only (never trains):
 
-* ``results/synthetic/metrics.csv`` (Figure 2, F.1: :mod:`repens.report.synthetic`),
+* ``results/synthetic/metrics.csv`` (Figure 2, F.1: :mod:`repens.report.synthetic`) and
+  ``results/synthetic/sample_quality.json`` beside it (the noise floor's spread over its
+  draws, written by :mod:`repens.summaries.synthetic`),
 * ``results/toy/distance_to_hmc.csv`` (Figures 1, 3 against HMC: :mod:`repens.report.toy`;
   one row per method, or per method and seed, or ``<metric>_mean/_se/_n`` columns),
 * ``results/table1.csv`` (Table 1: :mod:`repens.report.image`),
@@ -78,6 +80,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from repens.errors import DataFileError
+from repens.report.files import read_json
 
 __all__ = [
     "K",
@@ -524,7 +529,7 @@ class Evidence:
     def iid_floor(self, target: str, metric: str, like: str, with_error: bool = True) -> Estimate:
         """The metric of as many exact i.i.d. target samples as ``like``'s particles (the
         table's ``iid`` row: mean of its draws), with the s.e. of that mean
-        (:func:`repens.report.synthetic.iid_baseline`; computed only if ``with_error``)."""
+        (:func:`noise_floor_se`, from the metrics file beside the table; read only if ``with_error``)."""
         label = f"exact iid {METRIC_LABELS.get(metric, metric)}"
         rows, why = self.rows("synthetic")
         if rows is None:
@@ -545,7 +550,9 @@ class Evidence:
     def _floor_se(self, target: str, metric: str, n: int) -> float:
         key = (target, n, metric)
         if key not in self._floor_cache:
-            self._floor_cache[key] = noise_floor_se(target, n, metric)
+            summary = synthetic_summary_path(self.paths["synthetic"])
+            where = (summary,) if summary.is_file() else ()  # else the default path
+            self._floor_cache[key] = noise_floor_se(target, n, metric, *where)
         return self._floor_cache[key]
 
     # ---- toys vs HMC: a row per method (and seed), or <metric>_mean/_se/_n columns
@@ -694,13 +701,28 @@ class PaperEvidence(Evidence):
         return Estimate.absent(method, "the paper shows a figure only")
 
 
-def noise_floor_se(target: str, n: int, metric: str) -> float:
-    """Standard error of the ``iid`` row's mean (:func:`repens.report.synthetic.iid_baseline`:
-    ``repeats`` draws of ``n`` exact samples, the same reference set as the table's)."""
-    from repens.report.synthetic import iid_baseline
+#: the metrics file of repens.summaries.synthetic, beside the synthetic table
+SYNTHETIC_SUMMARY_NAME = "sample_quality.json"
 
-    base = iid_baseline(target, n)
-    return float(base[f"{metric}_sd"]) / math.sqrt(base["repeats"])
+
+def synthetic_summary_path(synthetic_table: Path | str) -> Path:
+    """The metrics file of :mod:`repens.summaries.synthetic` beside the synthetic table
+    (``results/synthetic/sample_quality.json``): the noise floor's spread over its draws."""
+    return Path(synthetic_table).with_name(SYNTHETIC_SUMMARY_NAME)
+
+
+def noise_floor_se(target: str, n: int, metric: str, summary: Path | str | None = None) -> float:
+    """Standard error of the ``iid`` row's mean: the standard deviation of ``metric`` over
+    the row's ``repeats`` draws of ``n`` exact samples, over the square root of
+    ``repeats``, as :mod:`repens.summaries.synthetic` wrote them in ``summary`` (default:
+    ``results/synthetic/sample_quality.json``)."""
+    path = Path(summary) if summary is not None else synthetic_summary_path(FILES["synthetic"])
+    data = read_json(path, "sample-quality summary")
+    rows = [r for r in data.get("rows", []) if r.get("target") == target and r.get("method") == "iid"
+            and _int(r.get("n")) == int(n)]
+    if len(rows) != 1 or f"{metric}_sd" not in rows[0]:
+        raise DataFileError(path, f"no iid row for {target} with n={n} holding {metric}_sd")
+    return float(rows[0][f"{metric}_sd"]) / math.sqrt(rows[0]["repeats"])
 
 
 # --------------------------------------------------------------------------- the claims

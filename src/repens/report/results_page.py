@@ -222,7 +222,7 @@ def _job_files(reference: Path, experiment: str, runs: Sequence[str]) -> list[Pa
 
 def _provenance(path: Path) -> dict[str, Any]:
     """The provenance stamped in a result file ({} if none); a corrupt file: one line naming it."""
-    from repens.data.errors import DataFileError
+    from repens.errors import DataFileError
     from repens.report.files import read_json, read_npz
 
     if path.suffix == ".json":

@@ -1,43 +1,37 @@
 """Figure 2, Figure F.1 and a metrics table for the synthetic experiments (Appendix G.1, F).
 
-Inputs are the ``.npz`` files written by ``repens.experiments.synthetic.run_synthetic``:
+The runs are the ``.npz`` files written by ``repens.experiments.synthetic.run_synthetic``:
 ``particles`` (n, 2) float64, ``initial`` (n, 2) and ``job`` (0-d string array
 holding the JSON job spec, with ``dataset`` = target name, ``method``, ``seed``,
-``scale``, ``particles``, ``steps``, ``lr``, ``bandwidth``, ...).
+``scale``, ``particles``, ``steps``, ``lr``, ``bandwidth``, ...). The numbers come from
+the files of the pipeline step :mod:`repens.summaries.synthetic`; this module reads and draws.
 
-* :func:`compute_metrics`: mean error, covariance errors and energy distance of
-  one particle set against the exact target, plus an exact-i.i.d. noise floor.
-* :func:`write_metrics_table`: CSV + booktabs LaTeX + HTML table over many runs
+* :func:`write_metrics_table_from`: CSV + booktabs LaTeX + HTML table of the metrics file
   (through :mod:`repens.report.tables`).
-* :func:`plot_target_panels`: one joint plot per method, left to right in input
+* :func:`plot_target_panels_from`: one joint plot per method, left to right in input
   order (the paper's layout: SVGD, kde-WGD, sge-WGD, ssge-WGD): target
   log-density contours, particles (blue) and the one-dimensional marginals as
   KDEs of exact target samples (red) and of the particles (blue).
-
-Everything random here (the exact reference samples, the i.i.d. baseline draws)
-uses fixed ``torch.Generator`` seeds, so tables and figures are reproducible.
-Metric definitions are documented in :mod:`repens.metrics`.
+* :func:`write_metrics_table` / :func:`plot_target_panels`: the same from the runs
+  alone, the step run in the same process (``python -m repens synthetic-table``,
+  ``synthetic-figure``).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-import torch
 
-from repens.atomic import save_figure_atomic
-from repens.data.errors import DataFileError
-from repens.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
+from repens.errors import DataFileError
+from repens.report.figures import save_png_pdf
+from repens.report.files import read_json
 from repens.report.files import read_npz as _read_npz
 from repens.report.style import PALETTE, figure_style
-from repens.targets import make_target
 
 log = logging.getLogger("repens.report")
 
@@ -45,13 +39,16 @@ __all__ = [
     "LABELS",
     "TARGET_TITLES",
     "COLUMNS",
+    "METRIC_KEYS",
     "Run",
     "load_run",
-    "compute_metrics",
-    "iid_baseline",
+    "read_summary",
     "metrics_frame",
     "metrics_table",
+    "write_metrics_table_from",
     "write_metrics_table",
+    "read_figure_data",
+    "plot_target_panels_from",
     "plot_target_panels",
 ]
 
@@ -88,13 +85,6 @@ COLUMNS: list[str] = [
 METRIC_KEYS: tuple[str, ...] = (
     "mean_error", "cov_rel_err_xx", "cov_xy_err", "cov_rel_err_yy", "max_cov_rel_err", "energy_distance",
 )
-
-#: Number of independent exact i.i.d. draws averaged in the baseline row.
-IID_REPEATS = 10
-#: Seed of the exact reference samples (energy distance, red marginal KDEs).
-REFERENCE_SEED = 0
-REFERENCE_SAMPLES = 20000
-
 
 # --------------------------------------------------------------------------- inputs
 
@@ -176,168 +166,39 @@ def _load_runs(inputs: Iterable[Path | str], labels: Mapping[str, str] | None = 
     return runs
 
 
-# --------------------------------------------------------------------------- metrics
+# --------------------------------------------------------------------------- the metrics file
 
 
-@functools.lru_cache(maxsize=8)
-def _reference(target_name: str, reference_samples: int, seed: int) -> tuple[np.ndarray, float]:
-    """Exact target samples (fixed seed) and their mean pairwise distance, cached."""
-    target = make_target(target_name)
-    samples = target.sample(int(reference_samples), torch.Generator().manual_seed(int(seed))).numpy()
-    samples.setflags(write=False)
-    return samples, mean_pairwise_distance(samples)
+def read_summary(summary: Path | str | Mapping[str, Any]) -> dict[str, Any]:
+    """The metrics file of :mod:`repens.summaries.synthetic` (a path, or the dict itself)."""
+    if isinstance(summary, Mapping):
+        return dict(summary)
+    data = read_json(Path(summary), "sample-quality summary")
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise DataFileError(summary, "not a sample-quality summary (expected a JSON object with 'rows')")
+    return data
 
 
-def _point_metrics(x: np.ndarray, target_name: str, reference_samples: int, seed: int) -> dict[str, Any]:
-    """The metrics of one sample set (no baseline)."""
-    target = make_target(target_name)
-    mean, cov = (t.numpy() for t in target.moments())
-    nan = float("nan")
-    xy_kind = "relative" if cov[0, 1] != 0 else "absolute"
-    out: dict[str, Any] = {"n": int(x.shape[0]), "cov_xy_err_kind": xy_kind}
-    if not np.all(np.isfinite(x)):
-        log.warning("non-finite particles for target %s; metrics are NaN", target_name)
-        out.update({key: nan for key in METRIC_KEYS})
-        return out
-    errors = covariance_relative_errors(x, cov)  # ddof=0: covariance of the particle measure
-    reference, ref_self = _reference(target_name, reference_samples, seed)
-    energy = 2.0 * mean_pairwise_distance(x, reference) - mean_pairwise_distance(x) - ref_self
-    out.update({
-        "mean_error": mean_error(x, mean),
-        "cov_rel_err_xx": float(errors[0, 0]),
-        "cov_xy_err": float(errors[0, 1]),
-        "cov_rel_err_yy": float(errors[1, 1]),
-        # relative errors only: entries whose exact value is 0 have no relative error
-        "max_cov_rel_err": float(errors[cov != 0].max()),
-        "energy_distance": max(float(energy), 0.0),
-    })
-    return out
+def _row_label(row: Mapping[str, Any], labels: Mapping[str, str] | None) -> str:
+    method = str(row["method"])
+    if method == "iid":
+        return f"exact iid (n={row['n']})"
+    if labels and method in labels:
+        return str(labels[method])
+    return str(row.get("job_label") or LABELS.get(method, method))
 
 
-@functools.lru_cache(maxsize=32)
-def _iid_baseline_cached(target_name: str, n: int, reference_samples: int, seed: int,
-                         repeats: int) -> tuple[tuple[str, Any], ...]:
-    target = make_target(target_name)
-    # seed + 1: the baseline draws must be independent of the reference samples
-    generator = torch.Generator().manual_seed(int(seed) + 1)
-    draws = [_point_metrics(target.sample(n, generator).numpy(), target_name, reference_samples, seed)
-             for _ in range(repeats)]
-    out: dict[str, Any] = {"n": n, "cov_xy_err_kind": draws[0]["cov_xy_err_kind"], "repeats": repeats}
-    for key in METRIC_KEYS:
-        out[key] = float(np.mean([d[key] for d in draws]))
-        out[key + "_sd"] = float(np.std([d[key] for d in draws], ddof=1)) if repeats > 1 else 0.0
-    return tuple(out.items())
-
-
-def iid_baseline(target_name: str, n: int, reference_samples: int | None = None,
-                 seed: int | None = None, repeats: int | None = None) -> dict[str, Any]:
-    """Noise floor: the metrics of ``n`` exact i.i.d. target samples, averaged over draws.
-
-    Args:
-        target_name: ``"gaussian"`` or ``"funnel"``.
-        n: Sample size (the number of particles being compared).
-        reference_samples: Size of the exact reference set for the energy distance
-            (default :data:`REFERENCE_SAMPLES`).
-        seed: Seed of the reference set (default :data:`REFERENCE_SEED`); the i.i.d.
-            draws use ``seed + 1``.
-        repeats: Number of independent draws of ``n`` samples averaged (default
-            :data:`IID_REPEATS`).
-
-    Returns:
-        Dict with the same metric keys as :func:`compute_metrics` (means over the
-        draws), their standard deviations under ``<key>_sd``, ``n`` and ``repeats``.
-    """
-    if n < 2:
-        raise ValueError(f"n must be >= 2, got {n}")
-    reference_samples = REFERENCE_SAMPLES if reference_samples is None else reference_samples
-    seed = REFERENCE_SEED if seed is None else seed
-    repeats = IID_REPEATS if repeats is None else repeats
-    return dict(_iid_baseline_cached(target_name, int(n), int(reference_samples), int(seed), int(repeats)))
-
-
-def compute_metrics(particles: Any, target_name: str, reference_samples: int = REFERENCE_SAMPLES,
-                    seed: int = REFERENCE_SEED, baseline: bool = True) -> dict[str, Any]:
-    """Sample-quality metrics of a particle set against the exact target.
-
-    Metrics (see :mod:`repens.metrics` for the estimators):
-
-    * ``mean_error``: ``||mean(particles) - E[target]||_2``.
-    * ``cov_rel_err_xx`` / ``cov_rel_err_yy``: ``|hat S_ii - S_ii| / |S_ii|`` with
-      ``hat S`` the population covariance (ddof=0) of the particles.
-    * ``cov_xy_err``: relative error of the off-diagonal entry when its exact value
-      is nonzero (Gaussian), absolute error when it is 0 (funnel);
-      ``cov_xy_err_kind`` says which.
-    * ``max_cov_rel_err``: the largest relative error over entries with nonzero
-      exact value.
-    * ``energy_distance``: Szekely's ``2E||X-Y|| - E||X-X'|| - E||Y-Y'||`` between
-      the particle measure and ``reference_samples`` exact samples drawn with
-      ``torch.Generator().manual_seed(seed)`` (V-statistic).
-
-    Args:
-        particles: (n, 2) particles (numpy array or torch tensor).
-        target_name: ``"gaussian"`` or ``"funnel"``.
-        reference_samples: Number of exact reference samples.
-        seed: Seed of the reference samples.
-        baseline: Also compute the exact-i.i.d. noise floor (:func:`iid_baseline`
-            for the same ``n``; cached) under the key ``"iid_baseline"``.
-
-    Returns:
-        Dict of the metrics above plus ``n`` (and ``iid_baseline`` if requested).
-        Non-finite particles give NaN metrics.
-    """
-    x = as_array(particles)
-    if x.ndim != 2 or x.shape[1] != 2 or x.shape[0] < 2:
-        raise ValueError(f"particles must have shape (n >= 2, 2), got {x.shape}")
-    out = _point_metrics(x, target_name, int(reference_samples), int(seed))
-    if baseline:
-        out["iid_baseline"] = iid_baseline(target_name, x.shape[0], reference_samples, seed)
-    return out
-
-
-def metrics_frame(inputs: Sequence[Path | str], reference_samples: int | None = None,
-                  seed: int | None = None, labels: Mapping[str, str] | None = None):
-    """The metrics table as a pandas DataFrame (see :func:`write_metrics_table`).
-
-    ``reference_samples`` and ``seed`` default to :data:`REFERENCE_SAMPLES` and
-    :data:`REFERENCE_SEED`.
-    """
+def metrics_frame(summary: Path | str | Mapping[str, Any], labels: Mapping[str, str] | None = None):
+    """The metrics table as a pandas DataFrame (columns :data:`COLUMNS`), from the metrics
+    file of :mod:`repens.summaries.synthetic`; ``labels`` (method key -> display name)
+    overrides the labels stored in the runs and :data:`LABELS`."""
     import pandas as pd
 
-    reference_samples = REFERENCE_SAMPLES if reference_samples is None else reference_samples
-    seed = REFERENCE_SEED if seed is None else seed
-
-    runs = _load_runs(inputs, labels)
-    seen: dict[tuple, Path] = {}
-    by_target: dict[str, list[Run]] = {}
-    for run in runs:
-        key = (run.target, run.method, run.job.get("seed"), run.scale, run.particles.shape[0], run.job.get("steps"))
-        if key in seen:
-            raise ValueError(f"{run.path}: duplicate run (target, method, seed, scale, n, steps) = {key}, "
-                             f"also in {seen[key]}")
-        seen[key] = run.path
-        by_target.setdefault(run.target, []).append(run)
-
-    rows: list[dict[str, Any]] = []
-    for target_name, target_runs in by_target.items():
-        for run in target_runs:
-            metrics = compute_metrics(run.particles, target_name, reference_samples, seed, baseline=False)
-            rows.append({
-                "target": target_name, "method": run.method, "label": run.label,
-                "seed": run.job.get("seed"), "scale": run.scale, "n": metrics["n"],
-                "steps": run.job.get("steps"),
-                **{key: metrics[key] for key in METRIC_KEYS},
-                "cov_xy_err_kind": metrics["cov_xy_err_kind"], "source": run.path.name,
-            })
-        scales = "+".join(sorted({run.scale for run in target_runs}))
-        for n in sorted({run.particles.shape[0] for run in target_runs}):
-            base = iid_baseline(target_name, n, reference_samples, seed)
-            rows.append({
-                "target": target_name, "method": "iid", "label": f"exact iid (n={n})",
-                "seed": None, "scale": scales, "n": n, "steps": None,
-                **{key: base[key] for key in METRIC_KEYS},
-                "cov_xy_err_kind": base["cov_xy_err_kind"],
-                "source": f"mean of {base['repeats']} draws of n exact samples",
-            })
+    rows = []
+    for row in read_summary(summary)["rows"]:
+        iid = row["method"] == "iid"
+        source = f"mean of {row['repeats']} draws of n exact samples" if iid else row["source"]
+        rows.append({**{key: row.get(key) for key in COLUMNS}, "label": _row_label(row, labels), "source": source})
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame["seed"] = frame["seed"].astype("Int64")
     frame["steps"] = frame["steps"].astype("Int64")
@@ -361,17 +222,20 @@ def _fmt_moment(value: float) -> str:
     return f"{value:.4g}".replace("-", "$-$")
 
 
-def _moments_text(target_name: str) -> str:
-    mean, cov = (t.numpy() for t in make_target(target_name).moments())
+def _moments_text(target_name: str, moments: Mapping[str, Any]) -> str:
+    mean, cov = moments["mean"], moments["cov"]
     mean_s = "(" + ", ".join(_fmt_moment(v) for v in mean) + ")"
     cov_s = "(" + ", ".join("(" + ", ".join(_fmt_moment(v) for v in row) + ")" for row in cov) + ")"
     extra = r" ($\Sigma_{xx} = e^{4.5}$)" if target_name == "funnel" else ""
     return f"{TARGET_TITLES.get(target_name, target_name)}: mean {mean_s}, covariance {cov_s}{extra}"
 
 
-def metrics_table(frame, reference_samples: int, seed: int):
+def metrics_table(frame, reference_samples: int, seed: int, moments: Mapping[str, Mapping[str, Any]],
+                  iid_repeats: int):
     """The metrics frame (:func:`metrics_frame`) as a :class:`repens.report.tables.Table`:
     rows grouped by target (a rule between targets), the exact-iid rows in italics.
+    ``moments``: each target's exact ``mean`` and ``cov``; ``iid_repeats``: the number of
+    exact-iid draws per noise-floor row (both from the metrics file).
 
     Each metric column writes all its numbers in one notation
     (:func:`repens.report.tables.column_notation`: 3 decimals, or scientific with 3
@@ -395,7 +259,7 @@ def metrics_table(frame, reference_samples: int, seed: int):
         "(best) value of each target among the methods in bold; each column in one notation (scientific where "
         "a value needs it); "
         "the exact iid rows (in italics) average the same metrics over "
-        f"{IID_REPEATS} independent sets of $n$ exact target samples (the noise floor for $n$ points). "
+        f"{iid_repeats} independent sets of $n$ exact target samples (the noise floor for $n$ points). "
         r"Mean: $\lVert\hat\mu-\mu\rVert_2$. "
         r"$\Sigma_{xx}$, $\Sigma_{yy}$: relative error $\lvert\hat\Sigma_{ii}-\Sigma_{ii}\rvert/\lvert\Sigma_{ii}\rvert$ "
         "of the particle covariance (population form, divided by $n$). "
@@ -403,7 +267,7 @@ def metrics_table(frame, reference_samples: int, seed: int):
         "Max: largest relative error over covariance entries with nonzero exact value. "
         r"ED: energy distance $2\mathbb{E}\lVert X-Y\rVert-\mathbb{E}\lVert X-X'\rVert-\mathbb{E}\lVert Y-Y'\rVert$ "
         f"(V-statistic) to {reference_samples} exact samples (seed {seed}). "
-        "Exact moments: " + "; ".join(_moments_text(t) for t in targets) + "."
+        "Exact moments: " + "; ".join(_moments_text(t, moments[t]) for t in targets) + "."
     )
     # one row per (target, method, n, steps): the mean +- s.e. over its seeds (Cells), the
     # exact-iid rows as they are; the CSV keeps one row per run
@@ -459,70 +323,57 @@ def metrics_table(frame, reference_samples: int, seed: int):
 # --------------------------------------------------------------------------- output
 
 
-def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path,
-                        labels: Mapping[str, str] | None = None, out_html: Path | None = None) -> None:
-    """Write the synthetic metrics table as CSV, booktabs LaTeX and (optionally) HTML.
+def write_metrics_table_from(summary: Path | str | Mapping[str, Any], out_csv: Path, out_tex: Path,
+                             labels: Mapping[str, str] | None = None, out_html: Path | None = None) -> None:
+    """Write the synthetic metrics table as CSV, booktabs LaTeX and (optionally) HTML, from
+    the metrics file of :mod:`repens.summaries.synthetic` (``results/synthetic/sample_quality.json``).
 
-    One row per input run (target, method, seed) in input order, grouped by
-    target, followed by one ``exact iid (n=...)`` baseline row per target and
-    particle count. Columns: see :data:`COLUMNS` (``cov_xy_err_kind`` says whether
-    ``cov_xy_err`` is relative or absolute; ``source`` is the input file name).
-    The LaTeX caption states the scale(s) of the runs, the meaning of each
-    column and the targets' exact moments. If the inputs mix scales, all of them
-    are listed and the ``scale`` column tells the rows apart. Written through
-    :func:`repens.report.tables.write_table`.
+    One row per run (target, method, seed) in input order, grouped by target, followed
+    by one ``exact iid (n=...)`` baseline row per target and particle count. Columns:
+    see :data:`COLUMNS` (``cov_xy_err_kind`` says whether ``cov_xy_err`` is relative or
+    absolute; ``source`` is the run's file name). The LaTeX caption states the scale(s)
+    of the runs, the meaning of each column and the targets' exact moments. If the runs
+    mix scales, all of them are listed and the ``scale`` column tells the rows apart.
+    Written through :func:`repens.report.tables.write_table`.
 
     Args:
-        inputs: Result files (``.npz``) of synthetic jobs.
+        summary: The metrics file (or its content).
         out_csv: CSV path (parent directories are created).
         out_tex: LaTeX path.
         labels: Method key -> display name (``config.yaml``'s labels); overrides the
-            labels of the files and :data:`LABELS`.
+            labels of the runs and :data:`LABELS`.
         out_html: HTML path (the Snakemake report shows it), or None.
+    """
+    from repens.report.tables import write_table
+
+    data = read_summary(summary)
+    frame = metrics_frame(data, labels=labels)
+    table = metrics_table(frame, data["reference_samples"], data["reference_seed"], data["targets"],
+                          data["iid_repeats"])
+    write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
+    log.info("wrote %s and %s (%d rows)", out_csv, out_tex, len(frame))
+
+
+def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path,
+                        labels: Mapping[str, str] | None = None, out_html: Path | None = None) -> None:
+    """:func:`write_metrics_table_from` on the metrics of the result files ``inputs``,
+    computed in this process by :func:`repens.summaries.synthetic.metrics_summary` (the
+    ``python -m repens synthetic-table`` command; the workflow writes the metrics file first).
 
     Raises:
         ValueError: an input is malformed or two inputs are the same run.
     """
-    from repens.report.tables import write_table
+    from repens.summaries.synthetic import metrics_summary
 
-    frame = metrics_frame(inputs, labels=labels)
-    write_table(metrics_table(frame, REFERENCE_SAMPLES, REFERENCE_SEED), out_tex=out_tex, out_html=out_html,
-                out_csv=out_csv)
-    log.info("wrote %s and %s (%d rows)", out_csv, out_tex, len(frame))
+    write_metrics_table_from(metrics_summary(inputs), out_csv, out_tex, labels=labels, out_html=out_html)
 
 
 # --------------------------------------------------------------------------- figure
 
-#: Contour levels as drops below the maximum log density: 0.5 r^2 for r = 0.5, 1, ..., 4.5
-#: (for a Gaussian these are the Mahalanobis-radius-r ellipses; for the funnel they
-#: trace the neck and the mouth down to ~10 nats below the mode).
-_LOG_DENSITY_DROPS = tuple(0.5 * r**2 for r in np.arange(0.5, 4.51, 0.5))
 #: Points of the marginal KDE curves, evaluated across the view window only (seaborn's
 #: default grid spans the data range, which for the funnel's heavy-tailed x marginal
 #: leaves a handful of points inside the view).
 _KDE_GRIDSIZE = 300
-
-
-def _view_window(exact: np.ndarray, particle_sets: Sequence[np.ndarray]) -> list[tuple[float, float]]:
-    """Axis limits per coordinate: the exact samples' central 95% and the particles' extent.
-
-    The particles' 0.5%/99.5% quantiles count, but only up to the exact 0.1%/99.9%
-    interval widened by half its width, so that a few diverged particles do not
-    squash the plot (they are counted in the panel instead).
-    """
-    pooled = np.concatenate([p[np.all(np.isfinite(p), axis=1)] for p in particle_sets])
-    limits = []
-    for d in range(exact.shape[1]):
-        lo, hi = np.quantile(exact[:, d], [0.025, 0.975])
-        cap_lo, cap_hi = np.quantile(exact[:, d], [0.001, 0.999])
-        width = cap_hi - cap_lo
-        cap_lo, cap_hi = cap_lo - 0.5 * width, cap_hi + 0.5 * width
-        if pooled.size:
-            plo, phi = np.quantile(pooled[:, d], [0.005, 0.995])
-            lo, hi = min(lo, max(plo, cap_lo)), max(hi, min(phi, cap_hi))
-        pad = 0.05 * (hi - lo)
-        limits.append((float(lo - pad), float(hi + pad)))
-    return limits
 
 
 def _settings_text(job: dict[str, Any]) -> dict[str, str]:
@@ -535,16 +386,6 @@ def _settings_text(job: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _save_figure(fig, path: Path, fmt: str, **kwargs: Any) -> None:
-    save_figure_atomic(fig, path, format=fmt, **kwargs)
-
-
-def _save_png_pdf(fig, out_png: Path | str, out_pdf: Path | str) -> None:
-    """The figure as a 150 dpi PNG and a PDF without a creation date, both written atomically."""
-    _save_figure(fig, Path(out_png), "png", dpi=150)
-    _save_figure(fig, Path(out_pdf), "pdf", metadata={"CreationDate": None})
-
-
 @dataclass(frozen=True)
 class _Density:
     """The target's log density on the view window (for the contours)."""
@@ -554,15 +395,9 @@ class _Density:
     logp: np.ndarray
     levels: list[float]
 
-
-def _log_density_grid(target: str, window: Sequence[tuple[float, float]], points: int = 300) -> _Density:
-    (x_lo, x_hi), (y_lo, y_hi) = window
-    mesh_x, mesh_y = np.meshgrid(np.linspace(x_lo, x_hi, points), np.linspace(y_lo, y_hi, points))
-    grid = torch.from_numpy(np.stack([mesh_x.ravel(), mesh_y.ravel()], axis=1))
-    with torch.no_grad():
-        logp = make_target(target).log_prob(grid).numpy().reshape(mesh_x.shape)
-    levels = sorted(float(logp.max()) - drop for drop in _LOG_DENSITY_DROPS)
-    return _Density(mesh_x, mesh_y, logp, levels)
+    @classmethod
+    def of(cls, data: Mapping[str, np.ndarray]) -> "_Density":
+        return cls(data["mesh_x"], data["mesh_y"], data["logp"], [float(v) for v in data["levels"]])
 
 
 def _joint_axes(fig, cell):
@@ -655,8 +490,35 @@ def _check_target(runs: Sequence[Run], target: str) -> None:
             raise ValueError(f"{run.path}: a run on target {run.target!r}, but the figure is for {target!r}")
 
 
-def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: Path,
-                       labels: Mapping[str, str] | None = None) -> None:
+def read_figure_data(data: Path | str | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The figure file of :mod:`repens.summaries.synthetic` (a path, or its arrays)."""
+    arrays = dict(data) if isinstance(data, Mapping) else read_npz(Path(data), "figure data")
+    missing = [k for k in ("exact", "window", "mesh_x", "mesh_y", "logp", "levels") if k not in arrays]
+    if missing:
+        raise DataFileError(str(data) if not isinstance(data, Mapping) else "figure data",
+                            f"missing array(s) {missing} (expected 'repens.summaries.synthetic figure-data')")
+    return arrays
+
+
+def _draw_panel(fig, cell, run: Run, data: Mapping[str, np.ndarray], first: bool, title: str) -> None:
+    """One joint plot: contours, particles, marginals, the axes and the title."""
+    import seaborn as sns
+
+    window = [tuple(w) for w in data["window"].tolist()]
+    ax, top, right = _joint_axes(fig, cell)
+    _draw_contours(ax, _Density.of(data))
+    _draw_particles(ax, run.particles, window)
+    _draw_marginals(top, right, run.particles, data["exact"], window)
+    ax.set_xlim(*window[0])
+    ax.set_ylim(*window[1])
+    ax.set_xlabel("$x$")
+    ax.set_ylabel("$y$" if first else "")
+    sns.despine(ax=ax)
+    top.set_title(title, fontsize=11)
+
+
+def plot_target_panels_from(target: str, data: Path | str | Mapping[str, np.ndarray], inputs: list[Path],
+                            out_png: Path, out_pdf: Path, labels: Mapping[str, str] | None = None) -> None:
     """Draw Figure 2 (``gaussian``) or Figure F.1 (``funnel``): one joint plot per method.
 
     Panels run left to right in input order, each titled with the method label.
@@ -664,14 +526,16 @@ def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: 
     the maximum, r = 0.5 ... 4.5) and the particles (blue, ``sns.scatterplot``);
     the top and right axes show the marginals as seaborn KDEs of exact target
     samples (red) and of the particles (blue), as in the paper's caption. All
-    panels share one view window, chosen from the exact samples' central 95% and
-    the particles' extent; particles outside it are counted in the panel. The
+    panels share one view window; particles outside it are counted in the panel.
+    The exact samples, the window and the log-density grid are read from ``data``,
+    the figure file of :mod:`repens.summaries.synthetic` for these ``inputs``. The
     suptitle states the scale and the settings (n, steps, optimizer, bandwidth,
     seed) read from the jobs. Drawn in the report's seaborn theme
     (:func:`repens.report.style.figure_style`, set only for this figure).
 
     Args:
         target: ``"gaussian"`` or ``"funnel"``; every input must be a run on it.
+        data: The figure file (or its arrays).
         inputs: Result files, one per panel.
         out_png: PNG path (150 dpi); parent directories are created.
         out_pdf: PDF path.
@@ -682,15 +546,11 @@ def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: 
         ValueError: an input is malformed or belongs to another target (the
             message names the file).
     """
-    import seaborn as sns
     from matplotlib.figure import Figure  # Agg canvas, no pyplot / global backend state
 
     runs = _load_runs(inputs, labels)
     _check_target(runs, target)
-    exact, _ = _reference(target, REFERENCE_SAMPLES, REFERENCE_SEED)
-    window = _view_window(exact, [r.particles for r in runs])
-    density = _log_density_grid(target, window)
-
+    arrays = read_figure_data(data)
     settings = [_settings_text(run.job) for run in runs]
     common = [key for key in settings[0] if all(s[key] == settings[0][key] for s in settings)]
     varying = [key for key in settings[0] if key not in common]
@@ -701,17 +561,18 @@ def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: 
         fig = Figure(figsize=(3.6 * k, 4.3))
         outer = fig.add_gridspec(1, k, left=0.05, right=0.99, bottom=0.17, top=0.82, wspace=0.22)
         for i, run in enumerate(runs):
-            ax, top, right = _joint_axes(fig, outer[i])
-            _draw_contours(ax, density)
-            _draw_particles(ax, run.particles, window)
-            _draw_marginals(top, right, run.particles, exact, window)
-            ax.set_xlim(*window[0])
-            ax.set_ylim(*window[1])
-            ax.set_xlabel("$x$")
-            ax.set_ylabel("$y$" if i == 0 else "")
-            sns.despine(ax=ax)
-            top.set_title(_panel_title(run, settings[i], varying), fontsize=11)
+            _draw_panel(fig, outer[i], run, arrays, i == 0, _panel_title(run, settings[i], varying))
         fig.suptitle(head, fontsize=11)
         fig.text(0.5, 0.012, footer, ha="center", fontsize=8, color="0.25")
-        _save_png_pdf(fig, out_png, out_pdf)
+        save_png_pdf(fig, out_png, out_pdf)
     log.info("wrote %s and %s (%d panels)", out_png, out_pdf, k)
+
+
+def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: Path,
+                       labels: Mapping[str, str] | None = None) -> None:
+    """:func:`plot_target_panels_from` with the figure data computed in this process by
+    :func:`repens.summaries.synthetic.figure_data` (the ``python -m repens synthetic-figure``
+    command; the workflow writes the figure file first)."""
+    from repens.summaries.synthetic import figure_data
+
+    plot_target_panels_from(target, figure_data(target, inputs), inputs, out_png, out_pdf, labels=labels)

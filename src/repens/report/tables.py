@@ -285,10 +285,14 @@ def latex_text(text: str) -> str:
     """Plain text with inline math (``$...$``) as LaTeX: everything outside the math
     escaped, as ``Styler.format_index(escape="latex-math")`` escapes the headers
     (captions are written this way: ``"Accuracy in %; mean $\\pm$ s.e."``)."""
-    # the escaper of Styler's escape="latex-math" (private in pandas; pinned: pandas>=2.1)
-    from pandas.io.formats.style_render import _escape_latex_math
-
-    return _escape_latex_math(str(text))
+    # Styler's own escaper, through its public API: a one-cell table without index and
+    # header, formatted with escape="latex-math" and written as LaTeX
+    styler = pd.DataFrame([[str(text)]]).style.hide(axis="index").hide(axis="columns")
+    out = styler.format(escape="latex-math").to_latex()
+    head, tail = "\\begin{tabular}{l}\n", " \\\\\n\\end{tabular}\n"
+    if not (out.startswith(head) and out.endswith(tail)):
+        raise RuntimeError(f"unexpected Styler.to_latex output: {out!r}")
+    return out[len(head):-len(tail)]
 
 
 # --------------------------------------------------------------------------- tables

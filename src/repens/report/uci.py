@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from repens.data.errors import DataFileError
+from repens.errors import DataFileError
 from repens.report.files import read_json
 from repens.report.tables import (Column, Table, build_blocks, mean_pm_text, mean_se, mean_se_table, plain_table,
                                   signed_text, with_labels, write_table)
