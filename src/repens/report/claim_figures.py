@@ -102,24 +102,9 @@ def _scale(frame: pd.DataFrame) -> tuple[float, float]:
     return (float(values.min()), float(values.max())) if len(values) else (1.0, 1.0)
 
 
-def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
-    """One claim's forest plot (``rows``: its comparisons, as :func:`read_comparisons`
-    reads them) written to ``out_png``."""
-    import seaborn as sns
-    from matplotlib.figure import Figure  # Agg canvas, no pyplot / global backend state
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import FuncFormatter
-
-    rows = rows.sort_values("index").reset_index(drop=True)
-    n = len(rows)
-    y = np.arange(n)[::-1].astype(float)  # the first comparison on top
-    ran = rows["verdict"] != "not run"
-    stuck = rows["reason"].str.startswith(NOT_CONVERGED)
-    lo_scale, hi_scale = _scale(rows[ran])
-    symlog = hi_scale / lo_scale > SYMLOG_RATIO
-
-    # the x range: every interval, margin and 0, with some room
+def _x_range(rows: pd.DataFrame, ran: pd.Series, symlog: bool, lo_scale: float) -> tuple[float, float, float]:
+    """The x range (every interval, margin and 0, with some room) and the symlog axis's
+    linear threshold (a power of 10; 0 on a linear axis)."""
     ends = [0.0]
     for _, r in rows[ran].iterrows():
         ends += [r["difference"] - r["detectable"], r["difference"] + r["detectable"]]
@@ -129,10 +114,62 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
     left, right = min(ends), max(ends)
     if symlog:  # room of a fraction of a decade on either side, and one linear scale
         linthresh = 10.0 ** math.floor(math.log10(lo_scale))
-        left, right = min(1.4 * left, -linthresh), max(1.4 * right, linthresh)
-    else:
-        pad = 0.08 * (right - left) if right > left else 1.0
-        left, right = left - pad, right + pad
+        return min(1.4 * left, -linthresh), max(1.4 * right, linthresh), linthresh
+    pad = 0.08 * (right - left) if right > left else 1.0
+    return left - pad, right + pad, 0.0
+
+
+def _draw_rows(ax, rows: pd.DataFrame, y: np.ndarray, stuck: pd.Series, left: float, right: float) -> None:
+    """Each comparison: its interval and the agreement band, or why it did not run."""
+    for yi, (_, r) in zip(y, rows.iterrows()):
+        if r["verdict"] == "not run":
+            ax.text(0.02, yi, f"not run: {_short_reason(r['reason'])}", transform=ax.get_yaxis_transform(),
+                    va="center", ha="left", fontsize=7.5, color=VERDICT_COLOURS["not run"], style="italic",
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
+            continue
+        delta = r["margin"]
+        if math.isfinite(delta) and r["relation"] in ("~", "<=", ">="):
+            band = {"~": (-delta, delta), "<=": (left, delta), ">=": (-delta, right)}[r["relation"]]
+            ax.fill_betweenx([yi - 0.42, yi + 0.42], *band, color=str(BAND_GREY), lw=0, zorder=0)
+        colour = VERDICT_COLOURS.get(r["verdict"], (0, 0, 0))
+        hollow = bool(stuck.loc[r.name])
+        ax.errorbar(r["difference"], yi, xerr=r["detectable"] if math.isfinite(r["detectable"]) else None,
+                    fmt="o", color=colour, ecolor=colour, elinewidth=1.6, capsize=3, ms=6,
+                    mfc="white" if hollow else colour, mew=1.5, zorder=3)
+
+
+def _legend(fig, rows: pd.DataFrame, ran: pd.Series, stuck: pd.Series) -> None:
+    """The legend: the verdicts drawn (each always in its colour), hollow, the margin."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    drawn = set(rows.loc[ran, "verdict"])
+    handles = [Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items()
+               if v in drawn]
+    if stuck[ran].any():
+        handles.append(Line2D([], [], marker="o", ls="", color="0.3", mfc="white", label="not converged"))
+    if rows.loc[ran, "margin"].notna().any():
+        handles.append(Patch(color=str(BAND_GREY), label="agreement margin"))
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=7.5,
+                   frameon=False, handletextpad=0.3, columnspacing=1.0)
+
+
+def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
+    """One claim's forest plot (``rows``: its comparisons, as :func:`read_comparisons`
+    reads them) written to ``out_png``."""
+    import seaborn as sns
+    from matplotlib.figure import Figure  # Agg canvas, no pyplot / global backend state
+    from matplotlib.ticker import FuncFormatter
+
+    rows = rows.sort_values("index").reset_index(drop=True)
+    n = len(rows)
+    y = np.arange(n)[::-1].astype(float)  # the first comparison on top
+    ran = rows["verdict"] != "not run"
+    stuck = rows["reason"].str.startswith(NOT_CONVERGED)
+    lo_scale, hi_scale = _scale(rows[ran])
+    symlog = hi_scale / lo_scale > SYMLOG_RATIO
+    left, right, linthresh = _x_range(rows, ran, symlog, lo_scale)
 
     claim, verdict = rows["claim"].iloc[0], rows["claim_verdict"].iloc[0]
     with figure_style():
@@ -144,21 +181,7 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
                 lambda x, _: "0" if x == 0 else "" if abs(x) < 1.5 * linthresh else f"{x:g}"))
         ax.set_xlim(left, right)
         ax.set_ylim(-0.6, n - 0.4)
-        for yi, (_, r) in zip(y, rows.iterrows()):
-            if r["verdict"] == "not run":
-                ax.text(0.02, yi, f"not run: {_short_reason(r['reason'])}", transform=ax.get_yaxis_transform(),
-                        va="center", ha="left", fontsize=7.5, color=VERDICT_COLOURS["not run"], style="italic",
-                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
-                continue
-            delta = r["margin"]
-            if math.isfinite(delta) and r["relation"] in ("~", "<=", ">="):
-                band = {"~": (-delta, delta), "<=": (left, delta), ">=": (-delta, right)}[r["relation"]]
-                ax.fill_betweenx([yi - 0.42, yi + 0.42], *band, color=str(BAND_GREY), lw=0, zorder=0)
-            colour = VERDICT_COLOURS.get(r["verdict"], (0, 0, 0))
-            hollow = bool(stuck.loc[r.name])
-            ax.errorbar(r["difference"], yi, xerr=r["detectable"] if math.isfinite(r["detectable"]) else None,
-                        fmt="o", color=colour, ecolor=colour, elinewidth=1.6, capsize=3, ms=6,
-                        mfc="white" if hollow else colour, mew=1.5, zorder=3)
+        _draw_rows(ax, rows, y, stuck, left, right)
         ax.axvline(0.0, color="0.2", lw=0.9, zorder=1)
         labels = [comparison_label(r) + (" (not converged)" if stuck.loc[i] else "") for i, r in rows.iterrows()]
         ax.set_yticks(y, labels, fontsize=7.5)
@@ -170,17 +193,7 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
         title = f"{claim}: {verdict}" + (" (diagnostic)" if rows["kind"].iloc[0] == "diagnostic" else "")
         ax.set_title(title, fontsize=10.5, loc="left", color=VERDICT_COLOURS.get(verdict, (0, 0, 0)),
                      fontweight="bold")
-        # the legend: the verdicts drawn (each always in its colour), hollow, the margin
-        drawn = set(rows.loc[ran, "verdict"])
-        handles = [Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items()
-                   if v in drawn]
-        if stuck[ran].any():
-            handles.append(Line2D([], [], marker="o", ls="", color="0.3", mfc="white", label="not converged"))
-        if rows.loc[ran, "margin"].notna().any():
-            handles.append(Patch(color=str(BAND_GREY), label="agreement margin"))
-        if handles:
-            fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=7.5,
-                       frameon=False, handletextpad=0.3, columnspacing=1.0)
+        _legend(fig, rows, ran, stuck)
         _save_png(fig, out_png)
 
 

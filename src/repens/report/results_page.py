@@ -442,6 +442,44 @@ def _claims_section(kept: Path, link: Path) -> list[str]:
     return lines
 
 
+def _not_run_lines(inv: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The runs not held yet, and why, per experiment (nothing when every run is held)."""
+    missing = [r for r in inv if r["runs"] < r["grid"]]
+    if not missing:
+        return []
+    lines = ["", "Not run yet, and why:", ""]
+    campaign = "the CPU campaign (`workflow/scripts/campaign.py`) has not reached them yet"
+    for experiment in dict.fromkeys(r["experiment"] for r in missing):
+        rows = [r for r in missing if r["experiment"] == experiment]
+        untouched = [r for r in rows if not r["runs"] and not r["why"]]
+        if len(untouched) > 1:
+            lines.append(f"- {experiment}: {', '.join(r['dataset'] for r in untouched)}: all "
+                         f"{sum(r['grid'] for r in untouched)} runs: {campaign}.")
+            rows = [r for r in rows if r not in untouched]
+        for r in rows:
+            lines.append(f"- {experiment} / {r['dataset']}: {r['grid'] - r['runs']} of {r['grid']} runs: "
+                         f"{r['why'] or campaign}.")
+    return lines
+
+
+def _section_lines(section: Any, kept: Path, link: Path) -> list[str]:
+    """One section of the page: its kept tables (with their provenance) and figures."""
+    lines = ["", f"## {section.title}", "", f"The paper: {section.paper}", ""]
+    have = False
+    for rel in section.tables:
+        if (kept / rel).is_file():
+            have = True
+            lines += _table(kept / rel) + ["", f"Table: [`{rel}`]({link / rel}) (provenance: "
+                                               f"[`{rel}.provenance.json`]({link / (rel + '.provenance.json')}))", ""]
+    for rel in section.figures:
+        if (kept / rel).is_file():
+            have = True
+            lines += [f"![{Path(rel).stem}]({link / rel})", ""]
+    if not have:
+        lines += ["Not run at the paper's settings yet (see above)."]
+    return lines
+
+
 def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str) -> str:
     """The results page, from the reference tree alone (links relative to ``out``)."""
     import os
@@ -474,34 +512,9 @@ def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str
         [[r["experiment"], r["dataset"], f"{r['runs']} / {r['grid']}", ", ".join(map(str, r["seeds"])) or "-",
           f"{r['cpu_hours']:.1f}", ", ".join(r["torch"]) or "-", ", ".join(r["cpu"]) or "-",
           ", ".join(r["commits"]) or "-"] for r in inv])
-    missing = [r for r in inv if r["runs"] < r["grid"]]
-    if missing:
-        lines += ["", "Not run yet, and why:", ""]
-        campaign = "the CPU campaign (`workflow/scripts/campaign.py`) has not reached them yet"
-        for experiment in dict.fromkeys(r["experiment"] for r in missing):
-            rows = [r for r in missing if r["experiment"] == experiment]
-            untouched = [r for r in rows if not r["runs"] and not r["why"]]
-            if len(untouched) > 1:
-                lines.append(f"- {experiment}: {', '.join(r['dataset'] for r in untouched)}: all "
-                             f"{sum(r['grid'] for r in untouched)} runs: {campaign}.")
-                rows = [r for r in rows if r not in untouched]
-            for r in rows:
-                lines.append(f"- {experiment} / {r['dataset']}: {r['grid'] - r['runs']} of {r['grid']} runs: "
-                             f"{r['why'] or campaign}.")
+    lines += _not_run_lines(inv)
     for section in SECTIONS:
-        lines += ["", f"## {section.title}", "", f"The paper: {section.paper}", ""]
-        have = False
-        for rel in section.tables:
-            if (kept / rel).is_file():
-                have = True
-                lines += _table(kept / rel) + ["", f"Table: [`{rel}`]({link / rel}) (provenance: "
-                                                   f"[`{rel}.provenance.json`]({link / (rel + '.provenance.json')}))", ""]
-        for rel in section.figures:
-            if (kept / rel).is_file():
-                have = True
-                lines += [f"![{Path(rel).stem}]({link / rel})", ""]
-        if not have:
-            lines += ["Not run at the paper's settings yet (see above)."]
+        lines += _section_lines(section, kept, link)
     lines += ["", "## Claim scorecard", ""] + _claims_section(kept, link)
     text = "\n".join(lines).rstrip() + "\n"
     write_text_atomic(out, text)

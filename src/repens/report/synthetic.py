@@ -245,63 +245,24 @@ def metrics_table(frame, reference_samples: int, seed: int, moments: Mapping[str
     noise floor, are never bold)."""
     import pandas as pd
 
-    from repens.report.tables import Block, Cell, Column, Row, Table, best_rows, column_notation, mean_se, \
-        mean_se_formatter
+    from repens.report.tables import Table, mean_se_formatter
 
     scales = sorted({str(s) for s in frame.loc[frame["method"] != "iid", "scale"]})
     targets = list(dict.fromkeys(frame["target"]))
-    kinds = {t: frame.loc[frame["target"] == t, "cov_xy_err_kind"].iloc[0] for t in targets}
-    xy_text = "; ".join(f"{kinds[t]} for the {_SHORT_NAMES.get(t, t)}" for t in targets)
-    caption = (
-        f"Sample quality of the particle methods on the synthetic targets (Appendix G.1/F), "
-        f"run scale{'s' if len(scales) != 1 else ''}: {', '.join(scales)}. "
-        "One row per method: the mean $\\pm$ standard error over its seeds (one seed: its value); the lowest "
-        "(best) value of each target among the methods in bold; each column in one notation (scientific where "
-        "a value needs it); "
-        "the exact iid rows (in italics) average the same metrics over "
-        f"{iid_repeats} independent sets of $n$ exact target samples (the noise floor for $n$ points). "
-        r"Mean: $\lVert\hat\mu-\mu\rVert_2$. "
-        r"$\Sigma_{xx}$, $\Sigma_{yy}$: relative error $\lvert\hat\Sigma_{ii}-\Sigma_{ii}\rvert/\lvert\Sigma_{ii}\rvert$ "
-        "of the particle covariance (population form, divided by $n$). "
-        f"$\\Sigma_{{xy}}$: relative error where the exact value is nonzero, absolute where it is 0 ({xy_text}). "
-        "Max: largest relative error over covariance entries with nonzero exact value. "
-        r"ED: energy distance $2\mathbb{E}\lVert X-Y\rVert-\mathbb{E}\lVert X-X'\rVert-\mathbb{E}\lVert Y-Y'\rVert$ "
-        f"(V-statistic) to {reference_samples} exact samples (seed {seed}). "
-        "Exact moments: " + "; ".join(_moments_text(t, moments[t]) for t in targets) + "."
-    )
+    caption = _metrics_caption(frame, scales, reference_samples, seed, moments, iid_repeats)
     # one row per (target, method, n, steps): the mean +- s.e. over its seeds (Cells), the
     # exact-iid rows as they are; the CSV keeps one row per run
     groups = list(frame.groupby(["target", "method", "n", "steps"], sort=False, dropna=False))
     shown = pd.DataFrame([grp.iloc[0] for _, grp in groups]).reset_index(drop=True)
     base = shown["method"] == "iid"
-
-    def seeds_cell(grp) -> Any:
-        seeds = [int(v) for v in grp["seed"] if not pd.isna(v)]
-        return "--" if not seeds else seeds[0] if len(seeds) == 1 else f"{len(seeds)} seeds"
-
-    values = {key: [grp[key].astype(float).iloc[0] if b else mean_se(grp[key].astype(float))
-                    for b, (_, grp) in zip(base, groups)] for key in _METRIC_HEADERS}
-    columns = []
-    for key, (plain, tex) in _METRIC_HEADERS.items():
-        notation, digits = column_notation([v.mean if isinstance(v, Cell) else v for v in values[key]])
-        columns.append(Column(key, tex, better="min", digits=digits, plain=plain, notation=notation))
-    # bold: per target, the methods' best displayed mean of each column (the iid rows left out)
-    bold_keys: dict[str, set[int]] = {c.key: set() for c in columns}
-    for target in targets:
-        rows = [Row(str(i), "", {c.key: values[c.key][i] for c in columns}) for i in range(len(shown))
-                if shown["target"].iloc[i] == target and not base.iloc[i]]
-        for c in columns:
-            bold_keys[c.key] |= {int(k) for k in best_rows(Block(target, target, rows), c)}
+    values, columns = _metric_values(groups, base)
     cells = pd.DataFrame({
-        "Seed": [seeds_cell(grp) for _, grp in groups],
+        "Seed": [_seeds_cell(grp) for _, grp in groups],
         "n": [int(v) for v in shown["n"]],
         "Steps": ["--" if b or pd.isna(v) else int(v) for b, v in zip(base, shown["steps"])],
         **{c.name: values[c.key] for c in columns},
     })
-    bold = pd.DataFrame({
-        "Seed": False, "n": False, "Steps": False,
-        **{c.name: [i in bold_keys[c.key] for i in range(len(shown))] for c in columns},
-    }, index=cells.index)
+    bold = _bold_cells(shown, base, values, columns, targets, cells.index)
     cells.index = pd.MultiIndex.from_arrays([[TARGET_TITLES.get(t, t) for t in shown["target"]], list(shown["label"])])
     bold.index = cells.index
     starts = shown["target"].ne(shown["target"].shift()).to_numpy()
@@ -318,6 +279,70 @@ def metrics_table(frame, reference_samples: int, seed: int, moments: Mapping[str
         bold=bold, italic=list(base), rules=["midrule" if s and i else "" for i, s in enumerate(starts)],
         packages=("booktabs", "amsmath", "amssymb"), size="small", position="ht",
     )
+
+
+def _metrics_caption(frame, scales: Sequence[str], reference_samples: int, seed: int,
+                     moments: Mapping[str, Mapping[str, Any]], iid_repeats: int) -> str:
+    """The LaTeX caption of the metrics table: scales, what each column means, the exact moments."""
+    targets = list(dict.fromkeys(frame["target"]))
+    kinds = {t: frame.loc[frame["target"] == t, "cov_xy_err_kind"].iloc[0] for t in targets}
+    xy_text = "; ".join(f"{kinds[t]} for the {_SHORT_NAMES.get(t, t)}" for t in targets)
+    return (
+        f"Sample quality of the particle methods on the synthetic targets (Appendix G.1/F), "
+        f"run scale{'s' if len(scales) != 1 else ''}: {', '.join(scales)}. "
+        "One row per method: the mean $\\pm$ standard error over its seeds (one seed: its value); the lowest "
+        "(best) value of each target among the methods in bold; each column in one notation (scientific where "
+        "a value needs it); "
+        "the exact iid rows (in italics) average the same metrics over "
+        f"{iid_repeats} independent sets of $n$ exact target samples (the noise floor for $n$ points). "
+        r"Mean: $\lVert\hat\mu-\mu\rVert_2$. "
+        r"$\Sigma_{xx}$, $\Sigma_{yy}$: relative error $\lvert\hat\Sigma_{ii}-\Sigma_{ii}\rvert/\lvert\Sigma_{ii}\rvert$ "
+        "of the particle covariance (population form, divided by $n$). "
+        f"$\\Sigma_{{xy}}$: relative error where the exact value is nonzero, absolute where it is 0 ({xy_text}). "
+        "Max: largest relative error over covariance entries with nonzero exact value. "
+        r"ED: energy distance $2\mathbb{E}\lVert X-Y\rVert-\mathbb{E}\lVert X-X'\rVert-\mathbb{E}\lVert Y-Y'\rVert$ "
+        f"(V-statistic) to {reference_samples} exact samples (seed {seed}). "
+        "Exact moments: " + "; ".join(_moments_text(t, moments[t]) for t in targets) + "."
+    )
+
+
+def _seeds_cell(grp) -> Any:
+    import pandas as pd
+
+    seeds = [int(v) for v in grp["seed"] if not pd.isna(v)]
+    return "--" if not seeds else seeds[0] if len(seeds) == 1 else f"{len(seeds)} seeds"
+
+
+def _metric_values(groups, base) -> tuple[dict[str, list[Any]], list[Any]]:
+    """Per metric, the shown value of each row (a method's mean ± s.e. over its seeds, an
+    exact-iid row's value) and the column, in one notation for all its numbers."""
+    from repens.report.tables import Cell, Column, column_notation, mean_se
+
+    values = {key: [grp[key].astype(float).iloc[0] if b else mean_se(grp[key].astype(float))
+                    for b, (_, grp) in zip(base, groups)] for key in _METRIC_HEADERS}
+    columns = []
+    for key, (plain, tex) in _METRIC_HEADERS.items():
+        notation, digits = column_notation([v.mean if isinstance(v, Cell) else v for v in values[key]])
+        columns.append(Column(key, tex, better="min", digits=digits, plain=plain, notation=notation))
+    return values, columns
+
+
+def _bold_cells(shown, base, values: Mapping[str, list[Any]], columns: Sequence[Any], targets: Sequence[str], index):
+    """Bold: per target, the methods' best displayed mean of each column (the iid rows left out)."""
+    import pandas as pd
+
+    from repens.report.tables import Block, Row, best_rows
+
+    bold_keys: dict[str, set[int]] = {c.key: set() for c in columns}
+    for target in targets:
+        rows = [Row(str(i), "", {c.key: values[c.key][i] for c in columns}) for i in range(len(shown))
+                if shown["target"].iloc[i] == target and not base.iloc[i]]
+        for c in columns:
+            bold_keys[c.key] |= {int(k) for k in best_rows(Block(target, target, rows), c)}
+    return pd.DataFrame({
+        "Seed": False, "n": False, "Steps": False,
+        **{c.name: [i in bold_keys[c.key] for i in range(len(shown))] for c in columns},
+    }, index=index)
 
 
 # --------------------------------------------------------------------------- output

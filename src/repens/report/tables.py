@@ -562,16 +562,13 @@ def to_csv(table: Table) -> str:
     return table.csv.to_csv(index=False, na_rep=table.csv_na_rep, lineterminator="\n")
 
 
-def render_png(path: Path, table: Table) -> None:
-    """The table as an image: bold cells, a rule under the header, between blocks
-    (``midrule``) and, grey, above extra rows (``cmidrule``); title above, note below."""
-    from matplotlib.figure import Figure  # Agg canvas, no pyplot / global backend state
-
+def _png_cells(table: Table) -> tuple[int, list[str], list[list[str]], list[list[bool]]]:
+    """The image's cells as text: the number of index columns, the header, the body (an
+    index label shown only where it changes) and which cells are bold."""
     index = table.cells.index if table.show_index else None
     nidx = index.nlevels if index is not None else 0
     header = [""] * nidx + [str(c[-1] if isinstance(c, tuple) else c) for c in table.cells.columns]
     formats = _formatters(table, list(table.cells.columns), "text")
-    rules = list(table.rules) if table.rules is not None else [""] * len(table.cells)
     bold = table.bold.to_numpy(dtype=bool) if table.bold is not None else np.zeros(table.cells.shape, dtype=bool)
     body, bold_cells = [], []
     for i, (_, row) in enumerate(table.cells.iterrows()):
@@ -582,7 +579,33 @@ def render_png(path: Path, table: Table) -> None:
             labels = [str(v) if prev is None or v != prev[j] or j == nidx - 1 else "" for j, v in enumerate(key)]
         body.append(labels + [formats[c](v) for c, v in row.items()])
         bold_cells.append([False] * nidx + list(bold[i]))
-    body = body or [[""] * len(header)]
+    return nidx, header, body or [[""] * len(header)], bold_cells
+
+
+def _png_rules(ax, n: int, rules: Sequence[str]) -> None:
+    """The image's rules over ``n`` lines (header and body): top, under the header, the
+    table's ``midrule`` / ``cmidrule`` (grey) rows, bottom."""
+    def hline(row_index: int, color: str = "black", lw: float = 0.8) -> None:
+        y = 1.0 - row_index / n
+        ax.plot([0, 1], [y, y], color=color, lw=lw, transform=ax.transAxes, clip_on=False)
+
+    hline(0, lw=1.2)
+    hline(1)
+    for i, rule in enumerate(rules):
+        if rule == "midrule":
+            hline(i + 1)
+        elif rule == "cmidrule":
+            hline(i + 1, color="0.6", lw=0.6)
+    hline(n, lw=1.2)
+
+
+def render_png(path: Path, table: Table) -> None:
+    """The table as an image: bold cells, a rule under the header, between blocks
+    (``midrule``) and, grey, above extra rows (``cmidrule``); title above, note below."""
+    from matplotlib.figure import Figure  # Agg canvas, no pyplot / global backend state
+
+    nidx, header, body, bold_cells = _png_cells(table)
+    rules = list(table.rules) if table.rules is not None else [""] * len(table.cells)
     widths = [max(len(str(r[j])) for r in body + [header]) for j in range(len(header))]
     total = sum(widths) or 1
     row_h = 0.26
@@ -608,20 +631,7 @@ def render_png(path: Path, table: Table) -> None:
             cell.PAD = 0.02
         if r == 0 or bold_cells[r - 1][c]:
             cell.set_text_props(weight="bold")
-    n = len(body) + 1
-
-    def hline(row_index: int, color: str = "black", lw: float = 0.8) -> None:
-        y = 1.0 - row_index / n
-        ax.plot([0, 1], [y, y], color=color, lw=lw, transform=ax.transAxes, clip_on=False)
-
-    hline(0, lw=1.2)
-    hline(1)
-    for i, rule in enumerate(rules):
-        if rule == "midrule":
-            hline(i + 1)
-        elif rule == "cmidrule":
-            hline(i + 1, color="0.6", lw=0.6)
-    hline(n, lw=1.2)
+    _png_rules(ax, len(body) + 1, rules)
     fig.suptitle(table.title, fontsize=10, y=1.0 - 0.12 / fig_h, va="top")
     if note:
         fig.text(0.01, 0.08 / fig_h, "\n".join(note), fontsize=6.5, color="0.35", ha="left", va="bottom",

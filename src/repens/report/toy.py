@@ -197,26 +197,22 @@ def _mean_se_text(n_seeds: int) -> Any:
     return fmt
 
 
-def distance_table(frame, present: dict[str, Any], converged_rhat_max: float, converged_ess_min: float):
-    """The distance frame as a :class:`repens.report.tables.Table` (``present``: per dataset,
-    ``{seed: (hmc, methods)}`` as :class:`ToyRun`; the thresholds: the paper scale's HMC
-    convergence check, named where a reference fails it): HMC's own values
-    (in italics) first, a rule, then one row per method; each cell the mean ± s.e. over
-    the seeds (each seed's method against its own seed's HMC); the columns of each
-    dataset present under a group header (Regression, Classification)."""
-    import pandas as pd
+def _unconverged(present: Mapping[str, Any]) -> list[str]:
+    """The seeds whose HMC reference is not converged."""
+    return sorted({str(hmc.seed) for by_seed in present.values() for hmc, _ in by_seed.values()
+                   if hmc.converged is False}, key=str)
 
-    from repens.report.tables import Table, mean_se
 
-    seeds = list(dict.fromkeys(seed for by_seed in present.values() for seed in by_seed))
+def _distance_caption(present: Mapping[str, Any], seeds: Sequence[Any], converged_rhat_max: float,
+                      converged_ess_min: float) -> tuple[str, dict[tuple[str, str], str]]:
+    """The caption of the distance table and its columns: ``(group, key) -> plain header``."""
     first = next(iter(next(iter(present.values())).values()))[0]
     settings = "; ".join(
         f"{dataset}: " + "; ".join(_settings_detail([hmc, *methods])[0])
         for dataset, by_seed in present.items() for hmc, methods in list(by_seed.values())[:1])
     over = "" if len(seeds) == 1 else f" Each cell: mean $\\pm$ standard error over the {len(seeds)} seeds, " \
         "each seed's data, method and HMC reference its own."
-    unconverged = sorted({str(hmc.seed) for by_seed in present.values() for hmc, _ in by_seed.values()
-                          if hmc.converged is False}, key=str)
+    unconverged = _unconverged(present)
     warning = (f" The HMC reference of seed{'s' if len(unconverged) > 1 else ''} {', '.join(unconverged)} is not "
                f"converged (R-hat / ESS fail the paper-scale thresholds $\\hat R \\le {converged_rhat_max:g}$, ESS "
                f"$\\ge {converged_ess_min:g}$): its distances are no evidence about the methods." if unconverged else "")
@@ -246,11 +242,19 @@ def distance_table(frame, present: dict[str, Any], converged_rhat_max: float, co
             f"$H$: mean predictive entropy (nats, at most $\\log {n_classes}$) of the method, HMC's in the first row."
         )
         headers.update({("Classification", key): plain for key, (plain, _) in _CLASSIFICATION_HEADERS.items()})
+    return " ".join(parts), headers
+
+
+def _distance_cells(frame, headers: Mapping[tuple[str, str], str]):
+    """HMC's own values (one per seed; its distances to itself and ratios left empty), then one
+    row per method: each cell the mean ± s.e. over the seeds."""
+    import pandas as pd
+
+    from repens.report.tables import mean_se
 
     def cell(values) -> Any:
         return mean_se([float(v) for v in values if np.isfinite(v)])
 
-    # HMC's own values (one per seed); its distances to itself and ratios are left empty
     hmc_row = []
     for _, key in headers:
         if key in ("gap_sd", "gap_sd_epistemic", "entropy_near", "entropy_far"):
@@ -264,10 +268,28 @@ def distance_table(frame, present: dict[str, Any], converged_rhat_max: float, co
     columns = pd.MultiIndex.from_tuples([(group, plain) for (group, _), plain in headers.items()],
                                         names=[None, "Method"])
     index = pd.Index(["HMC (reference)", *(by_method[m]["label"].iloc[0] for m in methods)])
+    return pd.DataFrame(rows, index=index, columns=columns, dtype=object)
+
+
+def distance_table(frame, present: dict[str, Any], converged_rhat_max: float, converged_ess_min: float):
+    """The distance frame as a :class:`repens.report.tables.Table` (``present``: per dataset,
+    ``{seed: (hmc, methods)}`` as :class:`ToyRun`; the thresholds: the paper scale's HMC
+    convergence check, named where a reference fails it): HMC's own values
+    (in italics) first, a rule, then one row per method; each cell the mean ± s.e. over
+    the seeds (each seed's method against its own seed's HMC); the columns of each
+    dataset present under a group header (Regression, Classification)."""
+    from repens.report.tables import Table
+
+    seeds = list(dict.fromkeys(seed for by_seed in present.values() for seed in by_seed))
+    first = next(iter(next(iter(present.values())).values()))[0]
+    caption, headers = _distance_caption(present, seeds, converged_rhat_max, converged_ess_min)
+    unconverged = _unconverged(present)
+    cells = _distance_cells(frame, headers)
+    methods = len(cells) - 1
     tex = {plain: tex for plain, tex in [*_REGRESSION_HEADERS.values(), *_CLASSIFICATION_HEADERS.values()]}
     fmt = _mean_se_text(len(seeds))
     return Table(
-        cells=pd.DataFrame(rows, index=index, columns=columns, dtype=object), csv=frame, caption=" ".join(parts),
+        cells=cells, csv=frame, caption=caption,
         label="tab:toy-distance-to-hmc", title=f"BNN toys: distance of each predictive to HMC's "
                                                f"(scale: {first.scale}, {_seeds_text(seeds)})"
                                                + ("; HMC reference NOT converged" if unconverged else ""),
@@ -280,7 +302,7 @@ def distance_table(frame, present: dict[str, Any], converged_rhat_max: float, co
                 if unconverged else ""),
         source="repens.report.toy.write_distance_table", tex_headers=tex,
         formats={plain: fmt for plain in headers.values()},
-        italic=[True] + [False] * len(methods), rules=["", "midrule"] + [""] * (len(methods) - 1),
+        italic=[True] + [False] * methods, rules=["", "midrule"] + [""] * (methods - 1),
         packages=("booktabs", "amsmath"), size="footnotesize", tabcolsep="4pt", position="ht",
     )
 

@@ -154,6 +154,24 @@ def _seed_paper(source: str) -> str:
     return next((name for prefix, name in SEED_PAPERS.items() if source.startswith(prefix)), source)
 
 
+def _vs_seeds_line(metrics: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+    """One row of :func:`vs_seeds_table`: our splits; per metric the seed's and our mean ±
+    s.e., Δ / s.e. and whether they overlap; like for like and the seed's value."""
+    line: list[Any] = [max(int(r["ours_splits"]) for r in metrics.values())]
+    for metric, _, digits in SEED_METRICS:
+        r = metrics.get(metric)
+        if r is None:
+            line += ["–"] * len(VS_SEEDS_SUBCOLUMNS)
+            continue
+        within = r["within_error_bars"]
+        line += [mean_pm_text(r["seed_mean"], r["seed_se"], digits),
+                 mean_pm_text(r["ours_mean"], r["ours_se"], digits),
+                 signed_text(r["z"]),
+                 {1: "yes", 0: "no"}.get(within, "–") if within != "" else "–"]
+    first = next(iter(metrics.values()))
+    return line + ["yes" if first["like_for_like"] else "no", first.get("seed_what") or ""]
+
+
 def vs_seeds_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str], csv_frame: pd.DataFrame, *,
                    datasets: Sequence[str], methods: Sequence[str], scale: str) -> Table:
     """The comparison with the seed papers in wide form, for a person: one row per
@@ -181,20 +199,8 @@ def vs_seeds_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
     for key in keys:
         dataset, method, paper, seed_method = key
         metrics = grouped[key]
-        line: list[Any] = [max(int(r["ours_splits"]) for r in metrics.values())]
-        for metric, _, digits in SEED_METRICS:
-            r = metrics.get(metric)
-            if r is None:
-                line += ["–"] * len(VS_SEEDS_SUBCOLUMNS)
-                continue
-            inferred = inferred or r["metric"] == "nll_inferred"
-            within = r["within_error_bars"]
-            line += [mean_pm_text(r["seed_mean"], r["seed_se"], digits),
-                     mean_pm_text(r["ours_mean"], r["ours_se"], digits),
-                     signed_text(r["z"]),
-                     {1: "yes", 0: "no"}.get(within, "–") if within != "" else "–"]
-        first = next(iter(metrics.values()))
-        line += ["yes" if first["like_for_like"] else "no", first.get("seed_what") or ""]
+        cells.append(_vs_seeds_line(metrics))
+        inferred = inferred or any(r["metric"] == "nll_inferred" for r in metrics.values())
         label = DATASET_LABELS.get(dataset, dataset)
         rules.append("midrule" if index and index[-1][0] != label else "")
         tables = dict.fromkeys(SEED_TABLES.get(source, source)
@@ -203,7 +209,6 @@ def vs_seeds_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
             tables["metric unnamed, read as NLL"] = None
         seed_label = f"{paper}: {SEED_METHODS.get(seed_method, seed_method)} ({'; '.join(tables)})"
         index.append((label, labels.get(method, method), seed_label))
-        cells.append(line)
     idx = pd.MultiIndex.from_tuples(index) if index else pd.MultiIndex.from_arrays([[], [], []])
     frame = pd.DataFrame(cells, index=idx, columns=pd.MultiIndex.from_tuples(columns), dtype=object)
     reproduction = ("Quick scale: fewer splits and shortened training, so a difference measures the shortcut as "
