@@ -23,6 +23,10 @@ registry does not know (a folder of your own, the tests' tiny sets) are not veri
 ``REPENS_UCI_VERIFY=0`` turns the check off (a copy of your own under a standard name,
 such as the tests' small stand-ins for ``bostonHousing``).
 
+The names, folders and file lists of the distribution, and whether a folder's content is
+pinned, live in :mod:`repens.data.uci_files` (re-exported here), which the workflow reads
+while it plans; this module imports torch only to load a split (:func:`load_split`).
+
 Missing folders and files raise :class:`UCIDataError`; malformed files (a row cut
 short, ``NA`` or non-finite values, a count that is not a positive integer, indices
 that are not integers or fall outside the table) raise
