@@ -13,6 +13,8 @@ import pytest
 
 from repens.cli import main
 from repens.report import claims as cl
+from repens.report import evidence
+from repens.summaries import convergence as conv
 from repens.report.claims import Estimate, combine, compare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -300,7 +302,7 @@ def test_toy_claim_over_seeds(tmp_path):
 def test_synthetic_claim_against_the_noise_floor(tmp_path, monkeypatch):
     claim = next(c for c in cl.CLAIMS if c.id == "gaussian-fit")
     calls = []
-    monkeypatch.setattr(cl, "noise_floor_se", lambda target, n, metric: calls.append((target, n)) or 0.003)
+    monkeypatch.setattr(evidence, "noise_floor_se", lambda target, n, metric: calls.append((target, n)) or 0.003)
 
     def table(scale, seeds, energy):
         rows = [{"target": "gaussian", "method": m, "seed": s, "scale": scale, "n": 100, "energy_distance": e}
@@ -416,14 +418,14 @@ def test_uci_claims_on_table2(tmp_path):
 
 def test_printed_values_count_their_rounding():
     # Pearce prints naval's RMSE as 0.00 +- 0.00: "below 0.005", not exactly 0
-    printed = Estimate("Pearce", 0.0, 0.0, 0, cl.PUBLISHED, rounding=cl._rounding("0.00", "0.00"))
+    printed = Estimate("Pearce", 0.0, 0.0, 0, cl.PUBLISHED, rounding=evidence._rounding("0.00", "0.00"))
     assert printed.interval() == pytest.approx((-0.015, 0.015))
     assert compare(est(0.0012, 0.0001), "~", printed, margin=0.02).verdict == "reproduced"
     # a margin finer than the printed digits cannot be shown: inconclusive
     close = compare(est(0.0012, 0.0001), "~", printed, margin=0.005)
     assert close.verdict == "inconclusive" and close.undetectable
     assert compare(est(0.03, 0.001), "~", printed, margin=0.005).verdict == "contradicted"
-    assert cl._rounding("91.122", "0.013") == pytest.approx(0.0005) and cl._rounding("13", "") == 0.5
+    assert evidence._rounding("91.122", "0.013") == pytest.approx(0.0005) and evidence._rounding("13", "") == 0.5
 
 
 # --------------------------------------------------------------------------- the real writers
@@ -499,7 +501,7 @@ def test_scorecard_reads_the_tables_the_pipeline_writes(tmp_path):
 def _convergence(path: Path, rows: list[tuple[str, str, str, str, str]]) -> Path:
     """results/convergence.csv: (experiment, dataset, method, converged, reason) per run."""
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=cl.CONVERGENCE_COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(f, fieldnames=conv.CONVERGENCE_COLUMNS, lineterminator="\n")
         writer.writeheader()
         for experiment, dataset, method, converged, reason in rows:
             writer.writerow({"experiment": experiment, "dataset": dataset, "method": method, "seed": "38",
@@ -584,11 +586,11 @@ def test_convergence_table_from_runs_and_their_logs(tmp_path):
     dest = results / "image" / "fashionmnist" / "fsvgd" / "seed38"
     dest.mkdir(parents=True)
     (dest / "metrics.json").write_bytes(run.read_bytes())
-    rows = cl.write_convergence(tmp_path / "convergence.csv", results)  # no log beside: unknown
+    rows = conv.write_convergence(tmp_path / "convergence.csv", results)  # no log beside: unknown
     assert [(r["method"], r["converged"]) for r in rows] == [("fsvgd", "")]
     assert main(["claims", "--out-csv", str(tmp_path / "c.csv"), "--out-md", str(tmp_path / "c.md"),
                  "--convergence", str(tmp_path / "convergence.csv")]) == 0
-    assert cl._main(["convergence", "--out", str(tmp_path / "convergence.csv"), "--results", str(results),
+    assert conv.main(["convergence", "--out", str(tmp_path / "convergence.csv"), "--results", str(results),
                      "--log-root", str(ref)]) == 0
     rows = list(csv.DictReader((tmp_path / "convergence.csv").open()))
     assert [(r["experiment"], r["dataset"], r["method"], r["seed"], r["converged"]) for r in rows] == [

@@ -11,7 +11,8 @@
 #
 # Whether the runs behind each Table 1 / Table 2 row converged (repens.convergence, from
 # each run's metrics.json and training log) is results/convergence.csv, written by the
-# cheap localrule check_convergence over the runs present after those tables are built;
+# cheap localrule check_convergence (the step repens.summaries.convergence) over the runs
+# present after those tables are built;
 # the scorecard reads it (a comparison resting on an unconverged run is inconclusive).
 # A rebuild from the reference tree restores no logs: the check reads them in the tree
 # (reference/logs/..., the path each run's provenance names, under the tree).
@@ -20,6 +21,10 @@
 # comparison (results/claims_comparisons.csv); plot_claim_evidence draws one forest plot
 # per claim and diagnostic from it alone (repens.report.claim_figures), and
 # write_claims_page makes claims.html from the scorecard's CSVs and those figures.
+#
+# The scorecard (repens.report.claims) is split by concern: the verdict rule
+# (repens.report.verdicts), reading the tables (repens.report.evidence), the claims
+# themselves (repens.report.claim_list) and the scorecard's files (repens.report.claims).
 
 # aggregate rules copy their outputs to results/last_good/ (repens.last_good)
 from repens.last_good import shell as keep_last_good
@@ -67,7 +72,7 @@ rule check_convergence:
         uci_state=lambda wildcards: file_state(CLAIMS_UCI_TABLE),
         table1_state=lambda wildcards: file_state(CLAIMS_TABLE1),
     shell:
-        "python -m repens.report.claims convergence --results results {params.log_root}"
+        "python -m repens.summaries.convergence convergence --results results {params.log_root}"
         " --out {output:q} > {log:q} 2>&1"
 
 

@@ -1,0 +1,363 @@
+"""The evidence of the claim scorecard (:mod:`repens.report.claims`): our estimates, read
+from the result tables, and the papers' own printed values."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from repens.errors import DataFileError
+from repens.report.files import read_json
+from repens.report.verdicts import (  # noqa: F401
+    EXACT,
+    Estimate,
+    PUBLISHED,
+    _finite,
+    _num,
+    summary,
+)
+
+
+# --------------------------------------------------------------------------- reading tables
+
+
+def table_scale(path: Path | str) -> str | None:
+    """The scale a table was made at, from its provenance sidecar (``<csv>.provenance.json``:
+    the table job's ``scale``, else its inputs' job scales); None when it does not say."""
+    side = Path(str(path) + ".provenance.json")
+    try:
+        data = json.loads(side.read_text())
+    except (OSError, ValueError):
+        return None
+    scale = (data.get("provenance") or {}).get("scale")
+    if not scale or scale == "unknown":
+        scales = sorted({str((r.get("job") or {}).get("scale")) for r in data.get("inputs", []) if r.get("job")})
+        scale = ",".join(scales) or None
+    return scale
+
+
+def _read_csv(path: Path | None) -> tuple[list[dict[str, str]] | None, str | None]:
+    """(rows, None), or (None, why) when the file is absent or unreadable."""
+    if path is None:
+        return None, "not given"
+    path = Path(path)
+    if not path.is_file():
+        return None, f"{path}: missing"
+    try:
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        return list(csv.DictReader(lines)), None
+    except (OSError, csv.Error, UnicodeDecodeError) as err:
+        return None, f"{path}: unreadable ({err})"
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _rounding(*texts: Any) -> float:
+    """Half a unit of the last printed digit of the finest of ``texts`` ("0.07" -> 0.005)."""
+    places = [len(str(t).strip().split(".", 1)[1]) if "." in str(t) else 0 for t in texts if str(t).strip()]
+    return 0.5 * 10.0 ** -max(places) if places else 0.0
+
+
+def _int(value: Any) -> int:
+    x = _float(value)
+    return int(x) if _finite(x) else 0
+
+
+def _mean_se(values: Sequence[float]) -> tuple[float, float, int]:
+    xs = [v for v in values if _finite(v)]
+    if not xs:
+        return math.nan, math.nan, 0
+    mean = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return mean, math.nan, len(xs)
+    var = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+    return mean, math.sqrt(var / len(xs)), len(xs)
+
+
+#: The display names of a few metrics in the figures.
+METRIC_LABELS = {
+    "accuracy": "accuracy (%)", "auroc_entropy": "AUROC(H)", "auroc_md": "AUROC(MD)", "nll": "NLL",
+    "entropy_ratio": "H_o/H_t", "md_ratio": "MD_o/MD_t", "rmse": "RMSE", "energy_distance": "energy distance",
+    "gap_sd_epistemic_ratio": "gap sd_f / HMC's", "w2_gap": "W2 gap", "entropy_far": "H far",
+    "entropy_near": "H near", "hmc_entropy_far": "HMC's H far", "kl_far": "KL far",
+    "repulsion_ratio_mean": "||repulsion||/||drift||",
+}
+DATASET_LABELS = {"fashionmnist": "FMNIST", "cifar10": "CIFAR10"}
+
+
+class Evidence:
+    """Our estimates, read from the result tables (any may be absent: its quantities are
+    then "not run", naming the file).
+
+    Args:
+        files: ``{"synthetic", "toy", "table1", "uci"}`` -> path (or None); ``"convergence"``:
+            ``results/convergence.csv`` (:mod:`repens.summaries.convergence`), the verdict of each run
+            behind a Table 1 / Table 2 row (absent key: no check applies).
+        labels: method key -> display name (config.yaml's labels).
+    """
+
+    def __init__(self, files: Mapping[str, Path | str | None], labels: Mapping[str, str] | None = None):
+        self.labels = dict(labels or {})
+        self.paths = {key: (Path(p) if p else None) for key, p in files.items()}
+        self._rows: dict[str, tuple[list[dict[str, str]] | None, str | None]] = {}
+        self._floor_cache: dict[tuple[str, int, str], float] = {}
+
+    def label(self, method: str) -> str:
+        return self.labels.get(method, method)
+
+    def rows(self, key: str) -> tuple[list[dict[str, str]] | None, str | None]:
+        if key not in self._rows:
+            self._rows[key] = _read_csv(self.paths.get(key))
+        return self._rows[key]
+
+    def _scale(self, key: str, rows: Sequence[Mapping[str, str]]) -> str | None:
+        scales = sorted({r["scale"] for r in rows if r.get("scale")})
+        if scales:
+            return "+".join(scales)
+        path = self.paths.get(key)
+        return table_scale(path) if path else None
+
+    # ---- synthetic targets: one row per (target, method, seed); "iid" rows: the noise floor
+    def synthetic(self, target: str, method: str, metric: str) -> Estimate:
+        label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)}"
+        rows, why = self.rows("synthetic")
+        if rows is None:
+            return Estimate.absent(label, why or "")
+        mine = [r for r in rows if r.get("target") == target and r.get("method") == method]
+        if not mine:
+            return Estimate.absent(label, f"{self.paths['synthetic']}: no {target}/{method} row")
+        by_seed = {r.get("seed"): _float(r.get(metric)) for r in mine}
+        mean, se, n = _mean_se(list(by_seed.values()))
+        return Estimate(label, mean, se, n, self._scale("synthetic", mine), str(self.paths["synthetic"]))
+
+    def iid_floor(self, target: str, metric: str, like: str, with_error: bool = True) -> Estimate:
+        """The metric of as many exact i.i.d. target samples as ``like``'s particles (the
+        table's ``iid`` row: mean of its draws), with the s.e. of that mean
+        (:func:`noise_floor_se`, from the metrics file beside the table; read only if ``with_error``)."""
+        label = f"exact iid {METRIC_LABELS.get(metric, metric)}"
+        rows, why = self.rows("synthetic")
+        if rows is None:
+            return Estimate.absent(label, why or "")
+        sizes = {_int(r.get("n")) for r in rows if r.get("target") == target and r.get("method") == like}
+        floor = [r for r in rows if r.get("target") == target and r.get("method") == "iid" and _int(r.get("n")) in sizes]
+        if len(sizes) != 1 or len(floor) != 1:
+            return Estimate.absent(label, f"{self.paths['synthetic']}: no iid row for the {target}/{like} particles")
+        n = sizes.pop()
+        label = f"exact iid (n={n}) {METRIC_LABELS.get(metric, metric)}"
+        if not with_error:  # the other side is not run: the noise floor's error is not computed
+            value = _float(floor[0].get(metric))
+            return Estimate(f"{label} {_num(value)} (s.e. not computed)", value, 0.0, 0, EXACT,
+                            str(self.paths["synthetic"]))
+        return Estimate(label, _float(floor[0].get(metric)), self._floor_se(target, metric, n), 0, PUBLISHED,
+                        str(self.paths["synthetic"]))
+
+    def _floor_se(self, target: str, metric: str, n: int) -> float:
+        key = (target, n, metric)
+        if key not in self._floor_cache:
+            summary = synthetic_summary_path(self.paths["synthetic"])
+            where = (summary,) if summary.is_file() else ()  # else the default path
+            self._floor_cache[key] = noise_floor_se(target, n, metric, *where)
+        return self._floor_cache[key]
+
+    # ---- toys vs HMC: a row per method (and seed), or <metric>_mean/_se/_n columns
+    def toy(self, method: str, metric: str) -> Estimate:
+        label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)}"
+        if metric.startswith("hmc_"):
+            label = f"HMC {METRIC_LABELS.get(metric[4:], metric[4:])} (beside {self.label(method)})"
+        rows, why = self.rows("toy")
+        if rows is None:
+            return Estimate.absent(label, why or "")
+        mine = [r for r in rows if r.get("method") == method]
+        if not mine:
+            return Estimate.absent(label, f"{self.paths['toy']}: no {method} row")
+        # never scored against an unconverged HMC reference (repens.hmc.convergence; the
+        # column is absent from tables written before it existed)
+        if any(str(r.get("hmc_converged", "")).strip() in ("0", "False") for r in mine):
+            return Estimate.absent(label, f"{self.paths['toy']}: HMC reference not converged (R-hat / ESS fail the "
+                                          "paper-scale thresholds)")
+        scale, source = self._scale("toy", mine), str(self.paths["toy"])
+        if f"{metric}_mean" in mine[0]:  # already aggregated over seeds
+            r = mine[0]
+            n = _int(r.get(f"{metric}_n") or r.get("n_seeds") or r.get("seeds"))
+            return Estimate(label, _float(r[f"{metric}_mean"]), _float(r.get(f"{metric}_se")), n, scale, source)
+        if metric not in mine[0]:
+            return Estimate.absent(label, f"{self.paths['toy']}: no column {metric}")
+        by_seed = {r.get("seed"): _float(r.get(metric)) for r in mine}
+        mean, se, n = _mean_se(list(by_seed.values()))
+        return Estimate(label, mean, se, n, scale, source)
+
+    # ---- Table 1: one row per (block = dataset, method), <metric>_mean/_se/_n
+    def table1(self, dataset: str, method: str, metric: str) -> Estimate:
+        label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)}"
+        return self._block_cell("table1", dataset, method, metric, label)
+
+    # ---- Table 2 (UCI): one row per (block = dataset, method), mean ± s.e. over splits
+    def uci(self, dataset: str, method: str, metric: str) -> Estimate:
+        label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)} ({dataset})"
+        return self._block_cell("uci", dataset, method, metric, label)
+
+    def _block_cell(self, key: str, dataset: str, method: str, metric: str, label: str) -> Estimate:
+        rows, why = self.rows(key)
+        if rows is None:
+            return Estimate.absent(label, why or "")
+        mine = [r for r in rows if r.get("block") == dataset and r.get("method") == method]
+        if not mine:
+            return Estimate.absent(label, f"{self.paths[key]}: no {dataset}/{method} row")
+        r = mine[0]
+        if f"{metric}_mean" not in r:
+            return Estimate.absent(label, f"{self.paths[key]}: no column {metric}_mean")
+        converged, why = self.convergence(_EXPERIMENTS[key], dataset, method)
+        return Estimate(label, _float(r[f"{metric}_mean"]), _float(r.get(f"{metric}_se")), _int(r.get(f"{metric}_n")),
+                        self._scale(key, mine), str(self.paths[key]), converged=converged, convergence=why)
+
+    # ---- whether the runs behind a Table 1 / Table 2 row converged (results/convergence.csv)
+    def convergence(self, experiment: str, dataset: str, method: str) -> tuple[bool | None, str]:
+        """(converged, one-line reason) of the runs ``<experiment>/<dataset>/<method>/seed*``:
+        False if any run's check failed (the first failing run's reason), else None if any
+        is unknown or there is no row for them, else True. ``(None, "")`` when no
+        convergence table is given (no check applies)."""
+        if self.paths.get("convergence") is None:
+            return None, ""
+        rows, why = self.rows("convergence")
+        if rows is None:
+            return None, f"convergence unknown ({why})"
+        mine = [r for r in rows if (r.get("experiment"), r.get("dataset"), r.get("method"))
+                == (experiment, dataset, method)]
+        if not mine:
+            return None, f"no convergence check of the {experiment}/{dataset}/{method} runs"
+        verdicts = [(_verdict_value(r.get("converged")), r) for r in mine]
+        for value in (False, None):
+            hit = [r for v, r in verdicts if v is value]
+            if hit:
+                r = hit[0]
+                return value, f"{experiment}/{dataset}/{method}/seed{r.get('seed')}: {_first_part(r.get('reason', ''))}"
+        return True, f"{len(mine)} run(s) converged"
+
+    # ---- the seed papers' published UCI values (workflow/resources/table2_seeds.csv)
+    def seed_value(self, source: str, dataset: str, method: str, metric: str) -> Estimate:
+        """A published value: rows of the seeds file whose ``source`` starts with ``source``."""
+        label = f"{_SOURCE_NAMES.get(source, source)} {method} {METRIC_LABELS.get(metric, metric)} ({dataset})"
+        rows, why = self.rows("uci_seeds")
+        if rows is None:
+            return Estimate.absent(label, why or "")
+        mine = [r for r in rows if r.get("source", "").startswith(source) and r.get("dataset") == dataset
+                and r.get("method") == method and r.get("metric") in (metric, f"{metric}_inferred")]
+        if not mine:
+            return Estimate.absent(label, f"{self.paths['uci_seeds']}: no {source} {dataset}/{method} {metric}")
+        r = mine[0]
+        return Estimate(label, _float(r["mean"]), _float(r["se"]), 0, PUBLISHED, str(self.paths["uci_seeds"]),
+                        rounding=_rounding(r["mean"], r["se"]))
+
+
+_SOURCE_NAMES = {"pearce2020": "Pearce's", "wild2023": "Wild's"}
+#: the experiment (results/<experiment>/...) whose runs make each block table's rows
+_EXPERIMENTS = {"table1": "image", "uci": "uci"}
+
+
+def _verdict_value(text: Any) -> bool | None:
+    """A ``converged`` cell: True / False, anything else unknown (None)."""
+    return {"true": True, "false": False}.get(str(text).strip().lower())
+
+
+def _first_part(reason: str) -> str:
+    """The first clause of a :class:`repens.convergence.Verdict` reason (its failing check
+    comes first), so the scorecard's reason stays one short line."""
+    return reason.split("; ")[0].split(" [")[0].strip() or "no reason recorded"
+
+
+class PaperEvidence(Evidence):
+    """The source paper's own numbers, read as ours are, so a claim's check runs on them.
+
+    ``which``: ``"table1"`` (D'Angelo & Fortuin's Table 1, ``table1_paper.csv``: 5 seeds),
+    ``"pearce"`` (Pearce et al.'s anchored ensemble, Table 1 NLL / App. C Table 2 RMSE)
+    or ``"wild"`` (Wild et al.'s poster table, its unnamed metric read as an NLL).
+    Quantities the paper does not print are absent.
+    """
+
+    def __init__(self, which: str, files: Mapping[str, Path | str | None], labels: Mapping[str, str] | None = None):
+        super().__init__(files, labels)
+        self.which = which
+
+    def table1(self, dataset: str, method: str, metric: str) -> Estimate:
+        label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)}"
+        rows, why = self.rows("table1_paper")
+        if self.which != "table1" or rows is None:
+            return Estimate.absent(label, why or "the paper prints no such value")
+        mine = [r for r in rows if r.get("dataset") == dataset and r.get("method") == method]
+        if not mine or metric not in mine[0]:
+            return Estimate.absent(label, f"{self.paths['table1_paper']}: no {dataset}/{method} {metric}")
+        r = mine[0]
+        return Estimate(label, _float(r[metric]), _float(r.get(f"{metric}_se")), 5, PUBLISHED,
+                        str(self.paths["table1_paper"]), rounding=_rounding(r[metric], r.get(f"{metric}_se", "")))
+
+    def uci(self, dataset: str, method: str, metric: str) -> Estimate:
+        source = {"pearce": "pearce2020", "wild": "wild2023"}.get(self.which)
+        if source is None:
+            return Estimate.absent(method, "the paper prints no such value")
+        if source == "pearce2020" and method == "anchored":  # Table 1 (NLL) / App. C Table 2 (RMSE)
+            return self.seed_value(source, dataset, "anchored", metric)
+        return self.seed_value(source, dataset, method, metric)
+
+    def synthetic(self, target: str, method: str, metric: str) -> Estimate:
+        return Estimate.absent(method, "the paper shows a figure only")
+
+    def toy(self, method: str, metric: str) -> Estimate:
+        return Estimate.absent(method, "the paper shows a figure only")
+
+
+#: the metrics file of repens.summaries.synthetic, beside the synthetic table
+SYNTHETIC_SUMMARY_NAME = "sample_quality.json"
+
+
+def synthetic_summary_path(synthetic_table: Path | str) -> Path:
+    """The metrics file of :mod:`repens.summaries.synthetic` beside the synthetic table
+    (``results/synthetic/sample_quality.json``): the noise floor's spread over its draws."""
+    return Path(synthetic_table).with_name(SYNTHETIC_SUMMARY_NAME)
+
+
+def noise_floor_se(target: str, n: int, metric: str, summary: Path | str | None = None) -> float:
+    """Standard error of the ``iid`` row's mean: the standard deviation of ``metric`` over
+    the row's ``repeats`` draws of ``n`` exact samples, over the square root of
+    ``repeats``, as :mod:`repens.summaries.synthetic` wrote them in ``summary`` (default:
+    ``results/synthetic/sample_quality.json``)."""
+    path = Path(summary) if summary is not None else synthetic_summary_path(FILES["synthetic"])
+    data = read_json(path, "sample-quality summary")
+    rows = [r for r in data.get("rows", []) if r.get("target") == target and r.get("method") == "iid"
+            and _int(r.get("n")) == int(n)]
+    if len(rows) != 1 or f"{metric}_sd" not in rows[0]:
+        raise DataFileError(path, f"no iid row for {target} with n={n} holding {metric}_sd")
+    return float(rows[0][f"{metric}_sd"]) / math.sqrt(rows[0]["repeats"])
+
+
+
+#: Where each file key lives in a run (the CLI's options say which path each is).
+FILES = {
+    "synthetic": "results/synthetic/metrics.csv",
+    "toy": "results/toy/distance_to_hmc.csv",
+    "table1": "results/table1.csv",
+    "uci": "results/table2_uci.csv",
+    "table1_paper": "workflow/resources/table1_paper.csv",
+    "uci_seeds": "workflow/resources/table2_seeds.csv",
+    "convergence": "results/convergence.csv",
+}
+
+
+def shown_path(path: Path | str) -> str:
+    """A file as the scorecard names it: relative to the working directory when under it
+    (the checkout), so the scorecard does not depend on where the checkout lies."""
+    path = Path(path)
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix() if path.is_absolute() else path.as_posix()
+    except ValueError:
+        return path.as_posix()
+
+

@@ -1,0 +1,306 @@
+"""The verdict rule of the claim scorecard (:mod:`repens.report.claims`): estimates, their
+comparisons and how a claim's comparisons combine into its verdict."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+#: Each quantity's interval is mean ± K standard errors.
+K = 2.0
+VERDICTS = ("reproduced", "contradicted", "inconclusive", "not run")
+#: relation -> how the figures read it
+RELATIONS = {">": ">", "<": "<", "~": "~", "<=": "<=", ">=": ">="}
+#: scale of a value printed in a paper (its error as printed) and of an exact constant
+PUBLISHED = "published"
+EXACT = "exact"
+#: below this ||repulsion|| / ||drift|| (averaged over training) a repulsion is negligible
+NEGLIGIBLE_REPULSION = 0.05
+#: a comparison's reason when its verdict is inconclusive because a run did not converge
+NOT_CONVERGED = "not converged"
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _num(x: float, digits: int = 5) -> str:
+    if not _finite(x):
+        return "nan"
+    return f"{x:.{digits}g}"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One quantity a claim compares: mean ± s.e. over ``n`` seeds (or splits).
+
+    ``scale``: the scale of the run that made it (``"paper"``, ``"quick"``, ...), or
+    :data:`PUBLISHED` (a paper's printed value and error) or :data:`EXACT` (a constant).
+    ``missing``: why there is no value (the file or its row is absent). ``source``: the
+    file it was read from (names it in "not run" reasons). ``rounding``: half a unit of
+    the last digit a paper printed (0.005 for "0.07 ± 0.00"): the interval is widened by
+    it and the error taken as at least it, so a value printed as 0.00 ± 0.00 reads as
+    "below 0.005", not as exact. ``converged`` / ``convergence``: whether the runs behind
+    it converged (:mod:`repens.convergence`, read from ``results/convergence.csv``: True,
+    False, or None when unknown) and the one-line reason; ``convergence`` is empty where
+    no check applies (a printed value, a constant, or no convergence table given).
+    """
+
+    label: str
+    value: float = math.nan
+    se: float = math.nan
+    n: int = 0
+    scale: str | None = None
+    source: str = ""
+    missing: str | None = None
+    rounding: float = 0.0
+    converged: bool | None = None
+    convergence: str = ""
+
+    @classmethod
+    def constant(cls, label: str, value: float) -> "Estimate":
+        """An exact value; ``label`` names it (e.g. "1 (HMC's)")."""
+        return cls(label, float(value), 0.0, 0, EXACT)
+
+    @classmethod
+    def absent(cls, label: str, why: str) -> "Estimate":
+        return cls(label, missing=why)
+
+    def problem(self) -> str | None:
+        """Why this quantity cannot be judged (a "not run" reason), or None."""
+        if self.missing:
+            return self.missing
+        where = self.source or self.label
+        if not _finite(self.value):
+            return f"{where}: {self.label} is not a number"
+        if self.scale in (PUBLISHED, EXACT):
+            return None if _finite(self.se) else f"{where}: {self.label} has no error bar"
+        if self.scale != "paper":
+            return f"{where}: {self.scale or 'unknown'} scale"
+        if self.n < 2 or not _finite(self.se):
+            return f"{where}: {self.label} from {self.n} seed(s), no standard error"
+        return None
+
+    def interval(self, k: float = K) -> tuple[float, float]:
+        half = k * max(self.se, self.rounding) + self.rounding
+        return self.value - half, self.value + half
+
+    def text(self) -> str:
+        if self.problem() and (self.missing or not _finite(self.value)):
+            return f"{self.label} n/a"
+        if self.scale == EXACT:  # a constant's label names its value
+            return self.label
+        n = f", n={self.n}" if self.n else ""
+        flag = ("" if not self.convergence or self.converged is True
+                else " [not converged]" if self.converged is False else " [convergence unknown]")
+        return f"{self.label} {_num(self.value)} ± {_num(self.se, 2)}{n}{flag}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``a <relation> b`` and its verdict; ``reason``: why not run, else empty.
+
+    ``margin``: the equivalence margin of an agreement (``~``, ``<=``, ``>=``), None for an
+    ordering. ``difference``: ``a - b``; ``detectable``: the half-width of the interval
+    the rule reads (the smallest difference the error bars can detect), nan when not run.
+    """
+
+    a: Estimate
+    relation: str
+    b: Estimate
+    verdict: str
+    reason: str = ""
+    margin: float | None = None
+    difference: float = math.nan
+    detectable: float = math.nan
+
+    @property
+    def undetectable(self) -> bool:
+        """A two-sided agreement (``~``) whose error bars are wider than its margin: it cannot
+        be reproduced (a one-sided ``<=`` / ``>=`` can, at any error bars, by a clear margin)."""
+        return (self.relation == "~" and self.margin is not None and _finite(self.detectable)
+                and self.detectable > self.margin)
+
+    def text(self) -> str:
+        head = f"{self.a.text()} {self.relation} {self.b.text()}"
+        if self.reason.startswith(NOT_CONVERGED):  # the verdict is not the figures': say why
+            return f"{head}: {self.verdict} ({self.reason})"
+        if self.margin is not None and _finite(self.difference):
+            note = "; error bars wider than the margin" if self.undetectable else ""
+            sign = {"~": "±", "<=": "+", ">=": "-"}[self.relation]
+            head += (f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}, margin {sign}{_num(self.margin, 3)}"
+                     f"{note})")
+        return f"{head}: {self.verdict}"
+
+
+def _half(e: Estimate, k: float) -> tuple[float, float]:
+    """(the s.e. the rule uses, the rounding): the error taken as at least the rounding."""
+    return max(e.se, e.rounding), e.rounding
+
+
+def compare(a: Estimate, relation: str, b: Estimate, k: float = K, margin: float | None = None) -> Comparison:
+    """The verdict of the claim ``a <relation> b`` (:func:`_compare`), but *inconclusive
+    (not converged: <reason>)* when it ran and the runs behind ``a`` or ``b`` did not
+    converge (:attr:`Estimate.converged` False): a comparison resting on an unconverged run
+    says nothing about the methods, so it is never reproduced or contradicted. Unknown
+    convergence (None) is shown (:meth:`Estimate.text`) but does not block."""
+    c = _compare(a, relation, b, k, margin)
+    failed = [e for e in (a, b) if e.converged is False]
+    if c.verdict == "not run" or not failed:
+        return c
+    why = "; ".join(dict.fromkeys(e.convergence or "no reason recorded" for e in failed))
+    return replace(c, verdict="inconclusive", reason=f"{NOT_CONVERGED}: {why}")
+
+
+def _compare(a: Estimate, relation: str, b: Estimate, k: float = K, margin: float | None = None) -> Comparison:
+    """The verdict of the claim ``a <relation> b``.
+
+    ``relation``: ``">"`` / ``"<"`` (ordering: the mean ± ``k`` s.e. intervals disjoint in
+    the claimed direction: reproduced; the other way: contradicted; else inconclusive);
+    ``"~"`` (agreement, two one-sided tests: the interval ``(a - b) ± k sqrt(se_a^2 +
+    se_b^2)`` wholly within ``±margin``: reproduced; wholly outside: contradicted; else
+    inconclusive; ``margin`` is required); ``"<="`` / ``">="`` (not worse, one-sided: that
+    interval wholly below ``+margin`` (above ``-margin``): reproduced; wholly above
+    (below): contradicted; ``margin`` defaults to 0). A printed value's rounding widens
+    its side. "not run" when either quantity has a :meth:`Estimate.problem`.
+    """
+    if relation not in RELATIONS:
+        raise ValueError(f"relation must be one of {sorted(RELATIONS)}, got {relation!r}")
+    if relation == "~" and (margin is None or not margin >= 0):
+        raise ValueError(f"an agreement (~) needs a margin >= 0, got {margin!r}")
+    if relation in ("<=", ">=") and margin is None:
+        margin = 0.0
+    if relation in (">", "<"):
+        margin = None
+    problems = [p for p in (a.problem(), b.problem()) if p]
+    if problems:
+        return Comparison(a, relation, b, "not run", "; ".join(dict.fromkeys(problems)), margin)
+    (se_a, r_a), (se_b, r_b) = _half(a, k), _half(b, k)
+    diff = a.value - b.value
+    if margin is None:  # ordering: disjoint intervals
+        half = k * (se_a + se_b) + r_a + r_b
+        a_lo, a_hi = a.interval(k)
+        b_lo, b_hi = b.interval(k)
+        above, below = a_lo > b_hi, a_hi < b_lo  # a's interval wholly above / below b's
+        if relation == ">":
+            verdict = "reproduced" if above else "contradicted" if below else "inconclusive"
+        else:
+            verdict = "reproduced" if below else "contradicted" if above else "inconclusive"
+        return Comparison(a, relation, b, verdict, "", None, diff, half)
+    half = k * math.sqrt(se_a ** 2 + se_b ** 2) + r_a + r_b
+    lo, hi = diff - half, diff + half
+    if relation == "~":
+        verdict = ("reproduced" if -margin <= lo and hi <= margin
+                   else "contradicted" if hi < -margin or lo > margin else "inconclusive")
+    elif relation == "<=":
+        verdict = "reproduced" if hi <= margin else "contradicted" if lo > margin else "inconclusive"
+    else:  # ">="
+        verdict = "reproduced" if lo >= -margin else "contradicted" if hi < -margin else "inconclusive"
+    return Comparison(a, relation, b, verdict, "", margin, diff, half)
+
+
+def detectable_summary(comparisons: Sequence[Comparison]) -> str:
+    """The smallest differences the error bars of the comparisons that ran can detect
+    (range), and on how many an agreement's margin is below it (cannot be reproduced)."""
+    ran = [c for c in comparisons if c.verdict != "not run" and _finite(c.detectable)]
+    if not ran:
+        return ""
+    lo, hi = min(c.detectable for c in ran), max(c.detectable for c in ran)
+    text = _num(lo, 2) if _num(lo, 2) == _num(hi, 2) else f"{_num(lo, 2)}-{_num(hi, 2)}"
+    agreements = [c for c in ran if c.relation == "~"]
+    wide = [c for c in agreements if c.undetectable]
+    if wide:
+        text += (f"; above the margin on {len(wide)} of {len(agreements)} comparisons: those cannot be "
+                 "reproduced at these error bars")
+    return text
+
+
+def combine(comparisons: Sequence[Comparison]) -> str:
+    """A claim's verdict from its comparisons: contradicted if any is, else not run if
+    any is (or there are none), else reproduced if all are, else inconclusive."""
+    verdicts = [c.verdict for c in comparisons]
+    if "contradicted" in verdicts:
+        return "contradicted"
+    if not verdicts or "not run" in verdicts:
+        return "not run"
+    return "reproduced" if all(v == "reproduced" for v in verdicts) else "inconclusive"
+
+
+_NO_ROW = re.compile(r"^(?P<file>.*): no (?P<block>[\w-]+)/(?P<method>[\w-]+) row$")
+
+
+def _grouped(reasons: Sequence[str]) -> list[str]:
+    """"F: no D1/m1 row", "F: no D2/m2 row" -> "F: no rows for m1, m2 (D1, D2)", in first-seen order."""
+    out: dict[str, tuple[list[str], list[str]] | None] = {}
+    for reason in reasons:
+        m = _NO_ROW.match(reason)
+        if m is None:
+            out.setdefault(reason, None)
+            continue
+        methods, blocks = out.setdefault(f"{m['file']}: no rows for", ([], []))
+        methods.append(m["method"]) if m["method"] not in methods else None
+        blocks.append(m["block"]) if m["block"] not in blocks else None
+    return [key if found is None else f"{key} {', '.join(found[0])} ({', '.join(found[1])})"
+            for key, found in out.items()]
+
+
+def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
+    """The figures a verdict rests on, short: why it was not run (and how the comparisons
+    that did run came out), else every comparison (up to ``limit``) or the counts and
+    the comparisons that decide the verdict."""
+    if not comparisons:
+        return "no comparison"
+    verdict = combine(comparisons)
+
+    def counts(items: Sequence[Comparison]) -> str:
+        stuck = sum(c.reason.startswith(NOT_CONVERGED) for c in items)
+        return ", ".join(f"{sum(c.verdict == v for c in items)} {v}"
+                         + (f" ({stuck} of them not converged)" if v == "inconclusive" and stuck else "")
+                         for v in VERDICTS if any(c.verdict == v for c in items))
+
+    if verdict == "not run":
+        reasons = _grouped(dict.fromkeys(r for c in comparisons if c.verdict == "not run"
+                                         for r in c.reason.split("; ") if r))
+        text = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+        ran = [c for c in comparisons if c.verdict != "not run"]
+        if ran:
+            text = f"{len(comparisons) - len(ran)} of {len(comparisons)} comparisons not run ({text}); {counts(ran)}"
+            text += _not_converged(ran)
+        return text
+    if len(comparisons) <= limit:
+        return "; ".join(c.text() for c in comparisons)
+    deciding = [c for c in comparisons if c.verdict == verdict and verdict != "reproduced"]
+    shown = "; ".join(c.text() for c in deciding[:limit])
+    more = f"; and {len(deciding) - limit} more" if len(deciding) > limit else ""
+    return (f"{len(comparisons)} comparisons: {counts(comparisons)}" + (f". {shown}{more}" if shown else "")
+            + _not_converged([c for c in comparisons if c not in deciding[:limit]]))
+
+
+_RUN = re.compile(r"(?:^|; )(?:not converged: )?(?P<run>[\w-]+/[\w-]+/[\w-]+/seed\d+): (?P<why>[^;]*)")
+
+
+def _not_converged(comparisons: Sequence[Comparison], limit: int = 4) -> str:
+    """"; not converged: <run> (<its reason>), <run>, ...": the runs that made comparisons
+    inconclusive, the first with its reason (empty if none)."""
+    runs: dict[str, str] = {}
+    for c in comparisons:
+        if c.reason.startswith(NOT_CONVERGED):
+            for m in _RUN.finditer(c.reason):
+                runs.setdefault(m["run"], m["why"].strip())
+    if not runs:
+        return ""
+    items = list(runs.items())
+    shown = [f"{items[0][0]} ({items[0][1]})"] + [run for run, _ in items[1:limit]]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return f"; not converged: {', '.join(shown)}{more}"
+
+
