@@ -72,10 +72,8 @@ the evidence figures (files only).
 
 from __future__ import annotations
 
-import csv
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
