@@ -178,27 +178,8 @@ def load_predictions(path: Path | str) -> ToyPredictions:
         raise DataFileError(path, f"'y_train' must have shape ({x_train.shape[0]},), got {y_train.shape}")
     if x_test.ndim != 2 or x_test.shape[1] != d or x_test.shape[0] < 2:
         raise DataFileError(path, f"'x_test' must have shape (T, {d}), got {x_test.shape}")
-    t = x_test.shape[0]
-    fields: dict[str, Any] = {}
-    if dataset == "regression":
-        f_test = np.asarray(arrays["f_test"], dtype=np.float64)
-        if f_test.ndim != 2 or f_test.shape[1] != t or f_test.shape[0] < 1:
-            raise DataFileError(path, f"'f_test' must have shape (S, {t}), got {f_test.shape}")
-        noise = np.asarray(arrays["noise_std"], dtype=np.float64)
-        if noise.shape != () or not noise >= 0:
-            raise DataFileError(path, f"'noise_std' must be a non-negative scalar, got {noise!r}")
-        fields.update(f_test=f_test, noise_std=float(noise), y_train=y_train.astype(np.float64))
-    else:
-        probs = np.asarray(arrays["probs_test"], dtype=np.float64)
-        if probs.ndim != 2 or probs.shape[0] != t or probs.shape[1] < 2:
-            raise DataFileError(path, f"'probs_test' must have shape ({t}, C >= 2), got {probs.shape}")
-        if np.any(probs < 0) or not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):
-            raise DataFileError(path, "'probs_test' rows are not probability vectors")
-        labels = y_train.astype(np.int64)
-        if not np.array_equal(labels, y_train) or labels.min() < 0 or labels.max() >= probs.shape[1]:
-            raise DataFileError(path, f"'y_train' must hold integer labels in [0, {probs.shape[1]})")
-        _grid_axes(path, x_test)
-        fields.update(probs_test=probs, y_train=labels)
+    fields = (_regression_fields if dataset == "regression" else _classification_fields)(path, arrays, x_test,
+                                                                                          y_train)
     converged = None
     if "converged" in arrays:
         converged = bool(np.asarray(arrays["converged"]))
@@ -206,6 +187,35 @@ def load_predictions(path: Path | str) -> ToyPredictions:
         converged = _converged_by_job(job)
     return ToyPredictions(path=path, dataset=dataset, method=str(method), label=label, job=job,
                           x_train=x_train, x_test=x_test, converged=converged, **fields)
+
+
+def _regression_fields(path: Path, arrays: Mapping[str, np.ndarray], x_test: np.ndarray,
+                       y_train: np.ndarray) -> dict[str, Any]:
+    """``f_test``, ``noise_std`` and the float targets of a regression file, checked."""
+    t = x_test.shape[0]
+    f_test = np.asarray(arrays["f_test"], dtype=np.float64)
+    if f_test.ndim != 2 or f_test.shape[1] != t or f_test.shape[0] < 1:
+        raise DataFileError(path, f"'f_test' must have shape (S, {t}), got {f_test.shape}")
+    noise = np.asarray(arrays["noise_std"], dtype=np.float64)
+    if noise.shape != () or not noise >= 0:
+        raise DataFileError(path, f"'noise_std' must be a non-negative scalar, got {noise!r}")
+    return {"f_test": f_test, "noise_std": float(noise), "y_train": y_train.astype(np.float64)}
+
+
+def _classification_fields(path: Path, arrays: Mapping[str, np.ndarray], x_test: np.ndarray,
+                           y_train: np.ndarray) -> dict[str, Any]:
+    """``probs_test`` and the integer labels of a classification file, checked (and its grid)."""
+    t = x_test.shape[0]
+    probs = np.asarray(arrays["probs_test"], dtype=np.float64)
+    if probs.ndim != 2 or probs.shape[0] != t or probs.shape[1] < 2:
+        raise DataFileError(path, f"'probs_test' must have shape ({t}, C >= 2), got {probs.shape}")
+    if np.any(probs < 0) or not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):
+        raise DataFileError(path, "'probs_test' rows are not probability vectors")
+    labels = y_train.astype(np.int64)
+    if not np.array_equal(labels, y_train) or labels.min() < 0 or labels.max() >= probs.shape[1]:
+        raise DataFileError(path, f"'y_train' must hold integer labels in [0, {probs.shape[1]})")
+    _grid_axes(path, x_test)
+    return {"probs_test": probs, "y_train": labels}
 
 
 def _converged_by_job(job: Mapping[str, Any]) -> bool:
