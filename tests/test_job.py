@@ -13,7 +13,7 @@ from typing import Literal, Union, get_args, get_origin
 import pytest
 import yaml
 
-from repens.config import EXPERIMENTS, METHOD_KEYS, method_options, resolve_hmc_job, resolve_job
+from repens.config import EXPERIMENTS, METHOD_KEYS, load_schema, method_options, resolve_hmc_job, resolve_job
 from repens.job import (
     JOB_TYPES,
     NOT_SETTINGS,
@@ -37,7 +37,7 @@ from repens.jobkey import job_key
 from repens.rule_options import ESTIMATOR_OPTIONS, RULE_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+SCHEMA = load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
 DEFS = SCHEMA["$defs"]
 #: the schema's layers that hold one job's settings (a method entry, settings, a dataset's)

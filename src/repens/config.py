@@ -22,8 +22,10 @@ import copy
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
+from repens import registry
 from repens.job import RULE_FIELDS, HMCJob, ImageJob, Job, SpecError, SyntheticJob, ToyJob, UCIJob, settings_of
 from repens.rule_options import ESTIMATOR_OPTIONS, FUNCTION_SPACE, RULE_OPTIONS, options_of
 
@@ -33,6 +35,9 @@ __all__ = [
     "SEED_RANGE",
     "coerce_numbers",
     "check_schema",
+    "load_schema",
+    "with_registry",
+    "method_groups",
     "schema_errors",
     "check_data_folders",
     "METHOD_KEYS",
@@ -90,26 +95,26 @@ class Experiment:
     shapes: Mapping[str, tuple[int, ...]] | None = None
 
 
-_IMAGE_SHAPES = {"fashionmnist": (1, 28, 28), "mnist": (1, 28, 28), "cifar10": (3, 32, 32), "svhn": (3, 32, 32)}
+_IMAGE_SHAPES = registry.image_shapes()
 
 EXPERIMENTS: dict[str, Experiment] = {
     "synthetic": Experiment(
-        datasets=frozenset({"gaussian", "funnel"}), settings=_reads(SyntheticJob),
+        datasets=frozenset(registry.datasets_of("synthetic")), settings=_reads(SyntheticJob),
         required=frozenset({"particles", "steps", "lr", "init_std"}), network=False,
     ),
     "toy": Experiment(
-        datasets=frozenset({"regression", "classification"}),
+        datasets=frozenset(registry.datasets_of("toy")),
         settings=_reads(ToyJob),
         required=frozenset({"particles", "steps", "lr"}), network=True,
     ),
     "image": Experiment(
-        datasets=frozenset({"fashionmnist", "mnist", "cifar10"}),
+        datasets=frozenset(registry.datasets_of("image")),
         settings=_reads(ImageJob),
         required=frozenset({"particles", "steps", "lr", "ood", "model"}), network=True, validation=True,
-        ood_only=frozenset({"svhn"}), shapes=_IMAGE_SHAPES,
+        ood_only=frozenset(registry.datasets_of("image", ood_only=True)), shapes=_IMAGE_SHAPES,
     ),
     "uci": Experiment(
-        datasets=frozenset({"boston", "concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht"}),
+        datasets=frozenset(registry.uci_datasets()),
         settings=_reads(UCIJob),
         required=frozenset({"particles", "lr", "batch_size", "noise_std", "prior_bias_var"}), network=True,
     ),
@@ -134,6 +139,11 @@ def _merge(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
 def method_label(config: Mapping[str, Any], method: str) -> str:
     """The label tables and figures show for ``method`` (the paper's name)."""
     return config["methods"][method].get("label", method)
+
+
+def method_groups(config: Mapping[str, Any]) -> registry.MethodGroups:
+    """The method groups the claims compare, from the config's ``methods`` (:func:`repens.registry.method_groups`)."""
+    return registry.method_groups(config["methods"])
 
 
 def experiment_seeds(config: Mapping[str, Any], experiment: str) -> list[int]:
@@ -165,11 +175,12 @@ def _check_method(name: str, entry: Mapping[str, Any]) -> None:
     if rule not in RULE_OPTIONS:
         raise ConfigError(f"{where}.rule: unknown rule {rule!r}; known: {sorted(RULE_OPTIONS)}")
     if space == "function" and rule not in FUNCTION_SPACE:
-        raise ConfigError(f"{where}.space: rule {rule!r} has no function-space form (only svgd, wgd)")
+        raise ConfigError(f"{where}.space: rule {rule!r} has no function-space form "
+                          f"(only {', '.join(sorted(FUNCTION_SPACE))})")
     estimator = entry.get("estimator")
-    if rule == "wgd" and estimator not in ESTIMATOR_OPTIONS:
+    if registry.RULES[rule].estimator and estimator not in ESTIMATOR_OPTIONS:
         raise ConfigError(
-            f"{where}.estimator: rule 'wgd' needs an estimator, one of {sorted(ESTIMATOR_OPTIONS)}; got {estimator!r}"
+            f"{where}.estimator: rule {rule!r} needs an estimator, one of {sorted(ESTIMATOR_OPTIONS)}; got {estimator!r}"
         )
     allowed = options_of(rule, space, estimator)
     for key in entry:
@@ -503,15 +514,49 @@ def coerce_numbers(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any
     return value
 
 
+#: ``x-registry`` names in the schema -> the registry's names its ``enum`` holds
+#: (:func:`with_registry`): the schema's choices of rule, space and estimator are declared
+#: in :mod:`repens.registry` only
+SCHEMA_REGISTRIES = {
+    "rules": registry.rule_names,
+    "spaces": lambda: registry.SPACES,
+    "estimators": registry.estimator_names,
+}
+
+
+def with_registry(schema: Any) -> Any:
+    """A copy of ``schema`` with an ``enum`` of the registry's names (as of now) in every
+    node that says ``x-registry: <name>`` (:data:`SCHEMA_REGISTRIES`)."""
+    if isinstance(schema, Mapping):
+        out = {k: with_registry(v) for k, v in schema.items()}
+        if "x-registry" in out:
+            out["enum"] = list(SCHEMA_REGISTRIES[out["x-registry"]]())
+        return out
+    if isinstance(schema, list):
+        return [with_registry(v) for v in schema]
+    return schema
+
+
+def load_schema(path: str | Path | None = None) -> dict[str, Any]:
+    """The workflow's config schema (``workflow/schemas/config.schema.yaml``, or ``path``)
+    with the registry's choices filled in (:func:`with_registry`)."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml" if path is None else path
+    return with_registry(yaml.safe_load(Path(path).read_text()))
+
+
 def check_schema(config: dict[str, Any], schema: Mapping[str, Any]) -> None:
     """Coerce the numbers of ``config`` in place (:func:`coerce_numbers`), then check it
-    against the JSON ``schema``: its best-matching error raises :class:`ConfigError`
-    ``"<key>: <message>"`` (the key dotted, ``(top level)`` for the config itself).
+    against the JSON ``schema`` with the registry's choices filled in (:func:`with_registry`):
+    its best-matching error raises :class:`ConfigError` ``"<key>: <message>"`` (the key
+    dotted, ``(top level)`` for the config itself).
 
     Where ``jsonschema`` is not installed (a GPU node: ``repens budget`` there), the
     check is :func:`schema_errors`, this module's own reading of the keywords the
     pipeline's schema uses; the error shown is the one nearest the top of the config,
     as jsonschema's best match picks it."""
+    schema = with_registry(schema)
     coerce_numbers(config, schema)
     try:
         import jsonschema

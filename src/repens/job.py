@@ -38,6 +38,7 @@ import types
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Literal, Mapping, Self, Union, get_args, get_origin, get_type_hints
 
+from repens import registry
 from repens.jobkey import job_key
 from repens.rule_options import FUNCTION_SPACE, options_of
 
@@ -168,11 +169,33 @@ _HINTS: dict[type, dict[str, Any]] = {}
 _FIELDS: dict[type, dict[str, Any]] = {}
 
 
+#: fields whose choices are a registry's names (:mod:`repens.registry`): declared ``str``,
+#: they read as ``Literal`` of the names registered when a job is made
+REGISTRY_CHOICES: dict[str, Any] = {
+    "rule": registry.rule_names,
+    "space": lambda: registry.SPACES,
+    "estimator": registry.estimator_names,
+}
+
+
+def _with_choices(kind: Any, choices: tuple[str, ...]) -> Any:
+    """``kind`` with its ``str`` read as ``Literal[choices]`` (also inside ``str | None``)."""
+    if kind is str:
+        return Literal[choices]
+    if get_origin(kind) in (Union, types.UnionType):
+        return Union[tuple(_with_choices(arm, choices) for arm in get_args(kind))]
+    return kind
+
+
 def _hints(cls: type) -> dict[str, Any]:
-    """The evaluated annotation of every field of ``cls``."""
+    """The evaluated annotation of every field of ``cls`` (the registry's choices as of now)."""
     if cls not in _HINTS:
         _HINTS[cls] = get_type_hints(cls)
-    return _HINTS[cls]
+    hints = _HINTS[cls]
+    if not REGISTRY_CHOICES.keys() & hints.keys():
+        return hints
+    return {**hints, **{name: _with_choices(hints[name], choices()) for name, choices in REGISTRY_CHOICES.items()
+                        if name in hints}}
 
 
 def _fields(cls: type) -> dict[str, Any]:
@@ -378,12 +401,12 @@ class Job(_Spec):
     LOG_LINES: ClassVar[int] = 10
 
     # the update rule (config: the method entry) -------------------------------
-    #: the update rule (repens.updates)
-    rule: Literal["ensemble", "svgd", "wgd", "anchored", "langevin"]
-    #: where the repulsion acts (function: svgd and wgd only)
-    space: Literal["weight", "function"] = "weight"
-    #: wgd: the estimator of grad log rho (None: the rule's default)
-    estimator: Literal["kde", "sge", "ssge"] | None = None
+    #: the update rule (one of repens.registry.RULES)
+    rule: str
+    #: where the repulsion acts (repens.registry.SPACES; function: the rules with a function-space form)
+    space: str = "weight"
+    #: wgd: the estimator of grad log rho (one of repens.registry.ESTIMATORS; None: the rule's default)
+    estimator: str | None = None
     #: sge/ssge: ridge of the estimator (None: the rule's default)
     eta: float | None = None
     #: ssge: eigenfunctions kept (None keeps all)

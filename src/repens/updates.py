@@ -1,4 +1,5 @@
-"""Update rules: one pure function per rule, picked by name from :data:`UPDATE_RULES`.
+"""Update rules: one pure function per rule, picked by name from :data:`UPDATE_RULES`
+(each rule, its options and its function-space form declared in :mod:`repens.registry`).
 
 Each rule maps stacked particles ``params`` (n, D) and a :class:`StepContext` to an
 :class:`Update` whose ``direction`` is the ascent direction ``phi`` of the paper
@@ -17,13 +18,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 from torch import Tensor
 
+from repens import registry
 from repens.kernels import RBF, kernel_grad_sum, squared_distances
 from repens.posteriors import Batch, Posterior
+from repens.registry import LiveMapping, _load
 from repens.scores import SCORE_ESTIMATORS, ssge_score
 
 __all__ = [
@@ -363,18 +366,13 @@ def _estimator_options(eta: float | None, num_eigs: int | None) -> dict:
     return options
 
 
-UPDATE_RULES: dict[str, UpdateRule] = {
-    "ensemble": ensemble,
-    "svgd": svgd,
-    "wgd": wgd,
-    "fsvgd": fsvgd,
-    "fwgd": fwgd,
-    "anchored": anchored,
-    "langevin": langevin,
-}
+#: every rule's forms by name (a rule's config name; ``fsvgd``, ``fwgd`` for the function-space
+#: forms) -> its function: a view of :data:`repens.registry.RULES`, where each rule is declared
+UPDATE_RULES: Mapping[str, UpdateRule] = LiveMapping(
+    lambda: {name: _load(fn) for name, fn in registry.implementations().items()})
 
 #: config ``rule`` + ``space: function`` -> registry name
-FUNCTION_SPACE_RULES = {"svgd": "fsvgd", "wgd": "fwgd"}
+FUNCTION_SPACE_RULES: Mapping[str, str] = LiveMapping(registry.function_space_rules)
 
 
 def resolve_rule(rule: str, space: str = "weight") -> str:
