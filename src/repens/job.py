@@ -18,7 +18,8 @@ class of their own (:class:`ToyNetwork`, :class:`UCINetwork`, :class:`ImageNetwo
 that the model builders take, and that the HMC reference (:class:`HMCJob`) shares with
 the toy runs. The update rules' options default to ``None``, meaning the rule's own
 default (the keyword defaults in :mod:`repens.updates`); a runner passes a rule only the
-options it takes (:meth:`Job.rule_options`).
+options it takes (:meth:`Job.rule_options`). The rule, space and estimator a job accepts
+are the names :mod:`repens.registry` holds when the job is made (:data:`REGISTRY_CHOICES`).
 
 ``tests/test_job.py`` ties these classes to ``workflow/schemas/config.schema.yaml``:
 every setting the schema lets reach a job is a field and every field is a setting (but

@@ -55,6 +55,7 @@ __all__ = [
     "MethodGroups",
     "method_groups",
     "LiveMapping",
+    "load_function",
 ]
 
 # ------------------------------------------------------------------ spaces and estimators
@@ -94,7 +95,8 @@ def estimator_options() -> dict[str, frozenset[str]]:
 
 
 # ------------------------------------------------------------------ update rules
-def _load(target: Callable | str) -> Callable:
+def load_function(target: Callable | str) -> Callable:
+    """``target`` itself if it is a function, else the function ``"module:function"`` names (imported)."""
     if callable(target):
         return target
     module, _, name = target.partition(":")
@@ -125,8 +127,8 @@ class Rule:
         if space == "function":
             if self.function_space_function is None:
                 raise ValueError(f"rule {self.name!r} has no function-space form")
-            return _load(self.function_space_function)
-        return _load(self.function)
+            return load_function(self.function_space_function)
+        return load_function(self.function)
 
 
 #: update rules by config name, in the order the schema lists them

@@ -26,7 +26,7 @@ from torch import Tensor
 from repens import registry
 from repens.kernels import RBF, kernel_grad_sum, squared_distances
 from repens.posteriors import Batch, Posterior
-from repens.registry import LiveMapping, _load
+from repens.registry import LiveMapping, load_function
 from repens.scores import SCORE_ESTIMATORS, ssge_score
 
 __all__ = [
@@ -369,7 +369,7 @@ def _estimator_options(eta: float | None, num_eigs: int | None) -> dict:
 #: every rule's forms by name (a rule's config name; ``fsvgd``, ``fwgd`` for the function-space
 #: forms) -> its function: a view of :data:`repens.registry.RULES`, where each rule is declared
 UPDATE_RULES: Mapping[str, UpdateRule] = LiveMapping(
-    lambda: {name: _load(fn) for name, fn in registry.implementations().items()})
+    lambda: {name: load_function(fn) for name, fn in registry.implementations().items()})
 
 #: config ``rule`` + ``space: function`` -> registry name
 FUNCTION_SPACE_RULES: Mapping[str, str] = LiveMapping(registry.function_space_rules)
