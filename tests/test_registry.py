@@ -168,6 +168,11 @@ def test_dataset_labels_and_ood_sets():
     assert {d: registry.dataset_label(d) for d in registry.image_datasets()} == {
         "fashionmnist": "FashionMNIST", "cifar10": "CIFAR10", "mnist": "MNIST", "svhn": "SVHN"}
     assert registry.dataset_label("unknown") == "unknown" and registry.ood_of("unknown") is None
+    assert {d: registry.ood_label(d) for d in ("fashionmnist", "cifar10", "mnist")} == {
+        "fashionmnist": "MNIST", "cifar10": "SVHN", "mnist": "?"}  # report.image OOD_LABELS
+    assert {d: registry.dataset_label(d, short=True) for d in ("fashionmnist", "cifar10")} == {
+        "fashionmnist": "FMNIST", "cifar10": "CIFAR10"}  # report.evidence DATASET_LABELS
+    assert registry.datasets_of("toy") == ("regression", "classification")  # report.toy DATASETS
     config = load_config()
     image = config["experiments"]["image"]["datasets"]
     for name, entry in image.items():

