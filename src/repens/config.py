@@ -180,7 +180,8 @@ def _check_method(name: str, entry: Mapping[str, Any]) -> None:
     estimator = entry.get("estimator")
     if registry.RULES[rule].estimator and estimator not in ESTIMATOR_OPTIONS:
         raise ConfigError(
-            f"{where}.estimator: rule {rule!r} needs an estimator, one of {sorted(ESTIMATOR_OPTIONS)}; got {estimator!r}"
+            f"{where}.estimator: rule {rule!r} needs an estimator, one of {sorted(ESTIMATOR_OPTIONS)}; "
+            f"got {estimator!r}"
         )
     allowed = options_of(rule, space, estimator)
     for key in entry:
