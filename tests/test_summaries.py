@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+from repens import from_runs
 from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
 from repens.metrics import covariance_relative_errors, mean_error, mean_pairwise_distance
 from repens.report import claims as cl
@@ -94,7 +95,7 @@ def test_synthetic_table_from_the_file_equals_the_table_made_in_one_process(tmp_
     syn.write_metrics_summary(paths, summary)
     labels = {"svgd": "SVGD (config)"}
     synthetic_rep.write_metrics_table_from(summary, tmp_path / "a.csv", tmp_path / "a.tex", labels, tmp_path / "a.html")
-    synthetic_rep.write_metrics_table(paths, tmp_path / "b.csv", tmp_path / "b.tex", labels, tmp_path / "b.html")
+    from_runs.write_metrics_table(paths, tmp_path / "b.csv", tmp_path / "b.tex", labels, tmp_path / "b.html")
     for ext in ("csv", "tex", "html"):
         assert (tmp_path / f"a.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes(), ext
     frame = pd.read_csv(tmp_path / "a.csv", comment="#")
@@ -115,7 +116,7 @@ def test_synthetic_figure_file_holds_the_exact_samples_and_the_density(tmp_path)
     np.testing.assert_array_equal(data["logp"], logp)
     assert data["levels"][-1] == pytest.approx(logp.max() - 0.125)
     synthetic_rep.plot_target_panels_from("funnel", out, paths, tmp_path / "f.png", tmp_path / "f.pdf")
-    synthetic_rep.plot_target_panels("funnel", paths, tmp_path / "g.png", tmp_path / "g.pdf")
+    from_runs.plot_target_panels("funnel", paths, tmp_path / "g.png", tmp_path / "g.pdf")
     assert (tmp_path / "f.pdf").read_bytes() == (tmp_path / "g.pdf").read_bytes()
 
 
@@ -148,7 +149,7 @@ def test_toy_distance_file_holds_the_distances_to_hmc(tmp_path):
     assert rows["de"]["kl_far"] == pytest.approx(float(kl[~near].mean()), rel=1e-12)
     labels = {"de": "DE (config)"}
     toy_rep.write_distance_table_from(out, tmp_path / "a.csv", tmp_path / "a.tex", labels, tmp_path / "a.html")
-    toy_rep.write_distance_table((reg["hmc"], [reg["de"], reg["kde-fwgd"]]), (cls["hmc"], [cls["de"], cls["kde-fwgd"]]),
+    from_runs.write_distance_table((reg["hmc"], [reg["de"], reg["kde-fwgd"]]), (cls["hmc"], [cls["de"], cls["kde-fwgd"]]),
                                  tmp_path / "b.csv", tmp_path / "b.tex", labels, tmp_path / "b.html")
     for ext in ("csv", "tex", "html"):
         assert (tmp_path / f"a.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes(), ext
@@ -170,5 +171,5 @@ def test_toy_figure_files_hold_the_predictive(tmp_path):
         np.testing.assert_array_equal(data["0/entropy"], predictive_entropy(h["probs_test"]).reshape(n, n))
         assert json.loads(str(data["panels"]))[0]["method"] == "hmc"
     toy_rep.plot_classification_panels_from(out, tmp_path / "c.png", tmp_path / "c.pdf")
-    toy_rep.plot_classification_panels(list(cls.values()), tmp_path / "d.png", tmp_path / "d.pdf")
+    from_runs.plot_classification_panels(list(cls.values()), tmp_path / "d.png", tmp_path / "d.pdf")
     assert (tmp_path / "c.pdf").read_bytes() == (tmp_path / "d.pdf").read_bytes()

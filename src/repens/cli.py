@@ -254,7 +254,7 @@ def _image_table(args: argparse.Namespace) -> int:
 
 
 def _synthetic_table(args: argparse.Namespace) -> int:
-    from repens.report.synthetic import write_metrics_table
+    from repens.from_runs import write_metrics_table
 
     write_metrics_table([Path(p) for p in args.inputs], Path(args.out_csv), Path(args.out_tex),
                         labels=json.loads(args.labels), out_html=_path(args.out_html))
@@ -263,7 +263,7 @@ def _synthetic_table(args: argparse.Namespace) -> int:
 
 
 def _synthetic_figure(args: argparse.Namespace) -> int:
-    from repens.report.synthetic import plot_target_panels
+    from repens.from_runs import plot_target_panels
 
     plot_target_panels(args.target, [Path(p) for p in args.inputs], Path(args.out_png), Path(args.out_pdf),
                        labels=json.loads(args.labels))
@@ -271,7 +271,7 @@ def _synthetic_figure(args: argparse.Namespace) -> int:
 
 
 def _toy_figure(args: argparse.Namespace) -> int:
-    from repens.report.toy import plot_classification_panels, plot_regression_panels
+    from repens.from_runs import plot_classification_panels, plot_regression_panels
 
     plot = {"regression": plot_regression_panels, "classification": plot_classification_panels}[args.dataset]
     plot([Path(p) for p in args.inputs], Path(args.out_png), Path(args.out_pdf), labels=json.loads(args.labels))
@@ -279,7 +279,7 @@ def _toy_figure(args: argparse.Namespace) -> int:
 
 
 def _toy_table(args: argparse.Namespace) -> int:
-    from repens.report.toy import write_distance_table
+    from repens.from_runs import write_distance_table
 
     def pair(hmc: list[str] | None, methods: list[str] | None):
         return None if not hmc else ([Path(h) for h in hmc], [Path(m) for m in methods or []])
@@ -583,7 +583,7 @@ def _claims_args(p: argparse.ArgumentParser) -> None:
                        ("table1-paper", "workflow/resources/table1_paper.csv"),
                        ("uci-seeds", "workflow/resources/table2_seeds.csv")):
         p.add_argument(f"--{name}", help=f"{what} (absent or missing: its claims are 'not run')")
-    p.add_argument("--convergence", help="results/convergence.csv (python -m repens.report.claims convergence): a "
+    p.add_argument("--convergence", help="results/convergence.csv (python -m repens.summaries.convergence convergence): a "
                                          "comparison resting on an unconverged run is inconclusive")
 
 

@@ -19,6 +19,7 @@ import torch
 
 import test_image_report as image_fixtures
 import test_toy_report as toy_fixtures
+from repens import from_runs
 from repens.report import figures as figures_rep
 from repens.report import image as image_rep
 from repens.report import synthetic as synthetic_rep
@@ -70,9 +71,9 @@ def test_synthetic_figures_and_table_show_config_labels(tmp_path, monkeypatch, f
     monkeypatch.setattr(synthetic_steps, "IID_REPEATS", 2)
     runs = _synthetic_runs(tmp_path, target)
     labels = {"svgd": "SVGD (config)", "zeta": LABEL}
-    synthetic_rep.plot_target_panels(target, runs, tmp_path / "f.png", tmp_path / "f.pdf", labels=labels)
+    from_runs.plot_target_panels(target, runs, tmp_path / "f.png", tmp_path / "f.pdf", labels=labels)
     assert any(LABEL in t for t in figure_texts) and any("SVGD (config)" in t for t in figure_texts)
-    synthetic_rep.write_metrics_table(runs, tmp_path / "m.csv", tmp_path / "m.tex", labels=labels,
+    from_runs.write_metrics_table(runs, tmp_path / "m.csv", tmp_path / "m.tex", labels=labels,
                                       out_html=tmp_path / "m.html")
     assert LABEL in (tmp_path / "m.csv").read_text() and LABEL in (tmp_path / "m.html").read_text()
     assert "Zeta (our new one)" in (tmp_path / "m.tex").read_text()
@@ -83,13 +84,13 @@ def test_toy_figures_and_table_show_config_labels(tmp_path, figure_texts):
     reg = {m: toy_fixtures._write_regression(tmp_path, m) for m in ("hmc", "de")}
     cls = {m: toy_fixtures._write_classification(tmp_path, m) for m in ("hmc", "de")}
     labels = {"hmc": "HMC", "de": LABEL}
-    toy_rep.plot_regression_panels([reg["hmc"], reg["de"]], tmp_path / "r.png", tmp_path / "r.pdf", labels=labels)
+    from_runs.plot_regression_panels([reg["hmc"], reg["de"]], tmp_path / "r.png", tmp_path / "r.pdf", labels=labels)
     assert any(LABEL in t for t in figure_texts)
     figure_texts.clear()
-    toy_rep.plot_classification_panels([cls["hmc"], cls["de"]], tmp_path / "c.png", tmp_path / "c.pdf",
+    from_runs.plot_classification_panels([cls["hmc"], cls["de"]], tmp_path / "c.png", tmp_path / "c.pdf",
                                        labels=labels)
     assert any(LABEL in t for t in figure_texts)
-    toy_rep.write_distance_table((reg["hmc"], [reg["de"]]), (cls["hmc"], [cls["de"]]),
+    from_runs.write_distance_table((reg["hmc"], [reg["de"]]), (cls["hmc"], [cls["de"]]),
                                  tmp_path / "d.csv", tmp_path / "d.tex", labels=labels, out_html=tmp_path / "d.html")
     assert LABEL in (tmp_path / "d.csv").read_text() and LABEL in (tmp_path / "d.tex").read_text()
     assert LABEL in (tmp_path / "d.html").read_text()

@@ -13,7 +13,8 @@ import pytest
 
 REPORT = Path(__file__).resolve().parents[2] / "src" / "repens" / "report"
 #: what a report must not import: torch and the modules that compute
-FORBIDDEN = ("torch", "repens.targets", "repens.metrics", "repens.distances", "repens.data")
+FORBIDDEN = ("torch", "repens.targets", "repens.metrics", "repens.distances", "repens.data", "repens.summaries",
+             "repens.convergence", "repens.experiments", "repens.train", "repens.fitting")
 
 
 def _imported(path: Path) -> list[str]:

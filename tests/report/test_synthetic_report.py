@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from repens import from_runs
 from repens.report import synthetic as rep
 from repens.report.tables import Cell, Column, column_notation, format_cell
 from repens.summaries import synthetic as steps
@@ -72,7 +73,7 @@ def test_compute_metrics_funnel_reports_absolute_xy_error():
 def test_write_metrics_table(tmp_path, gaussian_runs):
     out_csv, out_tex = tmp_path / "out" / "metrics.csv", tmp_path / "out" / "metrics.tex"
     out_html = tmp_path / "out" / "metrics.html"
-    rep.write_metrics_table(gaussian_runs, out_csv, out_tex, out_html=out_html)
+    from_runs.write_metrics_table(gaussian_runs, out_csv, out_tex, out_html=out_html)
     frame = pd.read_csv(out_csv)
     expected = ["target", "method", "label", "seed", "scale", "n", "steps", "mean_error", "cov_rel_err_xx",
                 "cov_xy_err", "cov_rel_err_yy", "max_cov_rel_err", "energy_distance"]
@@ -102,7 +103,7 @@ def test_write_metrics_table_two_targets_and_mixed_scales(tmp_path, gaussian_run
     x = make_target("funnel").sample(40, torch.Generator().manual_seed(5)).numpy()
     funnel = _write_run(tmp_path / "funnel_svgd.npz", x, dataset="funnel", scale="paper", bandwidth=0.5)
     out_csv, out_tex = tmp_path / "m.csv", tmp_path / "m.tex"
-    rep.write_metrics_table(gaussian_runs[:2] + [funnel], out_csv, out_tex)
+    from_runs.write_metrics_table(gaussian_runs[:2] + [funnel], out_csv, out_tex)
     frame = pd.read_csv(out_csv)
     assert list(frame["target"]) == ["gaussian"] * 3 + ["funnel"] * 2
     assert frame.loc[frame["target"] == "funnel", "cov_xy_err_kind"].eq("absolute").all()
@@ -120,7 +121,7 @@ def test_several_seeds_show_one_row_per_method_with_mean_and_standard_error(tmp_
             x = target.sample(50, torch.Generator().manual_seed(seed + len(method))).numpy()
             paths.append(_write_run(tmp_path / f"{method}_{seed}.npz", x, method=method, seed=seed))
     out_csv, out_tex, out_html = tmp_path / "m.csv", tmp_path / "m.tex", tmp_path / "m.html"
-    rep.write_metrics_table(paths, out_csv, out_tex, out_html=out_html)
+    from_runs.write_metrics_table(paths, out_csv, out_tex, out_html=out_html)
     frame = pd.read_csv(out_csv)
     assert len(frame) == 7 and list(frame["seed"].dropna().astype(int)) == [42, 38, 39] * 2
     svgd = frame.loc[frame["method"] == "svgd", "energy_distance"].to_numpy()
@@ -143,12 +144,12 @@ def test_duplicate_runs_are_rejected(tmp_path, gaussian_runs):
     copy = tmp_path / "copy.npz"
     copy.write_bytes(gaussian_runs[0].read_bytes())
     with pytest.raises(ValueError, match="copy.npz"):
-        rep.write_metrics_table([gaussian_runs[0], copy], tmp_path / "a.csv", tmp_path / "a.tex")
+        from_runs.write_metrics_table([gaussian_runs[0], copy], tmp_path / "a.csv", tmp_path / "a.tex")
 
 
 def test_plot_target_panels(tmp_path, gaussian_runs):
     out_png, out_pdf = tmp_path / "fig" / "gaussian.png", tmp_path / "fig" / "gaussian.pdf"
-    rep.plot_target_panels("gaussian", gaussian_runs, out_png, out_pdf)
+    from_runs.plot_target_panels("gaussian", gaussian_runs, out_png, out_pdf)
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out_png.stat().st_size > 10_000
     assert out_pdf.read_bytes()[:5] == b"%PDF-"
@@ -159,7 +160,7 @@ def test_wrong_target_names_the_file(tmp_path, gaussian_runs):
     x = make_target("funnel").sample(30, torch.Generator().manual_seed(1)).numpy()
     funnel = _write_run(tmp_path / "a_funnel_run.npz", x, dataset="funnel")
     with pytest.raises(ValueError, match="a_funnel_run.npz"):
-        rep.plot_target_panels("gaussian", gaussian_runs + [funnel], tmp_path / "f.png", tmp_path / "f.pdf")
+        from_runs.plot_target_panels("gaussian", gaussian_runs + [funnel], tmp_path / "f.png", tmp_path / "f.pdf")
     assert not (tmp_path / "f.png").exists()
 
 
@@ -171,7 +172,7 @@ def test_bad_inputs_name_the_file(tmp_path):
     no_particles = tmp_path / "no_particles.npz"
     np.savez(no_particles, job=np.array(json.dumps({"dataset": "gaussian"})))
     with pytest.raises(ValueError, match="no_particles.npz.*particles"):
-        rep.write_metrics_table([no_particles], tmp_path / "a.csv", tmp_path / "a.tex")
+        from_runs.write_metrics_table([no_particles], tmp_path / "a.csv", tmp_path / "a.tex")
     bad_shape = _write_run(tmp_path / "bad_shape.npz", np.zeros((5, 3)))
     with pytest.raises(ValueError, match="bad_shape.npz"):
         rep.load_run(bad_shape)
@@ -196,9 +197,9 @@ def test_figures_leave_the_global_matplotlib_style_alone(tmp_path, gaussian_runs
     from repens.report import toy as toy_rep
 
     before = dict(mpl.rcParams)
-    rep.plot_target_panels("gaussian", gaussian_runs[:2], tmp_path / "g.png", tmp_path / "g.pdf")
+    from_runs.plot_target_panels("gaussian", gaussian_runs[:2], tmp_path / "g.png", tmp_path / "g.pdf")
     reg = [toy_fixtures._write_regression(tmp_path, m) for m in ("hmc", "de")]
-    toy_rep.plot_regression_panels(reg, tmp_path / "r.png", tmp_path / "r.pdf")
+    from_runs.plot_regression_panels(reg, tmp_path / "r.png", tmp_path / "r.pdf")
     after = dict(mpl.rcParams)
     assert {k for k in before if before[k] != after[k]} == set()
 
@@ -217,7 +218,7 @@ def test_metrics_table_one_notation_per_column_and_the_best_in_bold(tmp_path):
     paths = [_write_run(tmp_path / "a.npz", exact_mean, method="svgd"),
              _write_run(tmp_path / "b.npz", x + 0.5, method="sge-wgd")]
     out_csv, out_tex, out_html = tmp_path / "m.csv", tmp_path / "m.tex", tmp_path / "m.html"
-    rep.write_metrics_table(paths, out_csv, out_tex, out_html=out_html)
+    from_runs.write_metrics_table(paths, out_csv, out_tex, out_html=out_html)
     frame = pd.read_csv(out_csv)
     assert 0 < frame.loc[0, "mean_error"] < 1e-10 and frame.loc[1, "mean_error"] > 0.3
     page = out_html.read_text()

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from repens import from_runs
 from repens.data.toy import classification_2d, regression_1d, ring_means
 from repens.report import toy as rep
 from repens.report import toy_figures as figures
@@ -152,7 +153,7 @@ def test_write_distance_table_values(tmp_path, files):
     reg, cls = files
     out_csv, out_tex = tmp_path / "out" / "distance_to_hmc.csv", tmp_path / "out" / "distance_to_hmc.tex"
     out_html = tmp_path / "out" / "distance_to_hmc.html"
-    rep.write_distance_table((reg["hmc"], [reg["de"], reg["kde-fwgd"]]),
+    from_runs.write_distance_table((reg["hmc"], [reg["de"], reg["kde-fwgd"]]),
                              (cls["hmc"], [cls["de"], cls["svgd"]]), out_csv, out_tex, out_html=out_html)
     frame = pd.read_csv(out_csv)
     assert list(frame.columns) == rep.COLUMNS
@@ -214,20 +215,20 @@ def test_write_distance_table_values(tmp_path, files):
 def test_distance_table_single_dataset(tmp_path, files):
     reg, _ = files
     out_csv, out_tex = tmp_path / "d.csv", tmp_path / "d.tex"
-    rep.write_distance_table((reg["hmc"], [reg["de"]]), None, out_csv, out_tex)
+    from_runs.write_distance_table((reg["hmc"], [reg["de"]]), None, out_csv, out_tex)
     frame = pd.read_csv(out_csv)
     assert list(frame["method"]) == ["de"]
     assert frame[rep.CLASSIFICATION_COLUMNS].isna().all().all()
     tex = out_tex.read_text()
     assert "Regression" in tex and "Classification" not in tex and "KL near" not in tex
     with pytest.raises(ValueError, match="both are None"):
-        rep.write_distance_table(None, None, out_csv, out_tex)
+        from_runs.write_distance_table(None, None, out_csv, out_tex)
 
 
 def test_distance_table_wrong_dataset_names_file(tmp_path, files):
     reg, cls = files
     with pytest.raises(ValueError, match=r"classification/de/seed41/predictions\.npz.*'classification'"):
-        rep.write_distance_table((reg["hmc"], [reg["de"], cls["de"]]), None, tmp_path / "a.csv", tmp_path / "a.tex")
+        from_runs.write_distance_table((reg["hmc"], [reg["de"], cls["de"]]), None, tmp_path / "a.csv", tmp_path / "a.tex")
     with pytest.raises(ValueError, match=r"regression/hmc/seed41/predictions\.npz"):
         steps.distance_frame(None, (reg["hmc"], [cls["de"]]))
     assert not (tmp_path / "a.csv").exists()
@@ -251,7 +252,7 @@ def test_mixed_scales_or_unpaired_seeds_name_the_files(tmp_path, files):
         steps.distance_frame(([reg["hmc"], reg["hmc"]], [reg["de"]]))
     # a figure shows one seed
     with pytest.raises(ValueError, match="mix seeds/scales"):
-        rep.plot_regression_panels([reg["hmc"], other_seed], tmp_path / "f.png", tmp_path / "f.pdf")
+        from_runs.plot_regression_panels([reg["hmc"], other_seed], tmp_path / "f.png", tmp_path / "f.pdf")
 
 
 def test_distance_table_over_seeds(tmp_path, files):
@@ -268,7 +269,7 @@ def test_distance_table_over_seeds(tmp_path, files):
         REG_SPECS.update(saved)
     cls2 = {m: _write_classification(tmp_path / "s2", m, seed=second) for m in ("hmc", "de")}
     out_csv, out_tex, out_html = tmp_path / "d.csv", tmp_path / "d.tex", tmp_path / "d.html"
-    rep.write_distance_table(([reg["hmc"], reg2["hmc"]], [reg["de"], reg["kde-fwgd"], reg2["de"], reg2["kde-fwgd"]]),
+    from_runs.write_distance_table(([reg["hmc"], reg2["hmc"]], [reg["de"], reg["kde-fwgd"], reg2["de"], reg2["kde-fwgd"]]),
                              ([cls["hmc"], cls2["hmc"]], [cls["de"], cls["svgd"], cls2["de"]]),
                              out_csv, out_tex, out_html=out_html)
     frame = pd.read_csv(out_csv)
@@ -287,7 +288,7 @@ def test_distance_table_over_seeds(tmp_path, files):
     assert "(n=1)" in tex and "(n=1)" in page  # SVGD ran on one of the two seeds
     assert "seeds 41, 42" in tex and "mean $\\pm$ standard error over the 2 seeds" in tex
     # one seed: no ± and no (n=...)
-    rep.write_distance_table((reg["hmc"], [reg["de"]]), None, out_csv, out_tex)
+    from_runs.write_distance_table((reg["hmc"], [reg["de"]]), None, out_csv, out_tex)
     tex = out_tex.read_text()
     assert r"\pm" not in tex and "(n=" not in tex and f"seed {SEED}" in tex
 
@@ -298,20 +299,20 @@ def test_distance_table_over_seeds(tmp_path, files):
 def test_plot_regression_panels(tmp_path, files):
     reg, cls = files
     out_png, out_pdf = tmp_path / "fig" / "fig1.png", tmp_path / "fig" / "fig1.pdf"
-    rep.plot_regression_panels([reg["hmc"], reg["de"], reg["kde-fwgd"], reg["de"], reg["hmc"]], out_png, out_pdf)
+    from_runs.plot_regression_panels([reg["hmc"], reg["de"], reg["kde-fwgd"], reg["de"], reg["hmc"]], out_png, out_pdf)
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_pdf.read_bytes()[:4] == b"%PDF"
     assert not list(out_png.parent.glob(".*tmp*"))
     with pytest.raises(ValueError, match=r"classification/de/seed41/predictions\.npz.*'regression'"):
-        rep.plot_regression_panels([reg["hmc"], cls["de"]], out_png, out_pdf)
+        from_runs.plot_regression_panels([reg["hmc"], cls["de"]], out_png, out_pdf)
 
 
 def test_plot_classification_panels(tmp_path, files):
     reg, cls = files
     out_png, out_pdf = tmp_path / "fig3.png", tmp_path / "fig3.pdf"
-    rep.plot_classification_panels([cls["hmc"], cls["de"], cls["svgd"]], out_png, out_pdf)
+    from_runs.plot_classification_panels([cls["hmc"], cls["de"], cls["svgd"]], out_png, out_pdf)
     assert out_png.stat().st_size > 1000 and out_pdf.read_bytes()[:4] == b"%PDF"
     with pytest.raises(ValueError, match=r"regression/de/seed41/predictions\.npz"):
-        rep.plot_classification_panels([cls["hmc"], reg["de"]], out_png, out_pdf)
+        from_runs.plot_classification_panels([cls["hmc"], reg["de"]], out_png, out_pdf)
 
 
 def test_regression_figure_y_range_follows_the_training_span_not_the_tails(tmp_path, monkeypatch):
@@ -329,7 +330,7 @@ def test_regression_figure_y_range_follows_the_training_span_not_the_tails(tmp_p
         return finish(fig, title, footer, *args, **kwargs)
 
     monkeypatch.setattr(figures, "_finish_figure", capture)
-    rep.plot_regression_panels(paths, tmp_path / "f.png", tmp_path / "f.pdf")
+    from_runs.plot_regression_panels(paths, tmp_path / "f.png", tmp_path / "f.pdf")
     lo, hi = captured["ylim"]
     hmc = steps.load_predictions(paths[0])
     x = hmc.x_test[:, 0]
@@ -356,7 +357,7 @@ def test_an_unconverged_hmc_reference_is_flagged_in_the_distance_table_and_figur
     np.savez(hmc, **arrays, converged=np.array(False))
     assert steps.load_predictions(hmc).converged is False
     out = {k: tmp_path / f"d.{k}" for k in ("csv", "tex", "html")}
-    rep.write_distance_table(([hmc], [de]), None, out["csv"], out["tex"], out_html=out["html"])
+    from_runs.write_distance_table(([hmc], [de]), None, out["csv"], out["tex"], out_html=out["html"])
     frame = pd.read_csv(out["csv"])
     assert list(frame["hmc_converged"]) == [0]
     assert "not converged" in out["tex"].read_text() and "NOT converged" in out["html"].read_text()

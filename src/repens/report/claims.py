@@ -416,11 +416,3 @@ def write_scorecard_html(claims_csv: Path | str, out_html: Path | str, figures: 
     page = scorecard_html(read(claims_csv), read(diagnostics_path(claims_csv)), figures)
     write_text_atomic(Path(out_html), page)
     return page
-
-
-if __name__ == "__main__":
-    # ``python -m repens.report.claims convergence ...`` (docs/claims.md) runs the pipeline
-    # step of repens.summaries.convergence; the workflow calls that module itself
-    from repens.summaries.convergence import main
-
-    raise SystemExit(main())

@@ -13,9 +13,8 @@ the files of the pipeline step :mod:`repens.summaries.synthetic`; this module re
   order (the paper's layout: SVGD, kde-WGD, sge-WGD, ssge-WGD): target
   log-density contours, particles (blue) and the one-dimensional marginals as
   KDEs of exact target samples (red) and of the particles (blue).
-* :func:`write_metrics_table` / :func:`plot_target_panels`: the same from the runs
-  alone, the step run in the same process (``python -m repens synthetic-table``,
-  ``synthetic-figure``).
+* the same from the runs alone, the step run in the same process: :mod:`repens.from_runs`
+  (``python -m repens synthetic-table``, ``synthetic-figure``).
 """
 
 from __future__ import annotations
@@ -45,11 +44,9 @@ __all__ = [
     "metrics_frame",
     "metrics_table",
     "write_metrics_table_from",
-    "write_metrics_table",
     "load_runs",
     "read_figure_data",
     "plot_target_panels_from",
-    "plot_target_panels",
 ]
 
 #: Fallback display labels of the method keys, used only for a method that neither the
@@ -379,19 +376,7 @@ def write_metrics_table_from(summary: Path | str | Mapping[str, Any], out_csv: P
     log.info("wrote %s and %s (%d rows)", out_csv, out_tex, len(frame))
 
 
-def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path,
-                        labels: Mapping[str, str] | None = None, out_html: Path | None = None) -> None:
-    """:func:`write_metrics_table_from` on the metrics of the result files ``inputs``,
-    computed in this process by :func:`repens.summaries.synthetic.metrics_summary` (the
-    ``python -m repens synthetic-table`` command; the workflow writes the metrics file first).
-
-    Raises:
-        ValueError: an input is malformed or two inputs are the same run.
-    """
-    from repens.summaries.synthetic import metrics_summary
-
-    write_metrics_table_from(metrics_summary(inputs), out_csv, out_tex, labels=labels, out_html=out_html)
 
 
 # the figures (their module imports this one's runs)
-from repens.report.synthetic_figures import plot_target_panels, plot_target_panels_from, read_figure_data  # noqa: E402
+from repens.report.synthetic_figures import plot_target_panels_from, read_figure_data  # noqa: E402

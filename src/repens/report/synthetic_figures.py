@@ -6,8 +6,8 @@ particles and the figure file of the pipeline step :mod:`repens.summaries.synthe
   order (the paper's layout: SVGD, kde-WGD, sge-WGD, ssge-WGD): target log-density
   contours, particles (blue) and the one-dimensional marginals as KDEs of exact target
   samples (red) and of the particles (blue).
-* :func:`plot_target_panels`: the same from the runs alone, the step run in the same
-  process (``python -m repens synthetic-figure``).
+* the same from the runs alone, the step run in the same process: :mod:`repens.from_runs`
+  (``python -m repens synthetic-figure``).
 """
 
 from __future__ import annotations
@@ -228,12 +228,3 @@ def plot_target_panels_from(target: str, data: Path | str | Mapping[str, np.ndar
         save_png_pdf(fig, out_png, out_pdf)
     log.info("wrote %s and %s (%d panels)", out_png, out_pdf, k)
 
-
-def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: Path,
-                       labels: Mapping[str, str] | None = None) -> None:
-    """:func:`plot_target_panels_from` with the figure data computed in this process by
-    :func:`repens.summaries.synthetic.figure_data` (the ``python -m repens synthetic-figure``
-    command; the workflow writes the figure file first)."""
-    from repens.summaries.synthetic import figure_data
-
-    plot_target_panels_from(target, figure_data(target, inputs), inputs, out_png, out_pdf, labels=labels)

@@ -9,8 +9,8 @@ module reads and formats them. Figures 1 and 3 are drawn by :mod:`repens.report.
   (Wasserstein-2 per region for regression, KL near/far from the data for
   classification), CSV, booktabs LaTeX and HTML through :mod:`repens.report.tables`,
   from ``results/toy/distances.json``;
-* :func:`write_distance_table`: the same from the prediction files, the step run in
-  the same process (``python -m repens toy-table``).
+* the same from the prediction files, the step run in the same process:
+  :mod:`repens.from_runs` (``python -m repens toy-table``).
 """
 
 from __future__ import annotations
@@ -40,9 +40,6 @@ __all__ = [
     "distance_frame_from",
     "distance_table",
     "write_distance_table_from",
-    "write_distance_table",
-    "plot_regression_panels",
-    "plot_classification_panels",
     "plot_regression_panels_from",
     "plot_classification_panels_from",
 ]
@@ -391,30 +388,7 @@ def write_distance_table_from(summary: Path | str | Mapping[str, Any], out_csv: 
     log.info("wrote %s and %s (%d methods, %d rows)", out_csv, out_tex, frame["method"].nunique(), len(frame))
 
 
-def write_distance_table(regression, classification, out_csv: Path | str, out_tex: Path | str,
-                         labels: Mapping[str, str] | None = None, out_html: Path | str | None = None) -> None:
-    """:func:`write_distance_table_from` on the distances of the prediction files, computed
-    in this process by :func:`repens.summaries.toy.distance_summary` (the
-    ``python -m repens toy-table`` command; the workflow writes the distance file first).
-
-    Args:
-        regression: ``(hmc_paths, method_paths)`` for the regression toy (one HMC
-            reference per seed, or one path), or None.
-        classification: the same for the classification toy, or None.
-
-    Raises:
-        ValueError: both are None; a file is malformed, is for the other dataset,
-            a reference is not an HMC file or two are for one seed, a method file's
-            seed has no reference, a method appears twice in a seed, the inputs mix
-            scales, or a method's test/training inputs differ from its reference's
-            (messages name the files).
-    """
-    from repens.summaries.toy import distance_summary
-
-    write_distance_table_from(distance_summary(regression, classification), out_csv, out_tex, labels=labels,
-                              out_html=out_html)
 
 
 # the figures (their module imports this one's settings helpers)
-from repens.report.toy_figures import (plot_classification_panels, plot_classification_panels_from,  # noqa: E402
-                                       plot_regression_panels, plot_regression_panels_from)
+from repens.report.toy_figures import plot_classification_panels_from, plot_regression_panels_from  # noqa: E402

@@ -5,8 +5,8 @@ the data and the predictive's mean and sd (regression) or entropy (classificatio
 * :func:`plot_regression_panels_from`: Figure 1, one panel per input (predictive mean,
   +-1/2/3 sd bands of the predictive mixture, training points, ``x sin x``).
 * :func:`plot_classification_panels_from`: Figure 3, predictive entropy over the grid.
-* :func:`plot_regression_panels` / :func:`plot_classification_panels`: the same from the
-  prediction files, the step run in the same process (``python -m repens toy-figure``).
+* the same from the prediction files, the step run in the same process:
+  :mod:`repens.from_runs` (``python -m repens toy-figure``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ __all__ = [
     "read_figure_data",
     "plot_regression_panels_from",
     "plot_classification_panels_from",
-    "plot_regression_panels",
-    "plot_classification_panels",
 ]
 
 
@@ -294,7 +292,7 @@ def plot_classification_panels_from(data: Path | str | Mapping[str, np.ndarray],
     with the file's label. The entropy (nats) is an image on one shared colour
     scale from 0 to ``log C`` (``log 5``) with one colorbar; the training points are
     overlaid (``sns.scatterplot``), coloured by class. Suptitle and footer as in
-    :func:`plot_regression_panels`.
+    :func:`plot_regression_panels_from`.
 
     Raises:
         ValueError: the figure file is malformed or for the other dataset.
@@ -323,30 +321,4 @@ def plot_classification_panels_from(data: Path | str | Mapping[str, np.ndarray],
 
 
 
-def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
-                           labels: Mapping[str, str] | None = None) -> None:
-    """:func:`plot_regression_panels_from` with the figure data computed in this process by
-    :func:`repens.summaries.toy.figure_data` (the ``python -m repens toy-figure`` command;
-    the workflow writes the figure file first).
 
-    Raises:
-        ValueError: no inputs, an input is malformed or is not a regression file, or
-            the inputs mix seeds/scales (messages name the files).
-    """
-    from repens.summaries.toy import figure_data
-
-    plot_regression_panels_from(figure_data("regression", inputs), out_png, out_pdf, labels=labels)
-
-
-def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
-                               labels: Mapping[str, str] | None = None) -> None:
-    """:func:`plot_classification_panels_from` with the figure data computed in this process
-    by :func:`repens.summaries.toy.figure_data` (the ``python -m repens toy-figure`` command).
-
-    Raises:
-        ValueError: no inputs, an input is malformed or is not a classification file,
-            or the inputs mix seeds/scales (messages name the files).
-    """
-    from repens.summaries.toy import figure_data
-
-    plot_classification_panels_from(figure_data("classification", inputs), out_png, out_pdf, labels=labels)
