@@ -341,7 +341,8 @@ def _claims(args: argparse.Namespace) -> int:
 
     files = {"synthetic": args.synthetic, "toy": args.toy, "table1": args.table1, "uci": args.uci,
              "table1_paper": args.table1_paper, "uci_seeds": args.uci_seeds, "convergence": args.convergence}
-    write_scorecard(files, Path(args.out_csv), Path(args.out_md), _path(args.out_html), json.loads(args.labels))
+    write_scorecard(files, Path(args.out_csv), Path(args.out_md), _path(args.out_html), json.loads(args.labels),
+                    groups=json.loads(args.groups) if args.groups else None)
     _sidecar(args.out_csv, [str(sidecar_path(p)) for p in files.values() if p and sidecar_path(p).exists()])
     return 0
 
@@ -578,6 +579,8 @@ def _uci_table_args(p: argparse.ArgumentParser) -> None:
 def _claims_args(p: argparse.ArgumentParser) -> None:
     _outputs(p, "csv", "md", ("html", "the scorecard as HTML (the Snakemake report's)"))
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
+    p.add_argument("--groups", help="JSON: the method groups the claims compare (repens.config.method_groups of "
+                                    "the config; default: the repository config's)")
     for name, what in (("synthetic", "results/synthetic/metrics.csv"), ("toy", "results/toy/distance_to_hmc.csv"),
                        ("table1", "results/table1.csv"), ("uci", "results/table2_uci.csv"),
                        ("table1-paper", "workflow/resources/table1_paper.csv"),

@@ -612,3 +612,41 @@ def test_summary_names_the_unconverged_runs():
     assert cl.combine(many) == "contradicted"
     assert cl.summary(many).endswith("not converged: uci/kin8nm/dle/seed42 (under-fit: train RMSE 0.7253 > "
                                      "bound 0.2698)")
+
+
+# --------------------------------------------------------------------------- method groups
+
+
+def test_default_groups_are_the_repository_configs():
+    """The groups the scorecard falls back on are those repens.config derives from config.yaml."""
+    import dataclasses
+
+    import yaml
+
+    from repens.config import method_groups
+    from repens.report.evidence import DEFAULT_GROUPS
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
+    assert dataclasses.asdict(method_groups(config)) == {k: v for k, v in DEFAULT_GROUPS.items()}
+
+
+def test_a_method_added_to_the_config_joins_the_claims_of_its_group(tmp_path):
+    """A new WGD variant in config.yaml's methods is compared by every claim on WGD, through the
+    groups the workflow passes (--groups), without editing the claims."""
+    import dataclasses
+
+    import yaml
+
+    from repens.config import method_groups
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
+    config["methods"]["mmd-wgd"] = {"rule": "wgd", "estimator": "kde", "bandwidth": 2.0, "label": "new WGD"}
+    groups = json.loads(json.dumps(dataclasses.asdict(method_groups(config))))  # as the rule passes them
+    assert "mmd-wgd" in groups["wgd"] and "mmd-wgd" in groups["weight_space"]
+    by_id = {r.claim.id: r for r in cl.evaluate(cl.Evidence({}, groups=groups))}
+    labels = " ".join(c.a.text() + c.b.text() for c in by_id["fmnist-improve-accuracy"].comparisons)
+    assert "mmd-wgd" in labels
+    default = {r.claim.id: r for r in cl.evaluate(cl.Evidence({}))}
+    assert len(by_id["fmnist-improve-accuracy"].comparisons) == len(default["fmnist-improve-accuracy"].comparisons) + 2
+    with pytest.raises(ValueError, match="unknown group"):
+        cl.Evidence({}, groups={"wgdd": ["x"]})

@@ -113,9 +113,10 @@ rule summarize_claims:
             else file_state(CLAIMS_TABLE1, f"{CLAIMS_TABLE1}.provenance.json")
         ),
         labels=method_labels(),
+        groups=method_groups_json(),
     shell:
         keep_last_good(
-            "python -m repens claims --labels {params.labels:q}"
+            "python -m repens claims --labels {params.labels:q} --groups {params.groups:q}"
             " --synthetic {params.synthetic:q} --toy {params.toy:q} --table1 {params.table1:q}"
             " --uci {params.uci:q} --table1-paper {input.table1_paper:q} --uci-seeds {input.uci_seeds:q}"
             " --convergence {input.convergence:q}"

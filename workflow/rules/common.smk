@@ -6,6 +6,7 @@
 
 import ast
 import hashlib
+import dataclasses
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from repens.config import (
     check_schema,
     experiment_seeds,
     report_datasets,
+    method_groups,
     resolve_hmc_job,
     resolve_job,
 )
@@ -175,6 +177,11 @@ def method_labels():
         name: entry.get("label", name) for name, entry in config["methods"].items()
     }
     return json.dumps({**labels, "hmc": "HMC"}, sort_keys=True)
+
+
+def method_groups_json():
+    """The method groups the claims compare (repens.config.method_groups), as JSON."""
+    return json.dumps(dataclasses.asdict(method_groups(config)))
 
 
 def toy_hmc(dataset):

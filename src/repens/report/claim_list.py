@@ -14,6 +14,7 @@ from repens.report.verdicts import (  # noqa: F401
     compare,
 )
 from repens.report.evidence import (  # noqa: F401
+    DEFAULT_GROUPS,
     Evidence,
     PaperEvidence,
 )
@@ -21,13 +22,16 @@ from repens.report.evidence import (  # noqa: F401
 
 # --------------------------------------------------------------------------- the claims
 
-#: method groups (config.yaml keys)
-WEIGHT_SPACE = ("de", "svgd", "kde-wgd", "sge-wgd", "ssge-wgd")
-FUNCTION_SPACE = ("fsvgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd")
-WGD = ("kde-wgd", "sge-wgd", "ssge-wgd")
-FWGD = ("kde-fwgd", "sge-fwgd", "ssge-fwgd")
-COUNTERPARTS = (("kde-wgd", "kde-fwgd"), ("sge-wgd", "sge-fwgd"), ("ssge-wgd", "ssge-fwgd"))
-TABLE1_METHODS = ("de", "svgd", "fsvgd", "hyper-de", *WGD, *FWGD)
+#: method groups (config.yaml keys): the checks read the evidence's (``ev.groups``, from the
+#: config the scorecard is built for); these are the repository config's, for reference
+WEIGHT_SPACE = DEFAULT_GROUPS["weight_space"]
+FUNCTION_SPACE = DEFAULT_GROUPS["function_space"]
+WGD = DEFAULT_GROUPS["wgd"]
+FWGD = DEFAULT_GROUPS["fwgd"]
+COUNTERPARTS = DEFAULT_GROUPS["counterparts"]
+#: the methods of the paper's Table 1 (its layout, not a group)
+TABLE1_METHODS = ("de", "svgd", "fsvgd", "hyper-de", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", "sge-fwgd",
+                  "ssge-fwgd")
 UCI_DATASETS = ("boston", "concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht")
 POSTER_DATASETS = ("kin8nm", "concrete", "energy", "naval", "power", "protein", "wine", "yacht")
 
@@ -101,25 +105,25 @@ def _funnel_best(ev: Evidence) -> list[Comparison]:
 
 
 def _regression_weight_gap(ev: Evidence) -> list[Comparison]:
-    return [compare(ev.toy(m, "gap_sd_epistemic_ratio"), "<", Estimate.constant("1 (HMC's)", 1.0)) for m in WEIGHT_SPACE]
+    return [compare(ev.toy(m, "gap_sd_epistemic_ratio"), "<", Estimate.constant("1 (HMC's)", 1.0)) for m in ev.groups.weight_space]
 
 
 def _regression_function_gap(ev: Evidence) -> list[Comparison]:
     return [compare(ev.toy(m, "gap_sd_epistemic_ratio"), "~", Estimate.constant("1 (HMC's)", 1.0), margin=GAP_RATIO)
-            for m in FUNCTION_SPACE]
+            for m in ev.groups.function_space]
 
 
 def _regression_function_closer(ev: Evidence) -> list[Comparison]:
-    return [compare(ev.toy(f, "w2_gap"), "<", ev.toy(w, "w2_gap")) for f in FUNCTION_SPACE for w in WEIGHT_SPACE]
+    return [compare(ev.toy(f, "w2_gap"), "<", ev.toy(w, "w2_gap")) for f in ev.groups.function_space for w in ev.groups.weight_space]
 
 
 def _classification_overconfident(ev: Evidence) -> list[Comparison]:
-    return [compare(ev.toy(m, "entropy_far"), "<", ev.toy(m, "hmc_entropy_far")) for m in (*WEIGHT_SPACE, "fsvgd")]
+    return [compare(ev.toy(m, "entropy_far"), "<", ev.toy(m, "hmc_entropy_far")) for m in (*ev.groups.weight_space, "fsvgd")]
 
 
 def _classification_distance_aware(ev: Evidence) -> list[Comparison]:
-    out = [compare(ev.toy(m, "entropy_far"), ">", ev.toy(m, "entropy_near")) for m in FWGD]
-    out += [compare(ev.toy(f, "kl_far"), "<", ev.toy(w, "kl_far")) for f in FWGD for w in (*WEIGHT_SPACE, "fsvgd")]
+    out = [compare(ev.toy(m, "entropy_far"), ">", ev.toy(m, "entropy_near")) for m in ev.groups.fwgd]
+    out += [compare(ev.toy(f, "kl_far"), "<", ev.toy(w, "kl_far")) for f in ev.groups.fwgd for w in (*ev.groups.weight_space, "fsvgd")]
     return out
 
 
@@ -131,7 +135,7 @@ def _table1(ev: Evidence, dataset: str, pairs: Sequence[tuple[str, str, str]], m
 
 
 def _fmnist_improve(ev: Evidence) -> list[Comparison]:
-    return _table1(ev, "fashionmnist", [(m, ">", base) for m in (*WGD, *FWGD) for base in ("de", "svgd")], "accuracy")
+    return _table1(ev, "fashionmnist", [(m, ">", base) for m in (*ev.groups.wgd, *ev.groups.fwgd) for base in ("de", "svgd")], "accuracy")
 
 
 def _fmnist_sge_best(ev: Evidence) -> list[Comparison]:
@@ -139,17 +143,17 @@ def _fmnist_sge_best(ev: Evidence) -> list[Comparison]:
 
 
 def _fmnist_function_ood(ev: Evidence) -> list[Comparison]:
-    return _table1(ev, "fashionmnist", [(f, ">", w) for w, f in COUNTERPARTS], "auroc_entropy")
+    return _table1(ev, "fashionmnist", [(f, ">", w) for w, f in ev.groups.counterparts], "auroc_entropy")
 
 
 def _fmnist_function_diversity(ev: Evidence) -> list[Comparison]:
-    pairs = [(f, ">", w) for w, f in COUNTERPARTS]
+    pairs = [(f, ">", w) for w, f in ev.groups.counterparts]
     return _table1(ev, "fashionmnist", pairs, "entropy_ratio") + _table1(ev, "fashionmnist", pairs, "md_ratio")
 
 
 def _fmnist_function_nll(ev: Evidence) -> list[Comparison]:
-    others = [m for m in TABLE1_METHODS if m not in FWGD]
-    return _table1(ev, "fashionmnist", [(f, "<", m) for f in FWGD for m in others], "nll")
+    others = [m for m in TABLE1_METHODS if m not in ev.groups.fwgd]
+    return _table1(ev, "fashionmnist", [(f, "<", m) for f in ev.groups.fwgd for m in others], "nll")
 
 
 def _fmnist_md_vs_entropy(ev: Evidence) -> list[Comparison]:
@@ -158,16 +162,16 @@ def _fmnist_md_vs_entropy(ev: Evidence) -> list[Comparison]:
 
 
 def _fmnist_hyperde_md(ev: Evidence) -> list[Comparison]:
-    return _table1(ev, "fashionmnist", [("hyper-de", "~", f) for f in FWGD], "auroc_md", margin=AUROC)
+    return _table1(ev, "fashionmnist", [("hyper-de", "~", f) for f in ev.groups.fwgd], "auroc_md", margin=AUROC)
 
 
 def _cifar_weight_beats_function(ev: Evidence) -> list[Comparison]:
-    pairs = [(w, ">", f) for w, f in (("svgd", "fsvgd"), *COUNTERPARTS)]
+    pairs = [(w, ">", f) for w, f in (("svgd", "fsvgd"), *ev.groups.counterparts)]
     return _table1(ev, "cifar10", pairs, "accuracy") + _table1(ev, "cifar10", pairs, "auroc_entropy")
 
 
 def _cifar_repulsive_vs_svgd(ev: Evidence) -> list[Comparison]:
-    pairs = [(m, ">", "svgd") for m in (*WGD, *FWGD)]
+    pairs = [(m, ">", "svgd") for m in (*ev.groups.wgd, *ev.groups.fwgd)]
     return [c for metric in ("md_ratio", "accuracy", "auroc_md") for c in _table1(ev, "cifar10", pairs, metric)]
 
 
@@ -176,7 +180,7 @@ def _cifar_de_best_entropy(ev: Evidence) -> list[Comparison]:
 
 
 def _table1_improve_over_de(ev: Evidence) -> list[Comparison]:
-    pairs = [(m, ">", "de") for m in (*WGD, *FWGD)]
+    pairs = [(m, ">", "de") for m in (*ev.groups.wgd, *ev.groups.fwgd)]
     return [c for ds in ("fashionmnist", "cifar10") for metric in ("accuracy", "md_ratio")
             for c in _table1(ev, ds, pairs, metric)]
 

@@ -165,7 +165,7 @@ def evaluate(evidence: Evidence, claims: Sequence[Claim] = CLAIMS) -> list[Resul
         comparisons = claim.check(evidence)
         result = Result(claim, comparisons, combine(comparisons))
         if claim.reference:
-            paper = PaperEvidence(claim.reference, evidence.paths, evidence.labels)
+            paper = PaperEvidence(claim.reference, evidence.paths, evidence.labels, evidence.group_spec)
             result.source_comparisons = claim.check(paper)
             result.source_verdict = combine(result.source_comparisons)
         out.append(result)
@@ -306,9 +306,11 @@ def comparison_rows(results: Sequence[Result]) -> list[dict[str, Any]]:
 def write_scorecard(files: Mapping[str, Path | str | None], out_csv: Path | str, out_md: Path | str,
                     out_html: Path | str | None = None, labels: Mapping[str, str] | None = None,
                     claims: Sequence[Claim] = CLAIMS,
-                    diagnostics: Sequence[Claim] = DIAGNOSTICS) -> list[dict[str, Any]]:
+                    diagnostics: Sequence[Claim] = DIAGNOSTICS,
+                    groups: Mapping[str, Sequence[Any]] | None = None) -> list[dict[str, Any]]:
     """Evaluate every claim and diagnostic on the tables in ``files`` (keys of
-    :data:`FILES`; a missing path or file makes its checks "not run") and write the CSV
+    :data:`FILES`; a missing path or file makes its checks "not run"), with the method
+    ``groups`` of the config (default :data:`repens.report.evidence.DEFAULT_GROUPS`), and write the CSV
     of the claims (``out_csv``), that of the diagnostics (:func:`diagnostics_path`), that
     of the comparisons (:func:`comparisons_path`), the Markdown and, when ``out_html`` is
     given, the HTML without figures (:func:`write_scorecard_html` adds them). Returns the
@@ -318,7 +320,7 @@ def write_scorecard(files: Mapping[str, Path | str | None], out_csv: Path | str,
     from repens.atomic import write_text_atomic
     from repens.report.tables import plain_table, write_table
 
-    evidence = Evidence(files, labels)
+    evidence = Evidence(files, labels, groups)
     results, diag_results = evaluate(evidence, claims), evaluate(evidence, diagnostics)
     rows = scorecard_rows(results, files)
     diag_rows = scorecard_rows(diag_results, files)

@@ -8,6 +8,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from repens.errors import DataFileError
@@ -94,6 +95,24 @@ METRIC_LABELS = {
 DATASET_LABELS = {"fashionmnist": "FMNIST", "cifar10": "CIFAR10"}
 
 
+#: the method groups the claims compare (config.yaml keys), as ``repens.config.method_groups``
+#: derives them from the repository's config.yaml (a test keeps the two equal); the scorecard
+#: takes the groups of the config it is built for (``Evidence(groups=...)``, the CLI's
+#: ``--groups``), so a method added to the config joins its group
+DEFAULT_GROUPS: dict[str, tuple] = {
+    "weight_space": ("de", "svgd", "kde-wgd", "sge-wgd", "ssge-wgd"),
+    "function_space": ("fsvgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd"),
+    "wgd": ("kde-wgd", "sge-wgd", "ssge-wgd"),
+    "fwgd": ("kde-fwgd", "sge-fwgd", "ssge-fwgd"),
+    "counterparts": (("kde-wgd", "kde-fwgd"), ("sge-wgd", "sge-fwgd"), ("ssge-wgd", "ssge-fwgd")),
+}
+
+
+def _tuples(value: Any) -> Any:
+    """JSON lists as tuples, nested (a group of pairs stays a tuple of pairs)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
 class Evidence:
     """Our estimates, read from the result tables (any may be absent: its quantities are
     then "not run", naming the file).
@@ -105,8 +124,14 @@ class Evidence:
         labels: method key -> display name (config.yaml's labels).
     """
 
-    def __init__(self, files: Mapping[str, Path | str | None], labels: Mapping[str, str] | None = None):
+    def __init__(self, files: Mapping[str, Path | str | None], labels: Mapping[str, str] | None = None,
+                 groups: Mapping[str, Sequence[Any]] | None = None):
         self.labels = dict(labels or {})
+        self.group_spec = {**DEFAULT_GROUPS, **{k: _tuples(v) for k, v in (groups or {}).items()}}
+        unknown = sorted(set(self.group_spec) - set(DEFAULT_GROUPS))
+        if unknown:
+            raise ValueError(f"method groups: unknown group(s) {unknown}; known: {sorted(DEFAULT_GROUPS)}")
+        self.groups = SimpleNamespace(**self.group_spec)
         self.paths = {key: (Path(p) if p else None) for key, p in files.items()}
         self._rows: dict[str, tuple[list[dict[str, str]] | None, str | None]] = {}
         self._floor_cache: dict[tuple[str, int, str], float] = {}
@@ -283,8 +308,9 @@ class PaperEvidence(Evidence):
     Quantities the paper does not print are absent.
     """
 
-    def __init__(self, which: str, files: Mapping[str, Path | str | None], labels: Mapping[str, str] | None = None):
-        super().__init__(files, labels)
+    def __init__(self, which: str, files: Mapping[str, Path | str | None], labels: Mapping[str, str] | None = None,
+                 groups: Mapping[str, Sequence[Any]] | None = None):
+        super().__init__(files, labels, groups)
         self.which = which
 
     def table1(self, dataset: str, method: str, metric: str) -> Estimate:
