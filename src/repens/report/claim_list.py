@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from repens import registry
 from repens.report.verdicts import (  # noqa: F401
     Comparison,
     Estimate,
@@ -32,7 +33,7 @@ COUNTERPARTS = DEFAULT_GROUPS["counterparts"]
 #: the methods of the paper's Table 1 (its layout, not a group)
 TABLE1_METHODS = ("de", "svgd", "fsvgd", "hyper-de", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", "sge-fwgd",
                   "ssge-fwgd")
-UCI_DATASETS = ("boston", "concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht")
+UCI_DATASETS = registry.uci_datasets()
 POSTER_DATASETS = ("kin8nm", "concrete", "energy", "naval", "power", "protein", "wine", "yacht")
 
 MAIN = "D'Angelo & Fortuin 2021"

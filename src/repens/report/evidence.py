@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from repens import registry
 from repens.errors import DataFileError
 from repens.report.files import read_json
 from repens.report.verdicts import (  # noqa: F401
@@ -92,7 +93,8 @@ METRIC_LABELS = {
     "entropy_near": "H near", "hmc_entropy_far": "HMC's H far", "kl_far": "KL far",
     "repulsion_ratio_mean": "||repulsion||/||drift||",
 }
-DATASET_LABELS = {"fashionmnist": "FMNIST", "cifar10": "CIFAR10"}
+DATASET_LABELS = {d: registry.dataset_label(d, short=True) for d in registry.datasets_of("image")
+                  if registry.ood_of(d)}
 
 
 #: the method groups the claims compare (config.yaml keys), as ``repens.config.method_groups``

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from repens import registry
 from repens.errors import DataFileError
 from repens.report.files import read_json
 from repens.report.tables import (Column, Table, build_blocks, mean_pm_text, mean_se, mean_se_table, signed_text,
@@ -58,8 +59,9 @@ EXTRA_COLUMNS = [
     *CODE_COLUMNS,
 ]
 
-DATASET_LABELS = {"fashionmnist": "FashionMNIST", "cifar10": "CIFAR10", "mnist": "MNIST", "svhn": "SVHN"}
-OOD_LABELS = {"fashionmnist": "MNIST", "cifar10": "SVHN"}
+#: each image data set's label, and the label of its OOD set (repens.registry, which config.yaml's `ood:` follows)
+DATASET_LABELS = {d: registry.dataset_label(d) for d in registry.image_datasets()}
+OOD_LABELS = {d: registry.ood_label(d) for d in registry.datasets_of("image") if registry.ood_of(d)}
 
 
 def load_records(paths: Sequence[Path | str]) -> list[dict[str, Any]]:

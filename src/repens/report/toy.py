@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from repens import registry
 from repens.errors import DataFileError
 from repens.report.files import read_json
 
@@ -44,7 +45,7 @@ __all__ = [
     "plot_classification_panels_from",
 ]
 
-DATASETS = ("regression", "classification")
+DATASETS = registry.datasets_of("toy")
 
 #: Classification grid points within this Euclidean distance of a training point are "near".
 NEAR_RADIUS = 2.0

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from repens import registry
 from repens.errors import DataFileError
 from repens.report.files import read_json
 from repens.report.tables import (Column, Table, build_blocks, mean_pm_text, mean_se, mean_se_table, plain_table,
@@ -34,10 +35,8 @@ UCI_COLUMNS = [
     Column("repulsion_ratio_mean", r"$\|r\|/\|d\|$", better=None, digits=3, plain="repulsion/drift"),
 ]
 
-DATASET_LABELS = {
-    "boston": "Boston", "concrete": "Concrete", "energy": "Energy", "kin8nm": "Kin8nm", "naval": "Naval",
-    "power": "Power", "protein": "Protein", "wine": "Wine", "yacht": "Yacht",
-}
+#: each UCI data set's label (repens.registry)
+DATASET_LABELS = {d: registry.dataset_label(d) for d in registry.uci_datasets()}
 
 
 def load_records(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], str]:
