@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE = "3d57ff4"  # main before the engine work (issue 11)
+BASELINE = "3d57ff4"  # the commit before the engine work
 
 METHODS = {
     "de": {"rule": "ensemble"},

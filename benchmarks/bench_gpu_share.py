@@ -1,4 +1,4 @@
-"""Throughput of k Table 1 training jobs sharing one device (issue 14; a script, not a test).
+"""Throughput of k Table 1 training jobs sharing one device (a script, not a test).
 
 For each k of ``--jobs`` (default 1, 2, 4, 8) it starts k processes, each the training
 loop of one image job as the pipeline resolves it (``repens.budget.StageRun``: the job's
