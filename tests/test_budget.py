@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from repens import budget as budget_mod
-from repens.budget import (BudgetError, Stage, budget, job_stages, load_config, plan, read_timings, time_stage)
+from repens.budget import BudgetError, Stage, budget, job_stages, load_config, plan, read_timings, time_stage
 from repens.cli import main
 from repens.config import resolve_job
 

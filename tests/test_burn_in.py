@@ -26,7 +26,8 @@ def _gaussian_job(steps: int, burn_in: float) -> Job:
 
 def test_burned_in_ula_samples_an_anisotropic_gaussian_from_a_far_start():
     """20,000 chains started 30 away from the mean (curvatures 1, 10, 100): half the run as a
-    deep ensemble (Adam at lr 0.5: within 1e-3 of it after 2,000 steps) brings them to the mode, the other half is ULA at the curvature step
+    deep ensemble (Adam at lr 0.5: within 1e-3 of it after 2,000 steps) brings them to the
+    mode, the other half is ULA at the curvature step
     measured there (eta L = 0.1), 4 relaxation times of the softest direction. Every
     eigen-direction's variance is within 10 % of the target's (sampling sd of each ratio 1 %),
     the stiffest inflated as 1 / (1 - eta L / 2) = 1.053 says; the mean within 0.02."""

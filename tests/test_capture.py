@@ -131,7 +131,7 @@ def offence(func, args: tuple, kwargs: dict, generator: torch.Generator) -> str 
 
 
 class _Ops(TorchDispatchMode):
-    def __init__(self, record: "StepRecord") -> None:
+    def __init__(self, record: StepRecord) -> None:
         super().__init__()
         self.record = record
 
@@ -145,7 +145,7 @@ class _Ops(TorchDispatchMode):
 
 
 class _Calls(TorchFunctionMode):
-    def __init__(self, record: "StepRecord") -> None:
+    def __init__(self, record: StepRecord) -> None:
         super().__init__()
         self.record = record
 
@@ -171,7 +171,7 @@ class StepRecord:
         self.offences: list[str] = []
         self._modes = (_Calls(self), _Ops(self))
 
-    def __enter__(self) -> "StepRecord":
+    def __enter__(self) -> StepRecord:
         for mode in self._modes:
             mode.__enter__()
         return self
@@ -358,7 +358,7 @@ class FakeStream:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def wait_stream(self, other: "FakeStream") -> None:
+    def wait_stream(self, other: FakeStream) -> None:
         pass
 
     def __repr__(self) -> str:
@@ -371,7 +371,7 @@ class FakeGraph:
     torch's older ``CUDAGraph::capture_end`` did on an invalidated capture: before it stops
     sending allocations to the graph's pool."""
 
-    def __init__(self, cuda: "FakeCuda") -> None:
+    def __init__(self, cuda: FakeCuda) -> None:
         self.cuda, self.stream, self.pool, self.replays, self.was_reset = cuda, None, None, 0, False
 
     def register_generator_state(self, generator: torch.Generator) -> None:

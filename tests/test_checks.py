@@ -50,7 +50,6 @@ from repens.config import (
     hmc_setting_source,
     resolve_hmc_job,
     resolve_job,
-    setting_source,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

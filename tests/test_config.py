@@ -11,7 +11,6 @@ import jsonschema
 import pytest
 import yaml
 
-from repens.config import load_schema as repens_load_schema
 from repens.config import (
     EXPERIMENTS,
     SEED_RANGE,
@@ -23,6 +22,7 @@ from repens.config import (
     method_label,
     resolve_job,
 )
+from repens.config import load_schema as repens_load_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config.yaml"

@@ -69,7 +69,7 @@ PYTEST_BUILTIN_MARKERS = {"skip", "skipif", "xfail", "parametrize", "usefixtures
 KNOWN_BROKEN: dict[tuple[str, str], str] = {}
 
 
-def known_broken(cmd: "Command") -> str | None:
+def known_broken(cmd: Command) -> str | None:
     page = cmd.source.split(":")[0]
     return next((why for (where, start), why in KNOWN_BROKEN.items()
                  if where == page and cmd.text.startswith(start)), None)
@@ -414,7 +414,7 @@ class Checker:
                               cwd=self.copy, env=no_slurm_env(self.scratch), capture_output=True, text=True,
                               timeout=timeout)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        for (key, cmd, argv, env, path), result in zip(self.queued, json.loads((logs / "out.json").read_text())):
+        for (key, _cmd, argv, _env, path), result in zip(self.queued, json.loads((logs / "out.json").read_text())):
             log = Path(result["log"]).read_text()
             shown = " ".join(["snakemake", *argv])
             if result["rc"] == 0:

@@ -304,8 +304,8 @@ def image_spec(**extra):
 
 def uci_spec(root: Path, monkeypatch):
     """A tiny UCI job on a stand-in of Boston housing under ``root`` (two splits, 4 steps)."""
-    from test_uci import tiny_job, write_dataset
     from repens.data.uci import UCI_FOLDERS
+    from test_uci import tiny_job, write_dataset
 
     monkeypatch.setenv("REPENS_UCI_VERIFY", "0")  # a stand-in under a standard name: not the registry's
     write_dataset(root, name=UCI_FOLDERS["boston"])

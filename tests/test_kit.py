@@ -763,7 +763,7 @@ localrule summarize_image:
     jobid: 0
 Shell command: set -o pipefail; python -m repens image-table --out-tex results/table1.tex results/image/fashionmnist/de/seed39/metrics.json
 Job stats:
-"""
+"""  # noqa: E501 (Snakemake's dry-run output, verbatim)
 
 
 def test_dry_run_is_read_into_jobs_with_their_exact_spec():

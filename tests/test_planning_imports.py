@@ -65,7 +65,8 @@ def test_planning_imports_no_torch():
 
 _DRY_RUN = """
 import atexit, sys
-atexit.register(lambda: print("MODULES", *sorted(m for m in sys.modules if m.split(".")[0] == "torch"), file=sys.stderr))
+atexit.register(lambda: print("MODULES", *sorted(m for m in sys.modules if m.split(".")[0] == "torch"),
+                              file=sys.stderr))
 from snakemake.cli import main
 sys.argv = ["snakemake", *sys.argv[1:]]
 main()

@@ -217,8 +217,8 @@ def test_non_repulsive_rules_stay_out_of_the_groups():
 
 # ------------------------------------------------------------------ planning stays light
 def test_the_registry_imports_neither_torch_nor_numpy():
-    code = ("import sys; sys.path.insert(0, %r); import repens.registry, repens.rule_options, repens.job, "
-            "repens.config, repens.data.uci_files; print(' '.join(sys.modules))" % str(ROOT / "src"))
+    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import repens.registry, repens.rule_options, "
+            "repens.job, repens.config, repens.data.uci_files; print(' '.join(sys.modules))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 check=True).stdout.split())
     assert not loaded & {"torch", "numpy"}

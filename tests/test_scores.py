@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from repens.kernels import RBF, squared_distances
-from repens.scores import SCORE_ESTIMATORS, kde_score, sge_score, ssge_score
+from repens.scores import kde_score, sge_score, ssge_score
 
 MEAN = torch.tensor([0.5, -1.0], dtype=torch.float64)
 COV = torch.tensor([[1.0, 0.4], [0.4, 0.8]], dtype=torch.float64)

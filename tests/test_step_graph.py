@@ -14,7 +14,6 @@ from repens.posteriors import Batch
 from repens.step_graph import EagerBackend, StepGraphs, StepState, backend_for
 from repens.train import NonFiniteError, TrainSettings, TrainState, train
 from repens.updates import StepContext, Update, graph_safe, make_update
-
 from test_train import _crash_at, _network_problem
 
 

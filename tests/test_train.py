@@ -95,7 +95,7 @@ def test_same_seed_same_result():
     outs = []
     for _ in range(2):
         start, g, ctx = setup(seed=5)
-        outs.append(train(TrainState(start), make_update("wgd", estimator="ssge"), lambda b, a: ctx,
+        outs.append(train(TrainState(start), make_update("wgd", estimator="ssge"), lambda b, a: ctx,  # noqa: B023 (train calls it at once)
                           TrainSettings(steps=20, lr=0.1), g).params)
     assert torch.equal(outs[0], outs[1])
 
@@ -298,7 +298,7 @@ def test_deferred_check_changes_nothing_when_all_is_finite():
     for every in (1, 7):
         start, g, ctx = setup()
         settings = TrainSettings(steps=30, lr=0.05, nonfinite_check_every=every)
-        runs.append(train(TrainState(start), make_update("langevin", temperature=1.0), lambda b, a: ctx,
+        runs.append(train(TrainState(start), make_update("langevin", temperature=1.0), lambda b, a: ctx,  # noqa: B023 (train calls it at once)
                           settings, g).params)
     assert torch.equal(runs[0], runs[1])
 

@@ -1,7 +1,6 @@
 """The training loop's parts, each on its own: schedule, guard, checkpoints, signals,
 progress, the step; and their composition equal to ``train``."""
 
-import logging
 import os
 import signal
 

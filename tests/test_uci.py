@@ -282,10 +282,10 @@ def test_registry_covers_every_standard_file():
 
 
 def test_known_dataset_is_verified_unknown_is_not(tmp_path, monkeypatch):
+    import hashlib
+
     from repens.data import uci as uci_mod
     from repens.data.uci_checksums import UCI_SHA256
-
-    import hashlib
 
     folder = write_dataset(tmp_path, "tiny", n_splits=2)
     assert check_dataset(tmp_path, "tiny") == 2  # not in the registry: not verified

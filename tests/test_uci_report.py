@@ -138,7 +138,7 @@ def test_table2_vs_seeds_html_is_wide_and_human_named(tmp_path):
     assert "Wild et al. 2023 (poster): deep ensemble (poster table; metric unnamed, read as NLL)" in body
     # anchored NLL 1.25 ± 0.25 against Pearce's 0.37 ± 0.08: one row holds seed, ours, z and overlap
     z = (1.25 - 0.37) / math.hypot(0.25, 0.08)
-    assert f">0.37 ± 0.08</td>" in body and ">1.25 ± 0.25<" in body and f">+{z:.1f}<" in body
+    assert ">0.37 ± 0.08</td>" in body and ">1.25 ± 0.25<" in body and f">+{z:.1f}<" in body
     note = page.split("<small>", 1)[1].split("</small>", 1)[0]
     assert "Scale: quick" in note and "not a reproduction" in note and "Δ / s.e. = (ours − seed)" in note
     vs = list(csv.DictReader((out / "vs.csv").open()))

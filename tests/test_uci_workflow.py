@@ -8,6 +8,7 @@ import re
 import time
 
 import pytest
+
 from test_workflow import CONFIG, jobs, snakemake
 
 pytestmark = pytest.mark.slow  # every test starts Snakemake: second stage of .ci/run

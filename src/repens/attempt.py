@@ -30,9 +30,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping
 
 __all__ = ["REFRESH_SECONDS", "STALE_SECONDS", "JobBusy", "GpuUnusable", "job_lock", "keep_attempt_log",
            "check_granted_gpu", "granted_gpus"]

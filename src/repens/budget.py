@@ -37,15 +37,23 @@ import json
 import math
 import platform
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import yaml
 
-from repens.config import (EXPERIMENTS, ConfigError, check_config, check_schema, experiment_seeds, report_datasets,
-                           resolve_job)
+from repens.config import (
+    EXPERIMENTS,
+    ConfigError,
+    check_config,
+    check_schema,
+    experiment_seeds,
+    report_datasets,
+    resolve_job,
+)
 from repens.cost import duration
 from repens.job import ImageJob  # torch-free
 

@@ -25,9 +25,10 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "CheckError",

@@ -40,9 +40,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 __all__ = ["main"]
 
@@ -207,11 +207,10 @@ def _where(args: argparse.Namespace) -> int:
 
 
 def _hmc(args: argparse.Namespace) -> int:
+    from repens.attempt import JobBusy, job_lock
     from repens.experiments.hmc import run_hmc
     from repens.hmc import HMCDiagnosticsError
     from repens.train import Interrupted
-
-    from repens.attempt import JobBusy, job_lock
 
     try:
         out = Path(args.out)
@@ -325,7 +324,8 @@ def _reference(args: argparse.Namespace) -> int:
         if problems:
             print(f"error: {len(problems)} differences between {args.results} and {args.reference}/results", file=sys.stderr)
             return 1
-        print(f"{len(kept)} tables in {args.results} equal those kept in {args.reference}/results (rtol {results_page.RTOL})")
+        print(f"{len(kept)} tables in {args.results} equal those kept in {args.reference}/results "
+              f"(rtol {results_page.RTOL})")
         return 0
     import yaml
 
@@ -364,8 +364,18 @@ def _claims_page(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from repens.budget import (BudgetError, budget, device_name, format_budget, load_config, plan, read_timings,
-                               time_stage, timing_rows, write_timings)
+    from repens.budget import (
+        BudgetError,
+        budget,
+        device_name,
+        format_budget,
+        load_config,
+        plan,
+        read_timings,
+        time_stage,
+        timing_rows,
+        write_timings,
+    )
 
     def names(value: str | None) -> list[str] | None:
         return [v for v in value.split(",") if v] if value else None
@@ -433,7 +443,7 @@ def _kit(run):
 
 @_kit
 def _export_jobs(args: argparse.Namespace) -> int:
-    from repens.kit import write_json, describe_export, export_jobs
+    from repens.kit import describe_export, export_jobs, write_json
 
     data = export_jobs(args.targets, config=args.config, configfile=args.configfile, snakefile=args.snakefile,
                        directory=args.directory, forceall=args.forceall, include=args.include, exclude=args.exclude,

@@ -21,9 +21,10 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from repens import registry
 from repens.job import RULE_FIELDS, HMCJob, ImageJob, Job, SpecError, SyntheticJob, ToyJob, UCIJob, settings_of

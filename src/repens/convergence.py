@@ -37,7 +37,8 @@ reason. A log that was resumed from a checkpoint holds only the steps after the 
 * the *noise* ``sigma``: the sd of one logged value about the smooth trend over the
   last half of the log (residual sd about a least-squares quadratic, so that neither a
   steady trend nor a settling curve's bend counts as noise; at least the rounding error
-  of the log's 4 significant digits), and the drift's standard error ``se(D) = sigma x 0.2K / sqrt(sum (s - s_mean)^2)``;
+  of the log's 4 significant digits), and the drift's standard error
+  ``se(D) = sigma x 0.2K / sqrt(sum (s - s_mean)^2)``;
 * *still moving*: ``|D| > K_SE se(D)`` (the drift is resolved from the noise, K_SE = 2 as
   in the scorecard) **and** ``|D| > REL_TOL x level`` (it is large enough to matter);
 * *late degradation* (a series that should fall): its fitted value at the last step
@@ -67,10 +68,10 @@ the logged proxies of the reported test metrics), and no late degradation of
 ``train_nll`` (ensemble NLL on 1000 fixed training images: the objective's data term).
 A held-out NLL that rose off an earlier minimum but is flat over the last fifth is
 over-fitting at a settled state, reported (``(info)``) but not failing. A training NLL
-that keeps falling slowly at a constant learning rate is the network fitting its training set further, not an unconverged comparison,
-so its drift is reported but does not fail the run; a *rising* training NLL is the
-sampler losing its own fit (e.g. f-SVGD at paper scale: 0.16 at step 27,500, 0.61 at
-50,000) and fails it.
+that keeps falling slowly at a constant learning rate is the network fitting its training
+set further, not an unconverged comparison, so its drift is reported but does not fail
+the run; a *rising* training NLL is the sampler losing its own fit (e.g. f-SVGD at paper
+scale: 0.16 at step 27,500, 0.61 at 50,000) and fails it.
 
 **UCI runs** (:func:`check_uci_run`): the log records one series per stack of splits,
 ``train_rmse_std_units_mean`` (RMSE of the ensemble mean on the training rows, in
@@ -90,7 +91,8 @@ dataset and seed, from its log). Under the Gaussian likelihood the run's fit is
 the second term being the resolution of an RMS over n residuals (its relative s.e. is
 ``1/sqrt(2n)``), which governs where ``sigma_lik`` is tiny (energy, yacht, naval:
 ``noise_std^2 = 1e-7``). A deep ensemble is the reference and gets no fit check (its net may
-not reach ``sigma_lik``: kin8nm's DE stops at 0.228 against 0.141, flat). E.g. DLE / DRLE on boston stop at r = 0.473 against r_max = 0.357.
+not reach ``sigma_lik``: kin8nm's DE stops at 0.228 against 0.141, flat). E.g. DLE / DRLE on
+boston stop at r = 0.473 against r_max = 0.357.
 Without a DE log the fit check is unknown.
 
 **Synthetic runs** (:func:`check_synthetic_run`): stability of the logged ``log_p``
@@ -113,9 +115,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -438,7 +441,7 @@ def check_image_run(metrics_path: Path | str, log: Path | str | None = None,
     seg = segs[-1]
     parts: list[tuple[bool | None, str]] = []
     details: dict[str, Any] = {"history": where}
-    for name, better_high in (("monitor_nll", False), ("monitor_acc", True)):
+    for name, _better_high in (("monitor_nll", False), ("monitor_acc", True)):
         ser = _series(seg, name)
         if ser is None:
             parts.append((None, f"{name} not logged"))

@@ -7,7 +7,8 @@ times of workflow/resources/step_seconds.yaml (measured on this project's CPU ma
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from repens.job import ImageJob
 

@@ -5,8 +5,8 @@ The workflow runs the two apart: the step writes its file, the report reads it."
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from repens.report.synthetic import write_metrics_table_from
 from repens.report.synthetic_figures import plot_target_panels_from

@@ -36,8 +36,9 @@ import copy
 import difflib
 import math
 import types
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Literal, Mapping, Self, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin, get_type_hints
 
 from repens import registry
 from repens.jobkey import job_key
@@ -184,7 +185,7 @@ def _with_choices(kind: Any, choices: tuple[str, ...]) -> Any:
     if kind is str:
         return Literal[choices]
     if get_origin(kind) in (Union, types.UnionType):
-        return Union[tuple(_with_choices(arm, choices) for arm in get_args(kind))]
+        return Union[tuple(_with_choices(arm, choices) for arm in get_args(kind))]  # noqa: UP007 (a runtime tuple of arms)
     return kind
 
 

@@ -26,8 +26,9 @@ import logging
 import os
 import re
 import zlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 __all__ = ["RUNTIME_FIELDS", "job_key", "set_aside", "load_keyed_json", "load_keyed_checkpoint", "read_checkpoint",
            "CheckpointError", "final_key", "final_record_path", "write_final_record", "restore_final_outputs"]

@@ -53,10 +53,11 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = [
     "KitError", "KIT_FORMAT", "parse_dry_run", "repens_argv", "command_of", "export_jobs", "run_jobs", "pack",
@@ -87,7 +88,7 @@ class KitError(ValueError):
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _sha(text: str) -> str:
@@ -209,7 +210,7 @@ def _with_option(argv: Sequence[str], name: str, value: str | None) -> list[str]
     lacks is not added."""
     out: list[str] = []
     skip = False
-    for i, word in enumerate(argv):
+    for word in argv:
         if skip:
             skip = False
             continue

@@ -15,7 +15,8 @@ members. ``norm="none"`` gives the plain network (no normalisation at all).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn

@@ -59,7 +59,7 @@ def _mlp_slots(layers: tuple[tuple[bool, bool], ...]) -> tuple[tuple[int, int | 
     return tuple(out)
 
 
-def _layer(params_parts: tuple[Tensor, ...], model: "StackedModel", i: int,
+def _layer(params_parts: tuple[Tensor, ...], model: StackedModel, i: int,
            lead: torch.Size) -> tuple[Tensor, Tensor | None]:
     """Layer ``i``'s weight (..., out, in) and bias (..., out, 1) or None: views into the rows."""
     w_index, b_index = model._mlp_slots[i]
@@ -146,7 +146,7 @@ class _RowBlocks:
     inputs: tuple[list[Tensor], ...]
 
 
-def _row_blocks(params: Tensor, x: Tensor, model: "StackedModel") -> tuple[slice, ...] | None:
+def _row_blocks(params: Tensor, x: Tensor, model: StackedModel) -> tuple[slice, ...] | None:
     """Equal blocks of the input rows (dim -2) whose widest activation is at most
     :data:`BLOCK_BYTES`, or None when the whole stack is within it or its networks have
     too many weights for their activations (:data:`BLOCK_MIN_RATIO`)."""
@@ -160,7 +160,7 @@ def _row_blocks(params: Tensor, x: Tensor, model: "StackedModel") -> tuple[slice
     return tuple(slice(i, min(i + size, rows)) for i in range(0, rows, size))
 
 
-def _mlp_forward(params: Tensor, x: Tensor, model: "StackedModel", keep: list | None) -> Tensor:
+def _mlp_forward(params: Tensor, x: Tensor, model: StackedModel, keep: list | None) -> Tensor:
     """The MLP stack's forward; ``keep`` (a list) collects each layer's input for backward
     (one :class:`_RowBlocks` when the rows run in blocks, see :data:`BLOCK_BYTES`)."""
     blocks = _row_blocks(params, x, model)
@@ -173,7 +173,7 @@ def _mlp_forward(params: Tensor, x: Tensor, model: "StackedModel", keep: list | 
     return out
 
 
-def _mlp_forward_rows(params: Tensor, x: Tensor, model: "StackedModel", keep: list | None) -> Tensor:
+def _mlp_forward_rows(params: Tensor, x: Tensor, model: StackedModel, keep: list | None) -> Tensor:
     """Inputs (..., B, in) -> outputs (..., B, out); inside, activations are feature-major
     (..., features, B) (see :func:`_mlp_backward`), and ``keep`` gets them so."""
     parts = torch.split(params, model._sizes, dim=-1)
@@ -189,7 +189,7 @@ def _mlp_forward_rows(params: Tensor, x: Tensor, model: "StackedModel", keep: li
     return h.mT.contiguous()  # a view for one output, a copy of the (small) outputs otherwise
 
 
-def _mlp_backward(params: Tensor, inputs: list[Tensor], grad_out: Tensor, model: "StackedModel") -> Tensor:
+def _mlp_backward(params: Tensor, inputs: list[Tensor], grad_out: Tensor, model: StackedModel) -> Tensor:
     """Gradient (..., D) of ``sum(grad_out * f(params))`` for the MLP stack ``f``, layer by
     layer from the top, for the upstream gradient ``g`` (..., n, out, B) of a layer with
     input ``h`` (..., in, B): ``dW = g h^T``, ``db = sum_B g`` (layers with a bias), and
@@ -230,7 +230,7 @@ class _MLPStack(torch.autograd.Function):
     (nothing materialised besides what eager autograd would save)."""
 
     @staticmethod
-    def forward(ctx, params: Tensor, x: Tensor, model: "StackedModel") -> Tensor:  # noqa: ANN001
+    def forward(ctx, params: Tensor, x: Tensor, model: StackedModel) -> Tensor:  # noqa: ANN001
         inputs: list = []
         out = _mlp_forward(params, x, model, keep=inputs)
         ctx.model = model

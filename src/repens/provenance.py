@@ -28,8 +28,9 @@ import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 __all__ = ["collect", "git_state", "stamp", "read", "write_sidecar", "sidecar_path", "describe", "stderr_file"]
 
@@ -38,7 +39,7 @@ UNKNOWN = "unknown"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # src/repens/provenance.py -> the checkout
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def git_state(root: str = str(SOURCE_ROOT)) -> tuple[str, bool | None]:
     """(commit, dirty) of the checkout at ``root``; (``REPENS_GIT_COMMIT`` or "unknown", None)
     when git or the checkout is missing. Dirty ignores untracked files."""

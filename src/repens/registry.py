@@ -23,8 +23,9 @@ and the method groups to accept it (``tests/test_registry.py`` does this with a 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 __all__ = [
     "SPACES",

@@ -11,8 +11,7 @@ The mappings and the set are views of the registry: a rule registered later is i
 
 from __future__ import annotations
 
-from collections.abc import Set
-from typing import Iterator
+from collections.abc import Iterator, Set
 
 from repens import registry
 from repens.registry import FUNCTION_PRIOR_OPTIONS, LiveMapping

@@ -16,7 +16,8 @@ numerator) and ``K`` for the Gram matrix, the estimators are
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor

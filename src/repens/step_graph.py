@@ -44,12 +44,12 @@ the eager step is logged once and the run goes on eagerly.
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager, nullcontext, suppress
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import fields, replace
-from typing import Callable, ContextManager, Iterator, Protocol
+from typing import Protocol
 
 import torch
-
 from torch import Tensor
 
 from repens.posteriors import Batch
@@ -67,7 +67,7 @@ Replay = Callable[[], Update]
 
 
 class GraphBackend(Protocol):
-    def warm_up(self) -> ContextManager[None]:
+    def warm_up(self) -> AbstractContextManager[None]:
         """Where the eager warm-up steps run."""
 
     def capture(self, run: Replay, generator: torch.Generator) -> Replay:
@@ -197,7 +197,7 @@ class EagerBackend:
     """A stand-in with the graph's bookkeeping and no graph: a "replay" runs the step
     again (on the CPU, where the tests run :class:`StepGraphs`' logic)."""
 
-    def warm_up(self) -> ContextManager[None]:
+    def warm_up(self) -> AbstractContextManager[None]:
         return nullcontext()
 
     def capture(self, run: Replay, generator: torch.Generator) -> Replay:  # noqa: ARG002

@@ -33,8 +33,8 @@ likelihood plus ``T`` times the prior; its Hessian is averaged over a few fixed 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 from torch import Tensor

@@ -28,12 +28,12 @@ import math
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -408,8 +408,8 @@ def run(loop: LoopState, settings: TrainSettings, next_batch: Callable[[torch.Ge
             loop.guard.stepped(done)
             if progress.due(done):
                 progress.record(done, result, loop.params, repulsion)
-            stop_if_signalled(stop, lambda: checkpointer.save(loop, done, repulsion), f"step {done}",
-                              checkpointer.path)
+            stop_if_signalled(stop, lambda: checkpointer.save(loop, done, repulsion),  # noqa: B023 (called at once)
+                              f"step {done}", checkpointer.path)
             if checkpointer.path is not None and periodic.due():
                 checkpointer.save(loop, done, repulsion)
                 periodic.restart()

@@ -16,9 +16,9 @@ Pearce et al. (2020), Eq. 11; DLE / DRLE: Wild et al. (2023).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Mapping
 
 import torch
 from torch import Tensor

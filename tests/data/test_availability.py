@@ -11,9 +11,9 @@ import yaml
 
 from repens.config import resolve_job
 from repens.cost import image_cost_notice, image_cpu_seconds
-from repens.job import ImageJob, SpecError
 from repens.data import availability as av
 from repens.data.images import IMAGE_DATASETS
+from repens.job import ImageJob, SpecError
 
 
 def _touch(path):

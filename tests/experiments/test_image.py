@@ -14,8 +14,8 @@ import pytest
 import torch
 import yaml
 
-from repens.config import resolve_job
 from repens import fitting as synthetic_mod
+from repens.config import resolve_job
 from repens.experiments.image import load_image_data, run_image
 from repens.train import NonFiniteError
 from repens.updates import Update

@@ -25,12 +25,12 @@ import json
 import logging
 import os
 import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
-from pathlib import Path
 
 import repens.experiments.image as image
 from repens.cli import main

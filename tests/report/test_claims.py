@@ -14,8 +14,8 @@ import pytest
 from repens.cli import main
 from repens.report import claims as cl
 from repens.report import evidence
-from repens.summaries import convergence as conv
 from repens.report.claims import Estimate, combine, compare
+from repens.summaries import convergence as conv
 
 ROOT = Path(__file__).resolve().parents[2]
 RESOURCES = ROOT / "workflow" / "resources"

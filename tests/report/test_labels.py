@@ -15,16 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-
 import test_image_report as image_fixtures
 import test_toy_report as toy_fixtures
+import torch
+
 from repens import from_runs
 from repens.report import figures as figures_rep
 from repens.report import image as image_rep
-from repens.report import synthetic as synthetic_rep
 from repens.report import tables as tables_rep
-from repens.report import toy as toy_rep
 from repens.report import uci as uci_rep
 from repens.summaries import synthetic as synthetic_steps
 from repens.targets import make_target

@@ -108,8 +108,8 @@ def test_partial_report_of_named_targets_lists_only_theirs_and_repeats_the_confi
     assert rc.check_report(page, tmp_path) == []
     missing = _missing(rc.read_var(page, "workflow_desc"))
     assert missing == {"results/toy/distance_to_hmc.html":
-                       f"snakemake results/toy/distance_to_hmc.html -s {ROOT / 'Snakefile'} -d {tmp_path}"
-                       " --config scale=paper"}
+                       "snakemake results/toy/distance_to_hmc.html"
+                       f" -s {ROOT / 'Snakefile'} -d {tmp_path} --config scale=paper"}
 
     # every target built: a complete report, no list
     _write_outputs(tmp_path, ["results/toy/distance_to_hmc.html"])

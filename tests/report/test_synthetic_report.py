@@ -135,8 +135,8 @@ def test_several_seeds_show_one_row_per_method_with_mean_and_standard_error(tmp_
     notation, digits = column_notation(ed)
     column = Column("energy_distance", "ED", "min", digits, notation=notation)
     cell = Cell(mean, se, 3)
-    assert rows[0].rstrip(r" \\").split(" & ")[-1].removeprefix(r"\textbf{").removesuffix("}") == \
-        format_cell(cell, column, pm=r"$\pm$", kind="latex")
+    last = rows[0].rstrip(r" \\").split(" & ")[-1]  # noqa: B005 (strips the characters " " and "\\" ending a LaTeX row)
+    assert last.removeprefix(r"\textbf{").removesuffix("}") == format_cell(cell, column, pm=r"$\pm$", kind="latex")
     assert format_cell(cell, column, kind="html") in out_html.read_text()
 
 
@@ -192,9 +192,9 @@ def test_label_fallbacks(tmp_path):
 
 def test_figures_leave_the_global_matplotlib_style_alone(tmp_path, gaussian_runs):
     import matplotlib as mpl
-
     import test_toy_report as toy_fixtures
-    from repens.report import toy as toy_rep
+
+    from repens.report import toy as toy_rep  # noqa: F401 (imported before the rcParams snapshot: import-time changes count)
 
     before = dict(mpl.rcParams)
     from_runs.plot_target_panels("gaussian", gaussian_runs[:2], tmp_path / "g.png", tmp_path / "g.pdf")

@@ -22,9 +22,9 @@ import functools
 import os
 import shlex
 import socket
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 from repens.data.images import IMAGE_DATASETS, RemoteFile
@@ -58,7 +58,7 @@ def offline() -> bool:
     return os.environ.get(OFFLINE_ENV, "") not in ("", "0")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _host_answers(host: str, port: int, timeout: float) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -150,7 +150,7 @@ def lacking_message(
     lines.append("     unzips to), e.g. on a machine with internet, then copy them over:")
     for m in lacking:
         lines.append(f"       curl -fL --create-dirs -o {shlex.quote(str(m.path))} {shlex.quote(m.url)}")
-    lines.append(f"  2. or use a copy that holds them in the same layout (e.g. a shared read-only folder):")
+    lines.append("  2. or use a copy that holds them in the same layout (e.g. a shared read-only folder):")
     lines.append(f"       {how_to_rerun} --config {fix_key}=/path/to/copy")
     if skip_hint:
         lines.append(skip_hint)

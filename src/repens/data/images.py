@@ -56,10 +56,11 @@ import socket
 import time
 import zipfile
 import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO
 
 import numpy as np
 

@@ -49,16 +49,24 @@ from repens.data.errors import DataError, DataFileError
 from repens.data.uci_checksums import UCI_SHA256
 from repens.data.uci_files import (
     META_FILES as _META,
+)
+from repens.data.uci_files import (
     UCI_DATASETS,
     UCI_FOLDERS,
     UCI_URL,
     UCIDataError,
     content_pinned,
-    read_int as _read_int,
-    read_text as _read_text,
     required_files,
-    show as _show,
     verification_on,
+)
+from repens.data.uci_files import (
+    read_int as _read_int,
+)
+from repens.data.uci_files import (
+    read_text as _read_text,
+)
+from repens.data.uci_files import (
+    show as _show,
 )
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ experiments (BNN toys, images, UCI) add an entry here and nothing else changes.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from repens.experiments.image import run_image
 from repens.experiments.synthetic import run_synthetic

@@ -33,10 +33,11 @@ import json
 import logging
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -224,8 +225,8 @@ def l2_search(job: ImageJob, data: ImageData, model: StackedModel, generator: to
     nll = member_nll(model, params, val_x, val_y).tolist()
     order = np.argsort(nll, kind="stable")[:top]
     result = {"strengths": strengths.tolist(), "val_nll": nll, "best": [float(strengths[i]) for i in order]}
-    log.info("L2 search: best strengths %s (validation NLL %s)", ["%.3g" % s for s in result["best"]],
-             ["%.4f" % nll[i] for i in order])
+    log.info("L2 search: best strengths %s (validation NLL %s)", [f"{s:.3g}" for s in result["best"]],
+             [f"{nll[i]:.4f}" for i in order])
     return result
 
 

@@ -18,8 +18,8 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from repens.errors import DataError, one_line
 

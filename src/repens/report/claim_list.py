@@ -7,19 +7,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from repens import registry
-from repens.report.verdicts import (  # noqa: F401
-    Comparison,
-    Estimate,
-    NEGLIGIBLE_REPULSION,
-    _finite,
-    compare,
-)
 from repens.report.evidence import (  # noqa: F401
     DEFAULT_GROUPS,
     Evidence,
     PaperEvidence,
 )
-
+from repens.report.verdicts import (  # noqa: F401
+    NEGLIGIBLE_REPULSION,
+    Comparison,
+    Estimate,
+    _finite,
+    compare,
+)
 
 # --------------------------------------------------------------------------- the claims
 

@@ -77,35 +77,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repens.report.verdicts import (  # noqa: F401 (the scorecard's names, in one place)
-    Comparison,
-    EXACT,
-    Estimate,
-    K,
-    NOT_CONVERGED,
-    PUBLISHED,
-    RELATIONS,
-    VERDICTS,
-    combine,
-    compare,
-    detectable_summary,
-    summary,
-)
-from repens.report.evidence import (  # noqa: F401 (the scorecard's names, in one place)
-    DATASET_LABELS,
-    Evidence,
-    FILES,
-    METRIC_LABELS,
-    PaperEvidence,
-    noise_floor_se,
-    shown_path,
-    synthetic_summary_path,
-    table_scale,
-)
 from repens.report.claim_list import (  # noqa: F401 (the scorecard's names, in one place)
     CLAIMS,
     COUNTERPARTS,
-    Claim,
     DIAGNOSTICS,
     FUNCTION_SPACE,
     FWGD,
@@ -115,8 +89,33 @@ from repens.report.claim_list import (  # noqa: F401 (the scorecard's names, in 
     UCI_DATASETS,
     WEIGHT_SPACE,
     WGD,
+    Claim,
 )
-
+from repens.report.evidence import (  # noqa: F401 (the scorecard's names, in one place)
+    DATASET_LABELS,
+    FILES,
+    METRIC_LABELS,
+    Evidence,
+    PaperEvidence,
+    noise_floor_se,
+    shown_path,
+    synthetic_summary_path,
+    table_scale,
+)
+from repens.report.verdicts import (  # noqa: F401 (the scorecard's names, in one place)
+    EXACT,
+    NOT_CONVERGED,
+    PUBLISHED,
+    RELATIONS,
+    VERDICTS,
+    Comparison,
+    Estimate,
+    K,
+    combine,
+    compare,
+    detectable_summary,
+    summary,
+)
 
 __all__ = [
     "K",

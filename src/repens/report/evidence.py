@@ -14,15 +14,13 @@ from typing import Any
 from repens import registry
 from repens.errors import DataFileError
 from repens.report.files import read_json
-from repens.report.verdicts import (  # noqa: F401
+from repens.report.verdicts import (
     EXACT,
-    Estimate,
     PUBLISHED,
+    Estimate,
     _finite,
     _num,
-    summary,
 )
-
 
 # --------------------------------------------------------------------------- reading tables
 

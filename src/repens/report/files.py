@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import zipfile
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from repens.errors import DataError, DataFileError, one_line
 

@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
 from repens import registry
 from repens.errors import DataFileError
 from repens.report.files import read_json
-from repens.report.tables import (Column, Table, build_blocks, mean_pm_text, mean_se, mean_se_table, signed_text,
-                                  with_labels, write_table)
+from repens.report.tables import (
+    Column,
+    Table,
+    build_blocks,
+    mean_pm_text,
+    mean_se,
+    mean_se_table,
+    signed_text,
+    with_labels,
+    write_table,
+)
 
 __all__ = ["TABLE1_COLUMNS", "EXTRA_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows",
            "vs_paper_table"]

@@ -11,7 +11,7 @@ draw time).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import seaborn as sns
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -293,7 +294,8 @@ def _metrics_caption(frame, scales: Sequence[str], reference_samples: int, seed:
         "the exact iid rows (in italics) average the same metrics over "
         f"{iid_repeats} independent sets of $n$ exact target samples (the noise floor for $n$ points). "
         r"Mean: $\lVert\hat\mu-\mu\rVert_2$. "
-        r"$\Sigma_{xx}$, $\Sigma_{yy}$: relative error $\lvert\hat\Sigma_{ii}-\Sigma_{ii}\rvert/\lvert\Sigma_{ii}\rvert$ "
+        r"$\Sigma_{xx}$, $\Sigma_{yy}$: relative error "
+        r"$\lvert\hat\Sigma_{ii}-\Sigma_{ii}\rvert/\lvert\Sigma_{ii}\rvert$ "
         "of the particle covariance (population form, divided by $n$). "
         f"$\\Sigma_{{xy}}$: relative error where the exact value is nonzero, absolute where it is 0 ({xy_text}). "
         "Max: largest relative error over covariance entries with nonzero exact value. "

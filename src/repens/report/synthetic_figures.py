@@ -13,9 +13,10 @@ particles and the figure file of the pipeline step :mod:`repens.summaries.synthe
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from repens.report.synthetic import PAPER_FIGURES, TARGET_TITLES, Run, load_runs
 
 log = logging.getLogger("repens.report")
 
-__all__ = ["read_figure_data", "plot_target_panels_from", "plot_target_panels"]
+__all__ = ["read_figure_data", "plot_target_panels_from"]
 
 
 # --------------------------------------------------------------------------- figure
@@ -57,7 +58,7 @@ class _Density:
     levels: list[float]
 
     @classmethod
-    def of(cls, data: Mapping[str, np.ndarray]) -> "_Density":
+    def of(cls, data: Mapping[str, np.ndarray]) -> _Density:
         return cls(data["mesh_x"], data["mesh_y"], data["logp"], [float(v) for v in data["levels"]])
 
 

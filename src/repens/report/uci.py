@@ -11,16 +11,27 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
 from repens import registry
 from repens.errors import DataFileError
 from repens.report.files import read_json
-from repens.report.tables import (Column, Table, build_blocks, mean_pm_text, mean_se, mean_se_table, plain_table,
-                                  signed_text, with_labels, write_table)
+from repens.report.tables import (
+    Column,
+    Table,
+    build_blocks,
+    mean_pm_text,
+    mean_se,
+    mean_se_table,
+    plain_table,
+    signed_text,
+    with_labels,
+    write_table,
+)
 
 __all__ = ["UCI_COLUMNS", "DATASET_LABELS", "load_records", "read_seeds", "compare_with_seeds", "paired_differences",
            "vs_seeds_table", "write_uci_tables"]
@@ -78,11 +89,12 @@ def compare_with_seeds(records: Sequence[Mapping[str, Any]], seeds: Sequence[Map
     ``metric`` ``nll_inferred`` (the poster's unnamed metric) is set beside our NLL.
     ``z = (ours - seed) / sqrt(se_ours^2 + se_seed^2)``; ``within_error_bars`` when the two
     mean +- s.e. intervals overlap (``|diff| <= se_ours + se_seed + rounding``, ``rounding``
-    half a unit of the seed's last printed digit), empty where we have no value; ``like_for_like`` (from the seed file) says whether the seed's model and
-    protocol are ours, so a difference in a 0 row is not evidence either way.
+    half a unit of the seed's last printed digit), empty where we have no value;
+    ``like_for_like`` (from the seed file) says whether the seed's model and protocol are
+    ours, so a difference in a 0 row is not evidence either way.
     """
     out = []
-    for ref, ours in ((ref, ours) for ref in seeds for ours in (ref.get("ours") or ref["method"]).split(";")):
+    for ref, ours in ((seed, name) for seed in seeds for name in (seed.get("ours") or seed["method"]).split(";")):
         metric = "nll" if ref["metric"] == "nll_inferred" else ref["metric"]
         values = [float(r[metric]) for r in records if r["dataset"] == ref["dataset"] and r["method"] == ours]
         cell = mean_se(values)

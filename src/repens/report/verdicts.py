@@ -67,12 +67,12 @@ class Estimate:
     convergence: str = ""
 
     @classmethod
-    def constant(cls, label: str, value: float) -> "Estimate":
+    def constant(cls, label: str, value: float) -> Estimate:
         """An exact value; ``label`` names it (e.g. "1 (HMC's)")."""
         return cls(label, float(value), 0.0, 0, EXACT)
 
     @classmethod
-    def absent(cls, label: str, why: str) -> "Estimate":
+    def absent(cls, label: str, why: str) -> Estimate:
         return cls(label, missing=why)
 
     def problem(self) -> str | None:

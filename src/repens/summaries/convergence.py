@@ -65,7 +65,8 @@ def convergence_rows(results: Path | str = "results", log_root: Path | str | Non
 def write_convergence(out_csv: Path | str, results: Path | str = "results",
                       log_root: Path | str | None = None) -> list[dict[str, str]]:
     """``results/convergence.csv``: :func:`convergence_rows`, one row per run (``converged``
-    True / False / empty for unknown), which the scorecard reads (:meth:`repens.report.evidence.Evidence.convergence`)."""
+    True / False / empty for unknown), which the scorecard reads
+    (:meth:`repens.report.evidence.Evidence.convergence`)."""
     import io
 
     from repens.atomic import write_text_atomic
