@@ -85,8 +85,17 @@ def test_cli_prints_one_line_and_exits_nonzero(tmp_path, monkeypatch, capsys):
 
     _disk_full_after_one_chunk(monkeypatch)
     monkeypatch.setattr(atomic, "_CHUNK", 64)
-    job = {"experiment": "synthetic", "dataset": "gaussian", "method": "svgd", "rule": "svgd", "seed": 0,
-           "particles": 10, "init_std": 1.0, "steps": 2, "lr": 0.05}
+    job = {
+        "experiment": "synthetic",
+        "dataset": "gaussian",
+        "method": "svgd",
+        "rule": "svgd",
+        "seed": 0,
+        "particles": 10,
+        "init_std": 1.0,
+        "steps": 2,
+        "lr": 0.05,
+    }
     out = tmp_path / "particles.npz"
     code = cli.main(["train", "--spec", json.dumps(job), "--out", str(out)])
     assert code != 0

@@ -120,14 +120,17 @@ def test_each_attempts_log_is_kept(tmp_path):
     assert text.count("attempt: train") == 2 and text.count("wrote") >= 2
 
 
-@pytest.mark.parametrize("env, granted", [
-    ({}, None),
-    ({"SLURM_GPUS_ON_NODE": "0"}, None),
-    ({"SLURM_JOB_GPUS": "(null)"}, None),
-    ({"SLURM_JOB_GPUS": "0"}, ("SLURM_JOB_GPUS", "0")),
-    ({"SLURM_STEP_GPUS": "1,3"}, ("SLURM_STEP_GPUS", "1,3")),
-    ({"SLURM_GPUS_ON_NODE": "2"}, ("SLURM_GPUS_ON_NODE", "2")),
-])
+@pytest.mark.parametrize(
+    "env, granted",
+    [
+        ({}, None),
+        ({"SLURM_GPUS_ON_NODE": "0"}, None),
+        ({"SLURM_JOB_GPUS": "(null)"}, None),
+        ({"SLURM_JOB_GPUS": "0"}, ("SLURM_JOB_GPUS", "0")),
+        ({"SLURM_STEP_GPUS": "1,3"}, ("SLURM_STEP_GPUS", "1,3")),
+        ({"SLURM_GPUS_ON_NODE": "2"}, ("SLURM_GPUS_ON_NODE", "2")),
+    ],
+)
 def test_granted_gpus_reads_slurms_variables(env, granted):
     assert granted_gpus(env) == granted
 

@@ -60,8 +60,11 @@ def test_hours_are_seeds_times_steps_times_seconds_per_step():
 def test_hyper_de_search_is_one_stack_of_search_trials_members():
     spec = resolve_job(paper(), "image", "fashionmnist", "hyper-de", 38)
     search, train = job_stages(spec)
-    assert (search.name, search.members, search.steps) == ("search", IMAGE["settings"]["search_trials"],
-                                                           IMAGE["datasets"]["fashionmnist"]["search_steps"])
+    assert (search.name, search.members, search.steps) == (
+        "search",
+        IMAGE["settings"]["search_trials"],
+        IMAGE["datasets"]["fashionmnist"]["search_steps"],
+    )
     assert search.spec["rule"] == "ensemble" and search.spec["space"] == "weight"
     assert (train.name, train.members, train.steps) == ("train", 50, 50000)
     # no search_steps: the search runs `steps`
@@ -98,8 +101,17 @@ def test_stages_are_what_the_image_runner_trains(method, tmp_path, monkeypatch):
 
     monkeypatch.setattr(image, "fit_particles", recording)
     spec = resolve_job(CONFIG, "image", "fashionmnist", method, 38)
-    spec.update(particles=3, steps=3, hidden=[8], batch_size=16, search_trials=4, search_steps=2, search_top=2,
-                log_every=1, val_fraction=0.25)
+    spec.update(
+        particles=3,
+        steps=3,
+        hidden=[8],
+        batch_size=16,
+        search_trials=4,
+        search_steps=2,
+        search_top=2,
+        log_every=1,
+        val_fraction=0.25,
+    )
     out = tmp_path / "metrics.json"
     image.run_image(spec, out, None, inputs=tiny_image_sets(tmp_path), device="cpu")
     assert trained == [(s.spec["rule"], s.spec["space"], s.members, s.steps) for s in job_stages(spec)]
@@ -112,8 +124,18 @@ def _config_file(tmp_path, config):
 
 
 def _timings_file(tmp_path, cells, seconds=fake_seconds):
-    rows = [{"dataset": c.dataset, "method": c.method, "stage": s.name, "seconds_per_step": seconds(c.dataset, c.method, s),
-             "particles": s.members, "batch_size": s.spec["batch_size"]} for c in cells for s in c.stages[0]]
+    rows = [
+        {
+            "dataset": c.dataset,
+            "method": c.method,
+            "stage": s.name,
+            "seconds_per_step": seconds(c.dataset, c.method, s),
+            "particles": s.members,
+            "batch_size": s.spec["batch_size"],
+        }
+        for c in cells
+        for s in c.stages[0]
+    ]
     path = tmp_path / "timings.json"
     path.write_text(json.dumps({"device": "Fake GPU 80GB", "rows": rows}))
     return path
@@ -132,7 +154,10 @@ def test_command_lists_every_dataset_and_method_of_the_config(tmp_path, capsys):
     config["experiments"]["image"]["methods"].append("de-wide")
     config["experiments"]["image"]["seeds"] = [1, 2, 3, 4, 5, 6, 7]
     config["experiments"]["image"]["datasets"]["mnist"] = {
-        **config["experiments"]["image"]["datasets"]["fashionmnist"], "ood": "fashionmnist", "steps": 1000}
+        **config["experiments"]["image"]["datasets"]["fashionmnist"],
+        "ood": "fashionmnist",
+        "steps": 1000,
+    }
     config["experiments"]["image"]["report_datasets"].append("mnist")
     path = _config_file(tmp_path, config)
     cells = plan(load_config(path))
@@ -208,9 +233,18 @@ def test_bad_input_is_one_line_naming_the_file_and_key(tmp_path, capsys):
 
 def test_reads_bench_image_json(tmp_path):
     """benchmarks/bench_image.py --json rows: `config` is the dataset, loop rows ignored."""
-    rows = [{"config": "cifar10", "method": "de", "mode": "batched", "seconds_per_step": 0.2, "device_name": "cpu",
-             "particles": 20, "batch_size": 128},
-            {"config": "cifar10", "method": "de", "mode": "loop", "seconds_per_step": 9.0, "device_name": "cpu"}]
+    rows = [
+        {
+            "config": "cifar10",
+            "method": "de",
+            "mode": "batched",
+            "seconds_per_step": 0.2,
+            "device_name": "cpu",
+            "particles": 20,
+            "batch_size": 128,
+        },
+        {"config": "cifar10", "method": "de", "mode": "loop", "seconds_per_step": 9.0, "device_name": "cpu"},
+    ]
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(rows))
     timing, device = read_timings(path)
@@ -230,8 +264,10 @@ def _tiny_stage(dataset="fashionmnist", method="de", **extra):
     return job_stages(spec)
 
 
-@pytest.mark.parametrize("dataset,method", [("fashionmnist", "de"), ("fashionmnist", "sge-fwgd"),
-                                            ("fashionmnist", "drle"), ("cifar10", "svgd")])
+@pytest.mark.parametrize(
+    "dataset,method",
+    [("fashionmnist", "de"), ("fashionmnist", "sge-fwgd"), ("fashionmnist", "drle"), ("cifar10", "svgd")],
+)
 def test_timer_runs_the_training_step_on_cpu(dataset, method):
     (stage,) = _tiny_stage(dataset, method)
     seconds, steps = time_stage(stage, "cpu", steps=2)
@@ -257,17 +293,21 @@ def test_saved_timings_read_back_to_the_same_budget(tmp_path, capsys):
     image["settings"]["search_trials"] = 6
     path = _config_file(tmp_path, config)
     saved = tmp_path / "t.json"
-    rc, measured, err = _run(capsys, "--configfile", str(path), "--device", "cpu", "--steps", "2",
-                             "--save-timings", str(saved))
+    rc, measured, err = _run(
+        capsys, "--configfile", str(path), "--device", "cpu", "--steps", "2", "--save-timings", str(saved)
+    )
     assert rc == 0, err
     assert "device: CPU" in measured and "CPU-hours" in measured
     assert "timing fashionmnist/hyper-de (search: 6 members, batch 8)" in err
     rc, read, err = _run(capsys, "--configfile", str(path), "--timings", str(saved))
     assert rc == 0, err
-    table = lambda text: text[text.index("dataset "):]  # noqa: E731
+    table = lambda text: text[text.index("dataset ") :]  # noqa: E731
     assert table(read) == table(measured)
     assert {(r["method"], r["stage"], r["steps_timed"]) for r in json.loads(saved.read_text())["rows"]} == {
-        ("de", "train", 2), ("hyper-de", "search", 2), ("hyper-de", "train", 2)}
+        ("de", "train", 2),
+        ("hyper-de", "search", 2),
+        ("hyper-de", "train", 2),
+    }
 
 
 def test_no_cuda_is_a_clear_error(capsys, tmp_path):
@@ -351,18 +391,28 @@ def test_a_noisy_difference_falls_back_to_the_long_runs_average(monkeypatch):
 
 
 BAD_CONFIGS = {
-    "particles": (lambda c: c["experiments"]["image"]["datasets"]["cifar10"].__setitem__("particles", "many"),
-                  "experiments.image.datasets.cifar10.particles: 'many' is not of type 'integer'"),
-    "typo": (lambda c: c["experiments"]["image"]["settings"].__setitem__("partcles", 3),
-             "experiments.image.settings: Additional properties are not allowed ('partcles' was unexpected)"),
+    "particles": (
+        lambda c: c["experiments"]["image"]["datasets"]["cifar10"].__setitem__("particles", "many"),
+        "experiments.image.datasets.cifar10.particles: 'many' is not of type 'integer'",
+    ),
+    "typo": (
+        lambda c: c["experiments"]["image"]["settings"].__setitem__("partcles", 3),
+        "experiments.image.settings: Additional properties are not allowed ('partcles' was unexpected)",
+    ),
     "scale": (lambda c: c.__setitem__("scale", "huge"), "scale: 'huge' is not one of ['quick', 'paper']"),
-    "download": (lambda c: c.__setitem__("image_data_download", "maybe"),
-                 "image_data_download: 'maybe' is not one of ['true', 'false']"),
-    "method name": (lambda c: c["methods"].__setitem__("Bad_Name", {"rule": "svgd"}),
-                    "methods: 'Bad_Name' does not match any of the regexes"),
+    "download": (
+        lambda c: c.__setitem__("image_data_download", "maybe"),
+        "image_data_download: 'maybe' is not one of ['true', 'false']",
+    ),
+    "method name": (
+        lambda c: c["methods"].__setitem__("Bad_Name", {"rule": "svgd"}),
+        "methods: 'Bad_Name' does not match any of the regexes",
+    ),
     "seeds": (lambda c: c.__setitem__("seeds", []), "seeds: [] should be non-empty"),
-    "lr": (lambda c: c["experiments"]["image"]["datasets"]["fashionmnist"].__setitem__("lr", -1),
-           "experiments.image.datasets.fashionmnist.lr: -1 is less than or equal to the minimum of 0"),
+    "lr": (
+        lambda c: c["experiments"]["image"]["datasets"]["fashionmnist"].__setitem__("lr", -1),
+        "experiments.image.datasets.fashionmnist.lr: -1 is less than or equal to the minimum of 0",
+    ),
 }
 
 
@@ -404,10 +454,12 @@ def test_budget_command_runs_where_neither_jsonschema_nor_snakemake_imports(tmp_
     process where importing either raises)."""
     cells = plan(load_config(_config_file(tmp_path, paper())))
     timings = _timings_file(tmp_path, cells)
-    script = ("import sys\nsys.modules['jsonschema'] = None\nsys.modules['snakemake'] = None\n"
-              "from repens.cli import main\n"
-              f"sys.exit(main(['budget', '--configfile', {str(ROOT / 'config.yaml')!r}, '--scale', 'paper', "
-              f"'--timings', {str(timings)!r}]))\n")
+    script = (
+        "import sys\nsys.modules['jsonschema'] = None\nsys.modules['snakemake'] = None\n"
+        "from repens.cli import main\n"
+        f"sys.exit(main(['budget', '--configfile', {str(ROOT / 'config.yaml')!r}, '--scale', 'paper', "
+        f"'--timings', {str(timings)!r}]))\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr

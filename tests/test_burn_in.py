@@ -19,9 +19,22 @@ from test_langevin import CURVATURES, Quadratic, _network_job, _network_problem
 
 
 def _gaussian_job(steps: int, burn_in: float) -> Job:
-    return Job.from_spec({"experiment": "toy", "dataset": "regression", "method": "dle-burnin", "rule": "langevin",
-                          "temperature": 1.0, "seed": 0, "particles": 2, "steps": steps, "lr": 0.5,
-                          "optimizer": "sgd", "step_size": "curvature", "burn_in": burn_in})
+    return Job.from_spec(
+        {
+            "experiment": "toy",
+            "dataset": "regression",
+            "method": "dle-burnin",
+            "rule": "langevin",
+            "temperature": 1.0,
+            "seed": 0,
+            "particles": 2,
+            "steps": steps,
+            "lr": 0.5,
+            "optimizer": "sgd",
+            "step_size": "curvature",
+            "burn_in": burn_in,
+        }
+    )
 
 
 def test_burned_in_ula_samples_an_anisotropic_gaussian_from_a_far_start():
@@ -46,8 +59,9 @@ def test_burned_in_ula_samples_an_anisotropic_gaussian_from_a_far_start():
 
     fitting.train = spy
     try:
-        out = fit_particles(job, target, start, TrainSettings(steps=job.steps, lr=job.lr, optimizer="sgd",
-                                                              log_every=10**9), g).params
+        out = fit_particles(
+            job, target, start, TrainSettings(steps=job.steps, lr=job.lr, optimizer="sgd", log_every=10**9), g
+        ).params
     finally:
         fitting.train = original
     (opt1, n1, lr1, _), (opt2, n2, lr2, decay2) = seen["phases"]
@@ -69,16 +83,23 @@ def test_without_the_burn_in_the_same_far_start_is_not_sampled_in_the_same_run()
     job = _gaussian_job(steps, 0.0)
     g = torch.Generator().manual_seed(1)
     start = target.mean + 30.0 + torch.randn(2000, len(CURVATURES), generator=g, dtype=torch.float64)
-    out = fit_particles(job, target, start, TrainSettings(steps=steps, lr=job.lr, optimizer="sgd",
-                                                          log_every=10**9), g).params
+    out = fit_particles(
+        job, target, start, TrainSettings(steps=steps, lr=job.lr, optimizer="sgd", log_every=10**9), g
+    ).params
     assert float((out.mean(0) - target.mean).norm()) > 1.0
 
 
 def _run(job, checkpoint=None):
     posterior, init, next_batch = _network_problem()
-    return fit_particles(job, posterior, init, TrainSettings(steps=job.steps, lr=job.lr, optimizer="sgd",
-                                                             log_every=10**9),
-                         torch.Generator().manual_seed(0), next_batch=next_batch, checkpoint=checkpoint).params
+    return fit_particles(
+        job,
+        posterior,
+        init,
+        TrainSettings(steps=job.steps, lr=job.lr, optimizer="sgd", log_every=10**9),
+        torch.Generator().manual_seed(0),
+        next_batch=next_batch,
+        checkpoint=checkpoint,
+    ).params
 
 
 def test_a_run_killed_after_the_burn_in_resumes_without_it_and_ends_bit_identical(tmp_path, caplog):

@@ -51,23 +51,37 @@ CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
 METHODS = list(CONFIG["methods"])
 
 #: ops that make a tensor from host data (a Python number or list copied in)
-HOST_DATA = {aten.lift_fresh: "a tensor from host data", aten.lift_fresh_copy: "a tensor from host data",
-             aten.scalar_tensor: "a tensor from a host number"}
+HOST_DATA = {
+    aten.lift_fresh: "a tensor from host data",
+    aten.lift_fresh_copy: "a tensor from host data",
+    aten.scalar_tensor: "a tensor from a host number",
+}
 #: ops whose result (or whose output's size) the host reads: they synchronise with the device
-HOST_WAITS = {aten._local_scalar_dense: "reads a value on the host (.item(), bool(), float())",
-              aten.item: "reads a value on the host",
-              aten.is_nonzero: "reads a value on the host (bool())",
-              aten.nonzero: "an output sized by the data", aten.masked_select: "an output sized by the data",
-              aten._unique: "an output sized by the data", aten._unique2: "an output sized by the data",
-              aten.unique_dim: "an output sized by the data", aten.unique_consecutive: "an output sized by the data",
-              aten.unique_dim_consecutive: "an output sized by the data", aten.bincount: "an output sized by the data",
-              aten.repeat_interleave: "an output sized by the data",
-              aten.equal: "reads a value on the host (torch.equal)",
-              aten._linalg_check_errors: "a checked linear solve: its info is read on the host",
-              aten._linalg_eigh: "eigh checks its result on the host"}
+HOST_WAITS = {
+    aten._local_scalar_dense: "reads a value on the host (.item(), bool(), float())",
+    aten.item: "reads a value on the host",
+    aten.is_nonzero: "reads a value on the host (bool())",
+    aten.nonzero: "an output sized by the data",
+    aten.masked_select: "an output sized by the data",
+    aten._unique: "an output sized by the data",
+    aten._unique2: "an output sized by the data",
+    aten.unique_dim: "an output sized by the data",
+    aten.unique_consecutive: "an output sized by the data",
+    aten.unique_dim_consecutive: "an output sized by the data",
+    aten.bincount: "an output sized by the data",
+    aten.repeat_interleave: "an output sized by the data",
+    aten.equal: "reads a value on the host (torch.equal)",
+    aten._linalg_check_errors: "a checked linear solve: its info is read on the host",
+    aten._linalg_eigh: "eigh checks its result on the host",
+}
 #: Python-level calls that read a tensor on the host
-HOST_CALLS = {"cpu": "a copy to the CPU", "numpy": "a copy to the host", "tolist": "a copy to a Python list",
-              "__array__": "a copy to the host", "item": "reads a value on the host"}
+HOST_CALLS = {
+    "cpu": "a copy to the CPU",
+    "numpy": "a copy to the host",
+    "tolist": "a copy to a Python list",
+    "__array__": "a copy to the host",
+    "item": "reads a value on the host",
+}
 
 
 def _where() -> str:
@@ -210,27 +224,31 @@ def _offences(step) -> list[str]:
     return record.offences
 
 
-@pytest.mark.parametrize("step,caught", [
-    (lambda g: torch.ones(3) * torch.tensor([1.0, 2.0, 3.0]), "aten.lift_fresh"),
-    (lambda g: torch.as_tensor(0.5, dtype=torch.float32), "aten.lift_fresh"),
-    (lambda g: torch.where(torch.ones(3) > 0, torch.ones(3), 0.0), "aten.scalar_tensor"),
-    (lambda g: torch.ones(3).sum().item(), "aten._local_scalar_dense"),
-    (lambda g: bool((torch.ones(3) > 0).all()), "aten._local_scalar_dense"),
-    (lambda g: float(torch.ones(3).sum()), "aten._local_scalar_dense"),
-    (lambda g: torch.ones(3).nonzero(), "aten.nonzero"),
-    (lambda g: torch.ones(3)[torch.ones(3) > 0], "boolean mask"),
-    (lambda g: torch.ones(3).masked_select(torch.ones(3) > 0), "aten.masked_select"),
-    (lambda g: torch.ones(3).unique(), "aten._unique2"),
-    (lambda g: torch.linalg.inv(torch.eye(2)), "aten._linalg_check_errors"),
-    (lambda g: torch.ones(3).tolist(), "Tensor.tolist"),
-    (lambda g: torch.ones(3).cpu(), "Tensor.cpu"),
-    (lambda g: torch.ones(3).to("cpu"), "Tensor.to"),
-    (lambda g: torch.ones(3).numpy(), "Tensor.numpy"),
-    (lambda g: torch.randn(3), "aten.randn.default (a random draw from the global stream"),
-    (lambda g: torch.randn(3, generator=torch.Generator()), "not the run's"),
-    (lambda g: torch.ones(3).normal_(), "aten.normal_"),
-    (lambda g: torch.nn.functional.dropout(torch.ones(3), 0.5), "random draw from the global stream"),
-], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    "step,caught",
+    [
+        (lambda g: torch.ones(3) * torch.tensor([1.0, 2.0, 3.0]), "aten.lift_fresh"),
+        (lambda g: torch.as_tensor(0.5, dtype=torch.float32), "aten.lift_fresh"),
+        (lambda g: torch.where(torch.ones(3) > 0, torch.ones(3), 0.0), "aten.scalar_tensor"),
+        (lambda g: torch.ones(3).sum().item(), "aten._local_scalar_dense"),
+        (lambda g: bool((torch.ones(3) > 0).all()), "aten._local_scalar_dense"),
+        (lambda g: float(torch.ones(3).sum()), "aten._local_scalar_dense"),
+        (lambda g: torch.ones(3).nonzero(), "aten.nonzero"),
+        (lambda g: torch.ones(3)[torch.ones(3) > 0], "boolean mask"),
+        (lambda g: torch.ones(3).masked_select(torch.ones(3) > 0), "aten.masked_select"),
+        (lambda g: torch.ones(3).unique(), "aten._unique2"),
+        (lambda g: torch.linalg.inv(torch.eye(2)), "aten._linalg_check_errors"),
+        (lambda g: torch.ones(3).tolist(), "Tensor.tolist"),
+        (lambda g: torch.ones(3).cpu(), "Tensor.cpu"),
+        (lambda g: torch.ones(3).to("cpu"), "Tensor.to"),
+        (lambda g: torch.ones(3).numpy(), "Tensor.numpy"),
+        (lambda g: torch.randn(3), "aten.randn.default (a random draw from the global stream"),
+        (lambda g: torch.randn(3, generator=torch.Generator()), "not the run's"),
+        (lambda g: torch.ones(3).normal_(), "aten.normal_"),
+        (lambda g: torch.nn.functional.dropout(torch.ones(3), 0.5), "random draw from the global stream"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
 def test_the_record_names_what_a_graph_cannot_hold(step, caught):
     offences = _offences(step)
     assert any(caught in o for o in offences), offences
@@ -289,7 +307,8 @@ def recording(monkeypatch):
 @pytest.mark.parametrize("network", ["mlp", "resnet"])
 @pytest.mark.parametrize("method", METHODS)
 def test_a_captured_step_makes_no_host_data_waits_for_nothing_and_draws_from_the_run(
-        recording, caplog, method, network):
+    recording, caplog, method, network
+):
     with gpu_paths(), caplog.at_level(logging.WARNING, logger="repens.step_graph"):
         _image_run(method, network)
     assert recording.records, f"{method}: the step was not captured"
@@ -298,9 +317,15 @@ def test_a_captured_step_makes_no_host_data_waits_for_nothing_and_draws_from_the
     assert offences == [], f"{method} ({network}): a CUDA graph cannot hold\n" + "\n".join(offences)
 
 
-@pytest.mark.parametrize("method,changes", [("svgd", {"bandwidth": 0.5}), ("kde-wgd", {"bandwidth": 0.5}),
-                                            ("fsvgd", {"function_prior": "gp"}),
-                                            ("ssge-fwgd", {"function_prior": "ssge", "prior_samples": 6})])
+@pytest.mark.parametrize(
+    "method,changes",
+    [
+        ("svgd", {"bandwidth": 0.5}),
+        ("kde-wgd", {"bandwidth": 0.5}),
+        ("fsvgd", {"function_prior": "gp"}),
+        ("ssge-fwgd", {"function_prior": "ssge", "prior_samples": 6}),
+    ],
+)
 def test_other_options_are_captured_too(recording, method, changes):
     """A fixed bandwidth (a 0-d tensor kept by the kernel), the GP function prior (``solve_ex``
     unchecked), more prior draws than particles."""
@@ -312,7 +337,9 @@ def test_other_options_are_captured_too(recording, method, changes):
 
 def _direction(method: str, **changes) -> torch.Tensor:
     """One update direction of ``method`` at prior draws, in float64, on a tiny image batch."""
-    job = ImageJob.of(resolve_job(CONFIG, "image", "fashionmnist", method, seed=0)).replace(**NETWORKS["mlp"], **changes)
+    job = ImageJob.of(resolve_job(CONFIG, "image", "fashionmnist", method, seed=0)).replace(
+        **NETWORKS["mlp"], **changes
+    )
     x, y = _image_data()
     model = StackedModel(build_model(job, tuple(x.shape[1:]), 3))
     g = torch.Generator().manual_seed(2)
@@ -446,7 +473,8 @@ def _job_through(monkeypatch, backend, method: str = "drle", steps: int = 9):
 
 @pytest.mark.parametrize("method", ["drle", "sge-fwgd"])
 def test_a_capture_that_fails_at_its_end_gives_back_the_stream_and_pool_and_trains_on_eagerly(
-        monkeypatch, caplog, method):
+    monkeypatch, caplog, method
+):
     """``capture_end`` raises: the job is back on its stream, nothing goes to the graph's pool,
     the graph is reset, the run goes on eagerly with the eager run's particles (prior draws and
     Langevin noise from the same stream), with one warning."""

@@ -107,7 +107,8 @@ def test_hmc_setting_source_follows_the_layers():
     assert hmc_setting_source(config, "toy", "classification", "samples") == "experiments.toy.quick.hmc.samples"
     paper = dict(config, scale="paper")
     assert hmc_setting_source(paper, "toy", "classification", "samples") == (
-        "experiments.toy.datasets.classification.hmc.samples")
+        "experiments.toy.datasets.classification.hmc.samples"
+    )
     assert resolve_hmc_job(paper, "toy", "classification", 0)["hmc"]["chains"] >= HMC_MIN_CHAINS
 
 
@@ -152,16 +153,28 @@ def test_memory_bound_of_absurd_sizes_is_absurd():
     assert estimate.total > 100 * 2**30
     assert estimate.sizes.startswith("50,000 particles x 99,710 parameters, batch 256")
     with pytest.raises(CheckError) as err:
-        check_memory("job train_image results/image/fashionmnist/de/seed42/metrics.json", estimate,
-                     24 * 2**30, "this machine's memory",
-                     "particles 50000 (experiments.image.quick.settings.particles)")
+        check_memory(
+            "job train_image results/image/fashionmnist/de/seed42/metrics.json",
+            estimate,
+            24 * 2**30,
+            "this machine's memory",
+            "particles 50000 (experiments.image.quick.settings.particles)",
+        )
     message = str(err.value)
     assert one_line(message)
     assert "results/image/fashionmnist/de/seed42" in message and "experiments.image.quick.settings.particles" in message
     # on a GPU the network's part is the GPU's: no GPU holds it either
     with pytest.raises(CheckError, match="largest GPU"):
-        check_memory("job", estimate, 24 * 2**30, "mem_mb", "particles", device_limit=LARGEST_GPU_BYTES,
-                     on_gpu=True, device_what="the largest GPU there is")
+        check_memory(
+            "job",
+            estimate,
+            24 * 2**30,
+            "mem_mb",
+            "particles",
+            device_limit=LARGEST_GPU_BYTES,
+            on_gpu=True,
+            device_what="the largest GPU there is",
+        )
 
 
 def test_memory_bound_passes_the_shipped_config_and_bounds_a_measured_job():
@@ -290,10 +303,13 @@ def test_key_written_twice_names_the_key_and_both_lines(tmp_path):
     path.write_text("scale: quick\nseeds: [1]\nscale: paper\n")
     with pytest.raises(CheckError) as err:
         check_yaml_file(path)
-    assert str(err.value) == (f"{path}:3:1: key scale is written twice (lines 1 and 3); YAML would keep the "
-                              "last one silently: keep one")
+    assert str(err.value) == (
+        f"{path}:3:1: key scale is written twice (lines 1 and 3); YAML would keep the last one silently: keep one"
+    )
     path.write_text("experiments:\n  toy:\n    hmc: {chains: 4, warmup: 1, chains: 8}\n")
-    with pytest.raises(CheckError, match=r":3:33: key experiments\.toy\.hmc\.chains is written twice \(line 3, columns 11 and 33\)"):
+    with pytest.raises(
+        CheckError, match=r":3:33: key experiments\.toy\.hmc\.chains is written twice \(line 3, columns 11 and 33\)"
+    ):
         check_yaml_file(path)
 
 
@@ -331,7 +347,9 @@ def test_results_as_a_regular_file_is_one_line(tmp_path, monkeypatch):
     Path("results").write_text("")
     with pytest.raises(CheckError) as err:
         check_output_folders(["logs", "results/figures", "results"])
-    assert str(err.value) == "results is a regular file, but the workflow writes files under results/: move or remove it"
+    assert (
+        str(err.value) == "results is a regular file, but the workflow writes files under results/: move or remove it"
+    )
     Path("logs").symlink_to(tmp_path / "gone")
     assert blocked_folder("logs/toy") == f"logs is a link to {tmp_path / 'gone'}, which does not exist"
 
@@ -353,14 +371,19 @@ def test_slurm_without_its_clients_is_one_line():
 
 
 # ------------------------------------------------------------------ Snakemake (slow)
-def snakemake(workdir: Path, *args: str, config: str | None = None, env: dict | None = None,
-              timeout: int = 180) -> tuple[int, str]:
+def snakemake(
+    workdir: Path, *args: str, config: str | None = None, env: dict | None = None, timeout: int = 180
+) -> tuple[int, str]:
     """Snakemake on the checkout's Snakefile in ``workdir`` (config.yaml: ``config`` or the
     checkout's); (return code, output)."""
     (workdir / "config.yaml").write_text(config if config is not None else (ROOT / "config.yaml").read_text())
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -402,8 +425,7 @@ def test_snakemake_stops_on_a_bad_label_and_one_chain(tmp_path):
 
 @pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_snakemake_stops_on_a_bad_environment_variable_and_results_as_a_file(tmp_path):
-    rc, out = snakemake(tmp_path, "-n", "results/figures/fig2_gaussian.png",
-                        env={"REPENS_CHECKPOINT_SECONDS": "abc"})
+    rc, out = snakemake(tmp_path, "-n", "results/figures/fig2_gaussian.png", env={"REPENS_CHECKPOINT_SECONDS": "abc"})
     assert rc != 0
     stopped_with(out, "environment variable REPENS_CHECKPOINT_SECONDS='abc': not a number")
     (tmp_path / "results").write_text("")
@@ -431,8 +453,10 @@ SLURM_CLIENTS = ("sacct", "sbatch", "scancel", "scontrol", "sinfo", "squeue", "s
 
 
 @pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
-@pytest.mark.skipif(importlib.util.find_spec("snakemake_executor_plugin_slurm") is None,
-                    reason="snakemake-executor-plugin-slurm is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("snakemake_executor_plugin_slurm") is None,
+    reason="snakemake-executor-plugin-slurm is not installed",
+)
 def test_snakemake_with_the_slurm_profile_and_no_slurm_is_one_line(tmp_path):
     """A real (not dry) run with --profile slurm where no SLURM client is on PATH."""
     folders = []
@@ -455,7 +479,11 @@ def test_snakemake_with_the_slurm_profile_and_no_slurm_is_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--profile", "slurm", "-d", str(work), "results/figures/fig2_gaussian.png"],
-        cwd=ROOT, capture_output=True, text=True, timeout=180, env={**env, "PATH": path},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**env, "PATH": path},
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0

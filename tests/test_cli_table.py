@@ -22,9 +22,29 @@ def test_every_command_of_the_table_is_a_subcommand_with_its_handler():
 
 def test_the_commands_the_workflow_calls_are_there():
     names = {c.name for c in cli.COMMANDS}
-    assert {"train", "train-stack", "hmc", "prepare-images", "image-table", "synthetic-table", "synthetic-figure",
-            "toy-figure", "toy-table", "uci-download", "uci-table", "claims", "claim-figures", "claims-page",
-            "reference", "budget", "where", "export-jobs", "run-jobs", "pack", "import-results"} == names
+    assert {
+        "train",
+        "train-stack",
+        "hmc",
+        "prepare-images",
+        "image-table",
+        "synthetic-table",
+        "synthetic-figure",
+        "toy-figure",
+        "toy-table",
+        "uci-download",
+        "uci-table",
+        "claims",
+        "claim-figures",
+        "claims-page",
+        "reference",
+        "budget",
+        "where",
+        "export-jobs",
+        "run-jobs",
+        "pack",
+        "import-results",
+    } == names
 
 
 def test_outputs_declare_required_and_optional_files_in_order():
@@ -36,16 +56,30 @@ def test_outputs_declare_required_and_optional_files_in_order():
     assert (args.out_csv, args.out_html, args.out_tex) == ("a.csv", None, "a.tex")
 
 
-@pytest.mark.parametrize("command,required,optional", [
-    ("uci-table", ["--out-tex", "--out-csv", "--out-seeds"],
-     ["--out-html", "--out-seeds-html", "--out-vs-de", "--out-vs-de-html"]),
-    ("image-table", ["--out-tex", "--out-png", "--out-csv", "--out-vs-paper"], ["--out-html", "--out-vs-paper-html"]),
-    ("claims", ["--out-csv", "--out-md"], ["--out-html"]),
-    ("toy-figure", ["--out-png", "--out-pdf"], []),
-])
+@pytest.mark.parametrize(
+    "command,required,optional",
+    [
+        (
+            "uci-table",
+            ["--out-tex", "--out-csv", "--out-seeds"],
+            ["--out-html", "--out-seeds-html", "--out-vs-de", "--out-vs-de-html"],
+        ),
+        (
+            "image-table",
+            ["--out-tex", "--out-png", "--out-csv", "--out-vs-paper"],
+            ["--out-html", "--out-vs-paper-html"],
+        ),
+        ("claims", ["--out-csv", "--out-md"], ["--out-html"]),
+        ("toy-figure", ["--out-png", "--out-pdf"], []),
+    ],
+)
 def test_table_commands_have_their_output_flags(command, required, optional):
     p = _subparsers(cli._parser())[command]
-    outs = {a.option_strings[0]: a.required for a in p._actions if a.option_strings and a.option_strings[0].startswith("--out-")}
+    outs = {
+        a.option_strings[0]: a.required
+        for a in p._actions
+        if a.option_strings and a.option_strings[0].startswith("--out-")
+    }
     assert outs == {**{f: True for f in required}, **{f: False for f in optional}}
 
 
@@ -58,7 +92,8 @@ def test_a_missing_required_option_exits_2(capsys):
 
 def test_main_returns_the_handlers_exit_code(monkeypatch):
     monkeypatch.setattr(cli, "_where", lambda args: 17)
-    commands = tuple(cli.Command(c.name, c.help, c.setup, cli._where if c.name == "where" else c.run)
-                     for c in cli.COMMANDS)
+    commands = tuple(
+        cli.Command(c.name, c.help, c.setup, cli._where if c.name == "where" else c.run) for c in cli.COMMANDS
+    )
     monkeypatch.setattr(cli, "COMMANDS", commands)
     assert cli.main(["where", "some.json"]) == 17

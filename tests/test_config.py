@@ -51,10 +51,7 @@ def problems(config: dict) -> list[str]:
     (after numbers spelled as strings are read as numbers, as the workflow does)."""
     coerce_numbers(config, load_schema())
     validator = jsonschema.Draft202012Validator(load_schema())
-    found = [
-        f"{'.'.join(str(p) for p in err.absolute_path)}: {err.message}"
-        for err in validator.iter_errors(config)
-    ]
+    found = [f"{'.'.join(str(p) for p in err.absolute_path)}: {err.message}" for err in validator.iter_errors(config)]
     if not found:
         try:
             check_config(config)
@@ -190,7 +187,10 @@ BAD = {
     "negative seed": (_set("seeds", [-1]), "seeds[0]"),
     "nan learning rate": (_set("experiments.synthetic.settings.lr", float("nan")), "experiments.synthetic.settings.lr"),
     "infinite learning rate": (_set("methods.de.lr", float("inf")), "methods.de.lr"),
-    "nan spelled as YAML": (_set("experiments.toy.datasets.regression.lr", ".nan"), "experiments.toy.datasets.regression.lr"),
+    "nan spelled as YAML": (
+        _set("experiments.toy.datasets.regression.lr", ".nan"),
+        "experiments.toy.datasets.regression.lr",
+    ),
     "mmd_weight for svgd through method_settings": (
         _set("experiments.synthetic.method_settings", {"svgd": {"mmd_weight": 1.0}}),
         "experiments.synthetic.method_settings.svgd.mmd_weight",
@@ -356,7 +356,13 @@ def test_shipped_config_matches_appendix_g4_g5():
     assert {m for m, v in lr.items() if v == 0.001} == {"kde-wgd", "sge-wgd", "ssge-wgd"}
     assert all(lr[m] == 0.0025 for m in ("de", "svgd", "fsvgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd"))
     fm = resolve_job(paper, "image", "fashionmnist", "de", 38)
-    assert (fm["particles"], fm["steps"], fm["batch_size"], fm["prior_std"], fm["init"]) == (50, 50000, 256, 1.0, "prior")
+    assert (fm["particles"], fm["steps"], fm["batch_size"], fm["prior_std"], fm["init"]) == (
+        50,
+        50000,
+        256,
+        1.0,
+        "prior",
+    )
     assert fm["hidden"] == [100, 100, 100] and fm["ood"] == "mnist"
     cifar = {m: resolve_job(paper, "image", "cifar10", m, 38) for m in ("de", "svgd", "kde-wgd", "fsvgd", "ssge-fwgd")}
     assert [cifar[m]["lr"] for m in ("de", "svgd", "kde-wgd")] == [0.0005] * 3
@@ -470,9 +476,26 @@ def test_experiment_capabilities_match_the_runners():
 )
 def test_command_line_overrides_are_read_as_yaml(tmp_path, override, expect):
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path), "-n",
-         "--configfile", str(CONFIG), "--config", override, "--", "results/figures/fig2_gaussian.png"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "-n",
+            "--configfile",
+            str(CONFIG),
+            "--config",
+            override,
+            "--",
+            "results/figures/fig2_gaussian.png",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     output = proc.stdout + proc.stderr
     if expect is None:
@@ -534,8 +557,24 @@ def test_dataset_hmc_patch_reaches_only_the_hmc_job():
     for scale in (paper, quick):
         job = resolve_job(scale, "toy", "regression", "de", 42)
         assert "hmc" not in job
-        assert job == resolve_job(dict(scale, experiments={**config["experiments"], "toy": {
-            **toy, "datasets": {**toy["datasets"], "regression": {
-                k: v for k, v in toy["datasets"]["regression"].items() if k != "hmc"}}}}), "toy", "regression", "de", 42)
+        assert job == resolve_job(
+            dict(
+                scale,
+                experiments={
+                    **config["experiments"],
+                    "toy": {
+                        **toy,
+                        "datasets": {
+                            **toy["datasets"],
+                            "regression": {k: v for k, v in toy["datasets"]["regression"].items() if k != "hmc"},
+                        },
+                    },
+                },
+            ),
+            "toy",
+            "regression",
+            "de",
+            42,
+        )
     toy["datasets"]["regression"]["hmc"] = {"max_tree_depth": 10}
     assert any("max_tree_depth" in p for p in problems(config))

@@ -39,8 +39,10 @@ def _image_log(path: Path, kind: str) -> None:
     nll = _curve(kind)
     for i, v in enumerate(nll, start=1):
         acc = 0.9 - 0.2 * (v - 0.3)
-        lines.append(f"2026-01-01 00:00:{i:02d},000 repens.train INFO step {i * EVERY}/{TOTAL}  9.8 steps/s  ETA 0s  "
-                     f"train_nll={v - 0.1:.4g} train_acc={acc + 0.05:.3g} monitor_nll={v:.4g} monitor_acc={acc:.3g}")
+        lines.append(
+            f"2026-01-01 00:00:{i:02d},000 repens.train INFO step {i * EVERY}/{TOTAL}  9.8 steps/s  ETA 0s  "
+            f"train_nll={v - 0.1:.4g} train_acc={acc + 0.05:.3g} monitor_nll={v:.4g} monitor_acc={acc:.3g}"
+        )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -48,8 +50,9 @@ def _image_run(tmp_path: Path, kind: str | None) -> Path:
     run = tmp_path / "results" / "image" / "fashionmnist" / "m" / "seed1"
     run.mkdir(parents=True)
     rel = "logs/image/fashionmnist/m/seed1.log"
-    (run / "metrics.json").write_text(json.dumps({"job": {"method": "m"}, "metrics": {"nll": 0.3},
-                                                  "provenance": {"log": rel}}))
+    (run / "metrics.json").write_text(
+        json.dumps({"job": {"method": "m"}, "metrics": {"nll": 0.3}, "provenance": {"log": rel}})
+    )
     if kind is not None:
         log = tmp_path / rel
         log.parent.mkdir(parents=True)
@@ -85,8 +88,10 @@ def test_missing_history_unknown(tmp_path):
 def test_history_in_metrics_preferred(tmp_path):
     path = _image_run(tmp_path, "steep")  # the log says steep, metrics.json's own history is flat
     data = json.loads(path.read_text())
-    data["history"] = [{"step": (i + 1) * EVERY, "total": TOTAL, "train_nll": v - 0.1, "monitor_nll": v,
-                        "monitor_acc": 0.9} for i, v in enumerate(_curve("flat"))]
+    data["history"] = [
+        {"step": (i + 1) * EVERY, "total": TOTAL, "train_nll": v - 0.1, "monitor_nll": v, "monitor_acc": 0.9}
+        for i, v in enumerate(_curve("flat"))
+    ]
     path.write_text(json.dumps(data))
     v = cv.check_image_run(path)
     assert v.converged is True and "history in metrics.json" in v.reason
@@ -109,23 +114,30 @@ def test_stability_noise_gate():
     assert cv.stability(s)["ok"] is True
 
 
-def _uci_run(tmp_path: Path, method: str, final: float, slope: float = 0.0, noise_std: float = 0.25,
-             n_train: int = 455) -> Path:
+def _uci_run(
+    tmp_path: Path, method: str, final: float, slope: float = 0.0, noise_std: float = 0.25, n_train: int = 455
+) -> Path:
     run = tmp_path / "results" / "uci" / "boston" / method / "seed42"
     run.mkdir(parents=True)
     rel = f"logs/uci/boston/{method}/seed42.log"
-    (run / "metrics.json").write_text(json.dumps({
-        "job": {"method": method, "noise_std": noise_std},
-        "splits": [{"split": k, "n_train": n_train} for k in range(3)],
-        "provenance": {"log": rel}}))
+    (run / "metrics.json").write_text(
+        json.dumps(
+            {
+                "job": {"method": method, "noise_std": noise_std},
+                "splits": [{"split": k, "n_train": n_train} for k in range(3)],
+                "provenance": {"log": rel},
+            }
+        )
+    )
     log = tmp_path / rel
     log.parent.mkdir(parents=True)
     total, every = 24000, 1200
     lines = []
     for i in range(1, total // every + 1):
         v = final + slope * (total - i * every) / total
-        lines.append(f"x repens.train INFO step {i * every}/{total}  263.5 steps/s  ETA 0s  "
-                     f"train_rmse_std_units_mean={v:.4g}")
+        lines.append(
+            f"x repens.train INFO step {i * every}/{total}  263.5 steps/s  ETA 0s  train_rmse_std_units_mean={v:.4g}"
+        )
     log.write_text("\n".join(lines) + "\n")
     return run / "metrics.json"
 
@@ -147,13 +159,23 @@ def test_a_burn_in_is_not_judged_only_the_run_after_it(tmp_path):
     de = _uci_run(tmp_path, "de", 0.15)
     run = _uci_run(tmp_path, "dle-burnin", 0.15)
     log = tmp_path / "logs/uci/boston/dle-burnin/seed42.log"
-    falling = [f"x repens.train INFO step {i * 1200}/12000  263.5 steps/s  ETA 0s  "
-               f"train_rmse_std_units_mean={0.15 + 0.5 * (10 - i) / 10 + 0.01:.4g}" for i in range(1, 11)]
+    falling = [
+        f"x repens.train INFO step {i * 1200}/12000  263.5 steps/s  ETA 0s  "
+        f"train_rmse_std_units_mean={0.15 + 0.5 * (10 - i) / 10 + 0.01:.4g}"
+        for i in range(1, 11)
+    ]
     sampler = [line.replace("/24000", "/12000") for line in log.read_text().splitlines()[:10]]
-    log.write_text("\n".join(["x repens.fitting INFO burn-in: 12000 of 24000 steps as a deep ensemble (adam, lr "
-                              "0.05), then langevin", *falling,
-                              "x repens.fitting INFO step size: curvature 1e+12 at the burned-in particles",
-                              *sampler]) + "\n")
+    log.write_text(
+        "\n".join(
+            [
+                "x repens.fitting INFO burn-in: 12000 of 24000 steps as a deep ensemble (adam, lr 0.05), then langevin",
+                *falling,
+                "x repens.fitting INFO step size: curvature 1e+12 at the burned-in particles",
+                *sampler,
+            ]
+        )
+        + "\n"
+    )
     segments = cv.parse_log(log)
     assert [s["burn_in"] for s in segments] == [True, False]
     verdict = cv.check_uci_run(run)
@@ -171,8 +193,7 @@ def test_uci_without_de_is_unknown(tmp_path):
 
 def test_uci_fit_bound():
     # likelihood term: sqrt(r_ref^2 + sigma^2 (1 + 2 sqrt(2/n)))
-    assert cv.uci_fit_bound(0.245, 0.245, 455) == pytest.approx(
-        math.sqrt(0.245 ** 2 * (2 + 2 * math.sqrt(2 / 455))))
+    assert cv.uci_fit_bound(0.245, 0.245, 455) == pytest.approx(math.sqrt(0.245**2 * (2 + 2 * math.sqrt(2 / 455))))
     # tiny sigma: the RMS resolution term
     assert cv.uci_fit_bound(0.02, 3e-4, 691) == pytest.approx(0.02 * (1 + 2 / math.sqrt(2 * 691)))
 
@@ -182,11 +203,17 @@ def test_hmc_reference_delegates(tmp_path):
 
     good = tmp_path / "good" / "diagnostics.json"
     bad = tmp_path / "bad" / "diagnostics.json"
-    for p, rhat, ess in ((good, CONVERGED_RHAT_MAX - 0.005, CONVERGED_ESS_MIN + 10),
-                         (bad, 1.2, 30.0)):
+    for p, rhat, ess in ((good, CONVERGED_RHAT_MAX - 0.005, CONVERGED_ESS_MIN + 10), (bad, 1.2, 30.0)):
         p.parent.mkdir()
-        p.write_text(json.dumps({"job": {"scale": "paper"}, "settings": {"chains": 4},
-                                 "diagnostics": {"rhat_max": rhat, "ess_min": ess}}))
+        p.write_text(
+            json.dumps(
+                {
+                    "job": {"scale": "paper"},
+                    "settings": {"chains": 4},
+                    "diagnostics": {"rhat_max": rhat, "ess_min": ess},
+                }
+            )
+        )
     assert cv.check_hmc_reference(good).converged is True
     v = cv.check_hmc_reference(bad)
     assert v.converged is False and "R-hat" in v.reason
@@ -195,8 +222,10 @@ def test_hmc_reference_delegates(tmp_path):
     assert cv.check_hmc_reference(empty).converged is None
 
 
-@pytest.mark.skipif(not (REFERENCE / "image" / "fashionmnist" / "fsvgd" / "seed38" / "metrics.json").exists(),
-                    reason="no committed image reference")
+@pytest.mark.skipif(
+    not (REFERENCE / "image" / "fashionmnist" / "fsvgd" / "seed38" / "metrics.json").exists(),
+    reason="no committed image reference",
+)
 def test_reference_image_runs():
     v = cv.check_image_run(REFERENCE / "image" / "fashionmnist" / "fsvgd" / "seed38" / "metrics.json")
     assert v.converged is not None and v.reason
@@ -205,8 +234,9 @@ def test_reference_image_runs():
     assert de.converged is not None and de.reason
 
 
-@pytest.mark.skipif(not (REFERENCE / "uci" / "boston" / "dle" / "seed42" / "metrics.json").exists(),
-                    reason="no committed UCI reference")
+@pytest.mark.skipif(
+    not (REFERENCE / "uci" / "boston" / "dle" / "seed42" / "metrics.json").exists(), reason="no committed UCI reference"
+)
 def test_reference_uci_runs():
     v = cv.check_uci_run(REFERENCE / "uci" / "boston" / "dle" / "seed42" / "metrics.json")
     assert v.converged is False and "under-fit" in v.reason
@@ -228,13 +258,21 @@ def _toy_tree(tmp_path: Path, nll: list[float], rhat: float | None) -> Path:
     log = tmp_path / "logs" / "toy" / "regression" / "svgd" / "seed1.log"
     log.parent.mkdir(parents=True)
     total = 100 * len(nll)
-    log.write_text("\n".join(f"x repens.train INFO step {100 * (i + 1)}/{total}  1 steps/s  ETA 0s  train_nll={v:.4g}"
-                             for i, v in enumerate(nll)) + "\n")
+    log.write_text(
+        "\n".join(
+            f"x repens.train INFO step {100 * (i + 1)}/{total}  1 steps/s  ETA 0s  train_nll={v:.4g}"
+            for i, v in enumerate(nll)
+        )
+        + "\n"
+    )
     if rhat is not None:
         hmc = tmp_path / "results" / "toy" / "regression" / "hmc" / "seed1"
         hmc.mkdir(parents=True)
-        (hmc / "diagnostics.json").write_text(json.dumps({"job": {"scale": "paper"}, "settings": {},
-                                                         "diagnostics": {"rhat_max": rhat, "ess_min": 1000.0}}))
+        (hmc / "diagnostics.json").write_text(
+            json.dumps(
+                {"job": {"scale": "paper"}, "settings": {}, "diagnostics": {"rhat_max": rhat, "ess_min": 1000.0}}
+            )
+        )
     return run / "predictions.npz"
 
 

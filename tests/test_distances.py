@@ -48,7 +48,8 @@ def test_categorical_kl_hand_case_and_properties():
     assert categorical_kl([1.0, 0.0], [0.5, 0.5]) == pytest.approx(math.log(2.0))
     # q = 0 where p > 0: clipped at eps, finite
     assert categorical_kl([0.5, 0.5], [1.0, 0.0], eps=1e-12) == pytest.approx(
-        0.5 * math.log(0.5 * (1 + 1e-12)) + 0.5 * math.log(0.5 * (1 + 1e-12) / 1e-12))
+        0.5 * math.log(0.5 * (1 + 1e-12)) + 0.5 * math.log(0.5 * (1 + 1e-12) / 1e-12)
+    )
     rng = np.random.default_rng(0)
     a, b = rng.dirichlet(np.ones(5), size=200), rng.dirichlet(np.full(5, 0.3), size=200)
     kl = categorical_kl(a, b)

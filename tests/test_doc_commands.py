@@ -52,10 +52,30 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 SHELL_LANGUAGES = {"bash", "sh", "shell", "zsh", "console", "shell-session", "terminal"}
 # first words that make an untagged block a shell block
-COMMAND_WORDS = {"snakemake", "python", "python3", "pip", "pip3", "pytest", "repens", "bash", "sh", "cd",
-                 "git", ".", "source", "export", "printf", "echo", "mkdir", "$"}
-SLURM_CLIENTS = ("sacct sacctmgr salloc sattach sbatch sbcast scancel scontrol scrontab sdiag seff sinfo "
-                 "sprio squeue sreport srun sshare sstat strigger sview").split()
+COMMAND_WORDS = {
+    "snakemake",
+    "python",
+    "python3",
+    "pip",
+    "pip3",
+    "pytest",
+    "repens",
+    "bash",
+    "sh",
+    "cd",
+    "git",
+    ".",
+    "source",
+    "export",
+    "printf",
+    "echo",
+    "mkdir",
+    "$",
+}
+SLURM_CLIENTS = (
+    "sacct sacctmgr salloc sattach sbatch sbcast scancel scontrol scrontab sdiag seff sinfo "
+    "sprio squeue sreport srun sshare sstat strigger sview"
+).split()
 # a template's word: <name> (read as ‹name›, so that the shell does not take it for a
 # redirection), or N, K, ... alone or as an option's value
 ANGLE = re.compile(r"<([A-Za-z][\w.-]*)>")
@@ -71,8 +91,9 @@ KNOWN_BROKEN: dict[tuple[str, str], str] = {}
 
 def known_broken(cmd: Command) -> str | None:
     page = cmd.source.split(":")[0]
-    return next((why for (where, start), why in KNOWN_BROKEN.items()
-                 if where == page and cmd.text.startswith(start)), None)
+    return next(
+        (why for (where, start), why in KNOWN_BROKEN.items() if where == page and cmd.text.startswith(start)), None
+    )
 
 
 # --------------------------------------------------------------------------- extraction
@@ -116,7 +137,8 @@ def _fences(markdown: str):
 def _looks_like_shell(body: list[str]) -> bool:
     lines = [line.strip() for line in body if line.strip() and not line.strip().startswith("#")]
     return bool(lines) and all(
-        line.split()[0] in COMMAND_WORDS or ENV_ASSIGNMENT.match(line.split()[0]) for line in lines)
+        line.split()[0] in COMMAND_WORDS or ENV_ASSIGNMENT.match(line.split()[0]) for line in lines
+    )
 
 
 def _logical_lines(language: str, start: int, body: list[str]):
@@ -167,7 +189,7 @@ def _simple_command(source: str, words: list[str]) -> Command:
         if op in words:
             at = words.index(op)
             redirect = words[at + 1] if at + 1 < len(words) else ""
-            words = words[:at] + words[at + 2:]
+            words = words[:at] + words[at + 2 :]
     return Command(source, words, env, redirect)
 
 
@@ -213,8 +235,11 @@ def _parse_only(run) -> str | None:
         raise _Parsed
 
     err = io.StringIO()
-    with mock.patch.object(argparse.ArgumentParser, "parse_args", parse_then_stop), \
-            contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+    with (
+        mock.patch.object(argparse.ArgumentParser, "parse_args", parse_then_stop),
+        contextlib.redirect_stderr(err),
+        contextlib.redirect_stdout(io.StringIO()),
+    ):
         try:
             run()
         except _Parsed:
@@ -261,8 +286,13 @@ class Checker:
         if placeholders:
             return Outcome("skip", f"a template (placeholder {placeholders[0]!r})")
         words = [self._fill_path_placeholder(w) for w in cmd.words]
-        problems = [f"{name}={value}: {part} does not exist" for name, value in cmd.env.items()
-                    if name == "PYTHONPATH" for part in value.split(":") if not (self.copy / part).exists()]
+        problems = [
+            f"{name}={value}: {part} does not exist"
+            for name, value in cmd.env.items()
+            if name == "PYTHONPATH"
+            for part in value.split(":")
+            if not (self.copy / part).exists()
+        ]
         if problems:
             return Outcome("fail", "; ".join(problems))
         program, args = words[0], words[1:]
@@ -314,7 +344,8 @@ class Checker:
         if not folder.is_dir():
             folder.mkdir(parents=True)
             script = folder / "conda"
-            script.write_text(textwrap.dedent("""\
+            script.write_text(
+                textwrap.dedent("""\
                 #!/bin/sh
                 case "$*" in
                   "info --json") echo '{"conda_prefix": "/nonexistent/conda", "platform": "linux-64"}';;
@@ -322,7 +353,8 @@ class Checker:
                   "config --get channel_priority --json") echo '{"get": {"channel_priority": "strict"}}';;
                   *) echo "conda stand-in (tests/test_doc_commands.py): $*" >&2; exit 1;;
                 esac
-                """))
+                """)
+            )
             script.chmod(0o755)
         return folder
 
@@ -378,7 +410,9 @@ class Checker:
             arg = args[i]
             if arg == "-m" and i + 1 < len(args):
                 names = set(re.findall(r"[A-Za-z_]\w*", args[i + 1])) - {"and", "or", "not"}
-                problems += [f"marker {n!r} is not declared in pyproject.toml" for n in sorted(names - _declared_markers())]
+                problems += [
+                    f"marker {n!r} is not declared in pyproject.toml" for n in sorted(names - _declared_markers())
+                ]
                 i += 1
             elif arg in ("-k", "-p", "--maxfail", "-n", "--durations"):
                 i += 1
@@ -405,14 +439,23 @@ class Checker:
             return
         logs = self.scratch / "dry-runs"
         logs.mkdir(parents=True, exist_ok=True)
-        spec = {"src": str(self.copy / "src"), "logs": str(logs),
-                "commands": [{"argv": argv, "env": env, "path": path, "cwd": str(self.copy)}
-                             for _, _, argv, env, path in self.queued]}
+        spec = {
+            "src": str(self.copy / "src"),
+            "logs": str(logs),
+            "commands": [
+                {"argv": argv, "env": env, "path": path, "cwd": str(self.copy)} for _, _, argv, env, path in self.queued
+            ],
+        }
         (logs / "spec.json").write_text(json.dumps(spec))
         (logs / "runner.py").write_text(RUNNER)
-        proc = subprocess.run([sys.executable, str(logs / "runner.py"), str(logs / "spec.json"), str(logs / "out.json")],
-                              cwd=self.copy, env=no_slurm_env(self.scratch), capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, str(logs / "runner.py"), str(logs / "spec.json"), str(logs / "out.json")],
+            cwd=self.copy,
+            env=no_slurm_env(self.scratch),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         for (key, _cmd, argv, _env, path), result in zip(self.queued, json.loads((logs / "out.json").read_text())):
             log = Path(result["log"]).read_text()
@@ -425,7 +468,7 @@ class Checker:
         self.queued = []
 
 
-RUNNER = r'''
+RUNNER = r"""
 import json, os, sys, time, traceback
 
 spec = json.load(open(sys.argv[1]))
@@ -464,7 +507,7 @@ for i, cmd in enumerate(spec["commands"]):
     _, status = os.waitpid(pid, 0)
     results.append({"rc": os.waitstatus_to_exitcode(status), "seconds": time.time() - start, "log": log})
 json.dump(results, open(sys.argv[2], "w"))
-'''
+"""
 
 
 def no_slurm_env(scratch: Path) -> dict[str, str]:
@@ -623,8 +666,11 @@ SYNTHETIC_EXPECTED = [  # (words, status, part of the detail), in the page's ord
     (["python", "-m", "repens", "frobnicate", "--fast"], "fail", "invalid choice: 'frobnicate'"),
     (["python", "-m", "repens", "budget", "--scale", "huge"], "fail", "invalid choice: 'huge'"),
     (["python", "-m", "repens", "budget", "--scale", "paper"], "ok", "parsed"),
-    (["python", "-m", "repens", "where", "results/table1.csv", "--no-such-option"], "fail",
-     "unrecognized arguments: --no-such-option"),
+    (
+        ["python", "-m", "repens", "where", "results/table1.csv", "--no-such-option"],
+        "fail",
+        "unrecognized arguments: --no-such-option",
+    ),
     (["pip", "install", "-e", ".[dev,nosuchextra]"], "fail", "no extra 'nosuchextra'"),
     (["pytest", "-q", "-m", "not slow and nosuchmarker"], "fail", "marker 'nosuchmarker'"),
     (["snakemake", "‹target›", "-c", "N"], "skip", "template"),

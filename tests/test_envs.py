@@ -76,7 +76,9 @@ dependencies = ["torch>=2.3", "numpy", "PyYAML>=6.0"]
 
 
 def test_mismatch_catches_a_package_added_to_one_side_only():
-    env = "dependencies:\n  - python=3.11\n  - pip\n  - conda-forge::pytorch>=2.3\n  - pip:\n    - numpy\n    - pyyaml\n"
+    env = (
+        "dependencies:\n  - python=3.11\n  - pip\n  - conda-forge::pytorch>=2.3\n  - pip:\n    - numpy\n    - pyyaml\n"
+    )
     assert mismatch(PYPROJECT, env) == {"only in pyproject.toml": set(), "only in the env file": set()}
     added_to_env = env + "    - scipy\n"
     assert mismatch(PYPROJECT, added_to_env)["only in the env file"] == {"scipy"}

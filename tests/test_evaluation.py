@@ -115,8 +115,9 @@ def test_classification_metrics_new_keys():
     op, omd = ensemble_summary(ood)
     from repens.evaluation import mutual_information
 
-    m = classification_metrics(tp, tmd, torch.tensor([0, 1]), op, omd, mutual_information(test),
-                               mutual_information(ood))
+    m = classification_metrics(
+        tp, tmd, torch.tensor([0, 1]), op, omd, mutual_information(test), mutual_information(ood)
+    )
     assert m["aupr_md"] == 1.0 and m["fpr95_md"] == 0.0 and m["auroc_mi"] == 1.0
     assert m["brier"] == pytest.approx((0.02 + 0.64 + 0.64) / 2)
     assert m["mi_test"] == pytest.approx(0.0, abs=1e-7) and m["mi_ood"] > 0
@@ -131,12 +132,14 @@ def test_code_metrics_follow_the_released_definitions():
     probs = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]], dtype=torch.float64)
     labels = torch.tensor([0, 1, 1])
     assert nll_of_mean(probs, labels) == pytest.approx(-math.log((0.9 + 0.8 + 0.4) / 3))
-    assert nll_of_mean(probs, labels) < classification_metrics(
-        probs, torch.ones(3), labels, probs, torch.ones(3))["nll"]
+    assert (
+        nll_of_mean(probs, labels) < classification_metrics(probs, torch.ones(3), labels, probs, torch.ones(3))["nll"]
+    )
     members = torch.tensor([[[0.9, 0.1]], [[0.5, 0.5]], [[0.1, 0.9]]], dtype=torch.float64)
     assert float(member_std(members)) == pytest.approx(0.4)  # sd of (0.9, 0.5, 0.1) with n - 1
     tp, tmd = ensemble_summary(members)
-    m = classification_metrics(tp, tmd, torch.tensor([0]), tp, tmd, test_std=member_std(members),
-                               ood_std=2 * member_std(members))
+    m = classification_metrics(
+        tp, tmd, torch.tensor([0]), tp, tmd, test_std=member_std(members), ood_std=2 * member_std(members)
+    )
     assert m["md_ratio_code"] == pytest.approx(2.0)
     assert {"nll_code", "ece_code", "auroc_md_code"} <= m.keys()

@@ -86,8 +86,12 @@ def test_settings_from_dict_validates():
     with pytest.raises(ValueError):
         HMCSettings(trajectory_length=0.0)
     with pytest.raises(ValueError, match="rows"):
-        sample_hmc(gaussian(torch.zeros(2, dtype=torch.float64), torch.eye(2, dtype=torch.float64)),
-                   torch.zeros(3, 2), HMCSettings(chains=2), seed=0)
+        sample_hmc(
+            gaussian(torch.zeros(2, dtype=torch.float64), torch.eye(2, dtype=torch.float64)),
+            torch.zeros(3, 2),
+            HMCSettings(chains=2),
+            seed=0,
+        )
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -130,8 +134,16 @@ def test_leapfrog_is_reversible_conserves_energy_and_masks_per_chain():
     torch.testing.assert_close(-p2, p0, rtol=0, atol=1e-10)
     # masked chains end exactly where they would have, run alone
     for c in range(3):
-        alone = leapfrog(q0[c : c + 1], p0[c : c + 1], lp0[c : c + 1], g0[c : c + 1], step[c : c + 1],
-                         inv_mass[c : c + 1], steps[c : c + 1], fn)
+        alone = leapfrog(
+            q0[c : c + 1],
+            p0[c : c + 1],
+            lp0[c : c + 1],
+            g0[c : c + 1],
+            step[c : c + 1],
+            inv_mass[c : c + 1],
+            steps[c : c + 1],
+            fn,
+        )
         torch.testing.assert_close(alone[0][0], q1[c], rtol=0, atol=1e-14)
         torch.testing.assert_close(alone[1][0], p1[c], rtol=0, atol=1e-14)
 
@@ -144,8 +156,16 @@ def test_leapfrog_stops_a_chain_at_a_non_finite_density():
     q0 = torch.tensor([[0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
     p0 = torch.tensor([[10.0, 0.0], [-10.0, 0.0]], dtype=torch.float64)
     lp0, g0 = fn(q0)
-    q1, _, lp1, _, bad, _ = leapfrog(q0, p0, lp0, g0, torch.full((2,), 0.05, dtype=torch.float64),
-                                  torch.ones(2, 2, dtype=torch.float64), torch.tensor([10, 10]), fn)
+    q1, _, lp1, _, bad, _ = leapfrog(
+        q0,
+        p0,
+        lp0,
+        g0,
+        torch.full((2,), 0.05, dtype=torch.float64),
+        torch.ones(2, 2, dtype=torch.float64),
+        torch.tensor([10, 10]),
+        fn,
+    )
     assert bad.tolist() == [True, False]
     assert torch.isfinite(lp1).all() and q1[0, 0] < 1.0  # the last finite point is kept
 
@@ -173,12 +193,15 @@ def test_leapfrog_finds_the_u_turn_half_a_period_on():
     lp0, g0 = fn(q0)
     eps = 0.01
     steps = torch.tensor([500, 500, 500, 200])
-    *_, turned = leapfrog(q0, p0, lp0, g0, torch.full((4,), eps, dtype=torch.float64),
-                          torch.ones_like(q0), steps, fn, uturn=True)
+    *_, turned = leapfrog(
+        q0, p0, lp0, g0, torch.full((4,), eps, dtype=torch.float64), torch.ones_like(q0), steps, fn, uturn=True
+    )
     assert ((turned[:3] * eps - math.pi).abs() < 0.1).all(), turned
     assert turned[3] == 0  # stopped at t = 2 before turning
-    assert leapfrog(q0, p0, lp0, g0, torch.full((4,), eps, dtype=torch.float64), torch.ones_like(q0),
-                    steps, fn)[-1] is None
+    assert (
+        leapfrog(q0, p0, lp0, g0, torch.full((4,), eps, dtype=torch.float64), torch.ones_like(q0), steps, fn)[-1]
+        is None
+    )
 
 
 # ----------------------------------------------------------------------------- diagnostics
@@ -356,7 +379,7 @@ def _check_moments(draws, mean, cov, diag, z=4.5):
     flat = draws.reshape(-1, draws.shape[-1])
     ess = torch.as_tensor(diag["ess_bulk"])
     sd = cov.diagonal().sqrt()
-    assert ((flat.mean(0) - mean).abs() <= z * sd / ess.sqrt()).all(), ((flat.mean(0) - mean) / sd * ess.sqrt())
+    assert ((flat.mean(0) - mean).abs() <= z * sd / ess.sqrt()).all(), (flat.mean(0) - mean) / sd * ess.sqrt()
     var = flat.var(0)
     assert ((var / cov.diagonal() - 1).abs() <= z * (2 / ess).sqrt()).all(), (var / cov.diagonal(), ess)
     est = torch.corrcoef(flat.T)
@@ -432,8 +455,9 @@ def test_resume_is_bit_identical(tmp_path, how):
     # SIGINT: checkpoint at the end of the iteration, then Interrupted; a hard kill: only
     # the periodic checkpoints (here every iteration) survive
     with pytest.raises(Interrupted if how == "signal" else KeyboardInterrupt):
-        sample_hmc(_interrupting(fn, 1500, how), init, s, seed=5, checkpoint=ckpt, checkpoint_key="k",
-                   checkpoint_seconds=0.0)
+        sample_hmc(
+            _interrupting(fn, 1500, how), init, s, seed=5, checkpoint=ckpt, checkpoint_key="k", checkpoint_seconds=0.0
+        )
     assert ckpt.exists()
     stopped = torch.load(ckpt, weights_only=False)["state"]["iteration"]
     assert 0 < stopped < s.warmup + s.samples
@@ -470,8 +494,7 @@ TINY_HMC = {"chains": 2, "warmup": 40, "samples": 50, "max_leapfrog": 20, "rhat_
 
 @pytest.mark.parametrize("dataset", ["regression", "classification"])
 def test_run_hmc_end_to_end(tmp_path, dataset):
-    job = {"experiment": "hmc", "dataset": dataset, "seed": 3, "scale": "quick", "hidden": [10],
-           "hmc": dict(TINY_HMC)}
+    job = {"experiment": "hmc", "dataset": dataset, "seed": 3, "scale": "quick", "hidden": [10], "hmc": dict(TINY_HMC)}
     out = tmp_path / "hmc" / "predictive.npz"
     ckpt = tmp_path / "hmc" / "ckpt.pt"
     threads = torch.get_num_threads()
@@ -528,8 +551,14 @@ def test_run_hmc_failed_diagnostics_leave_no_predictions(tmp_path):
 def test_failed_run_keeps_checkpoint_for_looser_thresholds(tmp_path, monkeypatch):
     import repens.hmc
 
-    job = {"experiment": "hmc", "dataset": "regression", "seed": 0, "scale": "quick", "hidden": [4],
-           "hmc": dict(TINY_HMC, warmup=10, samples=8, ess_min=1e6)}
+    job = {
+        "experiment": "hmc",
+        "dataset": "regression",
+        "seed": 0,
+        "scale": "quick",
+        "hidden": [4],
+        "hmc": dict(TINY_HMC, warmup=10, samples=8, ess_min=1e6),
+    }
     out, ckpt = tmp_path / "predictive.npz", tmp_path / "ckpt.pt"
     with pytest.raises(HMCDiagnosticsError):
         run_hmc(job, out, ckpt)
@@ -578,14 +607,21 @@ def test_convergence_is_judged_at_the_paper_thresholds_whatever_the_job_enforces
     bad = {"rhat_max": 1.50, "ess_min": 10.0}
     v = convergence(bad, quick, scale="quick")
     assert v["accepted"] is True and v["converged"] is False and v["passed"] is False
-    assert v["status"] == ("not converged (quick scale: job thresholds relaxed to R-hat <= 1000, ESS >= 0; "
-                           "R-hat max 1.5 > 1.01, ESS min 10 < 400)")
+    assert v["status"] == (
+        "not converged (quick scale: job thresholds relaxed to R-hat <= 1000, ESS >= 0; "
+        "R-hat max 1.5 > 1.01, ESS min 10 < 400)"
+    )
     good = convergence({"rhat_max": 1.004, "ess_min": 1622.0}, quick, scale="quick")
     assert good["converged"] is True and good["passed"] is True and good["status"] == "converged"
     paper = HMCSettings.from_dict({"rhat_max": 1.01, "ess_min": 400})
     v = convergence({"rhat_max": 1.02, "ess_min": 500.0}, paper, scale="paper")
-    assert v == {**v, "accepted": False, "converged": False, "passed": False,
-                 "status": "not converged (R-hat max 1.02 > 1.01)"}
+    assert v == {
+        **v,
+        "accepted": False,
+        "converged": False,
+        "passed": False,
+        "status": "not converged (R-hat max 1.02 > 1.01)",
+    }
     assert convergence({"rhat_max": float("nan"), "ess_min": 500.0}, paper)["converged"] is False
 
 

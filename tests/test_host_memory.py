@@ -80,12 +80,15 @@ def test_a_freed_block_above_the_mmap_ceiling_is_reused_not_faulted_in_again():
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
-@pytest.mark.parametrize("splits, batch_size, hidden, steps", [
-    (20, 64, 50, 40),
-    # 5 x 5 x 4096 x 100 floats: 41 MB activations, above glibc's 32 MiB mmap ceiling
-    # (the protein stack's are 82 MB); each would fault in 10,000 pages a step.
-    (5, 4096, 100, 2),
-])
+@pytest.mark.parametrize(
+    "splits, batch_size, hidden, steps",
+    [
+        (20, 64, 50, 40),
+        # 5 x 5 x 4096 x 100 floats: 41 MB activations, above glibc's 32 MiB mmap ceiling
+        # (the protein stack's are 82 MB); each would fault in 10,000 pages a step.
+        (5, 4096, 100, 2),
+    ],
+)
 def test_training_steps_reuse_freed_activations_without_page_faults(splits, batch_size, hidden, steps):
     calls = 7
     result = _run_script(SCRIPT, splits, batch_size, hidden, steps, calls)

@@ -77,8 +77,15 @@ def killed_run(ckpt: Path, monkeypatch=None):
         monkeypatch.setattr(train_mod, "torch_save_atomic", lambda obj, path: torch.save(obj, path))
     start, g, ctx = setup()
     with pytest.raises(KeyboardInterrupt):
-        train(TrainState(start), _crash_at(update, 25), lambda b, a: ctx, SETTINGS, g, checkpoint=ckpt,
-              checkpoint_key="job")
+        train(
+            TrainState(start),
+            _crash_at(update, 25),
+            lambda b, a: ctx,
+            SETTINGS,
+            g,
+            checkpoint=ckpt,
+            checkpoint_key="job",
+        )
     if monkeypatch is not None:
         monkeypatch.undo()
     assert torch.load(ckpt, weights_only=True)["step"] == 24
@@ -90,8 +97,9 @@ def rerun(ckpt: Path, caplog):
     start, g, ctx = setup()  # as the clean run (a resumed run takes the generator's state from the checkpoint)
     caplog.clear()
     with caplog.at_level("INFO", logger="repens.train"):
-        return train(TrainState(start), update, lambda b, a: ctx, SETTINGS, g, checkpoint=ckpt,
-                     checkpoint_key="job").params
+        return train(
+            TrainState(start), update, lambda b, a: ctx, SETTINGS, g, checkpoint=ckpt, checkpoint_key="job"
+        ).params
 
 
 def warnings_about(caplog, path: Path) -> list[str]:
@@ -108,7 +116,7 @@ def flip_exponent_bit(path: Path, values: torch.Tensor) -> float:
     i = int(np.flatnonzero((values.abs() < 1).flatten().numpy() & (values.flatten() != 0).numpy())[0])
     data[at + 8 * i + 7] ^= 0x40  # little-endian float64: byte 7 holds the sign and the top exponent bits
     path.write_bytes(bytes(data))
-    flipped = np.frombuffer(bytes(data[at + 8 * i: at + 8 * i + 8]), dtype=np.float64)[0]
+    flipped = np.frombuffer(bytes(data[at + 8 * i : at + 8 * i + 8]), dtype=np.float64)[0]
     assert np.isfinite(flipped) and abs(flipped) > 1e300
     return float(flipped)
 
@@ -117,7 +125,7 @@ def flip_exponent_bit(path: Path, values: torch.Tensor) -> float:
 def test_checkpoint_carries_its_sha256_and_stays_a_torch_archive(tmp_path):
     path = tmp_path / "c.ckpt"
     torch_save_atomic({"key": "k", "x": torch.arange(4.0)}, path)
-    assert path.read_bytes()[-(len(CHECKSUM_TAG) + 64):].startswith(CHECKSUM_TAG)
+    assert path.read_bytes()[-(len(CHECKSUM_TAG) + 64) :].startswith(CHECKSUM_TAG)
     assert torch.equal(torch.load(path, weights_only=True)["x"], torch.arange(4.0))
 
 
@@ -221,8 +229,9 @@ def test_bit_flip_in_an_hmc_checkpoint_is_set_aside(tmp_path, caplog):
 def test_unreadable_split_result_is_one_line_naming_it(tmp_path, caplog):
     path = tmp_path / "split0.json"
     path.write_text('{"key": "k", "metr')
-    assert load_keyed_json(path, "k", logging.getLogger("t"), then="training split 0 again",
-                           what="split result") is None
+    assert (
+        load_keyed_json(path, "k", logging.getLogger("t"), then="training split 0 again", what="split result") is None
+    )
     (line,) = warnings_about(caplog, path)
     assert "is unreadable" in line and "set aside as split0.json.stale, training split 0 again" in line
 
@@ -243,7 +252,7 @@ def _corrupt(path: Path, how: str) -> None:
         path.write_bytes(b"not a result file\n")
     elif how == "flipped":  # a bit in the stored array data: its CRC-32 no longer matches
         at = data.find(np.full(40, 0.25).tobytes())
-        path.write_bytes(data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:])
+        path.write_bytes(data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :])
 
 
 @pytest.mark.parametrize("how", ["truncated", "garbage", "flipped"])
@@ -253,9 +262,20 @@ def test_corrupt_npz_result_is_one_line_naming_it(tmp_path, capsys, how, command
     save_npz_atomic(path, particles=np.full((20, 2), 0.25), job=np.array(json.dumps({"dataset": "gaussian"})))
     _corrupt(path, how)
     out = [f"--out-{k}" for k in ("csv", "tex")]
-    args = {"synthetic-table": [command, out[0], str(tmp_path / "t.csv"), out[1], str(tmp_path / "t.tex"), str(path)],
-            "toy-table": [command, out[0], str(tmp_path / "t.csv"), out[1], str(tmp_path / "t.tex"),
-                          "--regression-hmc", str(path), "--regression", str(path)]}[command]
+    args = {
+        "synthetic-table": [command, out[0], str(tmp_path / "t.csv"), out[1], str(tmp_path / "t.tex"), str(path)],
+        "toy-table": [
+            command,
+            out[0],
+            str(tmp_path / "t.csv"),
+            out[1],
+            str(tmp_path / "t.tex"),
+            "--regression-hmc",
+            str(path),
+            "--regression",
+            str(path),
+        ],
+    }[command]
     assert cli.main(args) == 2
     line = _one_error_line(capsys, path)
     assert "not a readable .npz" in line
@@ -278,13 +298,41 @@ def test_corrupt_metrics_json_is_one_line_naming_it(tmp_path, capsys, how, comma
         path.write_bytes(b"\xff\xfe\x00garbage")
     o = tmp_path / "o"
     if command == "image-table":
-        args = [command, "--reference", str(ROOT / "workflow/resources/table1_paper.csv"), "--datasets", "fashionmnist",
-                "--methods", "de", "--out-tex", f"{o}.tex", "--out-png", f"{o}.png", "--out-csv", f"{o}.csv",
-                "--out-vs-paper", f"{o}v.csv", str(path)]
+        args = [
+            command,
+            "--reference",
+            str(ROOT / "workflow/resources/table1_paper.csv"),
+            "--datasets",
+            "fashionmnist",
+            "--methods",
+            "de",
+            "--out-tex",
+            f"{o}.tex",
+            "--out-png",
+            f"{o}.png",
+            "--out-csv",
+            f"{o}.csv",
+            "--out-vs-paper",
+            f"{o}v.csv",
+            str(path),
+        ]
     else:
-        args = [command, "--datasets", "boston", "--methods", "de", "--seeds",
-                str(ROOT / "workflow/resources/table2_seeds.csv"), "--out-tex", f"{o}.tex", "--out-csv", f"{o}.csv",
-                "--out-seeds", f"{o}s.csv", str(path)]
+        args = [
+            command,
+            "--datasets",
+            "boston",
+            "--methods",
+            "de",
+            "--seeds",
+            str(ROOT / "workflow/resources/table2_seeds.csv"),
+            "--out-tex",
+            f"{o}.tex",
+            "--out-csv",
+            f"{o}.csv",
+            "--out-seeds",
+            f"{o}s.csv",
+            str(path),
+        ]
     assert cli.main(args) == 2
     _one_error_line(capsys, path)
 
@@ -322,8 +370,11 @@ def tiny_sets(tmp_path):
 
 
 def _run(spec, out: Path, log: Path, sets=None) -> int:
-    extra = [] if sets is None else ["--input", f"train={sets['train']}", "--input", f"ood={sets['ood']}",
-                                     "--device", "cpu"]
+    extra = (
+        []
+        if sets is None
+        else ["--input", f"train={sets['train']}", "--input", f"ood={sets['ood']}", "--device", "cpu"]
+    )
     return cli.main(["--log", str(log), "train", "--spec", json.dumps(spec), *extra, "--out", str(out)])
 
 
@@ -332,11 +383,15 @@ def _log_of(log: Path) -> str:
 
 
 @pytest.mark.parametrize("experiment", ["synthetic", "image", "uci"])
-def test_finished_job_is_restored_not_retrained_after_its_outputs_are_deleted(tmp_path, monkeypatch, experiment,
-                                                                              tiny_sets):
+def test_finished_job_is_restored_not_retrained_after_its_outputs_are_deleted(
+    tmp_path, monkeypatch, experiment, tiny_sets
+):
     sets = tiny_sets if experiment == "image" else None
-    spec, name = {"synthetic": (synthetic_spec, "particles.npz"), "image": (image_spec, "metrics.json"),
-                  "uci": (uci_spec(tmp_path / "uci", monkeypatch), "metrics.json")}[experiment]
+    spec, name = {
+        "synthetic": (synthetic_spec, "particles.npz"),
+        "image": (image_spec, "metrics.json"),
+        "uci": (uci_spec(tmp_path / "uci", monkeypatch), "metrics.json"),
+    }[experiment]
     out = tmp_path / "results" / name
     outputs = [out, out.with_name("predictions.npz")] if experiment == "image" else [out]
     record = final_record_path(out.with_name(out.name + ".ckpt"))

@@ -256,15 +256,27 @@ def toy_spec(**changes):
 
 
 def test_defaults_are_filled_once():
-    spec = {"experiment": "toy", "dataset": "regression", "method": "de", "seed": 1, "rule": "ensemble",
-            "particles": 3, "steps": 40, "lr": 0.01}
+    spec = {
+        "experiment": "toy",
+        "dataset": "regression",
+        "method": "de",
+        "seed": 1,
+        "rule": "ensemble",
+        "particles": 3,
+        "steps": 40,
+        "lr": 0.01,
+    }
     job = Job.from_spec(spec)
     assert (job.batch_size, job.hidden, job.prior_std, job.noise_std) == (64, (50, 50), 1.0, 0.5)
     assert (job.optimizer, job.bandwidth, job.space, job.log_interval(40)) == ("adam", "median", "weight", 2)
     assert job.to_spec() == spec  # defaults are not written into the spec (nor into the key)
     image = ImageJob.from_spec({**spec, "experiment": "image", "dataset": "fashionmnist", "ood": "mnist"})
-    assert (image.batch_size, image.hidden, image.l2_range, image.search_steps) == (256, (100, 100, 100),
-                                                                                   (1e-3, 1e3), None)
+    assert (image.batch_size, image.hidden, image.l2_range, image.search_steps) == (
+        256,
+        (100, 100, 100),
+        (1e-3, 1e3),
+        None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -303,8 +315,10 @@ def test_missing_key_and_other_experiment():
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"search_top": 30}, "search_top=30 is more than search_trials=10"),
-     ({"l2_range": [10.0, 0.1]}, "l2_range [10.0, 0.1] is empty")],
+    [
+        ({"search_top": 30}, "search_top=30 is more than search_trials=10"),
+        ({"l2_range": [10.0, 0.1]}, "l2_range [10.0, 0.1] is empty"),
+    ],
 )
 def test_search_settings_are_checked_together(change, message):
     spec = resolve_job(CONFIG, "image", "fashionmnist", "hyper-de", 38)
@@ -317,8 +331,9 @@ def test_numbers_are_converted_and_the_spec_kept():
     job = Job.from_spec(toy_spec(lr="1e-3", steps=1e4, prior_std=1, hidden=[8.0]))
     assert (job.lr, job.steps, job.prior_std, job.hidden) == (0.001, 10000, 1.0, (8,))
     assert type(job.steps) is int and type(job.prior_std) is float
-    assert job.spec["prior_std"] == 1 and job.key() == job_key(toy_spec(lr="1e-3", steps=1e4, prior_std=1,
-                                                                           hidden=[8.0]))
+    assert job.spec["prior_std"] == 1 and job.key() == job_key(
+        toy_spec(lr="1e-3", steps=1e4, prior_std=1, hidden=[8.0])
+    )
 
 
 def test_replace_changes_the_spec_and_dataclasses_replace_is_refused():
@@ -333,14 +348,35 @@ def test_replace_changes_the_spec_and_dataclasses_replace_is_refused():
 
 
 def test_direct_construction_writes_its_spec():
-    job = SyntheticJob(experiment="synthetic", dataset="gaussian", method="svgd", seed=3, rule="svgd",
-                       particles=10, steps=20, lr=0.1, init_std=1.0, bandwidth=0.5)
-    assert job.spec == {"experiment": "synthetic", "dataset": "gaussian", "method": "svgd", "seed": 3,
-                        "rule": "svgd", "particles": 10, "steps": 20, "lr": 0.1, "init_std": 1.0, "bandwidth": 0.5}
+    job = SyntheticJob(
+        experiment="synthetic",
+        dataset="gaussian",
+        method="svgd",
+        seed=3,
+        rule="svgd",
+        particles=10,
+        steps=20,
+        lr=0.1,
+        init_std=1.0,
+        bandwidth=0.5,
+    )
+    assert job.spec == {
+        "experiment": "synthetic",
+        "dataset": "gaussian",
+        "method": "svgd",
+        "seed": 3,
+        "rule": "svgd",
+        "particles": 10,
+        "steps": 20,
+        "lr": 0.1,
+        "init_std": 1.0,
+        "bandwidth": 0.5,
+    }
     assert Job.from_spec(job.spec) == job and job.key() == job_key(job.spec)
     with pytest.raises(SpecError, match="setting 'steps': expected an integer"):
-        ToyJob(experiment="toy", dataset="regression", method="de", seed=0, rule="ensemble", particles=2,
-               steps=2.5, lr=0.1)
+        ToyJob(
+            experiment="toy", dataset="regression", method="de", seed=0, rule="ensemble", particles=2, steps=2.5, lr=0.1
+        )
 
 
 def test_rule_options_are_the_rules_own():
@@ -349,8 +385,11 @@ def test_rule_options_are_the_rules_own():
     assert drle.mmd_weight > 1e4  # lambda of the order of the likelihood (config.yaml, toy)
     spec = resolve_job(CONFIG, "toy", "regression", "ssge-fwgd", 42)
     # ssge-fwgd: the estimator and its ridge; num_eigs null (keep all) is the rule's default
-    assert Job.from_spec({**spec, "prior_samples": 7}).rule_options() == {"estimator": "ssge", "eta": 0.01,
-                                                                         "prior_samples": 7}
+    assert Job.from_spec({**spec, "prior_samples": 7}).rule_options() == {
+        "estimator": "ssge",
+        "eta": 0.01,
+        "prior_samples": 7,
+    }
     assert Job.from_spec({**spec, "rule": "svgd", "estimator": None, "eta": None}).rule_options() == {}
 
 

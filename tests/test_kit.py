@@ -135,42 +135,86 @@ def node(tmp_path, monkeypatch):
         def job(name, ticks=4, inputs=(), **spec_extra):
             spec = json.dumps({"ticks": ticks, "name": name, **spec_extra}, sort_keys=True)
             out = f"results/fake/{name}/out.json"
-            return {"id": out, "rule": "train_fake", "wildcards": {"name": name}, "command": "train",
-                    "argv": ["train", "--spec", spec, "--out", out], "spec": spec, "outputs": [out],
-                    "log": f"logs/fake/{name}.log", "benchmark": f"results/fake/{name}/benchmark.tsv",
-                    "inputs": list(inputs)}
+            return {
+                "id": out,
+                "rule": "train_fake",
+                "wildcards": {"name": name},
+                "command": "train",
+                "argv": ["train", "--spec", spec, "--out", out],
+                "spec": spec,
+                "outputs": [out],
+                "log": f"logs/fake/{name}.log",
+                "benchmark": f"results/fake/{name}/benchmark.tsv",
+                "inputs": list(inputs),
+            }
 
         @staticmethod
         def image_job(method, seed, ticks=4, **spec_extra):
             """An image job as Snakemake writes one (``--threads``, inputs, device), with its
             two outputs; its inputs are made here."""
-            spec = json.dumps({"experiment": "image", "dataset": "fake", "method": method, "seed": seed,
-                               "ticks": ticks, **spec_extra}, sort_keys=True)
+            spec = json.dumps(
+                {
+                    "experiment": "image",
+                    "dataset": "fake",
+                    "method": method,
+                    "seed": seed,
+                    "ticks": ticks,
+                    **spec_extra,
+                },
+                sort_keys=True,
+            )
             base = f"results/image/fake/{method}/seed{seed}"
             inputs = ["data/images/fake.npz", "data/images/ood.npz"]
             for path in inputs:
                 (work / path).parent.mkdir(parents=True, exist_ok=True)
                 (work / path).write_text("data")
-            argv = ["--threads", "1", "train", "--spec", spec, "--input", f"train={inputs[0]}", "--input",
-                    f"ood={inputs[1]}", "--device", "auto", "--out", f"{base}/metrics.json"]
-            return {"id": f"{base}/metrics.json", "rule": "train_image",
-                    "wildcards": {"dataset": "fake", "method": method, "seed": str(seed)}, "command": "train",
-                    "argv": argv, "spec": spec, "outputs": [f"{base}/metrics.json", f"{base}/predictions.npz"],
-                    "log": f"logs/image/fake/{method}/seed{seed}.log", "benchmark": f"{base}/benchmark.tsv",
-                    "inputs": inputs}
+            argv = [
+                "--threads",
+                "1",
+                "train",
+                "--spec",
+                spec,
+                "--input",
+                f"train={inputs[0]}",
+                "--input",
+                f"ood={inputs[1]}",
+                "--device",
+                "auto",
+                "--out",
+                f"{base}/metrics.json",
+            ]
+            return {
+                "id": f"{base}/metrics.json",
+                "rule": "train_image",
+                "wildcards": {"dataset": "fake", "method": method, "seed": str(seed)},
+                "command": "train",
+                "argv": argv,
+                "spec": spec,
+                "outputs": [f"{base}/metrics.json", f"{base}/predictions.npz"],
+                "log": f"logs/image/fake/{method}/seed{seed}.log",
+                "benchmark": f"{base}/benchmark.tsv",
+                "inputs": inputs,
+            }
 
         @staticmethod
         def jobs(jobs, prepare=()):
             path = work / "jobs.json"
-            path.write_text(json.dumps({"kit": kit.KIT_FORMAT, "snakemake": {"targets": [], "config": []},
-                                        "jobs": jobs, "prepare": list(prepare)}))
+            path.write_text(
+                json.dumps(
+                    {
+                        "kit": kit.KIT_FORMAT,
+                        "snakemake": {"targets": [], "config": []},
+                        "jobs": jobs,
+                        "prepare": list(prepare),
+                    }
+                )
+            )
             return path
 
         @staticmethod
         def run(**kwargs):
             out = io.StringIO()
-            rc = run_jobs(work / "jobs.json", directory=work, launcher=[sys.executable, str(script)], out=out,
-                          **kwargs)
+            rc = run_jobs(work / "jobs.json", directory=work, launcher=[sys.executable, str(script)], out=out, **kwargs)
             return rc, out.getvalue()
 
         @staticmethod
@@ -211,8 +255,18 @@ def test_deadline_interrupts_a_job_the_next_call_resumes_it_and_then_skips_finis
     assert starts.count(short["id"]) == 1 and starts.count(long["id"]) == 2
     # Snakemake's benchmark format, both calls' time summed
     rows = (node.dir / long["benchmark"]).read_text().splitlines()
-    assert rows[0].split("\t") == ["s", "h:m:s", "max_rss", "max_vms", "max_uss", "max_pss", "io_in", "io_out",
-                                   "mean_load", "cpu_time"]
+    assert rows[0].split("\t") == [
+        "s",
+        "h:m:s",
+        "max_rss",
+        "max_vms",
+        "max_uss",
+        "max_pss",
+        "io_in",
+        "io_out",
+        "mean_load",
+        "cpu_time",
+    ]
     seconds = sum(a["seconds"] for a in node.state()["jobs"][long["id"]]["attempts"])
     assert float(rows[1].split("\t")[0]) == pytest.approx(seconds, abs=0.01) and seconds >= 80 * 0.05
     # a third call runs nothing
@@ -229,8 +283,9 @@ def test_k_jobs_at_a_time(node):
     spans = {}
     for e in node.events():
         spans.setdefault(e["out"], {})[e["what"]] = e["t"]
-    edges = sorted([(s["start"], 1) for s in spans.values()] + [(s["end"], -1) for s in spans.values()],
-                   key=lambda x: (x[0], x[1]))
+    edges = sorted(
+        [(s["start"], 1) for s in spans.values()] + [(s["end"], -1) for s in spans.values()], key=lambda x: (x[0], x[1])
+    )
     running = peak = 0
     for _, step in edges:
         running += step
@@ -271,9 +326,25 @@ def test_no_job_starts_too_close_to_the_deadline(node):
 
 def test_missing_data_is_prepared_first_offline_from_the_shipped_archives(node):
     data = "data/images/fake.npz"
-    step = {"rule": "prepare_images", "command": "prepare-images", "outputs": [data], "log": "logs/data/fake.log",
-            "argv": ["prepare-images", "--dataset", "fake", "--root", "data/images", "--mirror", "/login/mirror",
-                     "--out", data], "dataset": "fake", "archives": []}
+    step = {
+        "rule": "prepare_images",
+        "command": "prepare-images",
+        "outputs": [data],
+        "log": "logs/data/fake.log",
+        "argv": [
+            "prepare-images",
+            "--dataset",
+            "fake",
+            "--root",
+            "data/images",
+            "--mirror",
+            "/login/mirror",
+            "--out",
+            data,
+        ],
+        "dataset": "fake",
+        "archives": [],
+    }
     a, b = node.job("a", inputs=[data]), node.job("b", inputs=[data])
     node.jobs([a, b], prepare=[step])
     (node.dir / "data" / "raw").mkdir(parents=True)
@@ -281,16 +352,31 @@ def test_missing_data_is_prepared_first_offline_from_the_shipped_archives(node):
     assert rc == 0, out
     events = node.events()
     assert events[0]["out"] == data and events[1]["what"] == "end"  # the data step, alone, first
-    assert events[0]["argv"] == ["prepare-images", "--dataset", "fake", "--root", "data/images", "--offline",
-                                 "--mirror", "data/raw", "--out", data]
+    assert events[0]["argv"] == [
+        "prepare-images",
+        "--dataset",
+        "fake",
+        "--root",
+        "data/images",
+        "--offline",
+        "--mirror",
+        "data/raw",
+        "--out",
+        data,
+    ]
     assert sum(e["what"] == "start" and e["out"] == data for e in events) == 1
     assert node.state()["prepare"][data]["status"] == "done"
 
 
 def test_a_job_whose_data_step_fails_is_blocked(node, monkeypatch):
     data = "data/images/fake.npz"
-    step = {"rule": "prepare_images", "command": "prepare-images", "outputs": [data], "log": "logs/data/fake.log",
-            "argv": ["prepare-images", "--dataset", "fake", "--root", "data/images", "--out", data]}
+    step = {
+        "rule": "prepare_images",
+        "command": "prepare-images",
+        "outputs": [data],
+        "log": "logs/data/fake.log",
+        "argv": ["prepare-images", "--dataset", "fake", "--root", "data/images", "--out", data],
+    }
     node.jobs([node.job("a", inputs=[data]), node.job("c", inputs=["data/shipped.txt"])], prepare=[step])
     monkeypatch.setenv("FAKE_PREPARE_FAILS", "1")
     rc, out = node.run()
@@ -316,12 +402,15 @@ def test_another_spec_at_the_same_paths_runs_again(node):
 def test_sigterm_to_the_runner_stops_its_jobs_cleanly(node, tmp_path):
     job = node.job("a", ticks=200)
     node.jobs([job])
-    script = (f"import sys; from repens.kit import run_jobs; "
-              f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, "
-              f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))")
+    script = (
+        f"import sys; from repens.kit import run_jobs; "
+        f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, "
+        f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     for _ in range(200):
         if any(e["what"] == "start" for e in node.events()):
             break
@@ -340,9 +429,11 @@ def test_a_job_left_running_by_a_killed_runner_is_stopped_before_it_runs_again(n
     stops them (SIGTERM: they checkpoint) and resumes them, never running one job twice at once."""
     job = node.job("a", ticks=60)
     node.jobs([job])
-    script = (f"import sys; from repens.kit import run_jobs; "
-              f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, "
-              f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))")
+    script = (
+        f"import sys; from repens.kit import run_jobs; "
+        f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, "
+        f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     runner = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.DEVNULL)
     for _ in range(200):
@@ -388,9 +479,18 @@ def test_stack_seeds_runs_the_seeds_of_one_image_job_as_one_stack(node):
     assert sorted(_command(e["argv"]) for e in starts) == ["train", "train", "train-stack", "train-stack"]
     stack = next(e for e in starts if e["outs"][0] == de[0]["id"])
     # the first seed's command line (--device overridden), then each seed's --spec and --out, in order
-    assert stack["argv"] == ["--threads", "1", "train-stack", "--input", "train=data/images/fake.npz", "--input",
-                             "ood=data/images/ood.npz", "--device", "cpu",
-                             *[w for j in de for w in ("--spec", j["spec"], "--out", j["id"])]]
+    assert stack["argv"] == [
+        "--threads",
+        "1",
+        "train-stack",
+        "--input",
+        "train=data/images/fake.npz",
+        "--input",
+        "ood=data/images/ood.npz",
+        "--device",
+        "cpu",
+        *[w for j in de for w in ("--spec", j["spec"], "--out", j["id"])],
+    ]
     assert next(e for e in starts if e["outs"][0] == svgd[0]["id"])["outs"] == [j["id"] for j in svgd]
     single = next(e for e in starts if e["out"] == other_lr["id"])["argv"]
     assert single == kit._with_option(other_lr["argv"], "--device", "cpu")
@@ -468,9 +568,11 @@ def test_a_partly_finished_group_stacks_only_the_rest(node):
 def test_a_stack_left_running_by_a_killed_runner_is_stopped_once_and_resumed(node, tmp_path):
     jobs = [node.image_job("de", seed, ticks=60) for seed in (1, 2)]
     node.jobs(jobs)
-    script = (f"import sys; from repens.kit import run_jobs; "
-              f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, stack_seeds=True, "
-              f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))")
+    script = (
+        f"import sys; from repens.kit import run_jobs; "
+        f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, stack_seeds=True, "
+        f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     runner = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.DEVNULL)
     for _ in range(200):
@@ -504,8 +606,15 @@ def test_stacked_seeds_are_packed_and_imported_as_their_jobs(node, tmp_path, mon
         assert entry["attempts"][0]["stack"]["jobs"] == [j["id"] for j in jobs]
 
     def dry_run(targets, extra=(), **where):  # Snakemake would run each seed's own train job
-        return [{"rule": "train_image", "output": ", ".join(j["outputs"]),
-                 "shellcmd": "python -m repens " + shlex.join(j["argv"])} for j in jobs if j["id"] in targets]
+        return [
+            {
+                "rule": "train_image",
+                "output": ", ".join(j["outputs"]),
+                "shellcmd": "python -m repens " + shlex.join(j["argv"]),
+            }
+            for j in jobs
+            if j["id"] in targets
+        ]
 
     monkeypatch.setattr(kit, "_dry_run", dry_run)
     login = tmp_path / "login"
@@ -556,21 +665,46 @@ def test_stack_seeds_with_the_real_train_stack_equals_the_seeds_run_one_by_one(t
         spec.update(particles=2, steps=8, hidden=[8], batch_size=16, log_every=4)
         spec = json.dumps(spec, sort_keys=True)
         base = f"results/image/fashionmnist/de/seed{seed}"
-        argv = ["--threads", "1", "train", "--spec", spec, "--input", f"train={tmp_path / 'in.npz'}",
-                "--input", f"ood={tmp_path / 'ood.npz'}", "--device", "cpu", "--out", f"{base}/metrics.json"]
-        jobs.append({"id": f"{base}/metrics.json", "rule": "train_image", "wildcards": {}, "command": "train",
-                     "argv": argv, "spec": spec, "outputs": [f"{base}/metrics.json", f"{base}/predictions.npz"],
-                     "log": f"logs/image/fashionmnist/de/seed{seed}.log", "benchmark": f"{base}/benchmark.tsv",
-                     "inputs": []})
+        argv = [
+            "--threads",
+            "1",
+            "train",
+            "--spec",
+            spec,
+            "--input",
+            f"train={tmp_path / 'in.npz'}",
+            "--input",
+            f"ood={tmp_path / 'ood.npz'}",
+            "--device",
+            "cpu",
+            "--out",
+            f"{base}/metrics.json",
+        ]
+        jobs.append(
+            {
+                "id": f"{base}/metrics.json",
+                "rule": "train_image",
+                "wildcards": {},
+                "command": "train",
+                "argv": argv,
+                "spec": spec,
+                "outputs": [f"{base}/metrics.json", f"{base}/predictions.npz"],
+                "log": f"logs/image/fashionmnist/de/seed{seed}.log",
+                "benchmark": f"{base}/benchmark.tsv",
+                "inputs": [],
+            }
+        )
     results = {}
     for how, stacked in (("stack", True), ("single", False)):
         work = tmp_path / how
         work.mkdir()
-        (work / "jobs.json").write_text(json.dumps({"kit": kit.KIT_FORMAT, "snakemake": {}, "jobs": jobs,
-                                                    "prepare": []}))
+        (work / "jobs.json").write_text(
+            json.dumps({"kit": kit.KIT_FORMAT, "snakemake": {}, "jobs": jobs, "prepare": []})
+        )
         out = io.StringIO()
-        assert run_jobs(work / "jobs.json", directory=work, stack_seeds=stacked, parallel=2, out=out) == 0, \
+        assert run_jobs(work / "jobs.json", directory=work, stack_seeds=stacked, parallel=2, out=out) == 0, (
             out.getvalue() + "".join((work / j["log"]).read_text() for j in jobs)
+        )
         assert ("in 1 seed stack(s)" in out.getvalue()) == stacked
         results[how] = work
     for job in jobs:
@@ -601,17 +735,29 @@ def test_pack_cuts_the_stream_into_parts_and_reads_back(node, tmp_path):
     (node.dir / "results/fake/b/out.json.ckpt").write_text("never packed with a finished job")
     # two files of 128 KiB cannot take b: it is left for a later pack, which takes only it
     out = io.StringIO()
-    parts = pack(node.dir / "jobs.json", tmp_path / "out2" / "r", directory=node.dir, max_bytes=128 * 1024,
-                 max_files=2, stream=out)
+    parts = pack(
+        node.dir / "jobs.json",
+        tmp_path / "out2" / "r",
+        directory=node.dir,
+        max_bytes=128 * 1024,
+        max_files=2,
+        stream=out,
+    )
     assert "left for a later pack (no room): 1 job(s): results/fake/b/out.json" in out.getvalue()
     manifest = read_pack(parts, tmp_path / "y")
     assert [j["id"] for j in manifest["jobs"]] == [a["id"]] and manifest["left"] == [b["id"]]
-    parts = pack(node.dir / "jobs.json", tmp_path / "out3" / "r", directory=node.dir, only_new=True,
-                 stream=io.StringIO())
+    parts = pack(
+        node.dir / "jobs.json", tmp_path / "out3" / "r", directory=node.dir, only_new=True, stream=io.StringIO()
+    )
     assert [j["id"] for j in read_pack(parts, tmp_path / "z")["jobs"]] == [b["id"]]
     # eight files of 128 KiB take both: the stream is cut into parts .00, .01, ...
-    parts = pack(node.dir / "jobs.json", tmp_path / "out" / "results", directory=node.dir, max_bytes=128 * 1024,
-                 stream=io.StringIO())
+    parts = pack(
+        node.dir / "jobs.json",
+        tmp_path / "out" / "results",
+        directory=node.dir,
+        max_bytes=128 * 1024,
+        stream=io.StringIO(),
+    )
     assert [p.name for p in parts] == [f"results.tar.gz.{i:02d}" for i in range(len(parts))] and len(parts) == 3
     assert all(p.stat().st_size <= 128 * 1024 for p in parts)
     unpacked = tmp_path / "unpacked"
@@ -631,11 +777,14 @@ def test_pack_takes_checkpoints_of_unfinished_jobs_when_asked(node, tmp_path):
     job = node.job("a", ticks=100)
     node.jobs([job])
     assert node.run(deadline=1.5)[0] == 75
-    plain = read_pack(pack(node.dir / "jobs.json", tmp_path / "p", directory=node.dir, stream=io.StringIO()),
-                      tmp_path / "u1")
+    plain = read_pack(
+        pack(node.dir / "jobs.json", tmp_path / "p", directory=node.dir, stream=io.StringIO()), tmp_path / "u1"
+    )
     assert plain["jobs"][0]["status"] == "interrupted" and plain["jobs"][0]["files"] == [job["log"]]
-    with_ckpt = read_pack(pack(node.dir / "jobs.json", tmp_path / "q", directory=node.dir, checkpoints=True,
-                               stream=io.StringIO()), tmp_path / "u2")
+    with_ckpt = read_pack(
+        pack(node.dir / "jobs.json", tmp_path / "q", directory=node.dir, checkpoints=True, stream=io.StringIO()),
+        tmp_path / "u2",
+    )
     assert (tmp_path / "u2" / (job["id"] + ".ckpt")).is_file() and with_ckpt["jobs"][0]["status"] == "interrupted"
 
 
@@ -652,8 +801,9 @@ def test_import_puts_results_in_place_dated_after_their_inputs(node, tmp_path):
     (login / "data/images/fake.npz").write_text("data")
     future = time.time() + 1000  # an input dated later than now: the outputs go after it
     os.utime(login / "data/images/fake.npz", (future, future))
-    result = kit.import_results(parts, directory=login, verify=False, metadata=False, prepare=False,
-                                stream=io.StringIO())
+    result = kit.import_results(
+        parts, directory=login, verify=False, metadata=False, prepare=False, stream=io.StringIO()
+    )
     assert result["jobs"] == [a["id"]]
     for rel in (a["id"], a["benchmark"], a["log"]):
         assert (login / rel).read_bytes() == (node.dir / rel).read_bytes()
@@ -679,13 +829,15 @@ def test_import_refuses_results_of_another_config(node, tmp_path, monkeypatch):
             asked.append((list(targets), list(extra), where["config"]))
             argv = ["train", "--spec", spec, "--out", a["id"]]
             return [{"rule": "train_fake", "output": a["id"], "shellcmd": "python -m repens " + shlex.join(argv)}]
+
         return fake
 
     login = tmp_path / "login"
     monkeypatch.setattr(kit, "_dry_run", dry_run(a["spec"].replace('"ticks": 4', '"ticks": 5')))
     with pytest.raises(KitError, match="1 job\\(s\\) of the pack are not what Snakemake would run here now"):
-        kit.import_results(parts, directory=login, metadata=False, prepare=False, config=["scale=paper"],
-                           stream=io.StringIO())
+        kit.import_results(
+            parts, directory=login, metadata=False, prepare=False, config=["scale=paper"], stream=io.StringIO()
+        )
     assert asked == [([a["id"]], ["--force"], ["scale=paper"])]
     assert not (login / a["id"]).exists()
     monkeypatch.setattr(kit, "_dry_run", dry_run(a["spec"]))
@@ -697,8 +849,10 @@ def test_import_refuses_results_of_another_config(node, tmp_path, monkeypatch):
 def test_a_pack_member_outside_the_directory_is_refused(tmp_path):
     path = tmp_path / "evil.tar.gz"
     with tarfile.open(path, "w:gz") as tar:
-        for name, blob in (("manifest.json", json.dumps({"kit": kit.KIT_FORMAT, "jobs": []}).encode()),
-                           ("../outside.txt", b"x")):
+        for name, blob in (
+            ("manifest.json", json.dumps({"kit": kit.KIT_FORMAT, "jobs": []}).encode()),
+            ("../outside.txt", b"x"),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(blob)
             tar.addfile(info, io.BytesIO(blob))
@@ -711,13 +865,25 @@ def test_the_runner_and_pack_import_neither_snakemake_nor_jsonschema_nor_torch(n
     """`python -m repens run-jobs` / `pack` themselves: the standard library and repens.kit only."""
     _finished(node)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    for argv in (["run-jobs", "jobs.json"], ["run-jobs", "jobs.json", "--stack-seeds"],
-                 ["pack", "jobs.json", "--out", str(tmp_path / "p")]):
-        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "repens", *argv], cwd=node.dir, env=env,
-                              capture_output=True, text=True, timeout=120)
+    for argv in (
+        ["run-jobs", "jobs.json"],
+        ["run-jobs", "jobs.json", "--stack-seeds"],
+        ["pack", "jobs.json", "--out", str(tmp_path / "p")],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "repens", *argv],
+            cwd=node.dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines()
-                    if line.startswith("import time:")}
+        imported = {
+            line.split("|")[-1].strip().split(".")[0]
+            for line in proc.stderr.splitlines()
+            if line.startswith("import time:")
+        }
         assert "repens" in imported
         assert not imported & {"snakemake", "jsonschema", "torch", "numpy", "yaml"}, argv
 
@@ -784,13 +950,18 @@ def test_dry_run_is_read_into_jobs_with_their_exact_spec():
     assert command_of(prep) == "prepare-images"
     assert repens_argv(blocks[2]["shellcmd"]) is None  # not `python -m repens ...` first
     assert kit._with_option(["train", "--device", "auto", "--out", "x"], "--device", "cuda") == [
-        "train", "--device", "cuda", "--out", "x"]
+        "train",
+        "--device",
+        "cuda",
+        "--out",
+        "x",
+    ]
 
 
 # -- the whole way, real jobs ----------------------------------------------------------------
 
 
-BLOCKER = textwrap.dedent('''
+BLOCKER = textwrap.dedent("""
     import os, sys
 
     class _NotOnTheNode:
@@ -802,19 +973,25 @@ BLOCKER = textwrap.dedent('''
             return None
 
     sys.meta_path.insert(0, _NotOnTheNode())
-''')
+""")
 
 
 def _snakemake(workdir: Path, *args: str, timeout: int = 300) -> tuple[int, str]:
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
 def _repens(cwd: Path, *args: str, env: dict | None = None, timeout: int = 300) -> tuple[int, str]:
     env = env or {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "repens", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "repens", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -824,15 +1001,20 @@ def tiny_config(mirror: Path) -> dict:
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     image = config["experiments"]["image"]
     image["methods"], image["seeds"] = ["de", "dle"], [38]
-    image["quick"] = {"settings": {"particles": 2, "steps": 20, "log_every": 50},
-                      "method_settings": {"de": {"steps": 600}}, "report_datasets": ["fashionmnist"]}
+    image["quick"] = {
+        "settings": {"particles": 2, "steps": 20, "log_every": 50},
+        "method_settings": {"de": {"steps": 600}},
+        "report_datasets": ["fashionmnist"],
+    }
     config.update(scale="quick", image_data_mirror=str(mirror), image_data_download=False)
     return config
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (SHARED / "FashionMNIST" / "raw").is_dir() or not (SHARED / "MNIST" / "raw").is_dir(),
-                    reason="no shared copy of FashionMNIST/MNIST")
+@pytest.mark.skipif(
+    not (SHARED / "FashionMNIST" / "raw").is_dir() or not (SHARED / "MNIST" / "raw").is_dir(),
+    reason="no shared copy of FashionMNIST/MNIST",
+)
 def test_table1_on_a_node_without_snakemake_and_back(tmp_path):
     from repens.config import resolve_job
     from repens.jobkey import RUNTIME_FIELDS
@@ -852,8 +1034,7 @@ def test_table1_on_a_node_without_snakemake_and_back(tmp_path):
     assert [j["wildcards"]["method"] for j in exported["jobs"]] == ["de", "dle"]
     for job in exported["jobs"]:  # exactly the spec Snakemake passes (workflow/rules/common.smk job_spec)
         resolved = resolve_job(config, "image", "fashionmnist", job["wildcards"]["method"], 38)
-        assert job["spec"] == json.dumps({k: v for k, v in resolved.items() if k not in RUNTIME_FIELDS},
-                                         sort_keys=True)
+        assert job["spec"] == json.dumps({k: v for k, v in resolved.items() if k not in RUNTIME_FIELDS}, sort_keys=True)
         assert job["inputs"] == ["data/images/fashionmnist.npz", "data/images/mnist.npz"]
     assert sorted(s["dataset"] for s in exported["prepare"]) == ["fashionmnist", "mnist"]
     assert (login / "data/raw/FashionMNIST/raw/train-images-idx3-ubyte.gz").is_file()
@@ -867,8 +1048,11 @@ def test_table1_on_a_node_without_snakemake_and_back(tmp_path):
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text(BLOCKER)
     blocked = tmp_path / "blocked.log"
-    env = {**os.environ, "KIT_BLOCKED_LOG": str(blocked),
-           "PYTHONPATH": os.pathsep.join([str(blocker), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "KIT_BLOCKED_LOG": str(blocked),
+        "PYTHONPATH": os.pathsep.join([str(blocker), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
     rc, out = _repens(node_dir, "run-jobs", "jobs.json", "--prepare-only", "--parallel", "2", env=env)
     assert rc == 0 and (node_dir / "data/images/fashionmnist.npz").is_file(), out
     assert "--mirror data/raw" in (node_dir / "logs/data/mnist.log").read_text()
@@ -879,20 +1063,24 @@ def test_table1_on_a_node_without_snakemake_and_back(tmp_path):
     # (measured), and both ends stretch alike under load: deadlines growing by a factor of
     # 1.5 (less than 5.7 / 2.2) cannot jump from before the loop to after the job.
     for deadline in (2.0, 3.0, 4.5, 6.75, 10.0, 15.0, 22.5, 34.0):
-        rc, out = _repens(node_dir, "run-jobs", "jobs.json", "--parallel", "2", "--deadline", str(deadline),
-                          "--grace", "60", env=env)
+        rc, out = _repens(
+            node_dir, "run-jobs", "jobs.json", "--parallel", "2", "--deadline", str(deadline), "--grace", "60", env=env
+        )
         assert "deadline" in out or rc == 0, out
         if "checkpoint written" in de_log.read_text():
             break
-        assert not (node_dir / "results/image/fashionmnist/de/seed38/metrics.json").exists(), \
+        assert not (node_dir / "results/image/fashionmnist/de/seed38/metrics.json").exists(), (
             "the job finished before any deadline interrupted its loop"
+        )
     found = re.search(r"SIGTERM at step (\d+); checkpoint written", de_log.read_text())
     assert found, f"no deadline fell in the training loop: {out}\n{de_log.read_text()}"
     step = int(found[1])
     assert rc == 75 and 0 < step < 600, out
     rc, out = _repens(node_dir, "run-jobs", "jobs.json", "--parallel", "2", env=env)
     assert rc == 0, out
-    assert f"resumed from results/image/fashionmnist/de/seed38/metrics.json.ckpt at step {step}/600" in de_log.read_text()
+    assert (
+        f"resumed from results/image/fashionmnist/de/seed38/metrics.json.ckpt at step {step}/600" in de_log.read_text()
+    )
     rc, out = _repens(node_dir, "run-jobs", "jobs.json", "--parallel", "2", env=env)
     assert rc == 0 and "0 job(s) to run" in out and "2 done" in out, out
     rc, out = _repens(node_dir, "pack", "jobs.json", "--out", "out/results", env=env)

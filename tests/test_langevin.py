@@ -76,8 +76,9 @@ def run_chains(target: Quadratic, optimizer: str, lr: float, steps: int, chains:
 def rule_step(target: Quadratic) -> tuple[float, int]:
     """The rule's step ``0.1 / L`` and a run long enough to mix in the softest direction:
     4 relaxation times ``1 / (eta L_min)`` (the variance's initial error decays as e^-8)."""
-    start = target.mean + torch.randn(8, len(CURVATURES), generator=torch.Generator().manual_seed(5),
-                                      dtype=torch.float64)
+    start = target.mean + torch.randn(
+        8, len(CURVATURES), generator=torch.Generator().manual_seed(5), dtype=torch.float64
+    )
     step = langevin_step_size(target, start, [None], generator=torch.Generator().manual_seed(0))
     steps = math.ceil(4 * relaxation_steps(step.lr, min(CURVATURES)))
     return step.lr, steps
@@ -108,8 +109,9 @@ def test_ula_variance_inflation_matches_the_ar1_chain():
 def test_top_curvature_of_a_known_quadratic():
     target = Quadratic()
     params = target.mean + torch.randn(6, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    per_particle = top_curvature(lambda v: hessian_vector_product(target.log_likelihood, params, v), params,
-                                 torch.Generator().manual_seed(0))
+    per_particle = top_curvature(
+        lambda v: hessian_vector_product(target.log_likelihood, params, v), params, torch.Generator().manual_seed(0)
+    )
     torch.testing.assert_close(per_particle, torch.full((6,), 100.0, dtype=torch.float64), rtol=0.01, atol=0)
 
 
@@ -137,13 +139,15 @@ def test_top_curvature_of_a_relu_network_matches_its_full_hessian():
     batch = Batch(x, torch.sin(2 * x).squeeze(-1))
     posterior = NetworkPosterior(model, "gaussian", num_train=24, prior_std=1.0, noise_std=0.3)
     params = posterior.sample_prior(3, torch.Generator().manual_seed(4)).double()
-    step = langevin_step_size(posterior, params, [batch], generator=torch.Generator().manual_seed(0), tol=1e-6,
-                              iters=2000)
+    step = langevin_step_size(
+        posterior, params, [batch], generator=torch.Generator().manual_seed(0), tol=1e-6, iters=2000
+    )
     grad_x = Batch(x.clone().requires_grad_(True), batch.y)
     for i in range(3):
         hessian = torch.autograd.functional.hessian(
             lambda w: -(posterior.log_likelihood(w.unsqueeze(0), grad_x) + posterior.log_prior(w.unsqueeze(0))).sum(),
-            params[i])
+            params[i],
+        )
         exact = float(torch.linalg.eigvalsh(hessian).abs().max())
         assert float(step.per_particle[i]) == pytest.approx(exact, rel=1e-3)
 
@@ -152,8 +156,9 @@ def test_mmd_curvature_bound_is_added_for_drle():
     target = Quadratic()
     params = target.mean + torch.randn(5, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     plain = langevin_step_size(target, params, [None], generator=torch.Generator().manual_seed(0))
-    drle = langevin_step_size(target, params, [None], mmd_weight=10.0, bandwidth=4.0,
-                              generator=torch.Generator().manual_seed(0))
+    drle = langevin_step_size(
+        target, params, [None], mmd_weight=10.0, bandwidth=4.0, generator=torch.Generator().manual_seed(0)
+    )
     assert mmd_curvature_bound(10.0, 4.0) == 20.0
     assert drle.curvature == pytest.approx(plain.curvature + 20.0)
     assert drle.mmd_curvature == 20.0
@@ -192,9 +197,22 @@ def test_adam_preconditioned_langevin_fails_the_same_test():
 def _network_job(**settings):
     from repens.job import Job
 
-    return Job.from_spec({"experiment": "toy", "dataset": "regression", "method": "dle", "rule": "langevin",
-                          "temperature": 1.0, "seed": 3, "particles": 4, "steps": 1, "lr": 1.0,
-                          "optimizer": "sgd", "step_size": "curvature", **settings})
+    return Job.from_spec(
+        {
+            "experiment": "toy",
+            "dataset": "regression",
+            "method": "dle",
+            "rule": "langevin",
+            "temperature": 1.0,
+            "seed": 3,
+            "particles": 4,
+            "steps": 1,
+            "lr": 1.0,
+            "optimizer": "sgd",
+            "step_size": "curvature",
+            **settings,
+        }
+    )
 
 
 def _network_problem():
@@ -239,12 +257,24 @@ def test_fit_particles_caps_lr_at_the_curvature_step(caplog):
     fitting.train = spy
     try:
         with caplog.at_level(logging.INFO, logger="repens.fitting"):
-            fit_particles(job, posterior, init, TrainSettings(steps=1, lr=1.0, optimizer="sgd"),
-                          torch.Generator().manual_seed(0), next_batch=next_batch)
+            fit_particles(
+                job,
+                posterior,
+                init,
+                TrainSettings(steps=1, lr=1.0, optimizer="sgd"),
+                torch.Generator().manual_seed(0),
+                next_batch=next_batch,
+            )
         assert seen["lr"] == step.lr
         assert "step size: curvature" in caplog.text
-        fit_particles(job, posterior, init, TrainSettings(steps=1, lr=1e-12, optimizer="sgd"),
-                      torch.Generator().manual_seed(0), next_batch=next_batch)
+        fit_particles(
+            job,
+            posterior,
+            init,
+            TrainSettings(steps=1, lr=1e-12, optimizer="sgd"),
+            torch.Generator().manual_seed(0),
+            next_batch=next_batch,
+        )
         assert seen["lr"] == 1e-12  # lr is a cap
     finally:
         fitting.train = original
@@ -253,9 +283,14 @@ def test_fit_particles_caps_lr_at_the_curvature_step(caplog):
 def test_adam_langevin_warns(caplog):
     posterior, init, next_batch = _network_problem()
     with caplog.at_level(logging.WARNING, logger="repens.fitting"):
-        fit_particles(_network_job(step_size="fixed", optimizer="adam", seed=0), posterior, init,
-                      TrainSettings(steps=2, lr=1e-3, optimizer="adam"), torch.Generator().manual_seed(0),
-                      next_batch=next_batch)
+        fit_particles(
+            _network_job(step_size="fixed", optimizer="adam", seed=0),
+            posterior,
+            init,
+            TrainSettings(steps=2, lr=1e-3, optimizer="adam"),
+            torch.Generator().manual_seed(0),
+            next_batch=next_batch,
+        )
     assert "does not sample the target" in caplog.text
 
 

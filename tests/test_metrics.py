@@ -85,7 +85,7 @@ def test_mmd_identical_is_zero_and_two_point_hand_case():
     assert mmd_rbf(x, x, 1.0) == pytest.approx(0.0, abs=1e-12)
     # x = {0}, y = {d}: k_xx = k_yy = 1, k_xy = exp(-d^2 / (2 s^2)) -> 2 - 2 exp(...)
     d, s = 1.5, 0.7
-    expected = 2.0 - 2.0 * math.exp(-d**2 / (2 * s**2))
+    expected = 2.0 - 2.0 * math.exp(-(d**2) / (2 * s**2))
     assert mmd_rbf([[0.0, 0.0]], [[d, 0.0]], s) == pytest.approx(expected)
     # x = {0, 1}, y = {0} (1-D), s = 1: mean k_xx = (2 + 2 e^{-1/2}) / 4, k_yy = 1, mean k_xy = (1 + e^{-1/2}) / 2
     e = math.exp(-0.5)

@@ -33,8 +33,10 @@ def _run(opt_cls, reference: bool, steps: int = 7, shape=(5, 11), dtype=torch.fl
 
 
 @pytest.mark.parametrize("opt_cls", [DirectAdam, DirectSGD])
-@pytest.mark.parametrize(("shape", "dtype"), [((5, 11), torch.float32), ((3, 37), torch.float64),
-                                              ((10, 2701), torch.float32), ((1,), torch.float32)])
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((5, 11), torch.float32), ((3, 37), torch.float64), ((10, 2701), torch.float32), ((1,), torch.float32)],
+)
 def test_direct_step_is_bit_identical_to_torch_optim(opt_cls, shape, dtype):
     """The private fused kernels (torch._fused_adam_, torch._fused_sgd_) called directly
     update parameters and state as torch.optim's fused optimizers, bit for bit, the first
@@ -79,7 +81,9 @@ def test_direct_adam_resumes_from_its_state_dict_bit_identically():
 def test_direct_adam_falls_back_to_torch_optim_where_it_does_not_apply(monkeypatch):
     through_torch = []
     original = torch.optim.Adam.step
-    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: through_torch.append(1) or original(self, closure))
+    monkeypatch.setattr(
+        torch.optim.Adam, "step", lambda self, closure=None: through_torch.append(1) or original(self, closure)
+    )
     params = torch.zeros(2, 3, requires_grad=True)
     opt = DirectAdam([params], lr=0.1)
     params.grad = torch.ones(2, 3)
@@ -122,8 +126,14 @@ print("torch._dynamo" in sys.modules)
 def test_optimizers_do_not_import_torch_dynamo():
     """Building, stepping, checkpointing and restoring an optimizer leaves torch._dynamo
     unimported (importing it costs about a second of CPU at each job's start)."""
-    out = subprocess.run([sys.executable, "-c", _NO_DYNAMO], capture_output=True, text=True, check=True,
-                         cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_DYNAMO],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.split() == ["False"], out.stdout + out.stderr
 
 
@@ -141,10 +151,24 @@ def test_a_training_job_does_not_import_torch_dynamo(tmp_path):
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     spec = dict(resolve_job(config, "synthetic", "gaussian", "svgd", 42), steps=3, particles=10)
     assert spec["optimizer"] == "adam"
-    out = subprocess.run([sys.executable, "-c", _JOB, "--threads", "1", "train", "--spec", json.dumps(spec),
-                          "--out", str(tmp_path / "particles.npz")],
-                         capture_output=True, text=True, cwd=ROOT,
-                         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _JOB,
+            "--threads",
+            "1",
+            "train",
+            "--spec",
+            json.dumps(spec),
+            "--out",
+            str(tmp_path / "particles.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "particles.npz").is_file()
     assert out.stderr.strip().splitlines()[-1] == "no dynamo", out.stderr[-3000:]
@@ -165,6 +189,10 @@ def test_torch_is_pinned_below_the_next_minor_version():
     installed = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups())
     assert installed < (int(upper[1]), int(upper[2])), (torch.__version__, pin)
     for env in sorted((ROOT / "envs").glob("*.yaml")):
-        specs = [s for dep in yaml.safe_load(env.read_text())["dependencies"] if isinstance(dep, dict)
-                 for s in dep.get("pip", [])]
+        specs = [
+            s
+            for dep in yaml.safe_load(env.read_text())["dependencies"]
+            if isinstance(dep, dict)
+            for s in dep.get("pip", [])
+        ]
         assert [s for s in specs if re.match(r"torch\b", s)] == [pin], env.name

@@ -101,11 +101,17 @@ def test_mlp_without_output_bias_takes_the_fast_path_and_equals_vmap():
     generic path, and the rows are one entry per parameter shorter."""
     model = StackedModel(mlp(3, [8], 1, output_bias=False))
     assert model._mlp == ((True, True), (False, False)) and [s.name for s in model.slots] == [
-        "0.weight", "0.bias", "2.weight"]
+        "0.weight",
+        "0.bias",
+        "2.weight",
+    ]
     assert model.dim == StackedModel(mlp(3, [8], 1)).dim - 1
     g = torch.Generator().manual_seed(6)
     params = model.sample_gaussian(2 * 4, 0.7, g, dtype=torch.float64).view(2, 4, -1).requires_grad_(True)
-    for x in (torch.randn(9, 3, generator=g, dtype=torch.float64), torch.randn(2, 9, 3, generator=g, dtype=torch.float64)):
+    for x in (
+        torch.randn(9, 3, generator=g, dtype=torch.float64),
+        torch.randn(2, 9, 3, generator=g, dtype=torch.float64),
+    ):
         fast = model(params, x)
         slow = torch.stack([_vmap_forward(model, params[k], x if x.dim() == 2 else x[k]) for k in range(2)])
         torch.testing.assert_close(fast, slow, rtol=1e-13, atol=1e-13)
@@ -121,8 +127,11 @@ def test_mlp_without_output_bias_takes_the_fast_path_and_equals_vmap():
     torch.testing.assert_close(one(rows, x1), _vmap_forward(one, rows, x1), rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("widths", [(4, [7, 3], 2), (1, [5, 5], 1), (20, [3], 1), (3, [6], 1)],
-                         ids=["wide-input", "one-input", "above-narrow-threshold", "one-output"])
+@pytest.mark.parametrize(
+    "widths",
+    [(4, [7, 3], 2), (1, [5, 5], 1), (20, [3], 1), (3, [6], 1)],
+    ids=["wide-input", "one-input", "above-narrow-threshold", "one-output"],
+)
 def test_mlp_stack_backward_by_hand_equals_autograd_for_stacks_of_sets(widths):
     """The written-out backward of the MLP stack (one autograd node) against autograd
     through the same forward, for a stack of sets with inputs of their own; the shapes
@@ -203,10 +212,14 @@ def test_torch_default_init_matches_nn_linear_in_distribution():
     for name, ref in fresh.named_parameters():
         ours = named[name].flatten()
         fan_in = 200 if name.startswith("0.") else 300
-        assert float(ours.abs().max()) <= fan_in ** -0.5
+        assert float(ours.abs().max()) <= fan_in**-0.5
         if ours.numel() >= 300:  # enough draws for the test to have power
             assert ks_2samp(ours.numpy(), ref.detach().flatten().numpy()).pvalue > 1e-3, name
     # the rows differ (independent draws), and a wrong scale would fail the KS test
     assert not torch.equal(rows[0], rows[1])
-    assert ks_2samp(2 * named["0.weight"].flatten().numpy(),
-                    fresh.get_parameter("0.weight").detach().flatten().numpy()).pvalue < 1e-6
+    assert (
+        ks_2samp(
+            2 * named["0.weight"].flatten().numpy(), fresh.get_parameter("0.weight").detach().flatten().numpy()
+        ).pvalue
+        < 1e-6
+    )

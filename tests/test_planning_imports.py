@@ -79,9 +79,28 @@ def test_a_dry_run_of_everything_imports_no_torch(tmp_path):
     DAG is built included) leaves torch unimported."""
     (tmp_path / "config.yaml").write_text((ROOT / "config.yaml").read_text())
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())
-    out = subprocess.run([sys.executable, "-c", _DRY_RUN, "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path),
-                          "-n", "all", "results/table2_uci.tex", "--quiet", "rules", "--config", "scale=paper"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _DRY_RUN,
+            "-s",
+            str(ROOT / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "-n",
+            "all",
+            "results/table2_uci.tex",
+            "--quiet",
+            "rules",
+            "--config",
+            "scale=paper",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     (line,) = [x for x in out.stderr.splitlines() if x.startswith("MODULES")]
     assert line == "MODULES", line[:300]

@@ -82,8 +82,11 @@ def test_train_stamps_and_table_row_is_traced(tmp_path, capsys):
         m = tmp_path / f"s{seed}" / "metrics.json"
         m.parent.mkdir()
         j = {"dataset": "fashionmnist", "method": "de", "seed": seed, "scale": "quick"}
-        m.write_text(json.dumps({"metrics": {"accuracy": acc}, "job": j,
-                                 "provenance": collect(j, log_file=f"logs/seed{seed}.log")}))
+        m.write_text(
+            json.dumps(
+                {"metrics": {"accuracy": acc}, "job": j, "provenance": collect(j, log_file=f"logs/seed{seed}.log")}
+            )
+        )
         inputs.append(m)
     table = tmp_path / "table1.csv"
     table.write_text("block,method\nfashionmnist,de\n")
@@ -103,10 +106,15 @@ def test_train_stamps_and_table_row_is_traced(tmp_path, capsys):
 def test_snakemake_style_log_is_found(tmp_path):
     """A job whose stderr goes to its log (``> log 2>&1``) records that log."""
     log = tmp_path / "job.log"
-    code = ("from repens.provenance import collect; import json, sys; "
-            "print(json.dumps(collect()), file=sys.stdout)")
+    code = "from repens.provenance import collect; import json, sys; print(json.dumps(collect()), file=sys.stdout)"
     with open(log, "w") as err:
-        result = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=err, text=True,
-                                cwd=tmp_path, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=tmp_path,
+            env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+        )
     assert result.returncode == 0
     assert json.loads(result.stdout)["log"] == "job.log"

@@ -65,8 +65,17 @@ def test_an_unregistered_rule_fails_the_schema():
 
 
 def test_a_registered_rule_is_a_job_rule(toy_rule):
-    spec = {"experiment": "toy", "dataset": "regression", "method": "toy-method", "seed": 1, "rule": "toyrule",
-            "temperature": 0.5, "particles": 2, "steps": 3, "lr": 0.1}
+    spec = {
+        "experiment": "toy",
+        "dataset": "regression",
+        "method": "toy-method",
+        "seed": 1,
+        "rule": "toyrule",
+        "temperature": 0.5,
+        "particles": 2,
+        "steps": 3,
+        "lr": 0.1,
+    }
     job = Job.from_spec(spec)
     assert job.rule == "toyrule" and job.rule_options() == {"temperature": 0.5}
     with pytest.raises(SpecError, match="has no function-space form"):
@@ -74,10 +83,21 @@ def test_a_registered_rule_is_a_job_rule(toy_rule):
 
 
 def test_an_unregistered_rule_is_no_job_rule():
-    spec = {"experiment": "toy", "dataset": "regression", "method": "m", "seed": 1, "rule": "toyrule",
-            "particles": 2, "steps": 3, "lr": 0.1}
-    with pytest.raises(SpecError, match=r"setting 'rule': unknown rule 'toyrule'; known: \['ensemble', 'svgd', "
-                                        r"'wgd', 'anchored', 'langevin'\]"):
+    spec = {
+        "experiment": "toy",
+        "dataset": "regression",
+        "method": "m",
+        "seed": 1,
+        "rule": "toyrule",
+        "particles": 2,
+        "steps": 3,
+        "lr": 0.1,
+    }
+    with pytest.raises(
+        SpecError,
+        match=r"setting 'rule': unknown rule 'toyrule'; known: \['ensemble', 'svgd', "
+        r"'wgd', 'anchored', 'langevin'\]",
+    ):
         Job.from_spec(spec)
 
 
@@ -109,8 +129,11 @@ def test_a_registered_rule_is_an_update_rule(toy_rule):
 # ------------------------------------------------------------------ declared once
 def test_the_schema_file_declares_no_rule_space_or_estimator_names():
     props = raw_schema()["$defs"]["method"]["properties"]
-    for key, names in (("rule", registry.rule_names()), ("space", registry.SPACES),
-                       ("estimator", registry.estimator_names())):
+    for key, names in (
+        ("rule", registry.rule_names()),
+        ("space", registry.SPACES),
+        ("estimator", registry.estimator_names()),
+    ):
         assert "enum" not in props[key], key
         assert load_schema()["$defs"]["method"]["properties"][key]["enum"] == list(names), key
 
@@ -119,15 +142,26 @@ def test_the_registry_is_what_the_modules_read():
     from repens.data.uci_files import UCI_DATASETS, UCI_FOLDERS
 
     assert registry.rule_names() == ("ensemble", "svgd", "wgd", "anchored", "langevin")
-    assert dict(RULE_OPTIONS) == {"ensemble": set(), "anchored": {"anchor_divisor"}, "svgd": set(),
-                                  "wgd": {"estimator"}, "langevin": {"temperature", "mmd_weight", "prior_samples"}}
+    assert dict(RULE_OPTIONS) == {
+        "ensemble": set(),
+        "anchored": {"anchor_divisor"},
+        "svgd": set(),
+        "wgd": {"estimator"},
+        "langevin": {"temperature", "mmd_weight", "prior_samples"},
+    }
     assert set(FUNCTION_SPACE) == {"svgd", "wgd"}
     assert registry.function_space_rules() == {"svgd": "fsvgd", "wgd": "fwgd"}
     assert dict(ESTIMATOR_OPTIONS) == {"kde": set(), "sge": {"eta"}, "ssge": {"eta", "num_eigs"}}
     assert UCI_FOLDERS == {
-        "boston": "bostonHousing", "concrete": "concrete", "energy": "energy", "kin8nm": "kin8nm",
-        "naval": "naval-propulsion-plant", "power": "power-plant", "protein": "protein-tertiary-structure",
-        "wine": "wine-quality-red", "yacht": "yacht",
+        "boston": "bostonHousing",
+        "concrete": "concrete",
+        "energy": "energy",
+        "kin8nm": "kin8nm",
+        "naval": "naval-propulsion-plant",
+        "power": "power-plant",
+        "protein": "protein-tertiary-structure",
+        "wine": "wine-quality-red",
+        "yacht": "yacht",
     }
     assert UCI_DATASETS == tuple(UCI_FOLDERS.values())
 
@@ -137,8 +171,12 @@ def test_experiments_train_on_the_registrys_datasets():
     assert EXPERIMENTS["toy"].datasets == {"regression", "classification"}
     assert EXPERIMENTS["image"].datasets == {"fashionmnist", "mnist", "cifar10"}
     assert EXPERIMENTS["image"].ood_only == {"svhn"}
-    assert EXPERIMENTS["image"].shapes == {"fashionmnist": (1, 28, 28), "mnist": (1, 28, 28),
-                                           "cifar10": (3, 32, 32), "svhn": (3, 32, 32)}
+    assert EXPERIMENTS["image"].shapes == {
+        "fashionmnist": (1, 28, 28),
+        "mnist": (1, 28, 28),
+        "cifar10": (3, 32, 32),
+        "svhn": (3, 32, 32),
+    }
     assert EXPERIMENTS["uci"].datasets == set(registry.uci_datasets())
 
 
@@ -162,25 +200,49 @@ def test_dataset_labels_and_ood_sets():
     """What the reports show (report.uci / report.image label tables) and the OOD set each
     image data set is tested on in config.yaml."""
     assert {d: registry.dataset_label(d) for d in registry.uci_datasets()} == {
-        "boston": "Boston", "concrete": "Concrete", "energy": "Energy", "kin8nm": "Kin8nm", "naval": "Naval",
-        "power": "Power", "protein": "Protein", "wine": "Wine", "yacht": "Yacht",
+        "boston": "Boston",
+        "concrete": "Concrete",
+        "energy": "Energy",
+        "kin8nm": "Kin8nm",
+        "naval": "Naval",
+        "power": "Power",
+        "protein": "Protein",
+        "wine": "Wine",
+        "yacht": "Yacht",
     }
     assert {d: registry.dataset_label(d) for d in registry.image_datasets()} == {
-        "fashionmnist": "FashionMNIST", "cifar10": "CIFAR10", "mnist": "MNIST", "svhn": "SVHN"}
+        "fashionmnist": "FashionMNIST",
+        "cifar10": "CIFAR10",
+        "mnist": "MNIST",
+        "svhn": "SVHN",
+    }
     assert registry.dataset_label("unknown") == "unknown" and registry.ood_of("unknown") is None
     assert {d: registry.ood_label(d) for d in ("fashionmnist", "cifar10", "mnist")} == {
-        "fashionmnist": "MNIST", "cifar10": "SVHN", "mnist": "?"}  # report.image OOD_LABELS
+        "fashionmnist": "MNIST",
+        "cifar10": "SVHN",
+        "mnist": "?",
+    }  # report.image OOD_LABELS
     assert {d: registry.dataset_label(d, short=True) for d in ("fashionmnist", "cifar10")} == {
-        "fashionmnist": "FMNIST", "cifar10": "CIFAR10"}  # report.evidence DATASET_LABELS
+        "fashionmnist": "FMNIST",
+        "cifar10": "CIFAR10",
+    }  # report.evidence DATASET_LABELS
     assert registry.datasets_of("toy") == ("regression", "classification")  # report.toy DATASETS
     config = load_config()
     image = config["experiments"]["image"]["datasets"]
     for name, entry in image.items():
         assert registry.ood_of(name) == entry["ood"], name
-    assert {d: registry.ood_of(d) for d in ("fashionmnist", "cifar10")} == {"fashionmnist": "mnist",
-                                                                            "cifar10": "svhn"}
-    assert registry.uci_datasets() == ("boston", "concrete", "energy", "kin8nm", "naval", "power", "protein",
-                                       "wine", "yacht")
+    assert {d: registry.ood_of(d) for d in ("fashionmnist", "cifar10")} == {"fashionmnist": "mnist", "cifar10": "svhn"}
+    assert registry.uci_datasets() == (
+        "boston",
+        "concrete",
+        "energy",
+        "kin8nm",
+        "naval",
+        "power",
+        "protein",
+        "wine",
+        "yacht",
+    )
     with pytest.raises(ValueError, match="unknown data set 'nope'"):
         registry.dataset("nope")
 
@@ -217,10 +279,13 @@ def test_non_repulsive_rules_stay_out_of_the_groups():
 
 # ------------------------------------------------------------------ planning stays light
 def test_the_registry_imports_neither_torch_nor_numpy():
-    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import repens.registry, repens.rule_options, "
-            "repens.job, repens.config, repens.data.uci_files; print(' '.join(sys.modules))")
-    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                check=True).stdout.split())
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import repens.registry, repens.rule_options, "
+        "repens.job, repens.config, repens.data.uci_files; print(' '.join(sys.modules))"
+    )
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
     assert not loaded & {"torch", "numpy"}
 
 

@@ -43,7 +43,11 @@ def snakemake(workdir: Path, *args: str, path: str):
     env["PATH"] = path
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "-d", str(workdir), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=180, env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
     )
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -60,9 +64,26 @@ def resources_by_rule(output: str) -> dict[str, set[str]]:
 
 # Every SLURM client (what the plugin or the workflow may run, and the rest of the suite).
 SLURM_CLIENTS = (
-    "sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast", "scancel", "scontrol",
-    "scrontab", "sdiag", "seff", "sinfo", "sprio", "squeue", "sreport", "srun", "sshare",
-    "sstat", "strigger", "sview",
+    "sacct",
+    "sacctmgr",
+    "salloc",
+    "sattach",
+    "sbatch",
+    "sbcast",
+    "scancel",
+    "scontrol",
+    "scrontab",
+    "sdiag",
+    "seff",
+    "sinfo",
+    "sprio",
+    "squeue",
+    "sreport",
+    "srun",
+    "sshare",
+    "sstat",
+    "strigger",
+    "sview",
 )
 # What a dry run may ask of a cluster; every other client fails if called.
 FAKE_ANSWERS = {
@@ -147,15 +168,17 @@ def test_gres_variant_passes_and_is_checked(tmp_path):
     path, log = fake_cluster(tmp_path)
     # the documented variant: `gres: "gpu:1"` in place of `gpu: 1` (a rule's entry on the
     # command line replaces the profile's whole entry for it)
-    rc, out = snakemake(tmp_path, "--set-resources", "train_image:gres='gpu:1'", "train_image:slurm_partition='gpu'",
-                        path=path)
+    rc, out = snakemake(
+        tmp_path, "--set-resources", "train_image:gres='gpu:1'", "train_image:slurm_partition='gpu'", path=path
+    )
     assert rc == 0, out
     (line,) = resources_by_rule(out)["train_image"]
     assert "gres=gpu:1" in line and "slurm_partition=gpu" in line, line
     assert "sinfo --noheader --format=%R|%G" in calls(log), calls(log)
     # a GRES GPU on a partition without GPUs is caught like `gpu`
-    rc, out = snakemake(tmp_path, "--set-resources", "train_image:gres='gpu:1'", "train_image:slurm_partition='main'",
-                        path=path)
+    rc, out = snakemake(
+        tmp_path, "--set-resources", "train_image:gres='gpu:1'", "train_image:slurm_partition='main'", path=path
+    )
     assert rc != 0
     assert "rule train_image asks for a GPU on partition 'main', whose nodes have no GPUs" in out, out
     assert "or remove its `gres`" in out, out
@@ -173,8 +196,9 @@ def test_gpu_twice_or_malformed_gres_says_what_to_change(tmp_path):
 
 def test_missing_cpu_partition_says_what_to_change(tmp_path):
     path, _ = fake_cluster(tmp_path)
-    rc, out = snakemake(tmp_path, "--default-resources", "slurm_partition='cpu'", "mem_mb=2000", "runtime=60",
-                        path=path)
+    rc, out = snakemake(
+        tmp_path, "--default-resources", "slurm_partition='cpu'", "mem_mb=2000", "runtime=60", path=path
+    )
     assert rc != 0
     assert "default-resources asks for partition 'cpu', which this cluster does not have" in out, out
 
@@ -219,20 +243,37 @@ def test_gpu_shares_pass_where_the_cluster_has_them_and_are_checked(tmp_path):
     sharded = "main|(null)\ngpu|gpu:h100:4(S:0-1),shard:32\nmps|gpu:2,mps:200"
     path, log = fake_cluster(tmp_path, sinfo=sharded)
     for gres, partition in (("shard:1", "gpu"), ("mps:25", "mps")):
-        rc, out = snakemake(tmp_path, "--set-resources", f"train_image:gres='{gres}'",
-                            f"train_image:slurm_partition='{partition}'", path=path)
+        rc, out = snakemake(
+            tmp_path,
+            "--set-resources",
+            f"train_image:gres='{gres}'",
+            f"train_image:slurm_partition='{partition}'",
+            path=path,
+        )
         assert rc == 0, out
         (line,) = resources_by_rule(out)["train_image"]
         assert f"gres={gres}" in line and f"slurm_partition={partition}" in line and "gpu=" not in line, line
     assert "sinfo --noheader --format=%R|%G" in calls(log), calls(log)
     # the shipped fake cluster's GPUs have no shards: said before anything is submitted
     (tmp_path / "plain").mkdir()
-    rc, out = snakemake(tmp_path, "--set-resources", "train_image:gres='shard:1'", "train_image:slurm_partition='gpu'",
-                        path=fake_cluster(tmp_path / "plain")[0])
+    rc, out = snakemake(
+        tmp_path,
+        "--set-resources",
+        "train_image:gres='shard:1'",
+        "train_image:slurm_partition='gpu'",
+        path=fake_cluster(tmp_path / "plain")[0],
+    )
     assert rc != 0
-    assert "rule train_image asks for a GPU shard (gres shard) on partition 'gpu', whose nodes have no shard GRES" in out, out
+    assert (
+        "rule train_image asks for a GPU shard (gres shard) on partition 'gpu', whose nodes have no shard GRES" in out
+    ), out
     # a whole GPU and a shard of one: one request too many
-    rc, out = snakemake(tmp_path, "--set-resources", "train_image:gpu=1", "train_image:gres='shard:1'",
-                        path=no_slurm_path(tmp_path / "none"))
+    rc, out = snakemake(
+        tmp_path,
+        "--set-resources",
+        "train_image:gpu=1",
+        "train_image:gres='shard:1'",
+        path=no_slurm_path(tmp_path / "none"),
+    )
     assert rc != 0
     assert "rule train_image asks for a GPU twice, as `gpu` and as `gres`" in out, out

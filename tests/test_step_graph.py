@@ -81,8 +81,13 @@ def test_steps_through_graphs_equal_eager_steps():
         for i, rows in enumerate([4, 4, 4, 3, 4, 3, 4]):
             batch = _batch(rows, float(i))
             graphs(batch, 0.1) if graphs_on else step(batch)
-        runs.append((step.params.detach().clone(), step.optimizer.state_dict()["state"][0]["momentum_buffer"].clone(),
-                     step.generator.get_state()))
+        runs.append(
+            (
+                step.params.detach().clone(),
+                step.optimizer.state_dict()["state"][0]["momentum_buffer"].clone(),
+                step.generator.get_state(),
+            )
+        )
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
@@ -142,9 +147,14 @@ class ExtraDrawBackend(EagerBackend):
         return replay
 
 
-@pytest.mark.parametrize("backend,what", [(StuckStreamBackend(), "the particles"),
-                                          (SkippingBackend(), "the particles"),
-                                          (ExtraDrawBackend(), "the random stream's state")])
+@pytest.mark.parametrize(
+    "backend,what",
+    [
+        (StuckStreamBackend(), "the particles"),
+        (SkippingBackend(), "the particles"),
+        (ExtraDrawBackend(), "the random stream's state"),
+    ],
+)
 def test_a_graph_that_replays_anything_else_is_not_used(caplog, backend, what):
     eager = NoisyStep()
     for i in range(5):
@@ -155,27 +165,32 @@ def test_a_graph_that_replays_anything_else_is_not_used(caplog, backend, what):
         for i in range(5):
             graphs(_batch(4, float(i)), 0.1)
     assert graphs.captures == 0 and f"two replays differ from two eager steps in {what}" in caplog.text
-    assert torch.equal(step.params, eager.params) and torch.equal(step.generator.get_state(), eager.generator.get_state())
+    assert torch.equal(step.params, eager.params) and torch.equal(
+        step.generator.get_state(), eager.generator.get_state()
+    )
 
 
 def test_only_a_gpu_gets_a_graph_backend():
     assert backend_for(torch.device("cpu")) is None
 
 
-@pytest.mark.parametrize("rule,space,options,safe", [
-    ("ensemble", "weight", {}, True),
-    ("svgd", "weight", {}, True),
-    ("wgd", "weight", {"estimator": "kde"}, True),
-    ("wgd", "weight", {"estimator": "sge"}, True),
-    ("wgd", "weight", {"estimator": "ssge"}, True),  # every eigenpair: an inverse on a GPU
-    ("wgd", "weight", {"estimator": "ssge", "num_eigs": 5}, False),  # eigh checks its result on the host
-    ("langevin", "weight", {"temperature": 1.0, "mmd_weight": 5.0}, True),
-    ("anchored", "weight", {}, True),
-    ("svgd", "function", {}, True),  # the ssge function prior, every eigenpair
-    ("svgd", "function", {"function_prior": "gp"}, True),
-    ("wgd", "function", {"estimator": "kde", "function_prior": "gp"}, True),
-    ("wgd", "function", {"estimator": "ssge", "num_eigs": 3}, False),
-])
+@pytest.mark.parametrize(
+    "rule,space,options,safe",
+    [
+        ("ensemble", "weight", {}, True),
+        ("svgd", "weight", {}, True),
+        ("wgd", "weight", {"estimator": "kde"}, True),
+        ("wgd", "weight", {"estimator": "sge"}, True),
+        ("wgd", "weight", {"estimator": "ssge"}, True),  # every eigenpair: an inverse on a GPU
+        ("wgd", "weight", {"estimator": "ssge", "num_eigs": 5}, False),  # eigh checks its result on the host
+        ("langevin", "weight", {"temperature": 1.0, "mmd_weight": 5.0}, True),
+        ("anchored", "weight", {}, True),
+        ("svgd", "function", {}, True),  # the ssge function prior, every eigenpair
+        ("svgd", "function", {"function_prior": "gp"}, True),
+        ("wgd", "function", {"estimator": "kde", "function_prior": "gp"}, True),
+        ("wgd", "function", {"estimator": "ssge", "num_eigs": 3}, False),
+    ],
+)
 def test_rules_declare_whether_a_step_can_be_captured(rule, space, options, safe):
     assert graph_safe(rule, space, **options) is safe
     assert make_update(rule, space, **options).graph_safe is safe
@@ -199,12 +214,20 @@ def _run(rule, options, settings, sampler_rows=4, seed=1, update=None, checkpoin
     post, x, y, start = _network_problem()
     g = torch.Generator().manual_seed(seed)
     update = update or make_update(rule, **options)
-    return train(TrainState(start), update, lambda b, a: StepContext(post, RBF(), g, b, a), settings, g,
-                 next_batch=EpochSampler(x, y, sampler_rows), checkpoint=checkpoint)
+    return train(
+        TrainState(start),
+        update,
+        lambda b, a: StepContext(post, RBF(), g, b, a),
+        settings,
+        g,
+        next_batch=EpochSampler(x, y, sampler_rows),
+        checkpoint=checkpoint,
+    )
 
 
-@pytest.mark.parametrize("rule,options", [("ensemble", {}), ("svgd", {}),
-                                          ("langevin", {"temperature": 1.0, "mmd_weight": 5.0})])
+@pytest.mark.parametrize(
+    "rule,options", [("ensemble", {}), ("svgd", {}), ("langevin", {"temperature": 1.0, "mmd_weight": 5.0})]
+)
 def test_a_replayed_run_equals_the_plain_loop(graphs_on_the_cpu, rule, options):
     """Epochs of 10 rows in batches of 4 (a last batch of 2: two batch shapes) and a staircase
     decay every 3 steps (a new graph each time): the same particles and diagnostics bit for bit."""
@@ -237,8 +260,9 @@ def test_a_bad_replayed_step_is_caught_at_the_next_check(graphs_on_the_cpu, tmp_
 
 
 def test_resume_of_a_replayed_run_equals_the_uninterrupted_one(graphs_on_the_cpu, tmp_path):
-    settings = TrainSettings(steps=23, lr=0.01, lr_decay=0.9, lr_decay_steps=3, nonfinite_check_every=4,
-                             checkpoint_seconds=0.0)
+    settings = TrainSettings(
+        steps=23, lr=0.01, lr_decay=0.9, lr_decay_steps=3, nonfinite_check_every=4, checkpoint_seconds=0.0
+    )
     update = make_update("langevin", temperature=1.0, mmd_weight=5.0)
     reference = _run("langevin", {}, settings, update=update)
     crashing = _crash_at(update, 15)  # a kill between two checkpoints, in a step replayed or checked

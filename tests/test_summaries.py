@@ -41,8 +41,17 @@ def _runs(tmp_path: Path, target: str, n: int = 40) -> list[Path]:
     paths = []
     for i, method in enumerate(("svgd", "kde-wgd")):
         x = make_target(target).sample(n, torch.Generator().manual_seed(7 + i)).numpy() * (1.0 + 0.2 * i)
-        job = {"experiment": "synthetic", "dataset": target, "method": method, "seed": 42, "scale": "quick",
-               "particles": n, "steps": 10, "lr": 0.1, "bandwidth": "median"}
+        job = {
+            "experiment": "synthetic",
+            "dataset": target,
+            "method": method,
+            "seed": 42,
+            "scale": "quick",
+            "particles": n,
+            "steps": 10,
+            "lr": 0.1,
+            "bandwidth": "median",
+        }
         path = tmp_path / f"{target}_{method}.npz"
         np.savez(path, particles=x, initial=np.zeros_like(x), job=np.array(json.dumps(job)))
         paths.append(path)
@@ -56,9 +65,14 @@ def _direct_metrics(x: np.ndarray, target_name: str) -> dict[str, float]:
     reference = target.sample(REFERENCE, torch.Generator().manual_seed(0)).numpy()
     errors = covariance_relative_errors(x, cov)
     energy = 2 * mean_pairwise_distance(x, reference) - mean_pairwise_distance(x) - mean_pairwise_distance(reference)
-    return {"mean_error": mean_error(x, mean), "cov_rel_err_xx": float(errors[0, 0]), "cov_xy_err": float(errors[0, 1]),
-            "cov_rel_err_yy": float(errors[1, 1]), "max_cov_rel_err": float(errors[cov != 0].max()),
-            "energy_distance": max(float(energy), 0.0)}
+    return {
+        "mean_error": mean_error(x, mean),
+        "cov_rel_err_xx": float(errors[0, 0]),
+        "cov_xy_err": float(errors[0, 1]),
+        "cov_rel_err_yy": float(errors[1, 1]),
+        "max_cov_rel_err": float(errors[cov != 0].max()),
+        "energy_distance": max(float(energy), 0.0),
+    }
 
 
 @pytest.mark.parametrize("target", ["gaussian", "funnel"])
@@ -129,9 +143,26 @@ def _toy_files(tmp_path: Path):
 def test_toy_distance_file_holds_the_distances_to_hmc(tmp_path):
     reg, cls = _toy_files(tmp_path)
     out = tmp_path / "distances.json"
-    assert toy_steps.main(["distances", "--out", str(out), "--regression-hmc", str(reg["hmc"]), "--regression",
-                           str(reg["de"]), str(reg["kde-fwgd"]), "--classification-hmc", str(cls["hmc"]),
-                           "--classification", str(cls["de"]), str(cls["kde-fwgd"])]) == 0
+    assert (
+        toy_steps.main(
+            [
+                "distances",
+                "--out",
+                str(out),
+                "--regression-hmc",
+                str(reg["hmc"]),
+                "--regression",
+                str(reg["de"]),
+                str(reg["kde-fwgd"]),
+                "--classification-hmc",
+                str(cls["hmc"]),
+                "--classification",
+                str(cls["de"]),
+                str(cls["kde-fwgd"]),
+            ]
+        )
+        == 0
+    )
     summary = json.loads(out.read_text())
     rows = {r["method"]: r for r in summary["rows"]}
     with np.load(reg["hmc"]) as h, np.load(reg["de"]) as m:
@@ -149,8 +180,14 @@ def test_toy_distance_file_holds_the_distances_to_hmc(tmp_path):
     assert rows["de"]["kl_far"] == pytest.approx(float(kl[~near].mean()), rel=1e-12)
     labels = {"de": "DE (config)"}
     toy_rep.write_distance_table_from(out, tmp_path / "a.csv", tmp_path / "a.tex", labels, tmp_path / "a.html")
-    from_runs.write_distance_table((reg["hmc"], [reg["de"], reg["kde-fwgd"]]), (cls["hmc"], [cls["de"], cls["kde-fwgd"]]),
-                                 tmp_path / "b.csv", tmp_path / "b.tex", labels, tmp_path / "b.html")
+    from_runs.write_distance_table(
+        (reg["hmc"], [reg["de"], reg["kde-fwgd"]]),
+        (cls["hmc"], [cls["de"], cls["kde-fwgd"]]),
+        tmp_path / "b.csv",
+        tmp_path / "b.tex",
+        labels,
+        tmp_path / "b.html",
+    )
     for ext in ("csv", "tex", "html"):
         assert (tmp_path / f"a.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes(), ext
 
@@ -164,8 +201,9 @@ def test_toy_figure_files_hold_the_predictive(tmp_path):
         np.testing.assert_array_equal(data["1/mean"], mean)
         np.testing.assert_array_equal(data["1/sd"], sd)
     out = tmp_path / "classification_figure.npz"
-    assert toy_steps.main(["figure-data", "--dataset", "classification", "--out", str(out),
-                           *map(str, cls.values())]) == 0
+    assert (
+        toy_steps.main(["figure-data", "--dataset", "classification", "--out", str(out), *map(str, cls.values())]) == 0
+    )
     with np.load(out) as data, np.load(cls["hmc"]) as h:
         n = math.isqrt(h["x_test"].shape[0])
         np.testing.assert_array_equal(data["0/entropy"], predictive_entropy(h["probs_test"]).reshape(n, n))

@@ -47,15 +47,19 @@ def test_paper_gaussian_kde_wgd_is_reported(tmp_path, capsys):
     mean, cov = particle_moments(tmp_path / "p.npz")
     true_mean, true_cov = (t.numpy() for t in Gaussian().moments())
     with capsys.disabled():
-        print(f"\nkde-WGD (paper settings): mean {mean.round(4)}, cov {cov.round(3).tolist()}, "
-              f"relative cov error {(np.abs(cov - true_cov) / true_cov).round(3).tolist()}")
+        print(
+            f"\nkde-WGD (paper settings): mean {mean.round(4)}, cov {cov.round(3).tolist()}, "
+            f"relative cov error {(np.abs(cov - true_cov) / true_cov).round(3).tolist()}"
+        )
     assert np.abs(mean - true_mean).max() < 0.05
 
 
 def run_cli(job, out, *extra):
     return subprocess.run(
         [sys.executable, "-m", "repens", "train", "--spec", json.dumps(job), "--out", str(out), *extra],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
 
 

@@ -36,8 +36,12 @@ def test_regression_data_follow_g2():
 
 def test_regression_noise_has_variance_0_25():
     # pool residuals of many seeds: 90 * 200 = 18,000 draws, the variance's relative sd ~1%
-    resid = torch.cat([(d.y_train - d.x_train.squeeze(-1) * torch.sin(d.x_train.squeeze(-1)))
-                       for d in (regression_1d(s) for s in range(200))])
+    resid = torch.cat(
+        [
+            (d.y_train - d.x_train.squeeze(-1) * torch.sin(d.x_train.squeeze(-1)))
+            for d in (regression_1d(s) for s in range(200))
+        ]
+    )
     assert abs(float(resid.var()) - 0.25) < 0.0125
     assert abs(float(resid.mean())) < 4 * math.sqrt(0.25 / resid.numel())
 
@@ -86,7 +90,13 @@ def test_two_training_steps_per_method_write_predictions(tmp_path, method, datas
 def test_toy_settings_are_appendix_g_at_paper_scale():
     config = dict(CONFIG, scale="paper")
     reg = resolve_job(config, "toy", "regression", "kde-fwgd", 42)
-    assert (reg["particles"], reg["steps"], reg["lr"], reg["batch_size"], reg["hidden"]) == (50, 15000, 0.01, 64, [50, 50])
+    assert (reg["particles"], reg["steps"], reg["lr"], reg["batch_size"], reg["hidden"]) == (
+        50,
+        15000,
+        0.01,
+        64,
+        [50, 50],
+    )
     cls = resolve_job(config, "toy", "classification", "de", 42)
     assert (cls["particles"], cls["steps"], cls["lr"], cls["batch_size"]) == (100, 10000, 0.001, 64)
     hmc = resolve_hmc_job(config, "toy", "regression", 42)

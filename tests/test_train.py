@@ -87,16 +87,28 @@ def test_non_finite_update_stops_with_a_clear_error():
 def test_unknown_optimizer_is_rejected_before_training():
     start, g, ctx = setup()
     with pytest.raises(ValueError, match="optimizer 'rmsprop'"):
-        train(TrainState(start), make_update("ensemble"), lambda b, a: ctx,
-              TrainSettings(steps=5, lr=0.1, optimizer="rmsprop"), g)
+        train(
+            TrainState(start),
+            make_update("ensemble"),
+            lambda b, a: ctx,
+            TrainSettings(steps=5, lr=0.1, optimizer="rmsprop"),
+            g,
+        )
 
 
 def test_same_seed_same_result():
     outs = []
     for _ in range(2):
         start, g, ctx = setup(seed=5)
-        outs.append(train(TrainState(start), make_update("wgd", estimator="ssge"), lambda b, a: ctx,  # noqa: B023 (train calls it at once)
-                          TrainSettings(steps=20, lr=0.1), g).params)
+        outs.append(
+            train(
+                TrainState(start),
+                make_update("wgd", estimator="ssge"),
+                lambda b, a: ctx,  # noqa: B023 (train calls it at once)
+                TrainSettings(steps=20, lr=0.1),
+                g,
+            ).params
+        )
     assert torch.equal(outs[0], outs[1])
 
 
@@ -136,16 +148,18 @@ def test_checkpoint_of_other_settings_is_set_aside(tmp_path, caplog, change):
     ckpt = tmp_path / "run.ckpt"
     start, g, ctx = setup()
     with pytest.raises(KeyboardInterrupt):
-        train(TrainState(start), _crash_at(update, 25), lambda b, a: ctx, old, g, checkpoint=ckpt,
-              checkpoint_key="job-a")
+        train(
+            TrainState(start), _crash_at(update, 25), lambda b, a: ctx, old, g, checkpoint=ckpt, checkpoint_key="job-a"
+        )
     assert ckpt.exists()
 
     start, g, ctx = setup()
     clean = train(TrainState(start), update, lambda b, a: ctx, new, g).params
     start, g, ctx = setup()
     with caplog.at_level("INFO", logger="repens.train"):
-        rerun = train(TrainState(start), update, lambda b, a: ctx, new, g, checkpoint=ckpt,
-                      checkpoint_key=new_key).params
+        rerun = train(
+            TrainState(start), update, lambda b, a: ctx, new, g, checkpoint=ckpt, checkpoint_key=new_key
+        ).params
     assert torch.equal(rerun, clean)
     lines = [r.getMessage() for r in caplog.records if "other settings" in r.getMessage()]
     assert len(lines) == 1 and str(ckpt) in lines[0] and "starting from step 0" in lines[0], caplog.text
@@ -161,12 +175,20 @@ def test_checkpoint_of_same_settings_resumes(tmp_path, caplog):
     ckpt = tmp_path / "run.ckpt"
     start, g, ctx = setup()
     with pytest.raises(KeyboardInterrupt):
-        train(TrainState(start), _crash_at(update, 25), lambda b, a: ctx, settings, g, checkpoint=ckpt,
-              checkpoint_key="job-a")
+        train(
+            TrainState(start),
+            _crash_at(update, 25),
+            lambda b, a: ctx,
+            settings,
+            g,
+            checkpoint=ckpt,
+            checkpoint_key="job-a",
+        )
     _, g2, ctx2 = setup(seed=123)
     with caplog.at_level("INFO", logger="repens.train"):
-        resumed = train(TrainState(start), update, lambda b, a: ctx2, settings, g2, checkpoint=ckpt,
-                        checkpoint_key="job-a").params
+        resumed = train(
+            TrainState(start), update, lambda b, a: ctx2, settings, g2, checkpoint=ckpt, checkpoint_key="job-a"
+        ).params
     assert torch.equal(resumed, reference)
     assert "resumed from" in caplog.text and "other settings" not in caplog.text
 
@@ -180,8 +202,9 @@ def test_checkpoint_without_key_is_set_aside(tmp_path, caplog):
     update = make_update("svgd")
     clean = train(TrainState(start), update, lambda b, a: ctx, settings, setup()[1]).params
     with caplog.at_level("INFO", logger="repens.train"):
-        out = train(TrainState(start), update, lambda b, a: ctx, settings, g, checkpoint=ckpt,
-                    checkpoint_key="k").params
+        out = train(
+            TrainState(start), update, lambda b, a: ctx, settings, g, checkpoint=ckpt, checkpoint_key="k"
+        ).params
     assert torch.equal(out, clean)
     assert "key none != " in caplog.text
 
@@ -222,8 +245,17 @@ def test_cli_exit_code_of_an_interrupted_run(tmp_path, monkeypatch, signum, code
         raise Interrupted(f"{signal.Signals(signum).name} at step 3; checkpoint written to {checkpoint}", signum)
 
     monkeypatch.setitem(RUNNERS, "synthetic", runner)
-    spec = {"experiment": "synthetic", "dataset": "gaussian", "method": "svgd", "seed": 0, "rule": "svgd",
-            "particles": 2, "steps": 5, "lr": 0.1, "init_std": 1.0}  # the CLI reads the spec before the runner
+    spec = {
+        "experiment": "synthetic",
+        "dataset": "gaussian",
+        "method": "svgd",
+        "seed": 0,
+        "rule": "svgd",
+        "particles": 2,
+        "steps": 5,
+        "lr": 0.1,
+        "init_std": 1.0,
+    }  # the CLI reads the spec before the runner
     assert cli.main(["train", "--spec", json.dumps(spec), "--out", str(tmp_path / "x.npz")]) == code
 
 
@@ -298,8 +330,15 @@ def test_deferred_check_changes_nothing_when_all_is_finite():
     for every in (1, 7):
         start, g, ctx = setup()
         settings = TrainSettings(steps=30, lr=0.05, nonfinite_check_every=every)
-        runs.append(train(TrainState(start), make_update("langevin", temperature=1.0), lambda b, a: ctx,  # noqa: B023 (train calls it at once)
-                          settings, g).params)
+        runs.append(
+            train(
+                TrainState(start),
+                make_update("langevin", temperature=1.0),
+                lambda b, a: ctx,  # noqa: B023 (train calls it at once)
+                settings,
+                g,
+            ).params
+        )
     assert torch.equal(runs[0], runs[1])
 
 
@@ -384,8 +423,15 @@ def test_resume_with_epochs_and_decay_equals_uninterrupted_run(tmp_path, rule, o
     update = make_update(rule, **options)
 
     def run(g, sampler, upd, ckpt=None):
-        return train(TrainState(start), upd, lambda b, a: StepContext(post, RBF(), g, b, a), settings, g,
-                     next_batch=sampler, checkpoint=ckpt)
+        return train(
+            TrainState(start),
+            upd,
+            lambda b, a: StepContext(post, RBF(), g, b, a),
+            settings,
+            g,
+            next_batch=sampler,
+            checkpoint=ckpt,
+        )
 
     reference = run(torch.Generator().manual_seed(1), EpochSampler(x, y, 4), update)
     calls = {"n": 0}
@@ -423,5 +469,6 @@ def test_repulsion_ratio_is_absent_without_repulsion_and_zero_for_one_particle()
     assert repulsion_ratio(make_update("ensemble")(start, ctx)) is None
     assert repulsion_ratio(make_update("langevin", temperature=1.0)(start, ctx)) is None
     assert torch.equal(repulsion_ratio(make_update("svgd")(start, ctx)), torch.zeros(2, dtype=torch.float64))
-    assert torch.equal(repulsion_ratio(make_update("wgd", estimator="kde")(start, ctx)),
-                       torch.zeros(2, dtype=torch.float64))
+    assert torch.equal(
+        repulsion_ratio(make_update("wgd", estimator="kde")(start, ctx)), torch.zeros(2, dtype=torch.float64)
+    )

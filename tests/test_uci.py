@@ -47,7 +47,7 @@ def write_dataset(root: Path, name: str = "tiny", rows: int = 40, n_splits: int 
         (folder / f).write_text(f"{v}\n")
     for k in range(n_splits):
         perm = rng.permutation(rows)
-        np.savetxt(folder / f"index_train_{k}.txt", perm[rows // 4:], fmt="%d")
+        np.savetxt(folder / f"index_train_{k}.txt", perm[rows // 4 :], fmt="%d")
         np.savetxt(folder / f"index_test_{k}.txt", perm[: rows // 4], fmt="%d")
     return folder
 
@@ -60,7 +60,9 @@ def test_split_standardized_on_training_rows_only(tmp_path):
     train = np.loadtxt(folder / "index_train_1.txt", dtype=int)
     test = np.loadtxt(folder / "index_test_1.txt", dtype=int)
     assert np.array_equal(split.train_index, train) and np.array_equal(split.test_index, test)
-    assert np.allclose(split.x_train.mean(0), 0, atol=1e-5) and np.allclose(split.x_train.std(0, unbiased=False), 1, atol=1e-5)
+    assert np.allclose(split.x_train.mean(0), 0, atol=1e-5) and np.allclose(
+        split.x_train.std(0, unbiased=False), 1, atol=1e-5
+    )
     assert abs(float(split.y_train.mean())) < 1e-5 and abs(float(split.y_train.std(unbiased=False)) - 1) < 1e-5
     # the statistics are the training rows' own, applied unchanged to the test rows
     assert np.allclose(split.x_mean, raw[train, :3].mean(0)) and np.allclose(split.x_std, raw[train, :3].std(0))
@@ -125,7 +127,9 @@ def test_download_from_a_mirror_url(tmp_path):
     write_dataset(tmp_path / "mirror")
     folder = download_dataset(tmp_path / "copy", "tiny", base_url=(tmp_path / "mirror").as_uri())
     assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in (tmp_path / "mirror/tiny/data").iterdir())
-    assert torch.equal(load_split(tmp_path / "copy", "tiny", 2).x_test, load_split(tmp_path / "mirror", "tiny", 2).x_test)
+    assert torch.equal(
+        load_split(tmp_path / "copy", "tiny", 2).x_test, load_split(tmp_path / "mirror", "tiny", 2).x_test
+    )
     with pytest.raises(UCIDataError, match="could not fetch.*n_splits.txt"):
         download_dataset(tmp_path / "copy", "absent", base_url=(tmp_path / "mirror").as_uri())
 
@@ -136,8 +140,8 @@ def test_mixture_nll_hand_computed():
     means = np.array([[0.0, 0.0], [2.0, 2.0]])
     out = mixture_metrics(means, 1.0, np.array([1.0, 0.0]))
     phi = lambda z: math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)  # noqa: E731
-    nll_1 = -math.log(phi(1.0))                       # = 0.5 log(2 pi) + 0.5 = 1.41894
-    nll_0 = -math.log(0.5 * (phi(0.0) + phi(2.0)))    # = -log(0.5 (0.398942 + 0.053991)) = 1.48516
+    nll_1 = -math.log(phi(1.0))  # = 0.5 log(2 pi) + 0.5 = 1.41894
+    nll_0 = -math.log(0.5 * (phi(0.0) + phi(2.0)))  # = -log(0.5 (0.398942 + 0.053991)) = 1.48516
     assert nll_1 == pytest.approx(1.4189385, abs=1e-6) and nll_0 == pytest.approx(1.4851577, abs=1e-6)
     assert out["nll"] == pytest.approx((nll_1 + nll_0) / 2, rel=1e-12)
     assert out["rmse"] == pytest.approx(math.sqrt((0.0 + 1.0) / 2))  # mixture mean 1
@@ -161,8 +165,8 @@ def test_pearce_predictive_by_hand():
     means = np.array([[0.0, 1.0], [2.0, 1.0]])
     y = np.array([2.0, 3.0])
     out = ensemble_gaussian_metrics(means, 1.0, y)
-    nll_a = 0.5 * math.log(2 * math.pi * 3.0) + 0.5 * 1.0 / 3.0   # (2 - 1)^2 / 3
-    nll_b = 0.5 * math.log(2 * math.pi * 1.0) + 0.5 * 4.0         # (3 - 1)^2 / 1
+    nll_a = 0.5 * math.log(2 * math.pi * 3.0) + 0.5 * 1.0 / 3.0  # (2 - 1)^2 / 3
+    nll_b = 0.5 * math.log(2 * math.pi * 1.0) + 0.5 * 4.0  # (3 - 1)^2 / 1
     assert out["nll"] == pytest.approx((nll_a + nll_b) / 2, rel=1e-12)
     assert out["rmse"] == pytest.approx(math.sqrt((1.0 + 4.0) / 2))
     with pytest.raises(ValueError, match="S >= 2"):
@@ -189,15 +193,17 @@ def test_layer_prior_follows_pearce():
     model = StackedModel(mlp(4, [10], 1))
     stds = layer_prior_stds(model, 8.0)
     var = {s.name: stds[s.start : s.stop].pow(2) for s in model.slots}
-    assert torch.allclose(var["0.weight"], torch.full((40,), 2.0))   # b1 / D
-    assert torch.allclose(var["0.bias"], torch.full((10,), 8.0))     # b1
-    assert torch.allclose(var["2.weight"], torch.full((10,), 0.1))   # 1 / H
+    assert torch.allclose(var["0.weight"], torch.full((40,), 2.0))  # b1 / D
+    assert torch.allclose(var["0.bias"], torch.full((10,), 8.0))  # b1
+    assert torch.allclose(var["2.weight"], torch.full((10,), 0.1))  # 1 / H
     assert torch.allclose(var["2.bias"], torch.full((1,), 0.1))
     # Pearce et al.'s network, no final bias: the same variances for the weights there are
     no_bias = StackedModel(mlp(4, [10], 1, output_bias=False))
     var = {s.name: layer_prior_stds(no_bias, 8.0)[s.start : s.stop].pow(2) for s in no_bias.slots}
     assert set(var) == {"0.weight", "0.bias", "2.weight"}
-    assert torch.allclose(var["0.weight"], torch.full((40,), 2.0)) and torch.allclose(var["2.weight"], torch.full((10,), 0.1))
+    assert torch.allclose(var["0.weight"], torch.full((40,), 2.0)) and torch.allclose(
+        var["2.weight"], torch.full((10,), 0.1)
+    )
 
 
 def test_isotropic_uci_prior_equals_network_prior(tmp_path):

@@ -27,8 +27,12 @@ def test_seed_reference_is_complete_and_cited():
     text = SEEDS.read_text()
     assert "Pearce" in text and "Table 1" in text and "Wild" in text and "poster" in text
     rows = read_seeds(SEEDS)
-    for source, methods, datasets in (("pearce2020_t1", {"de", "anchored"}, 9), ("wild2023_poster", {"de", "dle", "drle"}, 8),
-                                      ("pearce2020_t2", {"anchored", "relu-gp"}, 9), ("pearce2020_t3", {"relu-gp"}, 9)):
+    for source, methods, datasets in (
+        ("pearce2020_t1", {"de", "anchored"}, 9),
+        ("wild2023_poster", {"de", "dle", "drle"}, 8),
+        ("pearce2020_t2", {"anchored", "relu-gp"}, 9),
+        ("pearce2020_t3", {"relu-gp"}, 9),
+    ):
         got = [r for r in rows if r["source"] == source]
         assert {r["method"] for r in got} == methods and len(got) == len(methods) * datasets
     # like for like: only Pearce's anchored ensemble (beside our anchored ensemble as Eq. 11 and as
@@ -40,10 +44,22 @@ def test_seed_reference_is_complete_and_cited():
 
 
 def test_a_seed_value_set_beside_several_of_our_methods_gives_a_row_each():
-    records = [{"dataset": "wine", "method": m, "rmse": v, "nll": 1.0}
-               for m, vs in (("anchored", (0.70, 0.72)), ("anchored-code", (0.62, 0.64))) for v in vs]
-    seeds = [{"source": "s", "dataset": "wine", "method": "anchored", "metric": "rmse", "mean": 0.63, "se": 0.01,
-              "ours": "anchored;anchored-code"}]
+    records = [
+        {"dataset": "wine", "method": m, "rmse": v, "nll": 1.0}
+        for m, vs in (("anchored", (0.70, 0.72)), ("anchored-code", (0.62, 0.64)))
+        for v in vs
+    ]
+    seeds = [
+        {
+            "source": "s",
+            "dataset": "wine",
+            "method": "anchored",
+            "metric": "rmse",
+            "mean": 0.63,
+            "se": 0.01,
+            "ours": "anchored;anchored-code",
+        }
+    ]
     rows = compare_with_seeds(records, seeds)
     assert [(r["method"], r["seed_method"]) for r in rows] == [("anchored", "anchored"), ("anchored-code", "anchored")]
     assert [round(r["ours_mean"], 10) for r in rows] == [0.71, 0.63]
@@ -51,12 +67,13 @@ def test_a_seed_value_set_beside_several_of_our_methods_gives_a_row_each():
 
 
 def test_compare_with_seeds_flags_non_overlap():
-    records = [{"dataset": "wine", "method": "anchored", "rmse": v, "nll": n}
-               for v, n in ((0.6, 1.0), (0.7, 1.2))]
-    seeds = [{"source": "s", "dataset": "wine", "method": "anchored", "metric": "nll", "mean": 0.95, "se": 0.01},
-             {"source": "s", "dataset": "wine", "method": "anchored", "metric": "rmse", "mean": 0.63, "se": 0.01},
-             {"source": "p", "dataset": "wine", "method": "anchored", "metric": "nll_inferred", "mean": 5.0, "se": 1.0},
-             {"source": "s", "dataset": "yacht", "method": "de", "metric": "nll", "mean": 1.0, "se": 0.1}]
+    records = [{"dataset": "wine", "method": "anchored", "rmse": v, "nll": n} for v, n in ((0.6, 1.0), (0.7, 1.2))]
+    seeds = [
+        {"source": "s", "dataset": "wine", "method": "anchored", "metric": "nll", "mean": 0.95, "se": 0.01},
+        {"source": "s", "dataset": "wine", "method": "anchored", "metric": "rmse", "mean": 0.63, "se": 0.01},
+        {"source": "p", "dataset": "wine", "method": "anchored", "metric": "nll_inferred", "mean": 5.0, "se": 1.0},
+        {"source": "s", "dataset": "yacht", "method": "de", "metric": "nll", "mean": 1.0, "se": 0.1},
+    ]
     out = compare_with_seeds(records, seeds)
     nll, rmse, inferred, absent = out
     assert nll["ours_mean"] == pytest.approx(1.1) and nll["ours_se"] == pytest.approx(0.1)
@@ -81,19 +98,39 @@ def test_the_seeds_printed_precision_counts_as_error(tmp_path):
 
 def test_a_seed_row_is_set_beside_the_method_it_names_in_ours():
     records = [{"dataset": "wine", "method": "anchored", "rmse": 0.6, "nll": 1.0}]
-    seeds = [{"source": "g", "dataset": "wine", "method": "relu-gp", "metric": "nll", "mean": 0.92, "se": 0.01,
-              "ours": "anchored", "like_for_like": 1}]
+    seeds = [
+        {
+            "source": "g",
+            "dataset": "wine",
+            "method": "relu-gp",
+            "metric": "nll",
+            "mean": 0.92,
+            "se": 0.01,
+            "ours": "anchored",
+            "like_for_like": 1,
+        }
+    ]
     (row,) = compare_with_seeds(records, seeds)
     assert row["method"] == "anchored" and row["seed_method"] == "relu-gp" and row["ours_mean"] == 1.0
 
 
 def test_paired_differences_against_de_pair_the_splits():
     """Split k of a method minus split k of DE: the datasets' split-to-split spread cancels."""
-    de = [{"dataset": "wine", "method": "de", "split": k, "rmse": r, "nll": 1.0, "repulsion_ratio_mean": 0.0}
-          for k, r in enumerate((0.5, 0.9, 0.7))]
+    de = [
+        {"dataset": "wine", "method": "de", "split": k, "rmse": r, "nll": 1.0, "repulsion_ratio_mean": 0.0}
+        for k, r in enumerate((0.5, 0.9, 0.7))
+    ]
     # a constant 0.01 above DE on every split, each split's level far apart: a clear difference
-    svgd = [{**r, "method": "svgd", "rmse": r["rmse"] + 0.01, "nll": 1.0 + 0.1 * r["split"] - 0.1,
-             "repulsion_ratio_mean": 1e-5} for r in de]
+    svgd = [
+        {
+            **r,
+            "method": "svgd",
+            "rmse": r["rmse"] + 0.01,
+            "nll": 1.0 + 0.1 * r["split"] - 0.1,
+            "repulsion_ratio_mean": 1e-5,
+        }
+        for r in de
+    ]
     # split 2 missing: only the common splits are paired
     fsvgd = [{**r, "method": "fsvgd", "rmse": r["rmse"] + d} for r, d in zip(de[:2], (0.02, -0.02))]
     out = {(r["method"], r["metric"]): r for r in paired_differences(de + svgd + fsvgd)}
@@ -120,11 +157,23 @@ def test_table2_vs_seeds_html_is_wide_and_human_named(tmp_path):
     side under human names; the CSV stays long with its machine names."""
     import html
 
-    inputs = [metrics_file(tmp_path / "a", "yacht", "de", [1.0, 3.0], [2.0, 2.5]),
-              metrics_file(tmp_path / "b", "yacht", "anchored", [0.5, 0.7], [1.0, 1.5])]
+    inputs = [
+        metrics_file(tmp_path / "a", "yacht", "de", [1.0, 3.0], [2.0, 2.5]),
+        metrics_file(tmp_path / "b", "yacht", "anchored", [0.5, 0.7], [1.0, 1.5]),
+    ]
     out = tmp_path / "out"
-    write_uci_tables(inputs, ["yacht"], ["de", "anchored"], {"de": "Deep ensemble", "anchored": "Anchored ensemble"},
-                     SEEDS, out / "t.tex", out / "t.csv", None, out / "vs.csv", out_seeds_html=out / "vs.html")
+    write_uci_tables(
+        inputs,
+        ["yacht"],
+        ["de", "anchored"],
+        {"de": "Deep ensemble", "anchored": "Anchored ensemble"},
+        SEEDS,
+        out / "t.tex",
+        out / "t.csv",
+        None,
+        out / "vs.csv",
+        out_seeds_html=out / "vs.html",
+    )
     page = html.unescape((out / "vs.html").read_text())
     head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
     body = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
@@ -153,9 +202,20 @@ def test_table2_files(tmp_path):
     ]
     outs = {k: tmp_path / "out" / f"t.{k}" for k in ("tex", "csv", "html")}
     seeds_out = tmp_path / "out" / "vs.csv"
-    write_uci_tables(inputs, ["wine", "yacht"], ["de", "anchored"], {"de": "Deep ensemble"}, SEEDS,
-                     outs["tex"], outs["csv"], outs["html"], seeds_out, out_seeds_html=tmp_path / "out" / "vs.html",
-                     out_vs_de=tmp_path / "out" / "vs_de.csv", out_vs_de_html=tmp_path / "out" / "vs_de.html")
+    write_uci_tables(
+        inputs,
+        ["wine", "yacht"],
+        ["de", "anchored"],
+        {"de": "Deep ensemble"},
+        SEEDS,
+        outs["tex"],
+        outs["csv"],
+        outs["html"],
+        seeds_out,
+        out_seeds_html=tmp_path / "out" / "vs.html",
+        out_vs_de=tmp_path / "out" / "vs_de.csv",
+        out_vs_de_html=tmp_path / "out" / "vs_de.html",
+    )
     tex = outs["tex"].read_text()
     assert r"\toprule" in tex and "Deep ensemble" in tex and tex.index("Wine") < tex.index("Yacht")
     assert r"\textbf{0.600$\pm$0.100}" in tex  # yacht: anchored has the lower RMSE
@@ -166,15 +226,19 @@ def test_table2_files(tmp_path):
     assert ">Yacht<" in page and ">0.600±0.100<" in page and "font-weight: bold" in page
     assert not (tmp_path / "out" / "t.png").exists()  # Table 2 has no PNG (PNG only for Table 1)
     # every seed value with our runs beside it, with its source (paper and table)
-    assert "Pearce et al. 2020: anchored ensemble (Table 1; App. C Table 2)" in (tmp_path / "out" / "vs.html").read_text()
+    assert (
+        "Pearce et al. 2020: anchored ensemble (Table 1; App. C Table 2)" in (tmp_path / "out" / "vs.html").read_text()
+    )
     vs = list(csv.DictReader(seeds_out.open()))
     yacht_anchored = [r for r in vs if r["dataset"] == "yacht" and r["method"] == "anchored" and r["metric"] == "nll"]
     assert float(yacht_anchored[0]["ours_mean"]) == pytest.approx(1.25)
     assert float(yacht_anchored[0]["seed_mean"]) == pytest.approx(0.37)
     vs_de = list(csv.DictReader((tmp_path / "out" / "vs_de.csv").open()))
     # yacht anchored minus DE, split by split: RMSE -0.5 and -2.3, NLL -1.0 and -1.0
-    assert [(r["dataset"], r["method"], r["metric"]) for r in vs_de] == [("yacht", "anchored", "rmse"),
-                                                                          ("yacht", "anchored", "nll")]
+    assert [(r["dataset"], r["method"], r["metric"]) for r in vs_de] == [
+        ("yacht", "anchored", "rmse"),
+        ("yacht", "anchored", "nll"),
+    ]
     assert float(vs_de[0]["diff_mean"]) == pytest.approx(-1.4) and float(vs_de[0]["diff_se"]) == pytest.approx(0.9)
     assert vs_de[1]["differs"] == "1" and vs_de[0]["differs"] == "0" and vs_de[0]["label"] == "anchored"
     assert "split by split" in (tmp_path / "out" / "vs_de.html").read_text()

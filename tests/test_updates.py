@@ -53,7 +53,8 @@ def network_setup(n=4, seed=0):
 
 # ------------------------------------------------------- one particle = gradient ascent
 @pytest.mark.parametrize(
-    "rule", [svgd, lambda p, c: wgd(p, c, "kde"), lambda p, c: wgd(p, c, "sge"), lambda p, c: wgd(p, c, "ssge")],
+    "rule",
+    [svgd, lambda p, c: wgd(p, c, "kde"), lambda p, c: wgd(p, c, "sge"), lambda p, c: wgd(p, c, "ssge")],
     ids=["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"],
 )
 @pytest.mark.parametrize("bandwidth", [None, 0.5])
@@ -64,7 +65,8 @@ def test_single_particle_reduces_to_gradient_ascent_on_log_p(rule, bandwidth):
 
 
 @pytest.mark.parametrize(
-    "rule", [svgd, lambda p, c: wgd(p, c, "kde"), lambda p, c: wgd(p, c, "sge"), lambda p, c: wgd(p, c, "ssge")],
+    "rule",
+    [svgd, lambda p, c: wgd(p, c, "kde"), lambda p, c: wgd(p, c, "sge"), lambda p, c: wgd(p, c, "ssge")],
     ids=["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"],
 )
 def test_single_float32_network_particle_has_exactly_no_repulsion(rule):
@@ -146,8 +148,13 @@ def test_dle_with_sgd_samples_a_gaussian():
     start = 1.7 * torch.randn(4000, 2, generator=g, dtype=torch.float64)
     ctx = gaussian_ctx()
     ctx.generator = g
-    out = train(TrainState(start), make_update("langevin", temperature=1.0), lambda b, a: ctx,
-                TrainSettings(steps=1500, lr=0.01, optimizer="sgd"), g).params
+    out = train(
+        TrainState(start),
+        make_update("langevin", temperature=1.0),
+        lambda b, a: ctx,
+        TrainSettings(steps=1500, lr=0.01, optimizer="sgd"),
+        g,
+    ).params
     mean, cov = TARGET.moments()
     assert float((out.mean(0) - mean).norm()) < 0.1
     emp = torch.cov(out.T)
@@ -176,10 +183,13 @@ def test_anchored_with_pearce_code_divisor_pulls_n_over_b_times_harder():
     half = Batch(ctx.batch.x[:4], ctx.batch.y[:4])  # B = 4 of N = 16
     ctx_half = StepContext(ctx.posterior, ctx.kernel, ctx.generator, half, ctx.anchors)
     lik = anchored(params, ctx_half).direction + (params - ctx.anchors)  # Eq. 11, its pull removed
-    torch.testing.assert_close(anchored(params, ctx_half, anchor_divisor="batch").direction,
-                               lik - 4.0 * (params - ctx.anchors), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(anchored(params, ctx, anchor_divisor="batch").direction,
-                               anchored(params, ctx).direction)
+    torch.testing.assert_close(
+        anchored(params, ctx_half, anchor_divisor="batch").direction,
+        lik - 4.0 * (params - ctx.anchors),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    torch.testing.assert_close(anchored(params, ctx, anchor_divisor="batch").direction, anchored(params, ctx).direction)
     with pytest.raises(ValueError, match="anchor_divisor"):
         anchored(params, ctx, anchor_divisor="epoch")
 
@@ -195,8 +205,9 @@ def run_on_gaussian(rule, steps=600, **options):
     g = torch.Generator().manual_seed(42)
     start = 1.7 * torch.randn(100, 2, generator=g, dtype=torch.float64)
     ctx = gaussian_ctx()
-    return train(TrainState(start), make_update(rule, **options), lambda b, a: ctx,
-                 TrainSettings(steps=steps, lr=0.1), g).params
+    return train(
+        TrainState(start), make_update(rule, **options), lambda b, a: ctx, TrainSettings(steps=steps, lr=0.1), g
+    ).params
 
 
 def test_deep_ensemble_collapses_on_a_unimodal_target():
@@ -219,8 +230,12 @@ def test_svgd_particles_do_not_collapse():
 # ------------------------------------------------------------- function space
 def test_fsvgd_and_fwgd_give_finite_per_particle_updates():
     params, ctx = network_setup(n=6)
-    for rule in (lambda: fsvgd(params, ctx), lambda: fwgd(params, ctx, "kde"),
-                 lambda: fwgd(params, ctx, "sge", eta=0.01), lambda: fwgd(params, ctx, "ssge")):
+    for rule in (
+        lambda: fsvgd(params, ctx),
+        lambda: fwgd(params, ctx, "kde"),
+        lambda: fwgd(params, ctx, "sge", eta=0.01),
+        lambda: fwgd(params, ctx, "ssge"),
+    ):
         direction = rule().direction
         assert direction.shape == params.shape and torch.isfinite(direction).all()
 
@@ -237,7 +252,7 @@ def test_gp_function_prior_score_is_minus_inverse_covariance_times_f():
     ctx.batch = Batch(ctx.batch.x.double(), ctx.batch.y.double())
     f = torch.randn(3, 16, dtype=torch.float64)
     x = ctx.batch.x
-    cov = 2.0 * torch.exp(-torch.cdist(x, x) ** 2 / (2 * 0.3**2)) + 2e-6 * torch.eye(16, dtype=torch.float64)
+    cov = 2.0 * torch.exp(-(torch.cdist(x, x) ** 2) / (2 * 0.3**2)) + 2e-6 * torch.eye(16, dtype=torch.float64)
     expected = -torch.linalg.solve(cov, f.T).T
     got = function_prior_score(f, ctx, function_prior="gp", gp_lengthscale=0.3, gp_variance=2.0)
     torch.testing.assert_close(got, expected)
@@ -284,13 +299,15 @@ def test_registry_resolves_config_rules():
 def test_closed_form_prior_gradient_equals_autograd(std):
     params, ctx = network_setup(n=3)
     params = params.double()
-    scale = {"scalar": 0.7, "per-particle": torch.tensor([[0.5], [1.0], [2.0]], dtype=torch.float64),
-             "per-weight": torch.linspace(0.1, 2.0, params.shape[1], dtype=torch.float64)}[std]
+    scale = {
+        "scalar": 0.7,
+        "per-particle": torch.tensor([[0.5], [1.0], [2.0]], dtype=torch.float64),
+        "per-weight": torch.linspace(0.1, 2.0, params.shape[1], dtype=torch.float64),
+    }[std]
     post = NetworkPosterior(ctx.posterior.model, "gaussian", num_train=16, prior_std=scale, noise_std=0.5)
     p = params.clone().requires_grad_(True)
     (auto,) = torch.autograd.grad(post.log_prior(p).sum(), p)
     torch.testing.assert_close(post.grad_log_prior(params), auto, rtol=1e-14, atol=0)
-
 
 
 @pytest.mark.parametrize("likelihood", ["gaussian", "categorical"])
@@ -307,8 +324,11 @@ def test_written_out_likelihood_gradient_equals_autograd(likelihood, sets):
     lead = (sets,) if sets else ()
     params = post.sample_prior(5 * (sets or 1), g).double().view(*lead, 5, -1)
     x = torch.randn(*lead, 8, 3, generator=g, dtype=torch.float64)
-    y = torch.randn(*lead, 8, generator=g, dtype=torch.float64) if likelihood == "gaussian" else torch.randint(
-        0, outputs, (*lead, 8), generator=g)
+    y = (
+        torch.randn(*lead, 8, generator=g, dtype=torch.float64)
+        if likelihood == "gaussian"
+        else torch.randint(0, outputs, (*lead, 8), generator=g)
+    )
     batch = Batch(x, y)
     written = post.grad_log_likelihood(params, batch)
     auto = _grad(lambda p: post.log_likelihood(p, batch), params)
@@ -325,6 +345,7 @@ def test_networks_other_than_mlps_pull_the_output_gradient_back_by_autograd():
     batch = Batch(torch.randn(4, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64))
     auto = _grad(lambda p: post.log_likelihood(p, batch), params)
     torch.testing.assert_close(post.grad_log_likelihood(params, batch), auto, rtol=1e-12, atol=1e-12)
+
 
 # ------------------------------------------------------------ stacks of independent sets
 STACKABLE = {
@@ -448,8 +469,10 @@ def test_prior_gradient_added_in_place_rounds_as_the_separate_sum(prior_std):
     g = torch.Generator().manual_seed(5)
     model = StackedModel(mlp(2, [7], 1))
     n = 4
-    std = {"per-particle": torch.rand(n, 1, generator=g) + 0.1,
-           "per-weight": torch.rand(model.dim, generator=g) + 0.1}.get(prior_std, prior_std)
+    std = {
+        "per-particle": torch.rand(n, 1, generator=g) + 0.1,
+        "per-weight": torch.rand(model.dim, generator=g) + 0.1,
+    }.get(prior_std, prior_std)
     post = NetworkPosterior(model, "gaussian", num_train=10, prior_std=std)
     ctx = StepContext(post, RBF(), g)
     params = torch.randn(n, model.dim, generator=g) * 3

@@ -103,8 +103,9 @@ def _image_plan(output: str) -> list[tuple[str, str]]:
     found = []
     for block in re.split(r"^rule ", output, flags=re.M)[1:]:
         if block.startswith("train_image:"):
-            found.append((re.search(r"train --spec '(\{.*?\})'", block)[1],
-                          re.search(r"^\s+resources: (.*)$", block, re.M)[1]))
+            found.append(
+                (re.search(r"train --spec '(\{.*?\})'", block)[1], re.search(r"^\s+resources: (.*)$", block, re.M)[1])
+            )
     return found
 
 
@@ -113,8 +114,11 @@ def test_sharing_a_gpu_changes_no_job(tmp_path):
     """k image jobs on one GPU (`--resources gpu_share=100` and a smaller share
     per job) schedule differently and run the same jobs: the share is no part of a spec."""
     plans = {}
-    for name, args in (("default", ()), ("one GPU", ("--resources", "gpu_share=100")),
-                       ("four per GPU", ("--resources", "gpu_share=100", "--set-resources", "train_image:gpu_share=25"))):
+    for name, args in (
+        ("default", ()),
+        ("one GPU", ("--resources", "gpu_share=100")),
+        ("four per GPU", ("--resources", "gpu_share=100", "--set-resources", "train_image:gpu_share=25")),
+    ):
         rc, out = snakemake(tmp_path, "-n", "-p", "results/table1.tex", *args)
         assert rc == 0, out
         plans[name] = _image_plan(out)
@@ -142,8 +146,9 @@ def test_claim_scorecard_reads_table2_but_never_trains_it(tmp_path):
 def test_claim_scorecard_without_building_table1_trains_no_image_job(tmp_path):
     """claims_build_table1=false: the paper-scale scorecard of a machine without a GPU
     reads Table 1 if it is there and never trains it."""
-    rc, out = snakemake(tmp_path, "-n", "-p", "results/claims.csv", "--config", "scale=paper",
-                        "claims_build_table1=false")
+    rc, out = snakemake(
+        tmp_path, "-n", "-p", "results/claims.csv", "--config", "scale=paper", "claims_build_table1=false"
+    )
     assert rc == 0, out
     planned = jobs(out)
     assert planned["summarize_claims"] == 1 and "summarize_toy" in planned
@@ -231,8 +236,17 @@ def test_every_table_rule_writes_html_for_the_report(tmp_path):
 # the data came from, config labels in every report.
 
 SHARED = Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "data"))
-REPORT_RULES = ["summarize_synthetic", "plot_gaussian", "plot_funnel", "plot_regression", "plot_classification",
-                "summarize_toy", "summarize_image", "summarize_uci", "summarize_claims"]
+REPORT_RULES = [
+    "summarize_synthetic",
+    "plot_gaussian",
+    "plot_funnel",
+    "plot_regression",
+    "plot_classification",
+    "summarize_toy",
+    "summarize_image",
+    "summarize_uci",
+    "summarize_claims",
+]
 
 
 @pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
@@ -269,8 +283,10 @@ def test_data_needed_by_no_target_does_not_stop_the_run(tmp_path):
     assert (tmp_path / target).is_file()
 
 
-@pytest.mark.skipif(not (SHARED / "FashionMNIST" / "raw").is_dir() or not (SHARED / "MNIST" / "raw").is_dir(),
-                    reason="no shared copy of FashionMNIST/MNIST")
+@pytest.mark.skipif(
+    not (SHARED / "FashionMNIST" / "raw").is_dir() or not (SHARED / "MNIST" / "raw").is_dir(),
+    reason="no shared copy of FashionMNIST/MNIST",
+)
 @pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_mirror_is_not_a_reason_to_rerun(tmp_path):
     """Data prepared from a mirror: dropping the mirror plans nothing for the data rule,
@@ -286,8 +302,9 @@ def test_mirror_is_not_a_reason_to_rerun(tmp_path):
     assert "prepare_images" not in jobs(out), out
     assert jobs(out)["train_image"] == len(config["experiments"]["image"]["methods"]) * len(config["seeds"])
     # an other mirror, or downloads switched off: still nothing to do for the data
-    rc, out = snakemake(tmp_path, "-n", *data, config={**config, "image_data_mirror": str(tmp_path),
-                                                       "image_data_download": False})
+    rc, out = snakemake(
+        tmp_path, "-n", *data, config={**config, "image_data_mirror": str(tmp_path), "image_data_download": False}
+    )
     assert rc == 0 and "Nothing to be done" in out, out
 
 
@@ -309,7 +326,9 @@ def test_every_report_rule_passes_the_config_labels(tmp_path):
         assert "--labels" in blocks[rule] and '"svgd": "Zeta SVGD"' in blocks[rule], blocks[rule]
 
 
-@pytest.mark.skipif(not (SHARED / "uci" / "yacht" / "data" / "data.txt").is_file(), reason="no shared copy of UCI yacht")
+@pytest.mark.skipif(
+    not (SHARED / "uci" / "yacht" / "data" / "data.txt").is_file(), reason="no shared copy of UCI yacht"
+)
 @pytest.mark.slow  # an end-to-end run: second stage of .ci/run
 def test_runtime_settings_never_retrain_and_result_settings_always_do(tmp_path):
     """A tiny real run of synthetic and UCI jobs; then another log_every, checkpoint_seconds,

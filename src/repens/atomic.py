@@ -118,8 +118,11 @@ def torch_save_atomic(obj: Any, path: Path | str) -> None:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     with buffer.getbuffer() as view:
-        bare = len(view) >= _ZIP_END_SIZE and view[-_ZIP_END_SIZE:-_ZIP_END_SIZE + 4] == _ZIP_END \
+        bare = (
+            len(view) >= _ZIP_END_SIZE
+            and view[-_ZIP_END_SIZE : -_ZIP_END_SIZE + 4] == _ZIP_END
             and view[-2:] == b"\x00\x00"
+        )
         digest = hashlib.sha256(view).hexdigest() if bare else None
     if digest is not None:  # replace the comment length 0 by that of the checksum, then the checksum
         buffer.seek(-2, io.SEEK_END)
@@ -156,8 +159,12 @@ def verify_torch_file(path: Path | str) -> bool:
         tail = f.read()
         if CHECKSUM_TAG in tail:
             end = len(tail) - _TRAILER_SIZE - _ZIP_END_SIZE
-            if end < 0 or tail[end:end + 4] != _ZIP_END or tail[-_TRAILER_SIZE - 2:-_TRAILER_SIZE] != \
-                    struct.pack("<H", _TRAILER_SIZE) or not tail[-_TRAILER_SIZE:].startswith(CHECKSUM_TAG):
+            if (
+                end < 0
+                or tail[end : end + 4] != _ZIP_END
+                or tail[-_TRAILER_SIZE - 2 : -_TRAILER_SIZE] != struct.pack("<H", _TRAILER_SIZE)
+                or not tail[-_TRAILER_SIZE:].startswith(CHECKSUM_TAG)
+            ):
                 raise ChecksumError("its checksum trailer is damaged")
             recorded = tail[-64:].decode("ascii", errors="replace")
             sha = _hash_file(f, size - _TRAILER_SIZE - 2)

@@ -34,8 +34,16 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["REFRESH_SECONDS", "STALE_SECONDS", "JobBusy", "GpuUnusable", "job_lock", "keep_attempt_log",
-           "check_granted_gpu", "granted_gpus"]
+__all__ = [
+    "REFRESH_SECONDS",
+    "STALE_SECONDS",
+    "JobBusy",
+    "GpuUnusable",
+    "job_lock",
+    "keep_attempt_log",
+    "check_granted_gpu",
+    "granted_gpus",
+]
 
 #: seconds between refreshes of a held lock's modification time
 REFRESH_SECONDS = 30.0
@@ -90,8 +98,13 @@ def _read_holder(path: Path) -> tuple[dict, float] | None:
 
 
 @contextmanager
-def job_lock(out: Path | str, log: logging.Logger, *, refresh_seconds: float = REFRESH_SECONDS,
-             stale_seconds: float = STALE_SECONDS) -> Iterator[Path]:
+def job_lock(
+    out: Path | str,
+    log: logging.Logger,
+    *,
+    refresh_seconds: float = REFRESH_SECONDS,
+    stale_seconds: float = STALE_SECONDS,
+) -> Iterator[Path]:
     """Hold ``<out>.lock`` while the block runs (see the module docstring).
 
     Raises:
@@ -99,8 +112,12 @@ def job_lock(out: Path | str, log: logging.Logger, *, refresh_seconds: float = R
     """
     out = Path(out)
     path = out.with_name(out.name + ".lock")
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-          "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    me = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(3):
         try:
@@ -111,11 +128,17 @@ def job_lock(out: Path | str, log: logging.Logger, *, refresh_seconds: float = R
                 continue  # released meanwhile
             holder, age = found
             if _holder_alive(holder, age, stale_seconds):
-                raise JobBusy(f"another attempt is running this job ({_holder_text(holder)}; lock {path} "
-                              f"refreshed {age:.0f} s ago): not training over it; wait for it, or stop it "
-                              f"(scancel --signal=TERM) and rerun") from None
-            log.warning("lock %s of an attempt that is gone (%s, refreshed %.0f s ago) taken over",
-                        path, _holder_text(holder), age)
+                raise JobBusy(
+                    f"another attempt is running this job ({_holder_text(holder)}; lock {path} "
+                    f"refreshed {age:.0f} s ago): not training over it; wait for it, or stop it "
+                    f"(scancel --signal=TERM) and rerun"
+                ) from None
+            log.warning(
+                "lock %s of an attempt that is gone (%s, refreshed %.0f s ago) taken over",
+                path,
+                _holder_text(holder),
+                age,
+            )
             path.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "w") as handle:
@@ -154,8 +177,13 @@ def keep_attempt_log(path: Path | str, command: str) -> logging.Handler:
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.getLogger().addHandler(handler)
     slurm = os.environ.get("SLURM_JOB_ID")
-    logging.getLogger("repens").info("attempt: %s on host %s, pid %d%s", command, socket.gethostname(), os.getpid(),
-                                     f", SLURM job {slurm}" if slurm else "")
+    logging.getLogger("repens").info(
+        "attempt: %s on host %s, pid %d%s",
+        command,
+        socket.gethostname(),
+        os.getpid(),
+        f", SLURM job {slurm}" if slurm else "",
+    )
     return handler
 
 
@@ -185,6 +213,8 @@ def check_granted_gpu(device: str | None, env: Mapping[str, str] | None = None) 
     if torch.cuda.is_available():
         return
     name, value = granted
-    raise GpuUnusable(f"SLURM granted this job a GPU ({name}={value}) but torch {torch.__version__} sees no CUDA "
-                      f"device (CUDA build: {torch.version.cuda or 'none, a CPU build'}); not training on the CPU: "
-                      f"install a CUDA build of torch on the node, or set device: cpu")
+    raise GpuUnusable(
+        f"SLURM granted this job a GPU ({name}={value}) but torch {torch.__version__} sees no CUDA "
+        f"device (CUDA build: {torch.version.cuda or 'none, a CPU build'}); not training on the CPU: "
+        f"install a CUDA build of torch on the node, or set device: cpu"
+    )

@@ -58,8 +58,22 @@ from repens.cost import duration
 from repens.job import ImageJob  # torch-free
 
 __all__ = [
-    "BudgetError", "Stage", "Cell", "Row", "job_stages", "plan", "budget", "format_budget", "load_config",
-    "read_timings", "write_timings", "timing_rows", "StageRun", "time_stage", "device_name", "TRAIN_IMAGES",
+    "BudgetError",
+    "Stage",
+    "Cell",
+    "Row",
+    "job_stages",
+    "plan",
+    "budget",
+    "format_budget",
+    "load_config",
+    "read_timings",
+    "write_timings",
+    "timing_rows",
+    "StageRun",
+    "time_stage",
+    "device_name",
+    "TRAIN_IMAGES",
     "SHORT_RUN_STEPS",
 ]
 
@@ -119,8 +133,9 @@ class Cell:
     stages: tuple[tuple[Stage, ...], ...]  # per seed
 
 
-def plan(config: Mapping[str, Any], datasets: Sequence[str] | None = None,
-         methods: Sequence[str] | None = None) -> list[Cell]:
+def plan(
+    config: Mapping[str, Any], datasets: Sequence[str] | None = None, methods: Sequence[str] | None = None
+) -> list[Cell]:
     """Every (dataset, method) of the image experiment that ``results/table1.tex`` trains
     (the table's datasets, :func:`repens.config.report_datasets`, unless ``datasets``; the
     experiment's methods in config order unless ``methods``), each with its seeds' jobs."""
@@ -133,7 +148,9 @@ def plan(config: Mapping[str, Any], datasets: Sequence[str] | None = None,
     for name, chosen, known in (("datasets", chosen_ds, known_ds), ("methods", chosen_m, known_m)):
         for item in chosen:
             if item not in known:
-                raise BudgetError(f"--{name}: {item!r} is not one of experiments.{EXPERIMENT}.{name} ({', '.join(known)})")
+                raise BudgetError(
+                    f"--{name}: {item!r} is not one of experiments.{EXPERIMENT}.{name} ({', '.join(known)})"
+                )
     seeds = tuple(experiment_seeds(config, EXPERIMENT))
     cells = []
     for ds in chosen_ds:
@@ -196,8 +213,10 @@ def format_budget(rows: Sequence[Row], device: str, unit: str, header: Sequence[
     """The table the command prints: a line per (dataset, method), a subtotal per dataset
     and the total, hours labelled ``unit`` (``GPU-hours``, ``CPU-hours``)."""
     lines = [*header, f"device: {device}", ""]
-    cols = f"{'dataset':13s} {'method':10s} {'jobs':>4s} {'steps/job':>10s} {'s/step':>8s} " \
-           f"{'search/job':>10s} {'s/step':>8s} {'h/job':>9s} {unit:>10s}"
+    cols = (
+        f"{'dataset':13s} {'method':10s} {'jobs':>4s} {'steps/job':>10s} {'s/step':>8s} "
+        f"{'search/job':>10s} {'s/step':>8s} {'h/job':>9s} {unit:>10s}"
+    )
     lines += [cols, "-" * len(cols)]
     total = 0.0
     datasets = list(dict.fromkeys(r.dataset for r in rows))
@@ -213,13 +232,16 @@ def format_budget(rows: Sequence[Row], device: str, unit: str, header: Sequence[
             )
             sub += r.hours
             jobs += r.jobs
-        lines.append(f"{ds:13s} {'(all)':10s} {jobs:4d} {'':>10s} {'':>8s} {'':>10s} {'':>8s} {'':>9s} "
-                     f"{_fmt_hours(sub):>10s}")
+        lines.append(
+            f"{ds:13s} {'(all)':10s} {jobs:4d} {'':>10s} {'':>8s} {'':>10s} {'':>8s} {'':>9s} {_fmt_hours(sub):>10s}"
+        )
         lines.append("")
         total += sub
     jobs = sum(r.jobs for r in rows)
-    lines.append(f"total: {jobs} jobs, {_fmt_hours(total)} {unit} (about {duration(total * 3600)} of one device, "
-                 "one job at a time)")
+    lines.append(
+        f"total: {jobs} jobs, {_fmt_hours(total)} {unit} (about {duration(total * 3600)} of one device, "
+        "one job at a time)"
+    )
     return "\n".join(lines)
 
 
@@ -257,10 +279,18 @@ def timing_rows(rows: Sequence[Row], cells: Sequence[Cell], device: str, steps_t
     out = []
     for row, cell in zip(rows, cells):
         for stage in cell.stages[0]:
-            out.append({"dataset": row.dataset, "method": row.method, "stage": stage.name,
-                        "seconds_per_step": row.seconds_per_step[stage.name], "particles": stage.members,
-                        "batch_size": stage.job.batch_size, "scale": stage.job.scale,
-                        "steps_timed": steps_timed.get((row.dataset, row.method, stage.name))})
+            out.append(
+                {
+                    "dataset": row.dataset,
+                    "method": row.method,
+                    "stage": stage.name,
+                    "seconds_per_step": row.seconds_per_step[stage.name],
+                    "particles": stage.members,
+                    "batch_size": stage.job.batch_size,
+                    "scale": stage.job.scale,
+                    "steps_timed": steps_timed.get((row.dataset, row.method, stage.name)),
+                }
+            )
     return {"device": device, "rows": out}
 
 
@@ -284,8 +314,9 @@ def read_timings(path: str | Path) -> tuple[Timing, str]:
         raise BudgetError(f"{path}: not JSON ({err})") from None
     rows = data.get("rows") if isinstance(data, dict) else data
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise BudgetError(f"{path}: expected a list of rows (or {{\"rows\": [...]}}) with dataset, method, "
-                          "seconds_per_step")
+        raise BudgetError(
+            f'{path}: expected a list of rows (or {{"rows": [...]}}) with dataset, method, seconds_per_step'
+        )
     table: dict[tuple[str, str, str], dict] = {}
     devices = []
     for i, r in enumerate(rows):
@@ -295,10 +326,15 @@ def read_timings(path: str | Path) -> tuple[Timing, str]:
         seconds = r.get("seconds_per_step")
         if not isinstance(dataset, str) or not isinstance(r.get("method"), str):
             raise BudgetError(f"{path}: row {i}: no dataset (or config) and method")
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-                or seconds <= 0:
-            raise BudgetError(f"{path}: row {i} ({dataset}/{r['method']}): seconds_per_step {seconds!r} is not a "
-                              "positive number")
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or seconds <= 0
+        ):
+            raise BudgetError(
+                f"{path}: row {i} ({dataset}/{r['method']}): seconds_per_step {seconds!r} is not a positive number"
+            )
         table[(dataset, r["method"], r.get("stage", "train"))] = r
         if r.get("device_name"):
             devices.append(str(r["device_name"]))
@@ -309,13 +345,16 @@ def read_timings(path: str | Path) -> tuple[Timing, str]:
         row = table.get((dataset, method, stage.name))
         what = f"{dataset}/{method}" + (" (L2 search stack)" if stage.name == "search" else "")
         if row is None:
-            raise BudgetError(f"{path}: no step time for {what}: {stage.members} members, batch "
-                              f"{stage.job.batch_size}; time it on the device with "
-                              "`python -m repens budget --save-timings FILE`")
+            raise BudgetError(
+                f"{path}: no step time for {what}: {stage.members} members, batch "
+                f"{stage.job.batch_size}; time it on the device with "
+                "`python -m repens budget --save-timings FILE`"
+            )
         for key, want in (("particles", stage.members), ("batch_size", stage.job.batch_size)):
             if row.get(key) is not None and row[key] != want:
-                raise BudgetError(f"{path}: the {what} step was timed with {key} {row[key]}, the config's job has "
-                                  f"{want}")
+                raise BudgetError(
+                    f"{path}: the {what} step was timed with {key} {row[key]}, the config's job has {want}"
+                )
         return float(row["seconds_per_step"])
 
     return seconds_per_step, f"{device} (step times from {path})"
@@ -414,8 +453,15 @@ class StageRun:
 SHORT_RUN_STEPS = 10
 
 
-def time_stage(stage: Stage, device: str = "auto", steps: int | None = None, warmup: int = 1,
-               min_seconds: float = 3.0, max_steps: int = 200, short: int | None = None) -> tuple[float, int]:
+def time_stage(
+    stage: Stage,
+    device: str = "auto",
+    steps: int | None = None,
+    warmup: int = 1,
+    min_seconds: float = 3.0,
+    max_steps: int = 200,
+    short: int | None = None,
+) -> tuple[float, int]:
     """(seconds per step, steps timed) of ``stage`` on ``device``: the marginal step.
 
     Each run of the training loop pays once for what is not a step: its set-up and, on a

@@ -123,11 +123,15 @@ def _repeated_keys(node: Any, where: tuple[str, ...], path: str | os.PathLike) -
                 mark = key_node.start_mark
                 dotted = ".".join((*where, str(name)))
                 before = first[ident]
-                both = (f"line {mark.line + 1}, columns {before.column + 1} and {mark.column + 1}"
-                        if before.line == mark.line else f"lines {before.line + 1} and {mark.line + 1}")
+                both = (
+                    f"line {mark.line + 1}, columns {before.column + 1} and {mark.column + 1}"
+                    if before.line == mark.line
+                    else f"lines {before.line + 1} and {mark.line + 1}"
+                )
                 raise CheckError(
                     f"{path}:{mark.line + 1}:{mark.column + 1}: key {dotted} is written twice ({both}); "
-                    "YAML would keep the last one silently: keep one")
+                    "YAML would keep the last one silently: keep one"
+                )
             first[ident] = key_node.start_mark
             _repeated_keys(value_node, (*where, str(name)), path)
     elif isinstance(node, yaml.SequenceNode):
@@ -162,8 +166,10 @@ def check_labels(config: Mapping[str, Any]) -> None:
             continue
         problem = label_problem(label)
         if problem:
-            raise CheckError(f"methods.{name}.label: \"{label}\" is not valid matplotlib mathtext ({problem}); "
-                             r"fix the $...$ part or escape a literal dollar as \$")
+            raise CheckError(
+                f'methods.{name}.label: "{label}" is not valid matplotlib mathtext ({problem}); '
+                r"fix the $...$ part or escape a literal dollar as \$"
+            )
 
 
 # ------------------------------------------------------------------ environment
@@ -220,30 +226,41 @@ def _commit(value: str) -> str:
 #: SLURM's own (SLURM_JOB_ID & co., set by the cluster, only recorded)
 ENVIRONMENT: dict[str, EnvSetting] = {
     "REPENS_CHECKPOINT_SECONDS": EnvSetting(
-        "repens.train (TrainSettings), repens.experiments.hmc", _seconds, 300.0,
-        "seconds between checkpoints, a number >= 0 (0: after every step)"),
+        "repens.train (TrainSettings), repens.experiments.hmc",
+        _seconds,
+        300.0,
+        "seconds between checkpoints, a number >= 0 (0: after every step)",
+    ),
     "REPENS_CUDA_GRAPHS": EnvSetting(
-        "repens.train (TrainSettings.cuda_graphs)", _flag({"0"}, {"1", ""}), True,
-        "0 (off) or 1 (on)"),
+        "repens.train (TrainSettings.cuda_graphs)", _flag({"0"}, {"1", ""}), True, "0 (off) or 1 (on)"
+    ),
     "REPENS_UCI_VERIFY": EnvSetting(
-        "repens.data.uci_files", _flag({"0", "false", "no"}, {"1", "true", "yes", ""}, strip=True), True,
-        "0, false or no (off); 1, true or yes (on)"),
+        "repens.data.uci_files",
+        _flag({"0", "false", "no"}, {"1", "true", "yes", ""}, strip=True),
+        True,
+        "0, false or no (off); 1, true or yes (on)",
+    ),
     "REPENS_OFFLINE": EnvSetting(
-        "repens.data.availability", _flag({"", "0"}, {"1", "true", "yes"}), False,
-        "1, true or yes (offline); 0 or empty (online)"),
+        "repens.data.availability",
+        _flag({"", "0"}, {"1", "true", "yes"}),
+        False,
+        "1, true or yes (offline); 0 or empty (online)",
+    ),
     "REPENS_UCI_DATA": EnvSetting(
-        "repens.experiments.uci, workflow/rules/uci_common.smk", _folder, "",
-        "an existing folder of UCI data sets"),
+        "repens.experiments.uci, workflow/rules/uci_common.smk", _folder, "", "an existing folder of UCI data sets"
+    ),
     "REPENS_GIT_COMMIT": EnvSetting(
-        "repens.provenance (outside a git checkout)", _commit, "unknown",
-        "a commit id, one word"),
+        "repens.provenance (outside a git checkout)", _commit, "unknown", "a commit id, one word"
+    ),
 }
 
 
 def _env_message(name: str, value: str, reason: str) -> str:
     spec = ENVIRONMENT[name]
-    return (f"environment variable {name}={value!r}: {reason} (read by {spec.read_by} as "
-            f"{spec.accepts}; unset: {spec.default!r})")
+    return (
+        f"environment variable {name}={value!r}: {reason} (read by {spec.read_by} as "
+        f"{spec.accepts}; unset: {spec.default!r})"
+    )
 
 
 def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
@@ -317,10 +334,12 @@ def missing_cluster_clients(executor: str | None, which: Callable[[str], str | N
     missing = [name for name in needed if which(name) is None]
     if not missing:
         return None
-    return (f"executor {executor} (--profile slurm or --executor {executor}) runs "
-            f"{' and '.join(needed)}, and {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
-            "not on PATH: run from a login node of the cluster (or load its SLURM module), or run "
-            "without the profile on this machine")
+    return (
+        f"executor {executor} (--profile slurm or --executor {executor}) runs "
+        f"{' and '.join(needed)}, and {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+        "not on PATH: run from a login node of the cluster (or load its SLURM module), or run "
+        "without the profile on this machine"
+    )
 
 
 # ------------------------------------------------------------------ memory
@@ -350,9 +369,15 @@ IMAGE_CLASSES = 10
 IMAGE_EVAL_BATCH = 1000
 #: UCI data sets of the standard splits: (rows, input features, splits, hidden units)
 UCI_SETS = {
-    "boston": (506, 13, 20, 50), "concrete": (1030, 8, 20, 50), "energy": (768, 8, 20, 50),
-    "kin8nm": (8192, 8, 20, 50), "naval": (11934, 16, 20, 50), "power": (9568, 4, 20, 50),
-    "protein": (45730, 9, 5, 100), "wine": (1599, 11, 20, 50), "yacht": (308, 6, 20, 50),
+    "boston": (506, 13, 20, 50),
+    "concrete": (1030, 8, 20, 50),
+    "energy": (768, 8, 20, 50),
+    "kin8nm": (8192, 8, 20, 50),
+    "naval": (11934, 16, 20, 50),
+    "power": (9568, 4, 20, 50),
+    "protein": (45730, 9, 5, 100),
+    "wine": (1599, 11, 20, 50),
+    "yacht": (308, 6, 20, 50),
 }
 #: toy problems (repens.data.toy): (inputs, outputs, training points, test points)
 TOY_SETS = {"regression": (1, 1, 90, 100), "classification": (2, 5, 200, 3600)}
@@ -429,8 +454,9 @@ def _network(spec: Mapping[str, Any]) -> tuple[int, int, int]:
     if experiment == "image":
         shape = IMAGE_SETS.get(dataset, IMAGE_SETS["cifar10"])[2]
         if spec.get("model", "mlp") == "resnet":
-            return _resnet(int(spec.get("depth", 32)), int(spec.get("width", 16)), shape, spec.get("norm", "group"),
-                           IMAGE_CLASSES)
+            return _resnet(
+                int(spec.get("depth", 32)), int(spec.get("width", 16)), shape, spec.get("norm", "group"), IMAGE_CLASSES
+            )
         return _mlp([math.prod(shape), *(spec.get("hidden") or (100, 100, 100)), IMAGE_CLASSES])
     raise ValueError(f"no memory model for experiment {experiment!r}")
 
@@ -448,8 +474,9 @@ def _hmc_memory(spec: Mapping[str, Any], params: int, widest: int, terms: dict[s
     draws = chains * kept
     terms["particles"] = float(chains * params * 8 * PARAM_COPIES)
     terms["draws"] = float(draws * params * FLOAT)
-    terms["predictive"] = float(draws * min(test, HMC_EVAL_POINTS) * (2 * widest * FLOAT + outputs * 8)
-                                + draws * test * FLOAT)
+    terms["predictive"] = float(
+        draws * min(test, HMC_EVAL_POINTS) * (2 * widest * FLOAT + outputs * 8) + draws * test * FLOAT
+    )
     return MemoryEstimate(terms, f"{chains:,} chains x {kept:,} kept draws x {params:,} parameters")
 
 
@@ -558,9 +585,16 @@ def machine_memory_bytes() -> int | None:
 LARGEST_GPU_BYTES = 192 * 10**9
 
 
-def check_memory(job: str, estimate: MemoryEstimate, limit: float | None, limit_what: str, knob: str,
-                 device_limit: float | None = None, on_gpu: bool = False,
-                 device_what: str = "this machine's GPU") -> None:
+def check_memory(
+    job: str,
+    estimate: MemoryEstimate,
+    limit: float | None,
+    limit_what: str,
+    knob: str,
+    device_limit: float | None = None,
+    on_gpu: bool = False,
+    device_what: str = "this machine's GPU",
+) -> None:
     """:class:`CheckError` when the job's estimate exceeds what it can have: ``limit`` bytes
     on the host (``limit_what`` says whose: "this machine's memory", "mem_mb ...") and,
     on a GPU, ``device_limit`` bytes of GPU memory (None: not checked; ``device_what`` says
@@ -574,4 +608,5 @@ def check_memory(job: str, estimate: MemoryEstimate, limit: float | None, limit_
             raise CheckError(
                 f"{job} would need about {gib(need)} of memory ({estimate.sizes}; a rough upper bound, "
                 f"mostly {estimate.largest()}: repens.checks.memory_estimate), more than the {gib(have)} of "
-                f"{what}: lower {knob}, or run it where there is more memory")
+                f"{what}: lower {knob}, or run it where there is more memory"
+            )

@@ -52,8 +52,9 @@ def _setup_logging(path: str | None) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(path, mode="a"))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        handlers=handlers, force=True)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers, force=True
+    )
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -117,8 +118,10 @@ def _runtime_fields(text: str | None) -> dict:
         raise SystemExit("error: --runtime: a JSON object of runtime fields is expected")
     other = sorted(set(fields) - RUNTIME_FIELDS)
     if other:
-        raise SystemExit(f"error: --runtime: {other[0]!r} changes a result and belongs in --spec "
-                         f"(runtime fields: {', '.join(sorted(RUNTIME_FIELDS))})")
+        raise SystemExit(
+            f"error: --runtime: {other[0]!r} changes a result and belongs in --spec "
+            f"(runtime fields: {', '.join(sorted(RUNTIME_FIELDS))})"
+        )
     return fields
 
 
@@ -235,8 +238,13 @@ def _prepare_images(args: argparse.Namespace) -> int:
 
     # a missing or malformed file raises a DataError: main prints it as one line, exit 2;
     # under one lock of the data folder, so runs sharing it wait for each other
-    if prepare_arrays(args.dataset, Path(args.root), Path(args.out), Path(args.mirror) if args.mirror else None,
-                      download=not args.offline):
+    if prepare_arrays(
+        args.dataset,
+        Path(args.root),
+        Path(args.out),
+        Path(args.mirror) if args.mirror else None,
+        download=not args.offline,
+    ):
         logging.getLogger("repens").info("wrote %s", args.out)
     return 0
 
@@ -244,10 +252,19 @@ def _prepare_images(args: argparse.Namespace) -> int:
 def _image_table(args: argparse.Namespace) -> int:
     from repens.report.image import write_table1
 
-    write_table1([Path(p) for p in args.inputs], Path(args.reference), json.loads(args.labels),
-                 args.datasets.split(","), args.methods.split(","), Path(args.out_tex), Path(args.out_png),
-                 Path(args.out_csv), Path(args.out_vs_paper), out_html=_path(args.out_html),
-                 out_vs_paper_html=_path(args.out_vs_paper_html))
+    write_table1(
+        [Path(p) for p in args.inputs],
+        Path(args.reference),
+        json.loads(args.labels),
+        args.datasets.split(","),
+        args.methods.split(","),
+        Path(args.out_tex),
+        Path(args.out_png),
+        Path(args.out_csv),
+        Path(args.out_vs_paper),
+        out_html=_path(args.out_html),
+        out_vs_paper_html=_path(args.out_vs_paper_html),
+    )
     _sidecar(args.out_csv, args.inputs)
     return 0
 
@@ -255,8 +272,13 @@ def _image_table(args: argparse.Namespace) -> int:
 def _synthetic_table(args: argparse.Namespace) -> int:
     from repens.from_runs import write_metrics_table
 
-    write_metrics_table([Path(p) for p in args.inputs], Path(args.out_csv), Path(args.out_tex),
-                        labels=json.loads(args.labels), out_html=_path(args.out_html))
+    write_metrics_table(
+        [Path(p) for p in args.inputs],
+        Path(args.out_csv),
+        Path(args.out_tex),
+        labels=json.loads(args.labels),
+        out_html=_path(args.out_html),
+    )
     _sidecar(args.out_csv, args.inputs)
     return 0
 
@@ -264,8 +286,13 @@ def _synthetic_table(args: argparse.Namespace) -> int:
 def _synthetic_figure(args: argparse.Namespace) -> int:
     from repens.from_runs import plot_target_panels
 
-    plot_target_panels(args.target, [Path(p) for p in args.inputs], Path(args.out_png), Path(args.out_pdf),
-                       labels=json.loads(args.labels))
+    plot_target_panels(
+        args.target,
+        [Path(p) for p in args.inputs],
+        Path(args.out_png),
+        Path(args.out_pdf),
+        labels=json.loads(args.labels),
+    )
     return 0
 
 
@@ -283,11 +310,23 @@ def _toy_table(args: argparse.Namespace) -> int:
     def pair(hmc: list[str] | None, methods: list[str] | None):
         return None if not hmc else ([Path(h) for h in hmc], [Path(m) for m in methods or []])
 
-    write_distance_table(pair(args.regression_hmc, args.regression), pair(args.classification_hmc, args.classification),
-                         Path(args.out_csv), Path(args.out_tex), labels=json.loads(args.labels),
-                         out_html=_path(args.out_html))
-    _sidecar(args.out_csv, [*(args.regression_hmc or []), *(args.regression or []),
-                            *(args.classification_hmc or []), *(args.classification or [])])
+    write_distance_table(
+        pair(args.regression_hmc, args.regression),
+        pair(args.classification_hmc, args.classification),
+        Path(args.out_csv),
+        Path(args.out_tex),
+        labels=json.loads(args.labels),
+        out_html=_path(args.out_html),
+    )
+    _sidecar(
+        args.out_csv,
+        [
+            *(args.regression_hmc or []),
+            *(args.regression or []),
+            *(args.classification_hmc or []),
+            *(args.classification or []),
+        ],
+    )
     return 0
 
 
@@ -301,10 +340,20 @@ def _uci_download(args: argparse.Namespace) -> int:
 def _uci_table(args: argparse.Namespace) -> int:
     from repens.report.uci import write_uci_tables
 
-    write_uci_tables([Path(p) for p in args.inputs], args.datasets, args.methods, json.loads(args.labels),
-                     Path(args.seeds), Path(args.out_tex), Path(args.out_csv), _path(args.out_html),
-                     Path(args.out_seeds), out_seeds_html=_path(args.out_seeds_html),
-                     out_vs_de=_path(args.out_vs_de), out_vs_de_html=_path(args.out_vs_de_html))
+    write_uci_tables(
+        [Path(p) for p in args.inputs],
+        args.datasets,
+        args.methods,
+        json.loads(args.labels),
+        Path(args.seeds),
+        Path(args.out_tex),
+        Path(args.out_csv),
+        _path(args.out_html),
+        Path(args.out_seeds),
+        out_seeds_html=_path(args.out_seeds_html),
+        out_vs_de=_path(args.out_vs_de),
+        out_vs_de_html=_path(args.out_vs_de_html),
+    )
     _sidecar(args.out_csv, args.inputs)
     return 0
 
@@ -322,10 +371,15 @@ def _reference(args: argparse.Namespace) -> int:
             print(f"differs: {line}", file=sys.stderr)
         kept = sorted((Path(args.reference) / "results").rglob("*.csv"))
         if problems:
-            print(f"error: {len(problems)} differences between {args.results} and {args.reference}/results", file=sys.stderr)
+            print(
+                f"error: {len(problems)} differences between {args.results} and {args.reference}/results",
+                file=sys.stderr,
+            )
             return 1
-        print(f"{len(kept)} tables in {args.results} equal those kept in {args.reference}/results "
-              f"(rtol {results_page.RTOL})")
+        print(
+            f"{len(kept)} tables in {args.results} equal those kept in {args.reference}/results "
+            f"(rtol {results_page.RTOL})"
+        )
         return 0
     import yaml
 
@@ -339,10 +393,23 @@ def _claims(args: argparse.Namespace) -> int:
     from repens.provenance import sidecar_path
     from repens.report.claims import write_scorecard
 
-    files = {"synthetic": args.synthetic, "toy": args.toy, "table1": args.table1, "uci": args.uci,
-             "table1_paper": args.table1_paper, "uci_seeds": args.uci_seeds, "convergence": args.convergence}
-    write_scorecard(files, Path(args.out_csv), Path(args.out_md), _path(args.out_html), json.loads(args.labels),
-                    groups=json.loads(args.groups) if args.groups else None)
+    files = {
+        "synthetic": args.synthetic,
+        "toy": args.toy,
+        "table1": args.table1,
+        "uci": args.uci,
+        "table1_paper": args.table1_paper,
+        "uci_seeds": args.uci_seeds,
+        "convergence": args.convergence,
+    }
+    write_scorecard(
+        files,
+        Path(args.out_csv),
+        Path(args.out_md),
+        _path(args.out_html),
+        json.loads(args.labels),
+        groups=json.loads(args.groups) if args.groups else None,
+    )
     _sidecar(args.out_csv, [str(sidecar_path(p)) for p in files.values() if p and sidecar_path(p).exists()])
     return 0
 
@@ -384,26 +451,37 @@ def _budget(args: argparse.Namespace) -> int:
         config = load_config(args.configfile, args.scale)
         cells = plan(config, names(args.datasets), names(args.methods))
         seeds = cells[0].seeds if cells else ()
-        header = [f"Table 1 budget at scale={config['scale']} ({args.configfile}): "
-                  f"{len({c.dataset for c in cells})} dataset(s) x {len({c.method for c in cells})} method(s) x "
-                  f"{len(seeds)} seed(s) {list(seeds)} = {sum(len(c.seeds) for c in cells)} jobs"]
+        header = [
+            f"Table 1 budget at scale={config['scale']} ({args.configfile}): "
+            f"{len({c.dataset for c in cells})} dataset(s) x {len({c.method for c in cells})} method(s) x "
+            f"{len(seeds)} seed(s) {list(seeds)} = {sum(len(c.seeds) for c in cells)} jobs"
+        ]
         steps_timed: dict[tuple, int] = {}
         if args.timings:
             timing, device = read_timings(args.timings)
             unit = "CPU-hours" if device.lower().startswith("cpu") else "GPU-hours"
-            header.append("step times: read from the file; counted: training steps only "
-                          "(not start-up, data loading or evaluation)")
+            header.append(
+                "step times: read from the file; counted: training steps only "
+                "(not start-up, data loading or evaluation)"
+            )
         else:
             device, unit = device_name(args.device)
-            header.append(f"step times: measured here, the marginal step ({args.warmup} warm-up step(s), then a "
-                          "short run and one " + (f"{args.steps} step(s)" if args.steps else f"about {args.seconds:g} s")
-                          + " longer: each run's set-up, eager warm-up steps and graph capture cancel)"
-                          + " per (dataset, method, stage), one job on the device; counted: training steps only "
-                            "(not start-up, data loading or evaluation)")
+            header.append(
+                f"step times: measured here, the marginal step ({args.warmup} warm-up step(s), then a "
+                "short run and one "
+                + (f"{args.steps} step(s)" if args.steps else f"about {args.seconds:g} s")
+                + " longer: each run's set-up, eager warm-up steps and graph capture cancel)"
+                + " per (dataset, method, stage), one job on the device; counted: training steps only "
+                "(not start-up, data loading or evaluation)"
+            )
 
             def timing(dataset, method, stage):
-                print(f"timing {dataset}/{method} ({stage.name}: {stage.members} members, batch "
-                      f"{stage.spec.get('batch_size')}) ...", file=sys.stderr, flush=True)
+                print(
+                    f"timing {dataset}/{method} ({stage.name}: {stage.members} members, batch "
+                    f"{stage.spec.get('batch_size')}) ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 seconds, steps = time_stage(stage, args.device, args.steps, args.warmup, args.seconds)
                 steps_timed[(dataset, method, stage.name)] = steps
                 return seconds
@@ -445,9 +523,17 @@ def _kit(run):
 def _export_jobs(args: argparse.Namespace) -> int:
     from repens.kit import describe_export, export_jobs, write_json
 
-    data = export_jobs(args.targets, config=args.config, configfile=args.configfile, snakefile=args.snakefile,
-                       directory=args.directory, forceall=args.forceall, include=args.include, exclude=args.exclude,
-                       stage=args.stage_raw)
+    data = export_jobs(
+        args.targets,
+        config=args.config,
+        configfile=args.configfile,
+        snakefile=args.snakefile,
+        directory=args.directory,
+        forceall=args.forceall,
+        include=args.include,
+        exclude=args.exclude,
+        stage=args.stage_raw,
+    )
     write_json(Path(args.out), data)
     print(describe_export(data))
     print(f"wrote {args.out}")
@@ -458,18 +544,37 @@ def _export_jobs(args: argparse.Namespace) -> int:
 def _run_jobs(args: argparse.Namespace) -> int:
     from repens.kit import run_jobs
 
-    return run_jobs(args.jobs, parallel=args.parallel, deadline=args.deadline, grace=args.grace, device=args.device,
-                    raw=args.raw, directory=args.directory, state=args.state, retry_failed=args.retry_failed,
-                    prepare_only=args.prepare_only, min_run=args.min_run, only=args.only or (),
-                    stack_seeds=args.stack_seeds)
+    return run_jobs(
+        args.jobs,
+        parallel=args.parallel,
+        deadline=args.deadline,
+        grace=args.grace,
+        device=args.device,
+        raw=args.raw,
+        directory=args.directory,
+        state=args.state,
+        retry_failed=args.retry_failed,
+        prepare_only=args.prepare_only,
+        min_run=args.min_run,
+        only=args.only or (),
+        stack_seeds=args.stack_seeds,
+    )
 
 
 @_kit
 def _pack(args: argparse.Namespace) -> int:
     from repens.kit import MIB, pack
 
-    pack(args.jobs, args.out, directory=args.directory, state=args.state, max_files=args.max_files,
-         max_bytes=int(args.max_mib * MIB), checkpoints=args.checkpoints, only_new=args.only_new)
+    pack(
+        args.jobs,
+        args.out,
+        directory=args.directory,
+        state=args.state,
+        max_files=args.max_files,
+        max_bytes=int(args.max_mib * MIB),
+        checkpoints=args.checkpoints,
+        only_new=args.only_new,
+    )
     return 0
 
 
@@ -477,9 +582,17 @@ def _pack(args: argparse.Namespace) -> int:
 def _import_results(args: argparse.Namespace) -> int:
     from repens.kit import import_results
 
-    import_results(args.parts, directory=args.directory, snakefile=args.snakefile, config=args.config,
-                   configfile=args.configfile, verify=not args.no_verify, prepare=not args.no_prepare,
-                   metadata=not args.no_metadata, cores=args.cores)
+    import_results(
+        args.parts,
+        directory=args.directory,
+        snakefile=args.snakefile,
+        config=args.config,
+        configfile=args.configfile,
+        verify=not args.no_verify,
+        prepare=not args.no_prepare,
+        metadata=not args.no_metadata,
+        cores=args.cores,
+    )
     return 0
 
 
@@ -500,18 +613,29 @@ def _outputs(p: argparse.ArgumentParser, *outputs: str | tuple[str, str]) -> Non
 
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_job)")
-    p.add_argument("--runtime", help="the job's fields that do not change its result, as JSON "
-                                     "(repens.jobkey.RUNTIME_FIELDS: log_every, checkpoint_seconds, uci_data)")
+    p.add_argument(
+        "--runtime",
+        help="the job's fields that do not change its result, as JSON "
+        "(repens.jobkey.RUNTIME_FIELDS: log_every, checkpoint_seconds, uci_data)",
+    )
     p.add_argument("--out", required=True, help="results file to write")
     p.add_argument("--checkpoint", help="checkpoint file (default: OUT.ckpt)")
-    p.add_argument("--input", action="append", metavar="KEY=PATH",
-                   help="an input file of the job (image jobs: train=DATA.npz, ood=OOD.npz)")
+    p.add_argument(
+        "--input",
+        action="append",
+        metavar="KEY=PATH",
+        help="an input file of the job (image jobs: train=DATA.npz, ood=OOD.npz)",
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to train (image jobs)")
 
 
 def _train_stack_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", action="append", required=True,
-                   help="a seed's job as JSON (repeat once per seed; the jobs differ only in seed)")
+    p.add_argument(
+        "--spec",
+        action="append",
+        required=True,
+        help="a seed's job as JSON (repeat once per seed; the jobs differ only in seed)",
+    )
     p.add_argument("--out", action="append", required=True, help="that seed's metrics file (repeat, in --spec order)")
     p.add_argument("--runtime", help="the jobs' fields that do not change a result, as JSON (as train's)")
     p.add_argument("--checkpoint", help="the stack's checkpoint (default: the first OUT.stack.ckpt)")
@@ -581,23 +705,41 @@ def _uci_table_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", nargs="+", required=True, help="row order")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("--seeds", required=True, help="the transcribed seed values (CSV)")
-    _outputs(p, "tex", "csv", TABLE_HTML, "seeds", ("seeds-html", "the comparison as HTML"),
-             ("vs-de", "each method minus the deep ensemble, split by split (CSV)"), ("vs-de-html", "the same as HTML"))
+    _outputs(
+        p,
+        "tex",
+        "csv",
+        TABLE_HTML,
+        "seeds",
+        ("seeds-html", "the comparison as HTML"),
+        ("vs-de", "each method minus the deep ensemble, split by split (CSV)"),
+        ("vs-de-html", "the same as HTML"),
+    )
     p.add_argument("inputs", nargs="+", help="metrics.json of the UCI jobs")
 
 
 def _claims_args(p: argparse.ArgumentParser) -> None:
     _outputs(p, "csv", "md", ("html", "the scorecard as HTML (the Snakemake report's)"))
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
-    p.add_argument("--groups", help="JSON: the method groups the claims compare (repens.config.method_groups of "
-                                    "the config; default: the repository config's)")
-    for name, what in (("synthetic", "results/synthetic/metrics.csv"), ("toy", "results/toy/distance_to_hmc.csv"),
-                       ("table1", "results/table1.csv"), ("uci", "results/table2_uci.csv"),
-                       ("table1-paper", "workflow/resources/table1_paper.csv"),
-                       ("uci-seeds", "workflow/resources/table2_seeds.csv")):
+    p.add_argument(
+        "--groups",
+        help="JSON: the method groups the claims compare (repens.config.method_groups of "
+        "the config; default: the repository config's)",
+    )
+    for name, what in (
+        ("synthetic", "results/synthetic/metrics.csv"),
+        ("toy", "results/toy/distance_to_hmc.csv"),
+        ("table1", "results/table1.csv"),
+        ("uci", "results/table2_uci.csv"),
+        ("table1-paper", "workflow/resources/table1_paper.csv"),
+        ("uci-seeds", "workflow/resources/table2_seeds.csv"),
+    ):
         p.add_argument(f"--{name}", help=f"{what} (absent or missing: its claims are 'not run')")
-    p.add_argument("--convergence", help="results/convergence.csv (python -m repens.summaries.convergence convergence): a "
-                                         "comparison resting on an unconverged run is inconclusive")
+    p.add_argument(
+        "--convergence",
+        help="results/convergence.csv (python -m repens.summaries.convergence convergence): a "
+        "comparison resting on an unconverged run is inconclusive",
+    )
 
 
 def _claim_figures_args(p: argparse.ArgumentParser) -> None:
@@ -612,9 +754,12 @@ def _claims_page_args(p: argparse.ArgumentParser) -> None:
 
 
 def _reference_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["publish", "check", "page"],
-                   help="publish: copy results/'s tables and figures into REFERENCE/results; check: compare "
-                        "results/'s tables with those; page: write the results page from REFERENCE")
+    p.add_argument(
+        "action",
+        choices=["publish", "check", "page"],
+        help="publish: copy results/'s tables and figures into REFERENCE/results; check: compare "
+        "results/'s tables with those; page: write the results page from REFERENCE",
+    )
     p.add_argument("--reference", default="reference", help="the reference tree (default: reference)")
     p.add_argument("--results", default="results", help="where the rebuild wrote (default: results)")
     p.add_argument("--configfile", default="config.yaml", help="the pipeline's config (page: the grid at paper scale)")
@@ -648,33 +793,55 @@ def _export_jobs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--snakefile", help="default: this checkout's Snakefile")
     p.add_argument("--directory", "-d", default=".", help="Snakemake's working directory (default: here)")
     p.add_argument("--forceall", action="store_true", help="every job of the targets, also those already built here")
-    p.add_argument("--include", action="append", default=[], metavar="GLOB",
-                   help="only jobs whose first output matches (e.g. 'results/image/fashionmnist/*'); repeatable")
+    p.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only jobs whose first output matches (e.g. 'results/image/fashionmnist/*'); repeatable",
+    )
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="leave out matching jobs")
-    p.add_argument("--stage-raw", metavar="DIR",
-                   help="copy the original image archives the data steps read into DIR (e.g. data/raw, ignored by "
-                        "git) to send with the tree")
+    p.add_argument(
+        "--stage-raw",
+        metavar="DIR",
+        help="copy the original image archives the data steps read into DIR (e.g. data/raw, ignored by "
+        "git) to send with the tree",
+    )
     p.add_argument("--out", required=True, help="the jobs file to write (JSON)")
 
 
 def _run_jobs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("jobs", help="the jobs file (export-jobs)")
     p.add_argument("--parallel", "-k", type=int, default=1, help="jobs at a time (default 1)")
-    p.add_argument("--deadline", type=float, metavar="SECONDS",
-                   help="send SIGTERM to the running jobs this long after the start (they checkpoint and exit)")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="send SIGTERM to the running jobs this long after the start (they checkpoint and exit)",
+    )
     p.add_argument("--grace", type=float, default=60.0, help="seconds a job has to exit after SIGTERM (default 60)")
-    p.add_argument("--min-run", type=float, default=0.0, metavar="SECONDS",
-                   help="start no job with less than this left before the deadline")
+    p.add_argument(
+        "--min-run",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="start no job with less than this left before the deadline",
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="override the jobs' --device")
-    p.add_argument("--raw", default="data/raw", help="the original image archives, a torchvision root (default data/raw)")
+    p.add_argument(
+        "--raw", default="data/raw", help="the original image archives, a torchvision root (default data/raw)"
+    )
     p.add_argument("--directory", "-d", default=".", help="where the jobs' paths are (default: here)")
     p.add_argument("--state", help="what was run and how it ended (default results/run-jobs.json)")
     p.add_argument("--only", action="append", metavar="GLOB", help="only jobs whose first output matches; repeatable")
     p.add_argument("--retry-failed", action="store_true", help="run failed jobs again")
     p.add_argument("--prepare-only", action="store_true", help="prepare the missing data, run no job")
-    p.add_argument("--stack-seeds", action="store_true",
-                   help="run the image jobs that differ only in seed as one train-stack per group (each seed keeps "
-                        "its outputs, log, state; benchmark.tsv: the stack's time split evenly across its seeds)")
+    p.add_argument(
+        "--stack-seeds",
+        action="store_true",
+        help="run the image jobs that differ only in seed as one train-stack per group (each seed keeps "
+        "its outputs, log, state; benchmark.tsv: the stack's time split evenly across its seeds)",
+    )
 
 
 def _pack_args(p: argparse.ArgumentParser) -> None:
@@ -684,7 +851,9 @@ def _pack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state", help="run-jobs' state file (default results/run-jobs.json)")
     p.add_argument("--max-files", type=int, default=8, help="at most this many files (default 8)")
     p.add_argument("--max-mib", type=float, default=16.0, help="MiB per file (default 16)")
-    p.add_argument("--checkpoints", action="store_true", help="also the unfinished jobs' checkpoints (resume elsewhere)")
+    p.add_argument(
+        "--checkpoints", action="store_true", help="also the unfinished jobs' checkpoints (resume elsewhere)"
+    )
     p.add_argument("--only-new", action="store_true", help="leave out the jobs an earlier pack took")
 
 
@@ -711,61 +880,97 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("train", "run one training job",
-            _train_args, _train),
-    Command("train-stack", "train one method's seeds of one image data set as one stack "
-            "(each seed's own outputs, equal to its train job's)",
-            _train_stack_args, _train_stack),
-    Command("hmc", "sample the HMC reference posterior of a toy problem",
-            _hmc_args, _hmc),
-    Command("prepare-images", "fetch/verify an image data set and save it as one .npz",
-            _prepare_images_args, _prepare_images),
-    Command("image-table", "Table 1 (LaTeX, PNG, CSV, HTML) and its comparison with the paper",
-            _image_table_args, _image_table),
-    Command("synthetic-table", "metrics of the synthetic runs as CSV, LaTeX and HTML",
-            _synthetic_table_args, _synthetic_table),
-    Command("synthetic-figure", "Figure 2 (gaussian) or Figure F.1 (funnel)",
-            _synthetic_figure_args, _synthetic_figure),
-    Command("toy-figure", "Figure 1 (regression) or Figure 3 (classification)",
-            _toy_figure_args, _toy_figure),
-    Command("toy-table", "distance of each method's predictive to HMC's",
-            _toy_table_args, _toy_table),
-    Command("uci-download", "fetch one UCI dataset with the standard splits",
-            _uci_download_args, _uci_download),
-    Command("uci-table", "Table 2 (UCI regression) and the comparison with the seeds",
-            _uci_table_args, _uci_table),
-    Command("claims", "the claim scorecard: each claim of the papers checked on the result tables",
-            _claims_args, _claims),
-    Command("claim-figures", "one evidence figure per claim, from the scorecard's comparisons CSV",
-            _claim_figures_args, _claim_figures),
-    Command("claims-page", "the scorecard's HTML from its CSVs, with each claim's evidence figure",
-            _claims_page_args, _claims_page),
-    Command("reference", "the reference tree: keep a rebuild's tables, check a rebuild, write the results page",
-            _reference_args, _reference),
-    Command("budget", "device-hours of Table 1's jobs on this device, before any run",
-            _budget_args, _budget),
-    Command("where", "where the numbers of a result file or table row came from",
-            _where_args, _where),
-    Command("export-jobs", "login machine: write the training jobs of targets (as Snakemake "
-            "would run them) and their data steps to a jobs file",
-            _export_jobs_args, _export_jobs),
-    Command("run-jobs", "GPU node: run a jobs file's jobs K at a time until a deadline; "
-            "resumes and skips finished jobs on the next call",
-            _run_jobs_args, _run_jobs),
-    Command("pack", "GPU node: pack the finished jobs' files into at most 8 files of 16 MiB",
-            _pack_args, _pack),
-    Command("import-results", "login machine: put a pack's results in place so Snakemake takes "
-            "them as built (no retraining)",
-            _import_results_args, _import_results),
+    Command("train", "run one training job", _train_args, _train),
+    Command(
+        "train-stack",
+        "train one method's seeds of one image data set as one stack "
+        "(each seed's own outputs, equal to its train job's)",
+        _train_stack_args,
+        _train_stack,
+    ),
+    Command("hmc", "sample the HMC reference posterior of a toy problem", _hmc_args, _hmc),
+    Command(
+        "prepare-images",
+        "fetch/verify an image data set and save it as one .npz",
+        _prepare_images_args,
+        _prepare_images,
+    ),
+    Command(
+        "image-table",
+        "Table 1 (LaTeX, PNG, CSV, HTML) and its comparison with the paper",
+        _image_table_args,
+        _image_table,
+    ),
+    Command(
+        "synthetic-table",
+        "metrics of the synthetic runs as CSV, LaTeX and HTML",
+        _synthetic_table_args,
+        _synthetic_table,
+    ),
+    Command(
+        "synthetic-figure", "Figure 2 (gaussian) or Figure F.1 (funnel)", _synthetic_figure_args, _synthetic_figure
+    ),
+    Command("toy-figure", "Figure 1 (regression) or Figure 3 (classification)", _toy_figure_args, _toy_figure),
+    Command("toy-table", "distance of each method's predictive to HMC's", _toy_table_args, _toy_table),
+    Command("uci-download", "fetch one UCI dataset with the standard splits", _uci_download_args, _uci_download),
+    Command("uci-table", "Table 2 (UCI regression) and the comparison with the seeds", _uci_table_args, _uci_table),
+    Command(
+        "claims", "the claim scorecard: each claim of the papers checked on the result tables", _claims_args, _claims
+    ),
+    Command(
+        "claim-figures",
+        "one evidence figure per claim, from the scorecard's comparisons CSV",
+        _claim_figures_args,
+        _claim_figures,
+    ),
+    Command(
+        "claims-page",
+        "the scorecard's HTML from its CSVs, with each claim's evidence figure",
+        _claims_page_args,
+        _claims_page,
+    ),
+    Command(
+        "reference",
+        "the reference tree: keep a rebuild's tables, check a rebuild, write the results page",
+        _reference_args,
+        _reference,
+    ),
+    Command("budget", "device-hours of Table 1's jobs on this device, before any run", _budget_args, _budget),
+    Command("where", "where the numbers of a result file or table row came from", _where_args, _where),
+    Command(
+        "export-jobs",
+        "login machine: write the training jobs of targets (as Snakemake "
+        "would run them) and their data steps to a jobs file",
+        _export_jobs_args,
+        _export_jobs,
+    ),
+    Command(
+        "run-jobs",
+        "GPU node: run a jobs file's jobs K at a time until a deadline; "
+        "resumes and skips finished jobs on the next call",
+        _run_jobs_args,
+        _run_jobs,
+    ),
+    Command("pack", "GPU node: pack the finished jobs' files into at most 8 files of 16 MiB", _pack_args, _pack),
+    Command(
+        "import-results",
+        "login machine: put a pack's results in place so Snakemake takes them as built (no retraining)",
+        _import_results_args,
+        _import_results,
+    ),
 )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="repens", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="repens", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--log", help="also append the log to this file")
-    parser.add_argument("--attempts", help="also append the log, under a header naming this attempt, to this file "
-                                           "(kept across attempts: Snakemake deletes a job's log before each)")
+    parser.add_argument(
+        "--attempts",
+        help="also append the log, under a header naming this attempt, to this file "
+        "(kept across attempts: Snakemake deletes a job's log before each)",
+    )
     parser.add_argument("--threads", type=int, help="torch CPU threads (the rule's threads; default: torch's)")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
@@ -785,8 +990,17 @@ def _start(args: argparse.Namespace) -> None:
     if os.environ.get("SLURM_JOB_ID"):  # a cluster job: record where it ran
         logging.getLogger("repens").info(
             "SLURM_JOB_ID=%s SLURM_ARRAY_JOB_ID=%s SLURM_ARRAY_TASK_ID=%s host=%s CUDA_VISIBLE_DEVICES=%s",
-            *(os.environ.get(k, "-") for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
-                                             "SLURMD_NODENAME", "CUDA_VISIBLE_DEVICES")))
+            *(
+                os.environ.get(k, "-")
+                for k in (
+                    "SLURM_JOB_ID",
+                    "SLURM_ARRAY_JOB_ID",
+                    "SLURM_ARRAY_TASK_ID",
+                    "SLURMD_NODENAME",
+                    "CUDA_VISIBLE_DEVICES",
+                )
+            ),
+        )
     if args.threads:
         import torch
 

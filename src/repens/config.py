@@ -100,24 +100,31 @@ _IMAGE_SHAPES = registry.image_shapes()
 
 EXPERIMENTS: dict[str, Experiment] = {
     "synthetic": Experiment(
-        datasets=frozenset(registry.datasets_of("synthetic")), settings=_reads(SyntheticJob),
-        required=frozenset({"particles", "steps", "lr", "init_std"}), network=False,
+        datasets=frozenset(registry.datasets_of("synthetic")),
+        settings=_reads(SyntheticJob),
+        required=frozenset({"particles", "steps", "lr", "init_std"}),
+        network=False,
     ),
     "toy": Experiment(
         datasets=frozenset(registry.datasets_of("toy")),
         settings=_reads(ToyJob),
-        required=frozenset({"particles", "steps", "lr"}), network=True,
+        required=frozenset({"particles", "steps", "lr"}),
+        network=True,
     ),
     "image": Experiment(
         datasets=frozenset(registry.datasets_of("image")),
         settings=_reads(ImageJob),
-        required=frozenset({"particles", "steps", "lr", "ood", "model"}), network=True, validation=True,
-        ood_only=frozenset(registry.datasets_of("image", ood_only=True)), shapes=_IMAGE_SHAPES,
+        required=frozenset({"particles", "steps", "lr", "ood", "model"}),
+        network=True,
+        validation=True,
+        ood_only=frozenset(registry.datasets_of("image", ood_only=True)),
+        shapes=_IMAGE_SHAPES,
     ),
     "uci": Experiment(
         datasets=frozenset(registry.uci_datasets()),
         settings=_reads(UCIJob),
-        required=frozenset({"particles", "lr", "batch_size", "noise_std", "prior_bias_var"}), network=True,
+        required=frozenset({"particles", "lr", "batch_size", "noise_std", "prior_bias_var"}),
+        network=True,
     ),
 }
 
@@ -176,8 +183,9 @@ def _check_method(name: str, entry: Mapping[str, Any]) -> None:
     if rule not in RULE_OPTIONS:
         raise ConfigError(f"{where}.rule: unknown rule {rule!r}; known: {sorted(RULE_OPTIONS)}")
     if space == "function" and rule not in FUNCTION_SPACE:
-        raise ConfigError(f"{where}.space: rule {rule!r} has no function-space form "
-                          f"(only {', '.join(sorted(FUNCTION_SPACE))})")
+        raise ConfigError(
+            f"{where}.space: rule {rule!r} has no function-space form (only {', '.join(sorted(FUNCTION_SPACE))})"
+        )
     estimator = entry.get("estimator")
     if registry.RULES[rule].estimator and estimator not in ESTIMATOR_OPTIONS:
         raise ConfigError(
@@ -231,10 +239,13 @@ def check_config(config: Mapping[str, Any]) -> None:
                         )
             for i, ds in enumerate(layer.get("report_datasets") or []):
                 if ds not in datasets:
-                    raise ConfigError(f"{where}.{layer_name}report_datasets[{i}]: {ds!r} is not a dataset of this experiment")
+                    raise ConfigError(
+                        f"{where}.{layer_name}report_datasets[{i}]: {ds!r} is not a dataset of this experiment"
+                    )
     _check_finite(config, "")
     for key, seeds in [("seeds", config["seeds"])] + [
-        (f"experiments.{exp}.seeds", spec["seeds"]) for exp, spec in (config.get("experiments") or {}).items()
+        (f"experiments.{exp}.seeds", spec["seeds"])
+        for exp, spec in (config.get("experiments") or {}).items()
         if "seeds" in spec
     ]:
         _check_seeds(key, seeds)
@@ -262,7 +273,9 @@ def _check_seeds(where: str, seeds: list) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int) or not low <= seed <= high:
             raise ConfigError(f"{where}[{i}]: seed {seed!r} is outside [{low}, {high}]")
         if seed in seen:
-            raise ConfigError(f"{where}[{i}]: seed {seed} is repeated (each seed is one run; a repeat would count one run twice)")
+            raise ConfigError(
+                f"{where}[{i}]: seed {seed} is repeated (each seed is one run; a repeat would count one run twice)"
+            )
         seen.add(seed)
 
 
@@ -303,24 +316,31 @@ def _check_experiment(config: Mapping[str, Any], exp: str, spec: Mapping[str, An
             if key in METHOD_KEYS:
                 if method is not None:
                     if key not in _method_allowed(methods[method]):
-                        raise ConfigError(f"{where}.{path}.{key}: option not used by method {method!r} "
-                                          f"(rule {methods[method]['rule']!r}, {methods[method].get('space', 'weight')} space)")
+                        raise ConfigError(
+                            f"{where}.{path}.{key}: option not used by method {method!r} "
+                            f"(rule {methods[method]['rule']!r}, {methods[method].get('space', 'weight')} space)"
+                        )
                 elif not any(key in _method_allowed(methods[m]) for m in run):
                     raise ConfigError(f"{where}.{path}.{key}: option used by none of the experiment's methods {run}")
             elif key not in known_settings:
-                raise ConfigError(f"{where}.{path}.{key}: not a setting of the {exp} experiment "
-                                  f"(it reads: {sorted(known_settings)})")
+                raise ConfigError(
+                    f"{where}.{path}.{key}: not a setting of the {exp} experiment (it reads: {sorted(known_settings)})"
+                )
     for method in run:
         entry = methods[method]
         if entry.get("space", "weight") == "function" and not caps.network:
-            raise ConfigError(f"{where}.methods: {method!r} is a function-space rule, which needs a network and "
-                              f"data batches; the {exp} experiment has neither")
+            raise ConfigError(
+                f"{where}.methods: {method!r} is a function-space rule, which needs a network and "
+                f"data batches; the {exp} experiment has neither"
+            )
         for key in entry:
             if key not in METHOD_KEYS and key != "label" and key not in known_settings:
                 with_split = sorted(name for name, other in EXPERIMENTS.items() if other.validation)
-                reason = (f"the L2 search needs a validation split, which only the {', '.join(with_split)} "
-                          "experiment has" if key in _SEARCH_SETTINGS | {"l2_search"}
-                          else f"the {exp} runner does not read it")
+                reason = (
+                    f"the L2 search needs a validation split, which only the {', '.join(with_split)} experiment has"
+                    if key in _SEARCH_SETTINGS | {"l2_search"}
+                    else f"the {exp} runner does not read it"
+                )
                 raise ConfigError(f"{where}.methods: method {method!r} sets {key!r}, which cannot apply here: {reason}")
     scales = ("paper", "quick")
     for ds in spec["datasets"]:
@@ -362,13 +382,16 @@ def _hmc_blocks(config: Mapping[str, Any], experiment: str, dataset: str) -> lis
     """The ``hmc`` blocks resolve_hmc_job merges for ``dataset``, as (key path, block), in its order."""
     exp = config["experiments"][experiment]
     where = f"experiments.{experiment}"
-    blocks = [(f"{where}.hmc", exp.get("hmc")),
-              (f"{where}.datasets.{dataset}.hmc", ((exp.get("datasets") or {}).get(dataset) or {}).get("hmc"))]
+    blocks = [
+        (f"{where}.hmc", exp.get("hmc")),
+        (f"{where}.datasets.{dataset}.hmc", ((exp.get("datasets") or {}).get(dataset) or {}).get("hmc")),
+    ]
     if config["scale"] == "quick":
         quick = exp.get("quick") or {}
-        blocks += [(f"{where}.quick.hmc", quick.get("hmc")),
-                   (f"{where}.quick.datasets.{dataset}.hmc",
-                    ((quick.get("datasets") or {}).get(dataset) or {}).get("hmc"))]
+        blocks += [
+            (f"{where}.quick.hmc", quick.get("hmc")),
+            (f"{where}.quick.datasets.{dataset}.hmc", ((quick.get("datasets") or {}).get(dataset) or {}).get("hmc")),
+        ]
     return [(path, block) for path, block in blocks if block]
 
 
@@ -384,9 +407,7 @@ def _check_hmc(config: Mapping[str, Any], exp: str, spec: Mapping[str, Any]) -> 
     """The HMC reference of every dataset, at both scales, can be diagnosed: at least
     :data:`HMC_MIN_CHAINS` chains and :data:`HMC_MIN_KEPT` kept draws per chain (the
     sampler would otherwise run to the end and then fail its R-hat)."""
-    if exp != "toy" and not any(
-        _hmc_blocks(dict(config, scale="quick"), exp, ds) for ds in spec.get("datasets") or {}
-    ):
+    if exp != "toy" and not any(_hmc_blocks(dict(config, scale="quick"), exp, ds) for ds in spec.get("datasets") or {}):
         return  # only the toy experiment has an HMC reference; another's hmc block is checked if set
     for ds in spec.get("datasets") or {}:
         for scale in ("paper", "quick"):
@@ -396,12 +417,14 @@ def _check_hmc(config: Mapping[str, Any], exp: str, spec: Mapping[str, Any]) -> 
             if not isinstance(chains, int) or chains < HMC_MIN_CHAINS:
                 raise ConfigError(
                     f"{hmc_setting_source(scaled, exp, ds, 'chains')}: {chains!r} chain(s) for the HMC reference of "
-                    f"{ds} at {scale} scale; its R-hat compares chains and needs at least {HMC_MIN_CHAINS}")
+                    f"{ds} at {scale} scale; its R-hat compares chains and needs at least {HMC_MIN_CHAINS}"
+                )
             if isinstance(samples, int) and isinstance(thin, int) and thin > 0 and samples // thin < HMC_MIN_KEPT:
                 keys = " / ".join(hmc_setting_source(scaled, exp, ds, k) for k in ("samples", "thin"))
                 raise ConfigError(
                     f"{keys}: samples {samples} // thin {thin} keeps {samples // thin} draw(s) per chain for the HMC "
-                    f"reference of {ds} at {scale} scale; split R-hat needs at least {HMC_MIN_KEPT}")
+                    f"reference of {ds} at {scale} scale; split R-hat needs at least {HMC_MIN_KEPT}"
+                )
 
 
 def setting_source(config: Mapping[str, Any], experiment: str, dataset: str, method: str, key: str) -> str:
@@ -416,9 +439,15 @@ def setting_source(config: Mapping[str, Any], experiment: str, dataset: str, met
         on_dataset = (block.get("datasets") or {}).get(dataset) or {}
         layers += [
             (f"{prefix}.settings", block.get("settings")),
-            (f"{prefix}.datasets.{dataset}", {k: v for k, v in on_dataset.items() if k not in ("hmc", "method_settings")}),
+            (
+                f"{prefix}.datasets.{dataset}",
+                {k: v for k, v in on_dataset.items() if k not in ("hmc", "method_settings")},
+            ),
             (f"{prefix}.method_settings.{method}", (block.get("method_settings") or {}).get(method)),
-            (f"{prefix}.datasets.{dataset}.method_settings.{method}", (on_dataset.get("method_settings") or {}).get(method)),
+            (
+                f"{prefix}.datasets.{dataset}.method_settings.{method}",
+                (on_dataset.get("method_settings") or {}).get(method),
+            ),
         ]
     found = [path for path, layer in layers if layer and key in layer]
     return f"{found[-1]}.{key}" if found else f"{key} (default)"
@@ -437,8 +466,10 @@ def check_data_folders(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"{key}: folder {folder} does not exist")
     folder = os.environ.get("REPENS_UCI_DATA")
     if not config.get("uci_data") and folder and not Path(folder).is_dir():
-        raise ConfigError(f"uci_data: unset, and environment variable REPENS_UCI_DATA={folder!r} names no "
-                          "folder; point it (or uci_data) at an existing one, or unset both to download into data/uci")
+        raise ConfigError(
+            f"uci_data: unset, and environment variable REPENS_UCI_DATA={folder!r} names no "
+            "folder; point it (or uci_data) at an existing one, or unset both to download into data/uci"
+        )
 
 
 _INT = re.compile(r"[-+]?[0-9]+")
@@ -576,12 +607,35 @@ def check_schema(config: dict[str, Any], schema: Mapping[str, Any]) -> None:
 
 #: JSON Schema keywords :func:`schema_errors` reads; the others it meets are annotations
 #: (``description``, ``default``, ``title``, ``$schema``, ``$defs``) and are skipped
-SCHEMA_KEYWORDS = frozenset({
-    "$ref", "type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "minLength", "maxLength", "pattern", "items", "minItems", "maxItems", "uniqueItems", "properties",
-    "patternProperties", "additionalProperties", "required", "minProperties", "maxProperties",
-    "anyOf", "oneOf", "allOf", "not",
-})
+SCHEMA_KEYWORDS = frozenset(
+    {
+        "$ref",
+        "type",
+        "enum",
+        "const",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "items",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "required",
+        "minProperties",
+        "maxProperties",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "not",
+    }
+)
 
 
 def _type_fits(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[str, Any]) -> bool:
@@ -597,7 +651,8 @@ def _type_fits(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[str, 
 def _is_type(value: Any, kind: str) -> bool:
     if kind == "integer":
         return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer())
+            isinstance(value, float) and value.is_integer()
+        )
     if kind == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     kinds = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
@@ -611,8 +666,9 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def schema_errors(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[str, Any] | None = None,
-                  path: tuple = ()) -> list[tuple[tuple, str]]:
+def schema_errors(
+    value: Any, schema: Mapping[str, Any] | bool, root: Mapping[str, Any] | None = None, path: tuple = ()
+) -> list[tuple[tuple, str]]:
     """Every violation of the JSON ``schema`` (draft 2020-12, the keywords of
     :data:`SCHEMA_KEYWORDS`, local ``$ref`` only) by ``value``, as (path, message); the
     messages are worded as jsonschema words them. No jsonschema needed."""
@@ -633,10 +689,12 @@ def schema_errors(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[st
     if "const" in schema and not _same(value, schema["const"]):
         errors.append((path, f"{schema['const']!r} was expected"))
     if _is_type(value, "number"):
-        for key, fails, words in (("minimum", lambda v, m: v < m, "less than the minimum of"),
-                                  ("maximum", lambda v, m: v > m, "greater than the maximum of"),
-                                  ("exclusiveMinimum", lambda v, m: v <= m, "less than or equal to the minimum of"),
-                                  ("exclusiveMaximum", lambda v, m: v >= m, "greater than or equal to the maximum of")):
+        for key, fails, words in (
+            ("minimum", lambda v, m: v < m, "less than the minimum of"),
+            ("maximum", lambda v, m: v > m, "greater than the maximum of"),
+            ("exclusiveMinimum", lambda v, m: v <= m, "less than or equal to the minimum of"),
+            ("exclusiveMaximum", lambda v, m: v >= m, "greater than or equal to the maximum of"),
+        ):
             if key in schema and fails(value, schema[key]):
                 errors.append((path, f"{value!r} is {words} {schema[key]!r}"))
     if isinstance(value, str):
@@ -648,8 +706,9 @@ def schema_errors(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[st
             errors.append((path, f"{value!r} does not match {schema['pattern']!r}"))
     if isinstance(value, list):
         if "minItems" in schema and len(value) < schema["minItems"]:
-            errors.append((path, f"{value!r} should be non-empty" if schema["minItems"] == 1
-                           else f"{value!r} is too short"))
+            errors.append(
+                (path, f"{value!r} should be non-empty" if schema["minItems"] == 1 else f"{value!r} is too short")
+            )
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             errors.append((path, f"{value!r} is too long"))
         if schema.get("uniqueItems"):
@@ -667,8 +726,14 @@ def schema_errors(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[st
             if key not in value:
                 errors.append((path, f"{key!r} is a required property"))
         if "minProperties" in schema and len(value) < schema["minProperties"]:
-            errors.append((path, f"{value!r} should be non-empty" if schema["minProperties"] == 1
-                           else f"{value!r} does not have enough properties"))
+            errors.append(
+                (
+                    path,
+                    f"{value!r} should be non-empty"
+                    if schema["minProperties"] == 1
+                    else f"{value!r} does not have enough properties",
+                )
+            )
         if "maxProperties" in schema and len(value) > schema["maxProperties"]:
             errors.append((path, f"{value!r} has too many properties"))
         props, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
@@ -689,12 +754,21 @@ def schema_errors(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[st
             if patterns and not props:
                 listed = ", ".join(repr(k) for k in extra)
                 verb = "does" if len(extra) == 1 else "do"
-                errors.append((path, f"{listed} {verb} not match any of the regexes: "
-                                     f"{', '.join(repr(p) for p in sorted(patterns))}"))
+                errors.append(
+                    (
+                        path,
+                        f"{listed} {verb} not match any of the regexes: {', '.join(repr(p) for p in sorted(patterns))}",
+                    )
+                )
             else:
                 listed = ", ".join(repr(k) for k in extra)
-                errors.append((path, f"Additional properties are not allowed ({listed} "
-                                     f"{'was' if len(extra) == 1 else 'were'} unexpected)"))
+                errors.append(
+                    (
+                        path,
+                        f"Additional properties are not allowed ({listed} "
+                        f"{'was' if len(extra) == 1 else 'were'} unexpected)",
+                    )
+                )
         elif extra and isinstance(additional, Mapping):
             for key in extra:
                 errors += schema_errors(value[key], additional, root, path + (key,))
@@ -718,9 +792,7 @@ def schema_errors(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[st
     return errors
 
 
-def resolve_job(
-    config: Mapping[str, Any], experiment: str, dataset: str, method: str, seed: int
-) -> dict[str, Any]:
+def resolve_job(config: Mapping[str, Any], experiment: str, dataset: str, method: str, seed: int) -> dict[str, Any]:
     """Flat specification of one training job (see module docstring for the layers).
 
     Returns a dict with the method keys (``rule``, ``space``, options), the training
@@ -771,6 +843,12 @@ def resolve_hmc_job(config: Mapping[str, Any], experiment: str, dataset: str, se
         hmc_layers += [quick.get("hmc"), quick_dataset.pop("hmc", None)]
     # the network's settings only (repens.job.HMCJob): not the particle methods' training
     job = {k: v for k, v in _merge(*layers).items() if k in HMCJob.setting_names()}
-    job.update(hmc=_merge(*hmc_layers), experiment=experiment, dataset=dataset, method="hmc",
-               seed=int(seed), scale=config["scale"])
+    job.update(
+        hmc=_merge(*hmc_layers),
+        experiment=experiment,
+        dataset=dataset,
+        method="hmc",
+        seed=int(seed),
+        scale=config["scale"],
+    )
     return job

@@ -254,8 +254,12 @@ def history_from_metrics(metrics: Mapping[str, Any]) -> list[dict[str, Any]] | N
             if "step" not in row:
                 continue
             total = int(row.get("total", total or 0)) or total
-            points.append((int(row["step"]), {k: float(v) for k, v in row.items()
-                                              if k not in ("step", "total") and isinstance(v, (int, float))}))
+            points.append(
+                (
+                    int(row["step"]),
+                    {k: float(v) for k, v in row.items() if k not in ("step", "total") and isinstance(v, (int, float))},
+                )
+            )
         if points:
             segments.append({"total": int(total or points[-1][0]), "points": points, "resumed_at": None})
     return segments or None
@@ -274,7 +278,7 @@ def _noise(values: np.ndarray) -> float:
     (all of it below 10 points): the residual sd about a least-squares quadratic in the
     point index (a line below 5 points), so that a steady trend and a settling curve's
     bend are not counted as noise, while alternating wiggles and jumps are."""
-    half = values[len(values) // 2:] if len(values) >= 10 else values
+    half = values[len(values) // 2 :] if len(values) >= 10 else values
     n = len(half)
     if n < 4:
         return float("nan")
@@ -282,15 +286,20 @@ def _noise(values: np.ndarray) -> float:
     x = np.arange(n, dtype=float) - (n - 1) / 2
     coef = np.polyfit(x, half, deg)
     resid = half - np.polyval(coef, x)
-    sd = float(np.sqrt((resid ** 2).sum() / (n - deg - 1)))
+    sd = float(np.sqrt((resid**2).sum() / (n - deg - 1)))
     # the log prints 4 significant digits (repens.train: ``{v:.4g}``): rounding error floor
     top = float(np.max(np.abs(half)))
     unit = 10.0 ** (math.floor(math.log10(top)) - 3) if top > 0 else 0.0
     return max(sd, unit / math.sqrt(12.0))
 
 
-def stability(series: Series, rel_tol: float | None = REL_TOL, abs_tol: float = 0.0,
-              window: float = WINDOW_FRACTION, k_se: float = K_SE) -> dict[str, Any]:
+def stability(
+    series: Series,
+    rel_tol: float | None = REL_TOL,
+    abs_tol: float = 0.0,
+    window: float = WINDOW_FRACTION,
+    k_se: float = K_SE,
+) -> dict[str, Any]:
     """Is ``series`` still moving over the last ``window`` of the run's steps?
 
     Returns ``{"ok": bool | None, "drift", "se", "noise", "level", "tol", "points", "text"}``;
@@ -308,9 +317,12 @@ def stability(series: Series, rel_tol: float | None = REL_TOL, abs_tol: float = 
     inside = s >= s[-1] - span - 1e-9
     n = int(inside.sum())
     if n < MIN_WINDOW_POINTS:
-        return {"ok": None, "points": n,
-                "text": f"{name}: {n} logged point(s) in the last {window:.0%} of {series.total} steps "
-                        f"(need {MIN_WINDOW_POINTS})"}
+        return {
+            "ok": None,
+            "points": n,
+            "text": f"{name}: {n} logged point(s) in the last {window:.0%} of {series.total} steps "
+            f"(need {MIN_WINDOW_POINTS})",
+        }
     sw, yw = s[inside], y[inside]
     sxx = float(((sw - sw.mean()) ** 2).sum())
     slope = float(((sw - sw.mean()) * (yw - yw.mean())).sum() / sxx)
@@ -318,21 +330,36 @@ def stability(series: Series, rel_tol: float | None = REL_TOL, abs_tol: float = 
     noise = _noise(y)
     if not math.isfinite(noise):
         resid = yw - (yw.mean() + slope * (sw - sw.mean()))
-        noise = float(np.sqrt((resid ** 2).sum() / max(n - 2, 1)))
+        noise = float(np.sqrt((resid**2).sum() / max(n - 2, 1)))
     se = noise * span / math.sqrt(sxx)
     level = float(abs(np.median(yw)))
     tol = max((rel_tol or 0.0) * level, abs_tol)
     moving = abs(drift) > k_se * se and abs(drift) > tol
     rel = f" ({drift / level:+.1%})" if level > 0 and rel_tol else ""
-    text = (f"{name} {yw[0]:.4g}->{yw[-1]:.4g} over steps {int(sw[0])}-{int(sw[-1])}: drift {drift:+.3g}{rel} "
-            f"per last {window:.0%}, {'>' if moving else '<='} tol {tol:.3g} / {k_se:g} se {k_se * se:.3g}")
-    return {"ok": not moving, "drift": drift, "se": se, "noise": noise, "level": level, "tol": tol,
-            "points": n, "text": text}
+    text = (
+        f"{name} {yw[0]:.4g}->{yw[-1]:.4g} over steps {int(sw[0])}-{int(sw[-1])}: drift {drift:+.3g}{rel} "
+        f"per last {window:.0%}, {'>' if moving else '<='} tol {tol:.3g} / {k_se:g} se {k_se * se:.3g}"
+    )
+    return {
+        "ok": not moving,
+        "drift": drift,
+        "se": se,
+        "noise": noise,
+        "level": level,
+        "tol": tol,
+        "points": n,
+        "text": text,
+    }
 
 
-def degradation(series: Series, rel_tol: float | None = REL_TOL, abs_tol: float = 0.0,
-                window: float = WINDOW_FRACTION, k_se: float = K_SE, higher_is_better: bool = False
-                ) -> dict[str, Any]:
+def degradation(
+    series: Series,
+    rel_tol: float | None = REL_TOL,
+    abs_tol: float = 0.0,
+    window: float = WINDOW_FRACTION,
+    k_se: float = K_SE,
+    higher_is_better: bool = False,
+) -> dict[str, Any]:
     """Did a series that should fall (rise, with ``higher_is_better``) turn back late?
 
     The fitted value at the last step (least squares over the last ``window``) against
@@ -360,8 +387,10 @@ def degradation(series: Series, rel_tol: float | None = REL_TOL, abs_tol: float 
     tol = max((rel_tol or 0.0) * abs(best), abs_tol, k_se * math.sqrt(2) * noise)
     bad = rise > tol
     word = "rose" if not higher_is_better else "fell"
-    text = (f"{series.name} best {best:.4g} at step {int(s[i])}, {end:.4g} at the end: "
-            f"{word} {rise:.3g} {'>' if bad else '<='} tol {tol:.3g}")
+    text = (
+        f"{series.name} best {best:.4g} at step {int(s[i])}, {end:.4g} at the end: "
+        f"{word} {rise:.3g} {'>' if bad else '<='} tol {tol:.3g}"
+    )
     return {"ok": not bad, "rise": rise, "best": best, "best_step": int(s[i]), "end": end, "tol": tol, "text": text}
 
 
@@ -399,7 +428,10 @@ def _find_log(metrics_path: Path, metrics: Mapping[str, Any], log: Path | str | 
     candidates = []
     if rel:
         candidates += [root / rel, root.parent / rel]
-    candidates += [root / "logs" / tail.parent / f"{tail.name}.log", root.parent / "logs" / tail.parent / f"{tail.name}.log"]
+    candidates += [
+        root / "logs" / tail.parent / f"{tail.name}.log",
+        root.parent / "logs" / tail.parent / f"{tail.name}.log",
+    ]
     for c in candidates:
         if c.is_file():
             return c
@@ -417,20 +449,27 @@ def _history(metrics_path: Path, log: Path | str | None) -> tuple[list[dict[str,
     found = _find_log(metrics_path, metrics, log)
     if found is None:
         rel = (metrics.get("provenance") or {}).get("log")
-        return None, (f"metrics.json records no history and its training log ({rel or 'not named'}) "
-                      f"is not found"), [str(metrics_path)], metrics
+        return (
+            None,
+            (f"metrics.json records no history and its training log ({rel or 'not named'}) is not found"),
+            [str(metrics_path)],
+            metrics,
+        )
     parsed = parse_log(found)
     segs = [s for s in parsed if not s.get("burn_in")]
     if not segs:
-        return None, f"metrics.json records no history; log {found} has no step lines after a burn-in", \
-            [str(metrics_path), str(found)], metrics
+        return (
+            None,
+            f"metrics.json records no history; log {found} has no step lines after a burn-in",
+            [str(metrics_path), str(found)],
+            metrics,
+        )
     burn = " after a deep-ensemble burn-in, not judged" if len(segs) < len(parsed) else ""
     return segs, f"from log {found} (metrics.json records no history){burn}", [str(metrics_path), str(found)], metrics
 
 
 # ----------------------------------------------------------------------------- image
-def check_image_run(metrics_path: Path | str, log: Path | str | None = None,
-                    rel_tol: float = REL_TOL) -> Verdict:
+def check_image_run(metrics_path: Path | str, log: Path | str | None = None, rel_tol: float = REL_TOL) -> Verdict:
     """Table 1 run: ``monitor_nll`` and ``monitor_acc`` stable over the last 20 %, no late
     rise of ``train_nll`` or ``monitor_nll`` (see the module doc). ``log`` overrides the
     log found through ``provenance.log``."""
@@ -461,8 +500,9 @@ def check_image_run(metrics_path: Path | str, log: Path | str | None = None,
         dg = degradation(ser, rel_tol=rel_tol)
         details["monitor_nll_degradation"] = dg
         if dg["ok"] is False:
-            parts.append((True, f"(info) monitor_nll {dg['best']:.4g} at step {dg['best_step']} -> "
-                                f"{dg['end']:.4g} at the end"))
+            parts.append(
+                (True, f"(info) monitor_nll {dg['best']:.4g} at step {dg['best_step']} -> {dg['end']:.4g} at the end")
+            )
     ser = _series(seg, "train_nll")
     if ser is not None:  # reported, never failing: a falling training NLL is further fitting
         st = stability(ser, rel_tol=rel_tol)
@@ -480,7 +520,7 @@ def uci_fit_bound(r_ref: float, sigma: float, n: int, k_se: float = K_SE) -> flo
     """Largest training RMSE (standardized units) a converged run may reach, given the
     reference fit ``r_ref = max(sigma, r_DE)``, the likelihood's noise sd ``sigma`` and
     ``n`` training rows (see the module doc)."""
-    by_likelihood = math.sqrt(r_ref ** 2 + sigma ** 2 * (1.0 + k_se * math.sqrt(2.0 / n)))
+    by_likelihood = math.sqrt(r_ref**2 + sigma**2 * (1.0 + k_se * math.sqrt(2.0 / n)))
     by_resolution = r_ref * (1.0 + k_se / math.sqrt(2.0 * n))
     return max(by_likelihood, by_resolution)
 
@@ -516,9 +556,13 @@ def uci_rel_tol(metrics_path: Path | str) -> tuple[float, str]:
     return 2 * min(ratios), f"2 x min rmse se/mean over {len(ratios)} {dataset_dir.name} runs"
 
 
-def check_uci_run(metrics_path: Path | str, log: Path | str | None = None,
-                  de_metrics: Path | str | None = None, de_log: Path | str | None = None,
-                  rel_tol: float | None = None) -> Verdict:
+def check_uci_run(
+    metrics_path: Path | str,
+    log: Path | str | None = None,
+    de_metrics: Path | str | None = None,
+    de_log: Path | str | None = None,
+    rel_tol: float | None = None,
+) -> Verdict:
     """Table 2 run: per stack, the logged training RMSE stable over the last 20 % and not
     rising late; the final training RMSE within :func:`uci_fit_bound` of
     ``max(noise_std, DE's)``. DE's run defaults to ``../../de/seed<N>/metrics.json``."""
@@ -550,8 +594,15 @@ def check_uci_run(metrics_path: Path | str, log: Path | str | None = None,
     n_rows = [int(s["n_train"]) for s in splits if isinstance(s, Mapping) and "n_train" in s]
     r = _final_train_rmse(segs)
     if sigma is None or not n_rows or r is None:
-        missing = [w for w, v in (("job.noise_std", sigma), ("splits[].n_train", n_rows),
-                                  ("a finished training-RMSE history", r)) if not v]
+        missing = [
+            w
+            for w, v in (
+                ("job.noise_std", sigma),
+                ("splits[].n_train", n_rows),
+                ("a finished training-RMSE history", r),
+            )
+            if not v
+        ]
         parts.append((None, f"fit check impossible: no {', '.join(missing)}"))
     else:
         n = min(n_rows)
@@ -563,7 +614,9 @@ def check_uci_run(metrics_path: Path | str, log: Path | str | None = None,
             details.update(train_rmse=r, n_train=n, noise_std=sigma)
             parts.append((True, f"fit: DE is the reference (train RMSE {r:.4g}, noise_std {sigma:.3g})"))
         else:
-            de_path = Path(de_metrics) if de_metrics else path.parent.parent.parent / "de" / path.parent.name / "metrics.json"
+            de_path = (
+                Path(de_metrics) if de_metrics else path.parent.parent.parent / "de" / path.parent.name / "metrics.json"
+            )
             de_segs, de_where, de_sources, _ = _history(de_path, de_log)
             r_de = _final_train_rmse(de_segs) if de_segs else None
             if r_de is None:
@@ -577,12 +630,22 @@ def check_uci_run(metrics_path: Path | str, log: Path | str | None = None,
             r_max = uci_fit_bound(r_ref, sigma, n)
             fit_ok = r <= r_max
             details.update(train_rmse=r, r_ref=r_ref, r_de=r_de, r_max=r_max, n_train=n, noise_std=sigma)
-            parts.append((fit_ok, f"{'under-fit: ' if not fit_ok else ''}train RMSE {r:.4g} (std units) "
-                                  f"{'>' if not fit_ok else '<='} bound {r_max:.4g} from {ref_text}, n={n}"))
+            parts.append(
+                (
+                    fit_ok,
+                    f"{'under-fit: ' if not fit_ok else ''}train RMSE {r:.4g} (std units) "
+                    f"{'>' if not fit_ok else '<='} bound {r_max:.4g} from {ref_text}, n={n}",
+                )
+            )
     ok, text = _combine(parts)
     details["per_split_history"] = False
-    return Verdict(ok, f"{text} [rel tol {rel_tol:.1%}: {tol_text}; {where}; split-mean history only]", "uci",
-                   tuple(sources), details)
+    return Verdict(
+        ok,
+        f"{text} [rel tol {rel_tol:.1%}: {tol_text}; {where}; split-mean history only]",
+        "uci",
+        tuple(sources),
+        details,
+    )
 
 
 # ----------------------------------------------------------------------------- synthetic
@@ -626,8 +689,10 @@ def check_hmc_reference(diagnostics_path: Path | str) -> Verdict:
         return Verdict(None, f"{p}: unreadable HMC settings ({err})", "hmc", (str(p),))
     job = data.get("job") or {}
     v = convergence(diag, settings, scale=job.get("scale"))
-    reason = (f"{v['status']}: R-hat max {float(diag['rhat_max']):.4g} (<= {v['thresholds']['rhat_max']:g}), "
-              f"ESS min {float(diag['ess_min']):.4g} (>= {v['thresholds']['ess_min']:g}) [repens.hmc.convergence]")
+    reason = (
+        f"{v['status']}: R-hat max {float(diag['rhat_max']):.4g} (<= {v['thresholds']['rhat_max']:g}), "
+        f"ESS min {float(diag['ess_min']):.4g} (>= {v['thresholds']['ess_min']:g}) [repens.hmc.convergence]"
+    )
     return Verdict(bool(v["converged"]), reason, "hmc", (str(p),), v)
 
 
@@ -636,8 +701,9 @@ def _toy_run_dir(path: Path) -> Path:
     return path if path.name.startswith("seed") else path.parent
 
 
-def check_toy_run(path: Path | str, log: Path | str | None = None, hmc_diagnostics: Path | str | None = None,
-                  rel_tol: float = REL_TOL) -> Verdict:
+def check_toy_run(
+    path: Path | str, log: Path | str | None = None, hmc_diagnostics: Path | str | None = None, rel_tol: float = REL_TOL
+) -> Verdict:
     """A toy run (``results/toy/<ds>/<method>/seed<N>/predictions.npz`` or its folder) and
     the HMC reference it is scored against.
 

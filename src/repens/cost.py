@@ -43,8 +43,13 @@ def image_cpu_seconds(spec: ImageJob | Mapping[str, Any], step_seconds: Mapping[
     return float(rate) * steps if rate is not None else math.nan
 
 
-def image_cost_notice(specs: Iterable[ImageJob | Mapping[str, Any]], step_seconds: Mapping[str, Mapping[str, float]],
-                      cores: int, scale: str, min_seconds: float = 4 * 3600) -> str | None:
+def image_cost_notice(
+    specs: Iterable[ImageJob | Mapping[str, Any]],
+    step_seconds: Mapping[str, Mapping[str, float]],
+    cores: int,
+    scale: str,
+    min_seconds: float = 4 * 3600,
+) -> str | None:
     """What the planned image jobs (the jobs, or their specs) cost on ``cores`` CPU cores;
     None when there are none, or at quick scale when they total under ``min_seconds``.
 

@@ -109,8 +109,9 @@ def expected_calibration_error(probs: Tensor, labels: Tensor, bins: int = ECE_BI
     """Top-label ECE with ``bins`` equal-width confidence bins (torchmetrics, L1 norm)."""
     from torchmetrics.functional.classification import multiclass_calibration_error
 
-    return float(multiclass_calibration_error(probs.float(), labels.long(), num_classes=probs.shape[-1],
-                                              n_bins=bins, norm="l1"))
+    return float(
+        multiclass_calibration_error(probs.float(), labels.long(), num_classes=probs.shape[-1], n_bins=bins, norm="l1")
+    )
 
 
 def ood_auroc(score_in: Tensor | np.ndarray, score_out: Tensor | np.ndarray) -> float:
@@ -157,10 +158,17 @@ def mutual_information(member_probs: Tensor) -> Tensor:
     return (entropy(member_probs.mean(0)) - entropy(member_probs).mean(0)).clamp_min(0.0)
 
 
-def classification_metrics(test_probs: Tensor, test_md: Tensor, test_labels: Tensor,
-                           ood_probs: Tensor, ood_md: Tensor, test_mi: Tensor | None = None,
-                           ood_mi: Tensor | None = None, test_std: Tensor | None = None,
-                           ood_std: Tensor | None = None) -> dict[str, float]:
+def classification_metrics(
+    test_probs: Tensor,
+    test_md: Tensor,
+    test_labels: Tensor,
+    ood_probs: Tensor,
+    ood_md: Tensor,
+    test_mi: Tensor | None = None,
+    ood_mi: Tensor | None = None,
+    test_std: Tensor | None = None,
+    ood_std: Tensor | None = None,
+) -> dict[str, float]:
     """Every Table 1 metric (accuracy as a fraction), the raw means behind the ratios, and
     AUPR, FPR95, Brier score, (given the per-input mutual information) its means, and
     the ``*_code`` metrics (the MD ones given the members' :func:`member_std`)."""

@@ -21,8 +21,16 @@ from repens.step_size import StepSize, langevin_step_size
 from repens.train import TrainSettings, TrainState, train
 from repens.updates import StepContext, make_update
 
-__all__ = ["kernel_from_job", "train_settings", "fit_particles", "burn_in", "burn_in_files", "remove_checkpoints",
-           "curvature_step", "CURVATURE_BATCHES"]
+__all__ = [
+    "kernel_from_job",
+    "train_settings",
+    "fit_particles",
+    "burn_in",
+    "burn_in_files",
+    "remove_checkpoints",
+    "curvature_step",
+    "CURVATURE_BATCHES",
+]
 
 log = logging.getLogger("repens.fitting")
 
@@ -69,18 +77,27 @@ def fit_particles(
     checkpoint_key = job.key() if checkpoint_key is None else checkpoint_key
     anchors = init.clone() if job.rule == "anchored" else None
     if job.burn_in:
-        init, settings = burn_in(job, posterior, init, settings, generator, next_batch, checkpoint, on_log,
-                                 checkpoint_key)
+        init, settings = burn_in(
+            job, posterior, init, settings, generator, next_batch, checkpoint, on_log, checkpoint_key
+        )
     if job.step_size == "curvature":
         step = curvature_step(job, posterior, init, next_batch, kernel, generator.device)
-        log.info("step size: curvature %.4g (MMD bound %.3g) at the %s particles, eta = %g / L = %.4g "
-                 "(lr %g is the cap)", step.curvature, step.mmd_curvature,
-                 "burned-in" if job.burn_in else "initial", step.fraction, step.lr, settings.lr)
+        log.info(
+            "step size: curvature %.4g (MMD bound %.3g) at the %s particles, eta = %g / L = %.4g (lr %g is the cap)",
+            step.curvature,
+            step.mmd_curvature,
+            "burned-in" if job.burn_in else "initial",
+            step.fraction,
+            step.lr,
+            settings.lr,
+        )
         settings = dataclasses.replace(settings, lr=min(settings.lr, step.lr))
     elif job.rule == "langevin" and settings.optimizer == "adam" and (job.temperature is None or job.temperature):
-        log.warning("Langevin noise preconditioned by Adam (no correction term) does not sample the target: "
-                    "it over-disperses a Gaussian by tens of percent (tests/test_langevin.py); use "
-                    "optimizer: sgd with step_size: curvature for ULA")
+        log.warning(
+            "Langevin noise preconditioned by Adam (no correction term) does not sample the target: "
+            "it over-disperses a Gaussian by tens of percent (tests/test_langevin.py); use "
+            "optimizer: sgd with step_size: curvature for ULA"
+        )
     update = make_update(job.rule, job.space, **job.rule_options())
     state = train(
         TrainState(init, anchors),
@@ -112,10 +129,17 @@ def remove_checkpoints(checkpoint: Path | None) -> None:
             path.unlink()
 
 
-def burn_in(job: Job, posterior: Posterior, init: torch.Tensor, settings: TrainSettings,
-            generator: torch.Generator, next_batch: Callable[[torch.Generator], Batch | None],
-            checkpoint: Path | None, on_log: Callable[[int, torch.Tensor], dict] | None,
-            checkpoint_key: str) -> tuple[torch.Tensor, TrainSettings]:
+def burn_in(
+    job: Job,
+    posterior: Posterior,
+    init: torch.Tensor,
+    settings: TrainSettings,
+    generator: torch.Generator,
+    next_batch: Callable[[torch.Generator], Batch | None],
+    checkpoint: Path | None,
+    on_log: Callable[[int, torch.Tensor], dict] | None,
+    checkpoint_key: str,
+) -> tuple[torch.Tensor, TrainSettings]:
     """The first ``round(burn_in * steps)`` steps of a run as a deep ensemble: each particle
     ascends its own log-posterior (Eq. 2, the ``ensemble`` rule) with Adam at the job's
     ``lr`` and learning-rate schedule, the settings a deep ensemble of the job trains with.
@@ -141,8 +165,9 @@ def burn_in(job: Job, posterior: Posterior, init: torch.Tensor, settings: TrainS
             next_batch.load_state_dict(saved["sampler"])
         log.info("burn-in: %d steps done before (%s), reused", n, done)
         return saved["params"].to(init.device), rest
-    log.info("burn-in: %d of %d steps as a deep ensemble (adam, lr %g), then %s", n, settings.steps, settings.lr,
-             job.rule)
+    log.info(
+        "burn-in: %d of %d steps as a deep ensemble (adam, lr %g), then %s", n, settings.steps, settings.lr, job.rule
+    )
     kernel = kernel_from_job(job)
     state = train(
         TrainState(init),
@@ -156,16 +181,29 @@ def burn_in(job: Job, posterior: Posterior, init: torch.Tensor, settings: TrainS
         checkpoint_key=key,
     )
     if done is not None:
-        torch_save_atomic({"key": key, "step": n, "params": state.params, "generator": generator.get_state(),
-                           **({"sampler": sampler_state()} if sampler_state is not None else {})}, done)
+        torch_save_atomic(
+            {
+                "key": key,
+                "step": n,
+                "params": state.params,
+                "generator": generator.get_state(),
+                **({"sampler": sampler_state()} if sampler_state is not None else {}),
+            },
+            done,
+        )
         if running.exists():
             running.unlink()
     return state.params, rest
 
 
-def curvature_step(job: Job, posterior: Posterior, init: torch.Tensor,
-                   next_batch: Callable[[torch.Generator], Batch | None], kernel: RBF,
-                   device: torch.device | str = "cpu") -> StepSize:
+def curvature_step(
+    job: Job,
+    posterior: Posterior,
+    init: torch.Tensor,
+    next_batch: Callable[[torch.Generator], Batch | None],
+    kernel: RBF,
+    device: torch.device | str = "cpu",
+) -> StepSize:
     """The job's ``step_size: curvature`` step, ``curvature_fraction / L``
     (:func:`repens.step_size.langevin_step_size`) at the initial particles.
 
@@ -187,10 +225,13 @@ def curvature_step(job: Job, posterior: Posterior, init: torch.Tensor,
     if mmd_weight:
         bandwidth = float(torch.as_tensor(kernel.self_gram(init)[1]).min())
     step = langevin_step_size(
-        posterior, init, batches,
+        posterior,
+        init,
+        batches,
         temperature=float(1.0 if job.temperature is None else job.temperature) if langevin else 1.0,
         fraction=float(job.curvature_fraction),
-        mmd_weight=mmd_weight, bandwidth=bandwidth,
+        mmd_weight=mmd_weight,
+        bandwidth=bandwidth,
         generator=torch.Generator(device=init.device).manual_seed(seed),
     )
     return dataclasses.replace(step, lr=float(f"{step.lr:.3g}"))

@@ -15,32 +15,51 @@ from repens.report.toy_figures import plot_classification_panels_from, plot_regr
 from repens.summaries import synthetic as synthetic_steps
 from repens.summaries import toy as toy_steps
 
-__all__ = ["write_metrics_table", "plot_target_panels", "write_distance_table", "plot_regression_panels",
-           "plot_classification_panels"]
+__all__ = [
+    "write_metrics_table",
+    "plot_target_panels",
+    "write_distance_table",
+    "plot_regression_panels",
+    "plot_classification_panels",
+]
 
 
-def write_metrics_table(inputs: list[Path], out_csv: Path, out_tex: Path,
-                        labels: Mapping[str, str] | None = None, out_html: Path | None = None) -> None:
+def write_metrics_table(
+    inputs: list[Path],
+    out_csv: Path,
+    out_tex: Path,
+    labels: Mapping[str, str] | None = None,
+    out_html: Path | None = None,
+) -> None:
     """The synthetic metrics table (:func:`repens.report.synthetic.write_metrics_table_from`)
     of the result files ``inputs`` (:func:`repens.summaries.synthetic.metrics_summary`).
 
     Raises:
         ValueError: an input is malformed or two inputs are the same run.
     """
-    write_metrics_table_from(synthetic_steps.metrics_summary(inputs), out_csv, out_tex, labels=labels,
-                             out_html=out_html)
+    write_metrics_table_from(
+        synthetic_steps.metrics_summary(inputs), out_csv, out_tex, labels=labels, out_html=out_html
+    )
 
 
-def plot_target_panels(target: str, inputs: list[Path], out_png: Path, out_pdf: Path,
-                       labels: Mapping[str, str] | None = None) -> None:
+def plot_target_panels(
+    target: str, inputs: list[Path], out_png: Path, out_pdf: Path, labels: Mapping[str, str] | None = None
+) -> None:
     """Figure 2 / F.1 (:func:`repens.report.synthetic_figures.plot_target_panels_from`) with
     the figure data of :func:`repens.summaries.synthetic.figure_data`."""
-    plot_target_panels_from(target, synthetic_steps.figure_data(target, inputs), inputs, out_png, out_pdf,
-                            labels=labels)
+    plot_target_panels_from(
+        target, synthetic_steps.figure_data(target, inputs), inputs, out_png, out_pdf, labels=labels
+    )
 
 
-def write_distance_table(regression, classification, out_csv: Path | str, out_tex: Path | str,
-                         labels: Mapping[str, str] | None = None, out_html: Path | str | None = None) -> None:
+def write_distance_table(
+    regression,
+    classification,
+    out_csv: Path | str,
+    out_tex: Path | str,
+    labels: Mapping[str, str] | None = None,
+    out_html: Path | str | None = None,
+) -> None:
     """The toys' distance-to-HMC table (:func:`repens.report.toy.write_distance_table_from`) of
     the prediction files (:func:`repens.summaries.toy.distance_summary`).
 
@@ -56,12 +75,14 @@ def write_distance_table(regression, classification, out_csv: Path | str, out_te
             scales, or a method's test/training inputs differ from its reference's
             (messages name the files).
     """
-    write_distance_table_from(toy_steps.distance_summary(regression, classification), out_csv, out_tex,
-                              labels=labels, out_html=out_html)
+    write_distance_table_from(
+        toy_steps.distance_summary(regression, classification), out_csv, out_tex, labels=labels, out_html=out_html
+    )
 
 
-def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
-                           labels: Mapping[str, str] | None = None) -> None:
+def plot_regression_panels(
+    inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str, labels: Mapping[str, str] | None = None
+) -> None:
     """Figure 1 (:func:`repens.report.toy_figures.plot_regression_panels_from`) with the figure
     data of :func:`repens.summaries.toy.figure_data`.
 
@@ -72,8 +93,9 @@ def plot_regression_panels(inputs: Sequence[Path | str], out_png: Path | str, ou
     plot_regression_panels_from(toy_steps.figure_data("regression", inputs), out_png, out_pdf, labels=labels)
 
 
-def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str,
-                               labels: Mapping[str, str] | None = None) -> None:
+def plot_classification_panels(
+    inputs: Sequence[Path | str], out_png: Path | str, out_pdf: Path | str, labels: Mapping[str, str] | None = None
+) -> None:
     """Figure 3 (:func:`repens.report.toy_figures.plot_classification_panels_from`) with the
     figure data of :func:`repens.summaries.toy.figure_data`.
 
@@ -81,5 +103,4 @@ def plot_classification_panels(inputs: Sequence[Path | str], out_png: Path | str
         ValueError: no inputs, an input is malformed or is not a classification file,
             or the inputs mix seeds/scales (messages name the files).
     """
-    plot_classification_panels_from(toy_steps.figure_data("classification", inputs), out_png, out_pdf,
-                                    labels=labels)
+    plot_classification_panels_from(toy_steps.figure_data("classification", inputs), out_png, out_pdf, labels=labels)

@@ -182,9 +182,18 @@ class HMCSettings:
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown HMC setting(s) {unknown}; known: {sorted(known)}")
-        casts = {"chains": int, "warmup": int, "samples": int, "thin": int, "max_leapfrog": int,
-                 "target_accept": float, "rhat_max": float, "ess_min": float, "adapt_mass": bool,
-                 "trajectory_length": lambda v: None if v is None else float(v)}
+        casts = {
+            "chains": int,
+            "warmup": int,
+            "samples": int,
+            "thin": int,
+            "max_leapfrog": int,
+            "target_accept": float,
+            "rhat_max": float,
+            "ess_min": float,
+            "adapt_mass": bool,
+            "trajectory_length": lambda v: None if v is None else float(v),
+        }
         return cls(**{k: casts[k](v) for k, v in options.items()})
 
     def to_dict(self) -> dict[str, Any]:
@@ -198,8 +207,13 @@ CONVERGED_RHAT_MAX = 1.01
 CONVERGED_ESS_MIN = 400.0
 
 
-def convergence(diag: Mapping[str, Any], settings: HMCSettings, scale: str | None = None,
-                rhat_max: float = CONVERGED_RHAT_MAX, ess_min: float = CONVERGED_ESS_MIN) -> dict[str, Any]:
+def convergence(
+    diag: Mapping[str, Any],
+    settings: HMCSettings,
+    scale: str | None = None,
+    rhat_max: float = CONVERGED_RHAT_MAX,
+    ess_min: float = CONVERGED_ESS_MIN,
+) -> dict[str, Any]:
     """Whether a reference is converged, at the paper-scale thresholds (``rhat_max``,
     ``ess_min``) whatever ``settings`` enforced, for the diagnostics file:
 
@@ -227,8 +241,10 @@ def convergence(diag: Mapping[str, Any], settings: HMCSettings, scale: str | Non
             failed.append(f"ESS min {ess:.4g} < {ess_min:g}")
         parts = []
         if relaxed:
-            parts.append((f"{scale} scale: " if scale else "") + "job thresholds relaxed to R-hat <= "
-                         f"{settings.rhat_max:g}, ESS >= {settings.ess_min:g}")
+            parts.append(
+                (f"{scale} scale: " if scale else "") + "job thresholds relaxed to R-hat <= "
+                f"{settings.rhat_max:g}, ESS >= {settings.ess_min:g}"
+            )
         parts.append(", ".join(failed))
         status = f"not converged ({'; '.join(parts)})"
     return {
@@ -246,8 +262,9 @@ class HMCDiagnosticsError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- pieces
-def adaptation_windows(warmup: int, init_buffer: int = 75, term_buffer: int = 50,
-                       base_window: int = 25) -> list[tuple[int, int]]:
+def adaptation_windows(
+    warmup: int, init_buffer: int = 75, term_buffer: int = 50, base_window: int = 25
+) -> list[tuple[int, int]]:
     """Stan's mass-matrix adaptation windows ``[(start, end), ...]`` (iterations, end
     exclusive) within ``warmup``: after an initial buffer, windows doubling in length from
     ``base_window``, the last stretched to the terminal buffer. Warmups shorter than the
@@ -284,9 +301,17 @@ def kinetic_energy(p: Tensor, inv_mass: Tensor) -> Tensor:
     return 0.5 * (inv_mass * p * p).sum(-1)
 
 
-def leapfrog(q: Tensor, p: Tensor, logp: Tensor, grad: Tensor, step: Tensor, inv_mass: Tensor,
-             steps: Tensor, value_and_grad: ValueAndGrad, uturn: bool = False,
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+def leapfrog(
+    q: Tensor,
+    p: Tensor,
+    logp: Tensor,
+    grad: Tensor,
+    step: Tensor,
+    inv_mass: Tensor,
+    steps: Tensor,
+    value_and_grad: ValueAndGrad,
+    uturn: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
     """``steps[c]`` leapfrog steps of size ``step[c]`` for every chain c at once (Neal 2011,
     eq. 5.18-5.20): ``p += eps/2 grad; q += eps M^-1 p; p += eps/2 grad`` with the half
     steps of consecutive steps merged. Each iteration of the loop is one batched call of
@@ -339,8 +364,17 @@ def leapfrog(q: Tensor, p: Tensor, logp: Tensor, grad: Tensor, step: Tensor, inv
     return q, p, logp, grad, bad, turned
 
 
-def _u_turns(turned: Tensor, k: int, q: Tensor, q0: Tensor, p_half: Tensor, eps: Tensor, grad: Tensor,
-             inv_mass: Tensor, active: Tensor | None) -> Tensor:
+def _u_turns(
+    turned: Tensor,
+    k: int,
+    q: Tensor,
+    q0: Tensor,
+    p_half: Tensor,
+    eps: Tensor,
+    grad: Tensor,
+    inv_mass: Tensor,
+    active: Tensor | None,
+) -> Tensor:
     """``turned`` with step k + 1 recorded for the chains whose trajectory first turns back
     at q_k: ``(q_k - q_0)^T M^-1 p_k < 0``, the momentum at q_k being half a step on from
     ``p_half`` = p_{k-1/2}."""
@@ -370,8 +404,9 @@ def dual_averaging_init(step: Tensor) -> DualAveraging:
     return DualAveraging(0, torch.zeros_like(step), log_step, torch.zeros_like(step), log_step + math.log(10.0))
 
 
-def dual_averaging_update(da: DualAveraging, accept: Tensor, target: float, gamma: float = 0.05,
-                          t0: float = 10.0, kappa: float = 0.75) -> DualAveraging:
+def dual_averaging_update(
+    da: DualAveraging, accept: Tensor, target: float, gamma: float = 0.05, t0: float = 10.0, kappa: float = 0.75
+) -> DualAveraging:
     """One step of H&G 2014 eq. (6): ``H_t = (1 - 1/(t + t0)) H_{t-1} + (delta - alpha_t) / (t + t0)``,
     ``log eps_t = mu - sqrt(t) / gamma H_t``, ``log eps_bar_t = t^-kappa log eps_t +
     (1 - t^-kappa) log eps_bar_{t-1}``."""
@@ -384,8 +419,15 @@ def dual_averaging_update(da: DualAveraging, accept: Tensor, target: float, gamm
     return DualAveraging(t, h_bar, log_step, log_step_bar, da.mu)
 
 
-def _initial_step(q: Tensor, logp: Tensor, grad: Tensor, inv_mass: Tensor, step: Tensor,
-                  value_and_grad: ValueAndGrad, generator: torch.Generator) -> tuple[Tensor, int]:
+def _initial_step(
+    q: Tensor,
+    logp: Tensor,
+    grad: Tensor,
+    inv_mass: Tensor,
+    step: Tensor,
+    value_and_grad: ValueAndGrad,
+    generator: torch.Generator,
+) -> tuple[Tensor, int]:
     """Hoffman & Gelman (2014), Alg. 4 for every chain: double (or halve) the step size
     until one leapfrog step's acceptance probability crosses 1/2. Returns the step sizes
     and the number of batched gradient calls."""
@@ -459,12 +501,18 @@ def _fresh_state(value_and_grad: ValueAndGrad, init: Tensor, settings: HMCSettin
     chains = q.shape[0]
     return {
         "iteration": 0,
-        "q": q, "logp": logp, "grad": grad, "inv_mass": inv_mass, "step": step,
+        "q": q,
+        "logp": logp,
+        "grad": grad,
+        "inv_mass": inv_mass,
+        "step": step,
         "da": asdict(dual_averaging_init(step)),
         # trajectory length: log T (iterate), its average since the last mass update and their count
-        "log_T": math.log(settings.trajectory_length) if settings.trajectory_length
+        "log_T": math.log(settings.trajectory_length)
+        if settings.trajectory_length
         else float(step.median().log()) + math.log(10.0),
-        "log_T_bar": 0.0, "T_count": 0,
+        "log_T_bar": 0.0,
+        "T_count": 0,
         "welford": asdict(_Welford.empty(q)),
         # zeros, not torch.empty: a checkpoint holds no uninitialised memory (a NaN there
         # would fail its finiteness check when read, repens.jobkey.read_checkpoint)
@@ -477,7 +525,9 @@ def _fresh_state(value_and_grad: ValueAndGrad, init: Tensor, settings: HMCSettin
             "warmup_divergences": torch.zeros(chains, dtype=torch.long),
             "divergences": torch.zeros(chains, dtype=torch.long),
             "accept_sum": torch.zeros(chains, dtype=torch.float64),
-            "warmup_seconds": 0.0, "seconds": 0.0, "warmup_gradient_calls": 0,
+            "warmup_seconds": 0.0,
+            "seconds": 0.0,
+            "warmup_gradient_calls": 0,
         },
     }
 
@@ -489,12 +539,14 @@ def _state_key(key: str | None, settings: HMCSettings, init: Tensor, seed: int) 
 
 def _resumed_state(checkpoint: Path | None, key: str, settings: HMCSettings) -> dict[str, Any] | None:
     """The sampler state of a checkpoint made under ``key`` (None: none, or one set aside)."""
-    saved = (load_keyed_checkpoint(checkpoint, key, log, then="sampling from the start")
-             if checkpoint is not None else None)
+    saved = (
+        load_keyed_checkpoint(checkpoint, key, log, then="sampling from the start") if checkpoint is not None else None
+    )
     state = saved["state"] if saved is not None else None
     if state is not None:
-        log.info("resumed from %s at iteration %d/%d", checkpoint, state["iteration"],
-                 settings.warmup + settings.samples)
+        log.info(
+            "resumed from %s at iteration %d/%d", checkpoint, state["iteration"], settings.warmup + settings.samples
+        )
     return state
 
 
@@ -572,12 +624,27 @@ class _Chains:
 
     @classmethod
     def of(cls, state: dict[str, Any]) -> _Chains:
-        return cls(state["q"], state["logp"], state["grad"], state["inv_mass"], state["step"],
-                   DualAveraging(**state["da"]), _Welford(**state["welford"]))
+        return cls(
+            state["q"],
+            state["logp"],
+            state["grad"],
+            state["inv_mass"],
+            state["step"],
+            DualAveraging(**state["da"]),
+            _Welford(**state["welford"]),
+        )
 
     def store(self, state: dict[str, Any], iteration: int) -> None:
-        state.update(iteration=iteration, q=self.q, logp=self.logp, grad=self.grad, inv_mass=self.inv_mass,
-                     step=self.step, da=dict(vars(self.da)), welford=dict(vars(self.welford)))
+        state.update(
+            iteration=iteration,
+            q=self.q,
+            logp=self.logp,
+            grad=self.grad,
+            inv_mass=self.inv_mass,
+            step=self.step,
+            da=dict(vars(self.da)),
+            welford=dict(vars(self.welford)),
+        )
 
 
 @dataclass
@@ -598,12 +665,22 @@ def _trajectory(state: dict[str, Any], settings: HMCSettings, it: int) -> tuple[
     warm = it < settings.warmup
     adapt_T = warm and settings.trajectory_length is None
     if warm:
-        return math.exp(state["log_T"]), (1.0 if adapt_T else van_der_corput(it + 1)), adapt_T  # learning T: full length
+        return (
+            math.exp(state["log_T"]),
+            (1.0 if adapt_T else van_der_corput(it + 1)),
+            adapt_T,
+        )  # learning T: full length
     return state["T_final"], van_der_corput(it + 1), adapt_T
 
 
-def _transition(chains: _Chains, state: dict[str, Any], settings: HMCSettings, it: int,
-                value_and_grad: ValueAndGrad, generator: torch.Generator) -> _Transition:
+def _transition(
+    chains: _Chains,
+    state: dict[str, Any],
+    settings: HMCSettings,
+    it: int,
+    value_and_grad: ValueAndGrad,
+    generator: torch.Generator,
+) -> _Transition:
     """One jittered HMC transition of every chain; moves ``chains`` to the accepted points."""
     T, u, adapt_T = _trajectory(state, settings, it)
     st, q, step, inv_mass = state["stats"], chains.q, chains.step, chains.inv_mass
@@ -612,8 +689,9 @@ def _transition(chains: _Chains, state: dict[str, Any], settings: HMCSettings, i
     steps = torch.ceil(u * T / step).clamp(1, settings.max_leapfrog).to(torch.long)
     p0 = torch.randn(q.shape, generator=generator, dtype=q.dtype) / inv_mass.sqrt()
     h0 = -chains.logp + kinetic_energy(p0, inv_mass)
-    q1, p1, logp1, grad1, bad, turned = leapfrog(q, p0, chains.logp, chains.grad, step, inv_mass, steps,
-                                                 value_and_grad, uturn=adapt_T)
+    q1, p1, logp1, grad1, bad, turned = leapfrog(
+        q, p0, chains.logp, chains.grad, step, inv_mass, steps, value_and_grad, uturn=adapt_T
+    )
     delta = (-logp1 + kinetic_energy(p1, inv_mass)) - h0
     divergent = bad | ~torch.isfinite(delta) | (delta > DIVERGENCE_NATS)
     accept = torch.where(divergent, 0.0, torch.exp(-delta.clamp_min(0.0)))
@@ -638,8 +716,15 @@ def _learn_trajectory_length(state: dict[str, Any], settings: HMCSettings, step:
         state["log_T"] = min(max(state["log_T"] + TRAJECTORY_RATE * (TRAJECTORY_QUANTILE - turned_share), lo), hi)
 
 
-def _adapt_mass(chains: _Chains, state: dict[str, Any], settings: HMCSettings, done: int,
-                windows: list[tuple[int, int]], value_and_grad: ValueAndGrad, generator: torch.Generator) -> None:
+def _adapt_mass(
+    chains: _Chains,
+    state: dict[str, Any],
+    settings: HMCSettings,
+    done: int,
+    windows: list[tuple[int, int]],
+    value_and_grad: ValueAndGrad,
+    generator: torch.Generator,
+) -> None:
     """Stan's windows, per chain: collect the draws of a window; at its end, the inverse
     mass from them, a new step size search and dual averaging restarted."""
     window_ends = {end: start for start, end in windows}
@@ -649,14 +734,22 @@ def _adapt_mass(chains: _Chains, state: dict[str, Any], settings: HMCSettings, d
         return
     chains.inv_mass = chains.welford.regularised_variance()
     chains.welford = _Welford.empty(chains.q)
-    chains.step, calls = _initial_step(chains.q, chains.logp, chains.grad, chains.inv_mass, chains.step,
-                                       value_and_grad, generator)
+    chains.step, calls = _initial_step(
+        chains.q, chains.logp, chains.grad, chains.inv_mass, chains.step, value_and_grad, generator
+    )
     state["stats"]["gradient_calls"] += calls
     chains.da = dual_averaging_init(chains.step)
     state["T_count"], state["log_T_bar"] = 0, 0.0
-    log.info("iteration %d: mass matrices from %d draws (median inverse mass %.3g, range %.3g-%.3g), "
-             "step sizes restarted at median %.3g", done, done - window_ends[done], float(chains.inv_mass.median()),
-             float(chains.inv_mass.min()), float(chains.inv_mass.max()), float(chains.step.median()))
+    log.info(
+        "iteration %d: mass matrices from %d draws (median inverse mass %.3g, range %.3g-%.3g), "
+        "step sizes restarted at median %.3g",
+        done,
+        done - window_ends[done],
+        float(chains.inv_mass.median()),
+        float(chains.inv_mass.min()),
+        float(chains.inv_mass.max()),
+        float(chains.step.median()),
+    )
 
 
 class _Clock:
@@ -677,20 +770,35 @@ def _end_warmup(chains: _Chains, state: dict[str, Any], settings: HMCSettings, c
     """The averaged step sizes and trajectory length for sampling; the warmup's costs."""
     st = state["stats"]
     chains.step = step = chains.da.log_step_bar.exp()
-    state["T_final"] = min(math.exp(state["log_T_bar"] if state["T_count"] else state["log_T"]),
-                           settings.max_leapfrog * float(step.max()))
+    state["T_final"] = min(
+        math.exp(state["log_T_bar"] if state["T_count"] else state["log_T"]), settings.max_leapfrog * float(step.max())
+    )
     st["warmup_seconds"], st["warmup_cpu_seconds"] = clock.seconds(), clock.cpu_seconds()
     st["warmup_gradient_calls"] = st["gradient_calls"]
     st["warmup_leapfrog_steps"] = st["leapfrog_steps"].clone()
-    log.info("warmup done in %.1f s: step sizes %s, trajectory length %.3g (%.0f-%.0f leapfrog steps "
-             "at full length), %d warmup divergences", st["warmup_seconds"], _fmt(step), state["T_final"],
-             float((state["T_final"] / step).min()), float((state["T_final"] / step).max()),
-             int(st["warmup_divergences"].sum()))
+    log.info(
+        "warmup done in %.1f s: step sizes %s, trajectory length %.3g (%.0f-%.0f leapfrog steps "
+        "at full length), %d warmup divergences",
+        st["warmup_seconds"],
+        _fmt(step),
+        state["T_final"],
+        float((state["T_final"] / step).min()),
+        float((state["T_final"] / step).max()),
+        int(st["warmup_divergences"].sum()),
+    )
 
 
-def _warmup_update(chains: _Chains, tr: _Transition, state: dict[str, Any], settings: HMCSettings, it: int,
-                   windows: list[tuple[int, int]], value_and_grad: ValueAndGrad, generator: torch.Generator,
-                   clock: _Clock) -> None:
+def _warmup_update(
+    chains: _Chains,
+    tr: _Transition,
+    state: dict[str, Any],
+    settings: HMCSettings,
+    it: int,
+    windows: list[tuple[int, int]],
+    value_and_grad: ValueAndGrad,
+    generator: torch.Generator,
+    clock: _Clock,
+) -> None:
     """After a warmup transition: trajectory length, step sizes (H&G 2014 eq. 6), mass matrices."""
     state["stats"]["warmup_divergences"] += tr.divergent.long()
     if tr.adapt_T:
@@ -717,18 +825,44 @@ def _keep_draw(chains: _Chains, tr: _Transition, state: dict[str, Any], settings
         state["draw_logp"][:, j // settings.thin - 1] = chains.logp
 
 
-def _log_progress(chains: _Chains, tr: _Transition, state: dict[str, Any], warm: bool, done: int, first: int,
-                  total: int, clock: _Clock) -> None:
+def _log_progress(
+    chains: _Chains,
+    tr: _Transition,
+    state: dict[str, Any],
+    warm: bool,
+    done: int,
+    first: int,
+    total: int,
+    clock: _Clock,
+) -> None:
     rate = (done - first) / max(time.perf_counter() - clock.started, 1e-9)
-    log.info("%s %d/%d, %.1f s, ETA %.0f s: step size median %.3g, T %.3g, %.1f leapfrog steps, "
-             "accept %.2f, log density median %.1f", "warmup" if warm else "sampling", done, total,
-             state["stats"]["seconds"], (total - done) / rate, float(chains.step.median()), tr.T,
-             float(tr.steps.float().mean()), float(tr.accept.mean()), float(chains.logp.median()))
+    log.info(
+        "%s %d/%d, %.1f s, ETA %.0f s: step size median %.3g, T %.3g, %.1f leapfrog steps, "
+        "accept %.2f, log density median %.1f",
+        "warmup" if warm else "sampling",
+        done,
+        total,
+        state["stats"]["seconds"],
+        (total - done) / rate,
+        float(chains.step.median()),
+        tr.T,
+        float(tr.steps.float().mean()),
+        float(tr.accept.mean()),
+        float(chains.logp.median()),
+    )
 
 
-def _run(value_and_grad: ValueAndGrad, settings: HMCSettings, state: dict[str, Any], generator: torch.Generator,
-         save: Callable[[], None], stop: dict[str, int | None], checkpoint: Path | None,
-         checkpoint_seconds: float, log_every: int | None) -> None:
+def _run(
+    value_and_grad: ValueAndGrad,
+    settings: HMCSettings,
+    state: dict[str, Any],
+    generator: torch.Generator,
+    save: Callable[[], None],
+    stop: dict[str, int | None],
+    checkpoint: Path | None,
+    checkpoint_seconds: float,
+    log_every: int | None,
+) -> None:
     from repens.train import Every, stop_if_signalled
 
     total = settings.warmup + settings.samples
@@ -790,7 +924,7 @@ def _split(x: np.ndarray) -> np.ndarray:
     """(C, N, K) -> (2C, N // 2, K): first and last halves of each chain (the middle draw of
     an odd N is dropped), as Vehtari et al. (2021) and ArviZ split them."""
     half = x.shape[1] // 2
-    return np.concatenate([x[:, :half], x[:, x.shape[1] - half:]], axis=0)
+    return np.concatenate([x[:, :half], x[:, x.shape[1] - half :]], axis=0)
 
 
 def _z_scale(x: np.ndarray) -> np.ndarray:
@@ -881,8 +1015,9 @@ def ess_tail(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     flat = x.reshape(-1, x.shape[-1])
     q05, q95 = np.quantile(flat, [0.05, 0.95], axis=0)
-    return np.minimum(ess_basic(_split((x <= q05).astype(np.float64))),
-                      ess_basic(_split((x <= q95).astype(np.float64))))
+    return np.minimum(
+        ess_basic(_split((x <= q05).astype(np.float64))), ess_basic(_split((x <= q95).astype(np.float64)))
+    )
 
 
 #: memory budget of one chunk of :func:`predictive_diagnostics` (the FFTs of the ESS)
@@ -922,8 +1057,9 @@ def predictive_diagnostics(f: Tensor | np.ndarray, chunk: int = 256) -> dict[str
         rhats.append(_worst(rhat_rank(g).reshape(t, -1), np.nanmax, ignore_nan=True))
         bulks.append(_worst(ess_bulk(g).reshape(t, -1), np.min))
         tails.append(_worst(ess_tail(g).reshape(t, -1), np.min))
-    return summarise_diagnostics(np.concatenate(rhats), np.concatenate(bulks), np.concatenate(tails),
-                                 chains, chains * samples)
+    return summarise_diagnostics(
+        np.concatenate(rhats), np.concatenate(bulks), np.concatenate(tails), chains, chains * samples
+    )
 
 
 def _worst(x: np.ndarray, op: Callable[..., np.ndarray], ignore_nan: bool = False) -> np.ndarray:
@@ -935,8 +1071,9 @@ def _worst(x: np.ndarray, op: Callable[..., np.ndarray], ignore_nan: bool = Fals
         return np.where(missing, np.nan, op(safe, axis=-1))
 
 
-def summarise_diagnostics(rhat: np.ndarray, ess_bulk_: np.ndarray, ess_tail_: np.ndarray,
-                          chains: int, draws: int) -> dict[str, Any]:
+def summarise_diagnostics(
+    rhat: np.ndarray, ess_bulk_: np.ndarray, ess_tail_: np.ndarray, chains: int, draws: int
+) -> dict[str, Any]:
     """The dict of :func:`predictive_diagnostics` from per-input arrays (e.g. concatenated
     over chunks of test inputs)."""
     rhat = np.asarray(rhat, dtype=np.float64)

@@ -68,7 +68,10 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # not glibc
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    _done = (bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
-             and bool(mallopt(_M_MMAP_MAX, 0)))
+    _done = (
+        bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX))
+        and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+        and bool(mallopt(_M_MMAP_MAX, 0))
+    )
     log.debug("malloc keeps freed blocks up to %d bytes: %s", _MMAP_THRESHOLD_MAX, _done)
     return _done

@@ -64,8 +64,21 @@ __all__ = [
 ]
 
 #: fields of a job naming its update rule and the rule's options (config: a method entry)
-RULE_FIELDS = ("rule", "space", "estimator", "eta", "num_eigs", "function_prior", "prior_samples", "prior_eta",
-               "gp_lengthscale", "gp_variance", "temperature", "mmd_weight", "anchor_divisor")
+RULE_FIELDS = (
+    "rule",
+    "space",
+    "estimator",
+    "eta",
+    "num_eigs",
+    "function_prior",
+    "prior_samples",
+    "prior_eta",
+    "gp_lengthscale",
+    "gp_variance",
+    "temperature",
+    "mmd_weight",
+    "anchor_divisor",
+)
 
 #: fields no settings layer of config.yaml sets: resolve_job fills in which run a job is
 #: from where it sits in the config, and rule train_uci adds the top-level ``uci_data``
@@ -97,8 +110,14 @@ def _describe(kind: Any) -> str:
         if args[-1] is Ellipsis:
             return f"a list of {_describe(args[0]).removeprefix('an ').removeprefix('a ')}s"
         return f"a list of {len(args)} {_describe(args[0]).removeprefix('an ').removeprefix('a ')}s"
-    return {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", _NONE: "null",
-            dict: "an object"}.get(kind, str(kind))
+    return {
+        int: "an integer",
+        float: "a finite number",
+        bool: "true or false",
+        str: "a string",
+        _NONE: "null",
+        dict: "an object",
+    }.get(kind, str(kind))
 
 
 class _Mismatch(Exception):
@@ -196,8 +215,10 @@ def _hints(cls: type) -> dict[str, Any]:
     hints = _HINTS[cls]
     if not REGISTRY_CHOICES.keys() & hints.keys():
         return hints
-    return {**hints, **{name: _with_choices(hints[name], choices()) for name, choices in REGISTRY_CHOICES.items()
-                        if name in hints}}
+    return {
+        **hints,
+        **{name: _with_choices(hints[name], choices()) for name, choices in REGISTRY_CHOICES.items() if name in hints},
+    }
 
 
 def _fields(cls: type) -> dict[str, Any]:
@@ -252,10 +273,12 @@ class _Settings:
             except _Mismatch:
                 kind = hints[name]
                 if get_origin(kind) is Literal:
-                    raise SpecError(f"{self._where()}: setting {name!r}: unknown {name} {value!r}; "
-                                    f"known: {list(get_args(kind))}") from None
-                raise SpecError(f"{self._where()}: setting {name!r}: expected {_describe(kind)}, "
-                                f"got {value!r}") from None
+                    raise SpecError(
+                        f"{self._where()}: setting {name!r}: unknown {name} {value!r}; known: {list(get_args(kind))}"
+                    ) from None
+                raise SpecError(
+                    f"{self._where()}: setting {name!r}: expected {_describe(kind)}, got {value!r}"
+                ) from None
         self._check()
 
     def _check(self) -> None:
@@ -337,7 +360,9 @@ class _Spec(_Settings):
         for key in spec:
             if key not in names:
                 close = difflib.get_close_matches(str(key), sorted(names), n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"{cls.__name__} settings: {', '.join(sorted(names))}"
+                hint = (
+                    f"did you mean {close[0]!r}?" if close else f"{cls.__name__} settings: {', '.join(sorted(names))}"
+                )
                 raise SpecError(f"{where}: unknown setting {key!r} ({hint})")
         for name in cls.required_names():
             if spec.get(name) is None:
@@ -372,8 +397,11 @@ class _Spec(_Settings):
         super().__post_init__()
         names = sorted(self.setting_names())
         if not self.spec:  # made directly: the spec holds what differs from the defaults
-            spec = {n: _plain(getattr(self, n)) for n in names
-                    if default_of(type(self), n) is MISSING or getattr(self, n) != default_of(type(self), n)}
+            spec = {
+                n: _plain(getattr(self, n))
+                for n in names
+                if default_of(type(self), n) is MISSING or getattr(self, n) != default_of(type(self), n)
+            }
             object.__setattr__(self, "spec", spec)
             return
         hints = _hints(type(self))
@@ -383,8 +411,10 @@ class _Spec(_Settings):
             except _Mismatch:
                 said = self.spec[name]
             if said != getattr(self, name):
-                raise SpecError(f"{self._where()}: {name}={getattr(self, name)!r} but the job's spec says "
-                                f"{said!r}; make a changed job with job.replace({name}=...), which changes both")
+                raise SpecError(
+                    f"{self._where()}: {name}={getattr(self, name)!r} but the job's spec says "
+                    f"{said!r}; make a changed job with job.replace({name}=...), which changes both"
+                )
 
 
 def _where_of(cls: type, spec: Mapping[str, Any]) -> str:
@@ -479,8 +509,10 @@ class Job(_Spec):
         if not 0.0 <= self.burn_in < 1.0:
             raise SpecError(f"{self._where()}: burn_in must be a fraction of the steps in [0, 1), got {self.burn_in}")
         if self.space == "function" and self.rule not in FUNCTION_SPACE:
-            raise SpecError(f"{self._where()}: rule {self.rule!r} has no function-space form "
-                            f"(only {', '.join(sorted(FUNCTION_SPACE))})")
+            raise SpecError(
+                f"{self._where()}: rule {self.rule!r} has no function-space form "
+                f"(only {', '.join(sorted(FUNCTION_SPACE))})"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -566,12 +598,16 @@ class ImageJob(ImageNetwork, Job):
         super()._check()
         if self.l2_search:
             if not 0 < self.search_top <= self.search_trials:
-                raise SpecError(f"{self._where()}: search_top={self.search_top} is more than "
-                                f"search_trials={self.search_trials} (or below 1)")
+                raise SpecError(
+                    f"{self._where()}: search_top={self.search_top} is more than "
+                    f"search_trials={self.search_trials} (or below 1)"
+                )
             low, high = self.l2_range
             if not 0 < low < high:
-                raise SpecError(f"{self._where()}: l2_range [{low}, {high}] is empty (the first bound must be "
-                                "the lower, both positive)")
+                raise SpecError(
+                    f"{self._where()}: l2_range [{low}, {high}] is empty (the first bound must be "
+                    "the lower, both positive)"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)

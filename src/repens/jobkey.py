@@ -30,8 +30,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RUNTIME_FIELDS", "job_key", "set_aside", "load_keyed_json", "load_keyed_checkpoint", "read_checkpoint",
-           "CheckpointError", "final_key", "final_record_path", "write_final_record", "restore_final_outputs"]
+__all__ = [
+    "RUNTIME_FIELDS",
+    "job_key",
+    "set_aside",
+    "load_keyed_json",
+    "load_keyed_checkpoint",
+    "read_checkpoint",
+    "CheckpointError",
+    "final_key",
+    "final_record_path",
+    "write_final_record",
+    "restore_final_outputs",
+]
 
 #: spec fields that do not change results: display name, logging and checkpoint cadence,
 #: where the UCI data live
@@ -51,18 +62,32 @@ def _short(key: Any) -> str:
     return "none" if not key else f"{str(key)[:8]}.."
 
 
-def set_aside(path: Path, made: Any, wanted: str, log: logging.Logger, then: str = "starting from step 0",
-              what: str = "checkpoint") -> Path:
+def set_aside(
+    path: Path,
+    made: Any,
+    wanted: str,
+    log: logging.Logger,
+    then: str = "starting from step 0",
+    what: str = "checkpoint",
+) -> Path:
     """Rename ``path`` (made under key ``made``) to ``<name>.stale`` and log one line."""
     stale = path.with_name(path.name + ".stale")
     os.replace(path, stale)
-    log.warning("%s %s was made under other settings (key %s != %s); set aside as %s, %s",
-                what, path, _short(made), _short(wanted), stale.name, then)
+    log.warning(
+        "%s %s was made under other settings (key %s != %s); set aside as %s, %s",
+        what,
+        path,
+        _short(made),
+        _short(wanted),
+        stale.name,
+        then,
+    )
     return stale
 
 
-def load_keyed_json(path: Path, key: str, log: logging.Logger, then: str, what: str,
-                    required: tuple[str, ...] = ()) -> dict | None:
+def load_keyed_json(
+    path: Path, key: str, log: logging.Logger, then: str, what: str, required: tuple[str, ...] = ()
+) -> dict | None:
     """The JSON object at ``path`` if it was made under ``key`` (and holds ``required``);
     ``None`` if there is none, and an unreadable or stale file is set aside (one log line)."""
     if not path.exists():
@@ -211,7 +236,9 @@ def final_key(spec: Mapping[str, Any], runtime: Mapping[str, Any]) -> str:
     return job_key(spec, "final", f"engine{ENGINE_VERSION}", runtime.get("device"), data)
 
 
-def write_final_record(record: Path, key: str, outputs: Sequence[Path], log: logging.Logger | None = None) -> int | None:
+def write_final_record(
+    record: Path, key: str, outputs: Sequence[Path], log: logging.Logger | None = None
+) -> int | None:
     """Write ``record``: ``key`` and the bytes (zlib) and SHA-256 of each of ``outputs``,
     atomically, and log one line. Returns its size in bytes; ``None`` (one warning, the
     job's outputs stay as they are) if it could not be written."""
@@ -223,8 +250,9 @@ def write_final_record(record: Path, key: str, outputs: Sequence[Path], log: log
         for name, path in zip(_names(record, outputs), outputs):
             data = Path(path).read_bytes()
             blob = zlib.compress(data, 6)
-            entries.append({"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                            "stored": len(blob)})
+            entries.append(
+                {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "stored": len(blob)}
+            )
             blobs.append(blob)
         header = json.dumps({"key": key, "outputs": entries}, sort_keys=True, separators=(",", ":"))
         data = b"".join([FINAL_MAGIC, header.encode("utf-8"), b"\n", *blobs])
@@ -232,8 +260,7 @@ def write_final_record(record: Path, key: str, outputs: Sequence[Path], log: log
     except OSError as err:
         log.warning("no final record for a rerun (%s)", _one_line(err))
         return None
-    log.info("kept the final record %s (%d bytes): a rerun of this job restores its outputs from it", record,
-             len(data))
+    log.info("kept the final record %s (%d bytes): a rerun of this job restores its outputs from it", record, len(data))
     return len(data)
 
 
@@ -244,7 +271,7 @@ def _read_final_record(record: Path, names: list[str]) -> tuple[str | None, list
         return None, None, "is not a final record"
     end = data.find(b"\n", len(FINAL_MAGIC))
     try:
-        header = json.loads(data[len(FINAL_MAGIC):end])
+        header = json.loads(data[len(FINAL_MAGIC) : end])
         key, entries = header["key"], header["outputs"]
         recorded = [e["name"] for e in entries]
     except (ValueError, KeyError, TypeError):
@@ -254,7 +281,7 @@ def _read_final_record(record: Path, names: list[str]) -> tuple[str | None, list
     outputs, offset = [], end + 1
     for entry in entries:
         try:
-            blob = data[offset:offset + int(entry["stored"])]
+            blob = data[offset : offset + int(entry["stored"])]
             offset += int(entry["stored"])
             content = zlib.decompress(blob)
         except (ValueError, TypeError, KeyError, zlib.error) as err:
@@ -267,8 +294,9 @@ def _read_final_record(record: Path, names: list[str]) -> tuple[str | None, list
     return key, outputs, ""
 
 
-def restore_final_outputs(record: Path, key: str, outputs: Sequence[Path], log: logging.Logger,
-                          then: str = "training") -> bool:
+def restore_final_outputs(
+    record: Path, key: str, outputs: Sequence[Path], log: logging.Logger, then: str = "training"
+) -> bool:
     """Write ``outputs`` from the final record ``record`` when it was made under ``key``
     and every copy matches its SHA-256 (in the order given; put the file that marks the
     job done last); ``True`` if it did. A record made under another key, for other
@@ -291,6 +319,10 @@ def restore_final_outputs(record: Path, key: str, outputs: Sequence[Path], log: 
         return False
     for path, content in zip(outputs, contents):
         write_bytes_atomic(path, content)
-    log.info("restored %s from the final record %s of this job (key %s); no training (delete the record to "
-             "train again)", ", ".join(str(p) for p in outputs), record, _short(key))
+    log.info(
+        "restored %s from the final record %s of this job (key %s); no training (delete the record to train again)",
+        ", ".join(str(p) for p in outputs),
+        record,
+        _short(key),
+    )
     return True

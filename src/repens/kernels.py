@@ -49,8 +49,18 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-__all__ = ["RBF", "squared_distances", "difference_distances", "median_bandwidth", "kernel_grad_sum", "CANCELLATION_FACTOR",
-           "gpu_path", "gpu_paths", "set_matmul", "BMM_LOOP_WORK"]
+__all__ = [
+    "RBF",
+    "squared_distances",
+    "difference_distances",
+    "median_bandwidth",
+    "kernel_grad_sum",
+    "CANCELLATION_FACTOR",
+    "gpu_path",
+    "gpu_paths",
+    "set_matmul",
+    "BMM_LOOP_WORK",
+]
 
 #: set inside :func:`gpu_paths`
 _GPU_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar("repens_gpu_paths", default=False)
@@ -73,6 +83,7 @@ def gpu_paths() -> Iterator[None]:
         yield
     finally:
         _GPU_PATHS.reset(token)
+
 
 #: guards only against underflow: a positive median is never this small in practice
 _MIN_BANDWIDTH = 1e-30
@@ -170,9 +181,13 @@ def _matmul_add(base: Tensor, a: Tensor, b: Tensor, alpha: float, beta: float = 
     if _per_set(a, b):
         sums = [torch.addmm(s, x, y, beta=beta, alpha=alpha) for s, x, y in _each_set(lead, base, a, b)]
         return torch.stack(sums).view(*lead, a.shape[-2], b.shape[-1])
-    out = torch.baddbmm(base.expand(*lead, *base.shape[-2:]).reshape(-1, *base.shape[-2:]),
-                        a.expand(*lead, *a.shape[-2:]).reshape(-1, *a.shape[-2:]),
-                        b.expand(*lead, *b.shape[-2:]).reshape(-1, *b.shape[-2:]), beta=beta, alpha=alpha)
+    out = torch.baddbmm(
+        base.expand(*lead, *base.shape[-2:]).reshape(-1, *base.shape[-2:]),
+        a.expand(*lead, *a.shape[-2:]).reshape(-1, *a.shape[-2:]),
+        b.expand(*lead, *b.shape[-2:]).reshape(-1, *b.shape[-2:]),
+        beta=beta,
+        alpha=alpha,
+    )
     return out.view(*lead, *out.shape[-2:])
 
 

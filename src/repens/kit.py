@@ -60,8 +60,22 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "KitError", "KIT_FORMAT", "parse_dry_run", "repens_argv", "command_of", "export_jobs", "run_jobs", "pack",
-    "import_results", "job_status", "write_json", "DEFAULT_STATE", "MIB", "stack_key", "stack_argv", "stack_groups",
+    "KitError",
+    "KIT_FORMAT",
+    "parse_dry_run",
+    "repens_argv",
+    "command_of",
+    "export_jobs",
+    "run_jobs",
+    "pack",
+    "import_results",
+    "job_status",
+    "write_json",
+    "DEFAULT_STATE",
+    "MIB",
+    "stack_key",
+    "stack_argv",
+    "stack_groups",
 ]
 
 #: version of jobs.json, the state file and the pack's manifest
@@ -137,8 +151,19 @@ def parse_dry_run(text: str) -> list[dict[str, str]]:
             current["shellcmd"] = line.split(":", 1)[1].strip()
             continue
         found = _FIELD.match(line)
-        if found and found[1] in ("input", "output", "log", "benchmark", "wildcards", "jobid", "reason",
-                                  "resources", "threads", "priority", "message"):
+        if found and found[1] in (
+            "input",
+            "output",
+            "log",
+            "benchmark",
+            "wildcards",
+            "jobid",
+            "reason",
+            "resources",
+            "threads",
+            "priority",
+            "message",
+        ):
             current[found[1]] = found[2]
         elif _REPENS.search(line):  # an older Snakemake prints the command on a line of its own
             current["shellcmd"] = line.strip()
@@ -235,13 +260,26 @@ def default_snakefile() -> Path:
     return Path(__file__).resolve().parents[2] / "Snakefile"
 
 
-def snakemake_command(args: Sequence[str], *, directory: Path | str = ".", snakefile: Path | str | None = None,
-                      config: Sequence[str] = (), configfile: str | None = None) -> list[str]:
+def snakemake_command(
+    args: Sequence[str],
+    *,
+    directory: Path | str = ".",
+    snakefile: Path | str | None = None,
+    config: Sequence[str] = (),
+    configfile: str | None = None,
+) -> list[str]:
     """``python -m snakemake -s SNAKEFILE -d DIR ARGS [--configfile F] [--config K=V ...]``
     (``--config`` last: it takes every word after it)."""
-    command = [sys.executable, "-m", "snakemake", "-s", str(Path(snakefile or default_snakefile()).resolve()),
-               "-d", str(directory),
-               *args]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(Path(snakefile or default_snakefile()).resolve()),
+        "-d",
+        str(directory),
+        *args,
+    ]
     if configfile:
         command += ["--configfile", str(configfile)]
     if config:
@@ -317,8 +355,9 @@ def stage_raw(prepare: Sequence[dict[str, Any]], stage: Path, directory: Path = 
             if dest.is_file() and _md5(dest) == archive["md5"]:
                 staged.append(dest)
                 continue
-            source = next((directory / p / archive["path"] for p in places
-                           if (directory / p / archive["path"]).is_file()), None)
+            source = next(
+                (directory / p / archive["path"] for p in places if (directory / p / archive["path"]).is_file()), None
+            )
             if source is None:
                 missing.append(f"{archive['path']} (looked in {', '.join(places) or 'no folder'})")
                 continue
@@ -328,15 +367,25 @@ def stage_raw(prepare: Sequence[dict[str, Any]], stage: Path, directory: Path = 
             shutil.copyfile(source, dest)
             staged.append(dest)
     if missing:
-        raise KitError(f"archives to stage not found: {'; '.join(missing)}; prepare the data on this machine first "
-                       "(snakemake <data file>) or name a mirror with --config image_data_mirror=DIR")
+        raise KitError(
+            f"archives to stage not found: {'; '.join(missing)}; prepare the data on this machine first "
+            "(snakemake <data file>) or name a mirror with --config image_data_mirror=DIR"
+        )
     return staged
 
 
-def export_jobs(targets: Sequence[str], *, config: Sequence[str] = (), configfile: str | None = None,
-                snakefile: Path | str | None = None, directory: Path | str = ".", forceall: bool = False,
-                include: Sequence[str] = (), exclude: Sequence[str] = (), stage: Path | str | None = None
-                ) -> dict[str, Any]:
+def export_jobs(
+    targets: Sequence[str],
+    *,
+    config: Sequence[str] = (),
+    configfile: str | None = None,
+    snakefile: Path | str | None = None,
+    directory: Path | str = ".",
+    forceall: bool = False,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    stage: Path | str | None = None,
+) -> dict[str, Any]:
     """The training jobs ``targets`` need, as Snakemake plans them now (``forceall``: all of
     them, done or not), with the steps that prepare their inputs: the content of jobs.json.
 
@@ -370,16 +419,23 @@ def export_jobs(targets: Sequence[str], *, config: Sequence[str] = (), configfil
             outputs = _files(block.get("output"))
             logs = _files(block.get("log"))
             dataset = _option(argv, "--dataset")
-            prepare.append({"rule": block["rule"], "command": command_of(argv), "argv": argv, "outputs": outputs,
-                            "log": logs[0] if logs else None, "wildcards": _wildcards(block.get("wildcards")),
-                            "dataset": dataset,
-                            "archives": _archives(dataset) if command_of(argv) == "prepare-images" else []})
+            prepare.append(
+                {
+                    "rule": block["rule"],
+                    "command": command_of(argv),
+                    "argv": argv,
+                    "outputs": outputs,
+                    "log": logs[0] if logs else None,
+                    "wildcards": _wildcards(block.get("wildcards")),
+                    "dataset": dataset,
+                    "archives": _archives(dataset) if command_of(argv) == "prepare-images" else [],
+                }
+            )
     made = {p for step in prepare for p in step["outputs"]}
     data = {
         "kit": KIT_FORMAT,
         "created": _now(),
-        "snakemake": {"targets": list(targets), "config": list(config), "configfile": configfile,
-                      "forceall": forceall},
+        "snakemake": {"targets": list(targets), "config": list(config), "configfile": configfile, "forceall": forceall},
         "jobs": jobs_sorted,
         "prepare": prepare,
         # inputs no step makes: they must travel with the tree (or the job cannot run there)
@@ -420,7 +476,9 @@ def job_status(job: dict[str, Any], record: dict[str, Any] | None, directory: Pa
         return "done" if record is not None and record.get("status") == "done" else "present"
     if record is None:
         return "todo"
-    return {"failed": "failed", "interrupted": "interrupted", "running": "interrupted"}.get(record.get("status"), "todo")
+    return {"failed": "failed", "interrupted": "interrupted", "running": "interrupted"}.get(
+        record.get("status"), "todo"
+    )
 
 
 def stack_key(job: dict[str, Any], argv: Sequence[str] | None = None) -> str | None:
@@ -502,8 +560,12 @@ class _Task:
 
 def _gpu_name() -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (out.stdout.strip() or None) if out.returncode == 0 else None
@@ -531,10 +593,25 @@ def _alive(pid: int) -> bool:
 
 
 class _Runner:
-    def __init__(self, jobs_file: Path | str, *, parallel: int, deadline: float | None, grace: float,
-                 device: str | None, raw: Path | str, directory: Path | str, state: Path | str | None,
-                 retry_failed: bool, prepare_only: bool, min_run: float, only: Sequence[str],
-                 out: Any, launcher: Sequence[str] | None = None, stack_seeds: bool = False) -> None:
+    def __init__(
+        self,
+        jobs_file: Path | str,
+        *,
+        parallel: int,
+        deadline: float | None,
+        grace: float,
+        device: str | None,
+        raw: Path | str,
+        directory: Path | str,
+        state: Path | str | None,
+        retry_failed: bool,
+        prepare_only: bool,
+        min_run: float,
+        only: Sequence[str],
+        out: Any,
+        launcher: Sequence[str] | None = None,
+        stack_seeds: bool = False,
+    ) -> None:
         self.data = _load_jobs(jobs_file)
         self.by_id = {job["id"]: job for job in self.data["jobs"]}
         self.stack_seeds = bool(stack_seeds)
@@ -549,12 +626,23 @@ class _Runner:
         self.launcher = list(launcher) if launcher else [sys.executable, "-m", "repens"]
         self.t0 = time.monotonic()
         self.stop_reason: str | None = None
-        self.call: dict[str, Any] = {"started": _now(), "host": platform.node(), "python": platform.python_version(),
-                                     "gpu": _gpu_name(), "parallel": self.parallel, "deadline": deadline,
-                                     "device": device, "stack_seeds": self.stack_seeds, "events": []}
+        self.call: dict[str, Any] = {
+            "started": _now(),
+            "host": platform.node(),
+            "python": platform.python_version(),
+            "gpu": _gpu_name(),
+            "parallel": self.parallel,
+            "deadline": deadline,
+            "device": device,
+            "stack_seeds": self.stack_seeds,
+            "events": [],
+        }
         src = str(Path(__file__).resolve().parents[1])
-        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p),
-                    "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p),
+            "PYTHONUNBUFFERED": "1",
+        }
 
     def say(self, text: str) -> None:
         print(f"[{time.monotonic() - self.t0:7.1f}s] {text}", file=self.out, flush=True)
@@ -600,12 +688,15 @@ class _Runner:
     def plan(self) -> tuple[list[_Task], dict[str, str]]:
         jobs = [j for j in self.data["jobs"] if not self.only or any(fnmatch.fnmatch(j["id"], g) for g in self.only)]
         status = {j["id"]: job_status(j, self.state["jobs"].get(j["id"]), self.directory) for j in jobs}
-        todo = [j for j in jobs if status[j["id"]] in ("todo", "interrupted")
-                or (status[j["id"]] == "failed" and self.retry_failed)]
+        todo = [
+            j
+            for j in jobs
+            if status[j["id"]] in ("todo", "interrupted") or (status[j["id"]] == "failed" and self.retry_failed)
+        ]
         makers = {p: step for step in self.data.get("prepare", []) for p in step["outputs"]}
         preps: dict[str, _Task] = {}
         tasks: list[_Task] = []
-        for job in (todo if not self.prepare_only else jobs):
+        for job in todo if not self.prepare_only else jobs:
             for path in job["inputs"]:
                 if (self.directory / path).exists() or path not in makers:
                     continue
@@ -617,8 +708,11 @@ class _Runner:
             return list(preps.values()), status
 
         def resumes(job: dict[str, Any]) -> bool:
-            return any(p.name.endswith(".ckpt") or ".ckpt." in p.name
-                       for out in job["outputs"] for p in (self.directory / out).parent.glob("*.ckpt*"))
+            return any(
+                p.name.endswith(".ckpt") or ".ckpt." in p.name
+                for out in job["outputs"]
+                for p in (self.directory / out).parent.glob("*.ckpt*")
+            )
 
         ordered = sorted(todo, key=lambda j: not resumes(j))  # a started job first (stable sort)
         for job in ordered:
@@ -630,7 +724,9 @@ class _Runner:
             unmade = [p for p in missing if p not in makers]
             if unmade:
                 status[job["id"]] = "blocked"
-                self.say(f"blocked {job['id']}: no file {', '.join(unmade)} and no step makes it (ship it with the tree)")
+                self.say(
+                    f"blocked {job['id']}: no file {', '.join(unmade)} and no step makes it (ship it with the tree)"
+                )
                 self.event(job["id"], "blocked", missing=unmade)
                 continue
             tasks.append(_Task("job", job["id"], argv, job.get("log"), job["outputs"], needs))
@@ -654,9 +750,15 @@ class _Runner:
             if len(members) == 1:
                 merged.append((place[members[0].key], members[0]))
                 continue
-            task = _Task("job", members[0].key, stack_argv([t.argv for t in members]), members[0].log,
-                         [o for t in members for o in t.outputs], sorted({n for t in members for n in t.needs}),
-                         members=[t.key for t in members])
+            task = _Task(
+                "job",
+                members[0].key,
+                stack_argv([t.argv for t in members]),
+                members[0].log,
+                [o for t in members for o in t.outputs],
+                sorted({n for t in members for n in t.needs}),
+                members=[t.key for t in members],
+            )
             merged.append((min(place[t.key] for t in members), task))
         return [task for _, task in sorted(merged, key=lambda item: item[0])]
 
@@ -680,8 +782,10 @@ class _Runner:
         task.log_offset = log_path.stat().st_size
         task.log_handle.write(f"\n== repens run-jobs {_now()}: {shlex.join(task.argv)}\n".encode())
         if task.members:
-            task.log_handle.write(f"== a stack of {len(task.members)} seeds, one process: this call's output is "
-                                  f"copied to each seed's log when it ends\n".encode())
+            task.log_handle.write(
+                f"== a stack of {len(task.members)} seeds, one process: this call's output is "
+                f"copied to each seed's log when it ends\n".encode()
+            )
         task.log_handle.flush()
         for job_id in task.jobs:
             job = self.by_id[job_id]
@@ -697,8 +801,14 @@ class _Runner:
         if task.jobs:
             self.save()
         task.started, task.started_at = time.monotonic(), _now()
-        task.proc = subprocess.Popen(command, cwd=self.directory, stdout=task.log_handle, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=self.env)
+        task.proc = subprocess.Popen(
+            command,
+            cwd=self.directory,
+            stdout=task.log_handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+        )
         book = self.state["jobs" if task.kind == "job" else "prepare"]
         for key in task.jobs or [task.key]:
             book.setdefault(key, {"attempts": []}).update(status="running", pid=task.proc.pid)
@@ -751,14 +861,18 @@ class _Runner:
         # evenly across its seeds (each seed's benchmark.tsv shows its share, so the seeds'
         # times add up to the stack's); the peak memory is the whole process's, for each.
         share = max(1, len(task.members))
-        attempt = {"started": task.started_at, "seconds": round(seconds / share, 3),
-                   "cpu_seconds": round(cpu / share, 3),
-                   "max_rss_mb": round(usage.ru_maxrss / 1024.0, 2) if sys.platform != "darwin"
-                   else round(usage.ru_maxrss / MIB, 2),
-                   "returncode": code, "stopped": self.stop_reason}
+        attempt = {
+            "started": task.started_at,
+            "seconds": round(seconds / share, 3),
+            "cpu_seconds": round(cpu / share, 3),
+            "max_rss_mb": round(usage.ru_maxrss / 1024.0, 2)
+            if sys.platform != "darwin"
+            else round(usage.ru_maxrss / MIB, 2),
+            "returncode": code,
+            "stopped": self.stop_reason,
+        }
         if task.members:
-            attempt["stack"] = {"jobs": list(task.members), "seconds": round(seconds, 3),
-                                "cpu_seconds": round(cpu, 3)}
+            attempt["stack"] = {"jobs": list(task.members), "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3)}
         book = self.state["jobs" if task.kind == "job" else "prepare"]
         for key in task.jobs or [task.key]:
             outputs = self.by_id[key]["outputs"] if task.kind == "job" else task.outputs
@@ -777,8 +891,11 @@ class _Runner:
                     path = self.directory / job["benchmark"]
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(_benchmark_tsv(record["attempts"]))
-            self.say(f"{how} {key} after {seconds:.1f} s (exit {code}"
-                     + (f"; a stack of {share} seeds, {seconds / share:.1f} s each" if task.members else "") + ")")
+            self.say(
+                f"{how} {key} after {seconds:.1f} s (exit {code}"
+                + (f"; a stack of {share} seeds, {seconds / share:.1f} s each" if task.members else "")
+                + ")"
+            )
             self.event(key, how, returncode=code, seconds=round(seconds, 1))
         self.save()
         return True
@@ -787,18 +904,27 @@ class _Runner:
         self.stop_leftovers()
         tasks, status = self.plan()
         counts = {s: sum(1 for v in status.values() if v == s) for s in set(status.values())}
-        self.say(f"{len(self.data['jobs'])} job(s) in the file; " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-                 + f"; {sum(t.kind == 'prepare' for t in tasks)} data step(s) and "
-                 f"{sum(len(t.jobs) for t in tasks)} job(s) to run"
-                 + (f" ({sum(len(t.members) for t in tasks)} of them in {sum(bool(t.members) for t in tasks)} seed "
-                    "stack(s))" if any(t.members for t in tasks) else "")
-                 + f", {self.parallel} at a time"
-                 + (f", deadline {self.deadline:g} s" if self.deadline else ""))
+        self.say(
+            f"{len(self.data['jobs'])} job(s) in the file; "
+            + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            + f"; {sum(t.kind == 'prepare' for t in tasks)} data step(s) and "
+            f"{sum(len(t.jobs) for t in tasks)} job(s) to run"
+            + (
+                f" ({sum(len(t.members) for t in tasks)} of them in {sum(bool(t.members) for t in tasks)} seed "
+                "stack(s))"
+                if any(t.members for t in tasks)
+                else ""
+            )
+            + f", {self.parallel} at a time"
+            + (f", deadline {self.deadline:g} s" if self.deadline else "")
+        )
         previous = {}
         for signum in (signal.SIGTERM, signal.SIGINT):
+
             def stop(num: int, frame: Any) -> None:  # noqa: ARG001
                 if self.stop_reason is None:
                     self.stop_reason = signal.Signals(num).name
+
             previous[signum] = signal.signal(signum, stop)
         pending, running = list(tasks), []
         finished: dict[str, str] = {}
@@ -811,14 +937,19 @@ class _Runner:
                 if self.stop_reason is not None and term_sent is None:
                     term_sent, kill_at = now, now + self.grace
                     if running:
-                        self.say(f"{self.stop_reason}: SIGTERM to {len(running)} running task(s); they checkpoint "
-                                 f"and exit (up to {self.grace:g} s)")
+                        self.say(
+                            f"{self.stop_reason}: SIGTERM to {len(running)} running task(s); they checkpoint "
+                            f"and exit (up to {self.grace:g} s)"
+                        )
                     for task in running:
                         task.proc.send_signal(signal.SIGTERM)
                 if kill_at is not None and now >= kill_at:
                     for task in running:
-                        self.say(f"SIGKILL {task.key}" + (f" (a stack of {len(task.members)} seeds)" if task.members
-                                                          else "") + f": no exit {self.grace:g} s after SIGTERM")
+                        self.say(
+                            f"SIGKILL {task.key}"
+                            + (f" (a stack of {len(task.members)} seeds)" if task.members else "")
+                            + f": no exit {self.grace:g} s after SIGTERM"
+                        )
                         task.proc.kill()
                     kill_at = float("inf")
                 for task in list(running):
@@ -835,7 +966,9 @@ class _Runner:
                             status[key] = "blocked"
                         self.say(f"blocked {task.key}: its data step {', '.join(failed)} did not finish")
                 left = None if self.deadline is None else self.deadline - (now - self.t0)
-                while self.stop_reason is None and len(running) < self.parallel and (left is None or left > self.min_run):
+                while (
+                    self.stop_reason is None and len(running) < self.parallel and (left is None or left > self.min_run)
+                ):
                     ready = next((t for t in pending if all(finished.get(n) == "done" for n in t.needs)), None)
                     if ready is None:
                         break
@@ -844,8 +977,11 @@ class _Runner:
                     running.append(ready)
                 if self.stop_reason is not None and not running:
                     break
-                if not running and pending and not any(all(finished.get(n) == "done" for n in t.needs)
-                                                        for t in pending):
+                if (
+                    not running
+                    and pending
+                    and not any(all(finished.get(n) == "done" for n in t.needs) for t in pending)
+                ):
                     break  # nothing can start (their data steps are still missing)
                 if self.stop_reason is None and left is not None and left <= self.min_run and not running:
                     break
@@ -862,16 +998,25 @@ class _Runner:
     def summary(self) -> int:
         jobs = [j for j in self.data["jobs"] if not self.only or any(fnmatch.fnmatch(j["id"], g) for g in self.only)]
         status = {j["id"]: job_status(j, self.state["jobs"].get(j["id"]), self.directory) for j in jobs}
-        counts = {s: sum(1 for v in status.values() if v == s) for s in ("done", "present", "interrupted", "todo",
-                                                                          "failed")}
-        self.say("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-                 + ("; run again to go on (interrupted jobs resume from their checkpoints)"
-                    if counts["interrupted"] or counts["todo"] else ""))
+        counts = {
+            s: sum(1 for v in status.values() if v == s) for s in ("done", "present", "interrupted", "todo", "failed")
+        }
+        self.say(
+            "jobs: "
+            + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+            + (
+                "; run again to go on (interrupted jobs resume from their checkpoints)"
+                if counts["interrupted"] or counts["todo"]
+                else ""
+            )
+        )
         for job_id, s in status.items():
             if s == "failed":
                 record = self.state["jobs"][job_id]
-                self.say(f"failed {job_id} (exit {record['attempts'][-1]['returncode']}; see its log); "
-                         "--retry-failed runs it again")
+                self.say(
+                    f"failed {job_id} (exit {record['attempts'][-1]['returncode']}; see its log); "
+                    "--retry-failed runs it again"
+                )
         if counts["failed"]:
             return 1
         if self.prepare_only:
@@ -879,11 +1024,24 @@ class _Runner:
         return 75 if counts["interrupted"] or counts["todo"] else 0  # 75: EX_TEMPFAIL, run again
 
 
-def run_jobs(jobs_file: Path | str, *, parallel: int = 1, deadline: float | None = None, grace: float = 60.0,
-             device: str | None = None, raw: Path | str = "data/raw", directory: Path | str = ".",
-             state: Path | str | None = None, retry_failed: bool = False, prepare_only: bool = False,
-             min_run: float = 0.0, only: Sequence[str] = (), out: Any = None,
-             launcher: Sequence[str] | None = None, stack_seeds: bool = False) -> int:
+def run_jobs(
+    jobs_file: Path | str,
+    *,
+    parallel: int = 1,
+    deadline: float | None = None,
+    grace: float = 60.0,
+    device: str | None = None,
+    raw: Path | str = "data/raw",
+    directory: Path | str = ".",
+    state: Path | str | None = None,
+    retry_failed: bool = False,
+    prepare_only: bool = False,
+    min_run: float = 0.0,
+    only: Sequence[str] = (),
+    out: Any = None,
+    launcher: Sequence[str] | None = None,
+    stack_seeds: bool = False,
+) -> int:
     """Run the jobs of ``jobs_file`` (:func:`export_jobs`) in ``directory``, ``parallel`` at a
     time, as ``python -m repens`` subprocesses; prepare their missing inputs first (image
     data from the archives under ``raw``, offline). At ``deadline`` seconds (or on SIGTERM
@@ -911,9 +1069,23 @@ def run_jobs(jobs_file: Path | str, *, parallel: int = 1, deadline: float | None
 
     Returns 0 when every job is finished, 75 when some remain (call again), 1 when a job
     failed."""
-    runner = _Runner(jobs_file, parallel=parallel, deadline=deadline, grace=grace, device=device, raw=raw,
-                     directory=directory, state=state, retry_failed=retry_failed, prepare_only=prepare_only,
-                     min_run=min_run, only=only, out=out or sys.stdout, launcher=launcher, stack_seeds=stack_seeds)
+    runner = _Runner(
+        jobs_file,
+        parallel=parallel,
+        deadline=deadline,
+        grace=grace,
+        device=device,
+        raw=raw,
+        directory=directory,
+        state=state,
+        retry_failed=retry_failed,
+        prepare_only=prepare_only,
+        min_run=min_run,
+        only=only,
+        out=out or sys.stdout,
+        launcher=launcher,
+        stack_seeds=stack_seeds,
+    )
     return runner.run()
 
 
@@ -967,8 +1139,12 @@ def _result_files(job: dict[str, Any], directory: Path) -> list[str]:
         base = directory / folder
         for path in sorted(base.iterdir()) if base.is_dir() else []:
             rel = str(Path(folder) / path.name)
-            if path.is_file() and rel not in files and not any(m in path.name for m in _NOT_RESULTS) \
-                    and not path.name.startswith("."):
+            if (
+                path.is_file()
+                and rel not in files
+                and not any(m in path.name for m in _NOT_RESULTS)
+                and not path.name.startswith(".")
+            ):
                 files.append(rel)
     return files
 
@@ -979,15 +1155,25 @@ def _resume_files(job: dict[str, Any], directory: Path) -> list[str]:
     for folder in dict.fromkeys(str(Path(p).parent) for p in job["outputs"]):
         base = directory / folder
         for path in sorted(base.iterdir()) if base.is_dir() else []:
-            if path.is_file() and (".ckpt" in path.name and not path.name.endswith(".tmp")
-                                   or path.name == "l2_search.json"):
+            if path.is_file() and (
+                ".ckpt" in path.name and not path.name.endswith(".tmp") or path.name == "l2_search.json"
+            ):
                 files.append(str(Path(folder) / path.name))
     return files
 
 
-def pack(jobs_file: Path | str, out: Path | str, *, directory: Path | str = ".", state: Path | str | None = None,
-         max_files: int = 8, max_bytes: int = 16 * MIB, checkpoints: bool = False, only_new: bool = False,
-         stream: Any = None) -> list[Path]:
+def pack(
+    jobs_file: Path | str,
+    out: Path | str,
+    *,
+    directory: Path | str = ".",
+    state: Path | str | None = None,
+    max_files: int = 8,
+    max_bytes: int = 16 * MIB,
+    checkpoints: bool = False,
+    only_new: bool = False,
+    stream: Any = None,
+) -> list[Path]:
     """Pack the finished jobs of ``jobs_file`` into ``<out>.tar.gz`` (or, if it is larger than
     ``max_bytes``, parts ``<out>.tar.gz.00``, ``.01``, ... of ``max_bytes`` each, at most
     ``max_files``): per job its results, benchmark.tsv and log, and the logs of unfinished
@@ -1009,8 +1195,11 @@ def pack(jobs_file: Path | str, out: Path | str, *, directory: Path | str = ".",
         finished = status in ("done", "present")
         if only_new and finished and job["id"] in packed_before:
             continue
-        files = _result_files(job, directory) if finished else [
-            f for f in [job.get("log")] if f and (directory / f).is_file()]
+        files = (
+            _result_files(job, directory)
+            if finished
+            else [f for f in [job.get("log")] if f and (directory / f).is_file()]
+        )
         if not finished and checkpoints:
             files += _resume_files(job, directory)
         if not files:
@@ -1025,11 +1214,21 @@ def pack(jobs_file: Path | str, out: Path | str, *, directory: Path | str = ".",
         if step.get("log") and (directory / step["log"]).is_file():
             chosen.append(({"id": step["outputs"][0], "kind": "prepare"}, "log", [step["log"]]))
     manifest = {
-        "kit": KIT_FORMAT, "created": _now(), "host": platform.node(), "jobs_file": str(jobs_file),
+        "kit": KIT_FORMAT,
+        "created": _now(),
+        "host": platform.node(),
+        "jobs_file": str(jobs_file),
         "snakemake": data.get("snakemake", {}),
-        "jobs": [{**{k: job.get(k) for k in ("id", "rule", "wildcards", "spec", "outputs", "inputs", "benchmark", "log")},
-                  "status": status, "files": files, "attempts": book["jobs"].get(job["id"], {}).get("attempts", [])}
-                 for job, status, files in chosen if job.get("kind") != "prepare"],
+        "jobs": [
+            {
+                **{k: job.get(k) for k in ("id", "rule", "wildcards", "spec", "outputs", "inputs", "benchmark", "log")},
+                "status": status,
+                "files": files,
+                "attempts": book["jobs"].get(job["id"], {}).get("attempts", []),
+            }
+            for job, status, files in chosen
+            if job.get("kind") != "prepare"
+        ],
         "logs": [f for job, status, files in chosen if job.get("kind") == "prepare" for f in files],
         "calls": book["calls"],
         "left": left,
@@ -1063,11 +1262,17 @@ def pack(jobs_file: Path | str, out: Path | str, *, directory: Path | str = ".",
     book["packs"].append({"at": _now(), "out": str(out), "files": [p.name for p in paths], "jobs": done_ids})
     write_json(state_path, book)
     size = sum(p.stat().st_size for p in paths)
-    print(f"packed {len(done_ids)} finished job(s) ({sum(len(f) for _, _, f in chosen)} files) into "
-          f"{len(paths)} file(s), {size / MIB:.1f} MiB: {', '.join(str(p) for p in paths)}", file=stream)
+    print(
+        f"packed {len(done_ids)} finished job(s) ({sum(len(f) for _, _, f in chosen)} files) into "
+        f"{len(paths)} file(s), {size / MIB:.1f} MiB: {', '.join(str(p) for p in paths)}",
+        file=stream,
+    )
     if left:
-        print(f"left for a later pack (no room): {len(left)} job(s): {', '.join(left)}; "
-              "`pack --only-new` packs them next", file=stream)
+        print(
+            f"left for a later pack (no room): {len(left)} job(s): {', '.join(left)}; "
+            "`pack --only-new` packs them next",
+            file=stream,
+        )
     return paths
 
 
@@ -1154,10 +1359,19 @@ def read_pack(parts: Sequence[Path | str], into: Path) -> dict[str, Any]:
     return manifest
 
 
-def import_results(parts: Sequence[Path | str], *, directory: Path | str = ".", snakefile: Path | str | None = None,
-                   config: Sequence[str] | None = None, configfile: str | None = None, verify: bool = True,
-                   prepare: bool = True, metadata: bool = True, cores: int = 1, stream: Any = None
-                   ) -> dict[str, Any]:
+def import_results(
+    parts: Sequence[Path | str],
+    *,
+    directory: Path | str = ".",
+    snakefile: Path | str | None = None,
+    config: Sequence[str] | None = None,
+    configfile: str | None = None,
+    verify: bool = True,
+    prepare: bool = True,
+    metadata: bool = True,
+    cores: int = 1,
+    stream: Any = None,
+) -> dict[str, Any]:
     """Put a pack's finished jobs in place in ``directory`` so Snakemake takes them as built.
 
     1. ``verify``: each job's spec must be what Snakemake would pass now (a dry run under
@@ -1195,7 +1409,8 @@ def import_results(parts: Sequence[Path | str], *, directory: Path | str = ".", 
                 raise KitError(
                     f"{len(wrong)} job(s) of the pack are not what Snakemake would run here now (another config or "
                     f"code?): {', '.join(wrong[:5])}{' ...' if len(wrong) > 5 else ''}; the export used --config "
-                    f"{' '.join(exported.get('config') or []) or '(none)'}; nothing was imported")
+                    f"{' '.join(exported.get('config') or []) or '(none)'}; nothing was imported"
+                )
         inputs = sorted({p for job in finished for p in job.get("inputs") or []})
         missing = [p for p in inputs if not (directory / p).exists()]
         if missing and prepare:
@@ -1203,8 +1418,10 @@ def import_results(parts: Sequence[Path | str], *, directory: Path | str = ".", 
             _snakemake([f"-c{cores}", *missing], "preparing the inputs", **where)
             missing = [p for p in missing if not (directory / p).exists()]
         if missing:
-            raise KitError(f"inputs missing here: {', '.join(missing)}; make them first (snakemake -c1 "
-                           f"{' '.join(missing)}), then import again; nothing was imported")
+            raise KitError(
+                f"inputs missing here: {', '.join(missing)}; make them first (snakemake -c1 "
+                f"{' '.join(missing)}), then import again; nothing was imported"
+            )
         newest = max([(directory / p).stat().st_mtime for p in inputs] + [0.0])
         stamp = max(time.time(), newest + 1.0)
         moved, finished_files = [], set()
@@ -1226,15 +1443,28 @@ def import_results(parts: Sequence[Path | str], *, directory: Path | str = ".", 
     outputs = [p for job in finished for p in job["outputs"]]
     if metadata and finished:
         # (Snakemake cleans what it has and then fails naming the files it had no record of)
-        _snakemake(["--cleanup-metadata", *outputs], "dropping old metadata",
-                   ok="because the metadata was not present", **where)
-        _snakemake([f"-c{cores}", "--touch", "--force", *[job["outputs"][0] for job in finished]],
-                   "recording metadata", **where)
-    print(f"imported {len(finished)} finished job(s), {len(moved)} file(s), into {directory}"
-          + ("; Snakemake takes them as built" if metadata else ""), file=stream)
+        _snakemake(
+            ["--cleanup-metadata", *outputs],
+            "dropping old metadata",
+            ok="because the metadata was not present",
+            **where,
+        )
+        _snakemake(
+            [f"-c{cores}", "--touch", "--force", *[job["outputs"][0] for job in finished]],
+            "recording metadata",
+            **where,
+        )
+    print(
+        f"imported {len(finished)} finished job(s), {len(moved)} file(s), into {directory}"
+        + ("; Snakemake takes them as built" if metadata else ""),
+        file=stream,
+    )
     if manifest.get("left"):
-        print(f"the node had more finished jobs than the pack held: {len(manifest['left'])}; pack them with "
-              "`pack --only-new`", file=stream)
+        print(
+            f"the node had more finished jobs than the pack held: {len(manifest['left'])}; pack them with "
+            "`pack --only-new`",
+            file=stream,
+        )
     return {"jobs": [job["id"] for job in finished], "files": moved, "config": config, "configfile": configfile}
 
 
@@ -1245,21 +1475,29 @@ def describe_export(data: dict[str, Any]) -> str:
         rules[job["rule"]] = rules.get(job["rule"], 0) + 1
     lines = [f"{len(data['jobs'])} job(s): " + (", ".join(f"{n} {r}" for r, n in rules.items()) or "none")]
     if data["prepare"]:
-        lines.append(f"{len(data['prepare'])} data step(s): "
-                     + ", ".join(f"{s['command']} {s.get('dataset') or ''}".strip() for s in data["prepare"]))
+        lines.append(
+            f"{len(data['prepare'])} data step(s): "
+            + ", ".join(f"{s['command']} {s.get('dataset') or ''}".strip() for s in data["prepare"])
+        )
     archives = [a for s in data["prepare"] for a in s.get("archives", [])]
     if archives:
-        lines.append("the node prepares image data from the original archives in data/raw (a torchvision root, "
-                     "ignored by git; carry it): " + ", ".join(a["path"] for a in archives))
+        lines.append(
+            "the node prepares image data from the original archives in data/raw (a torchvision root, "
+            "ignored by git; carry it): " + ", ".join(a["path"] for a in archives)
+        )
     if data.get("staged"):
         size = sum(Path(p).stat().st_size for p in data["staged"] if Path(p).is_file())
         lines.append(f"staged {len(data['staged'])} archive(s), {size / MIB:.1f} MiB")
         if size > 64 * MIB:
-            lines.append("warning: more than the 64 MiB that travel with the tree to a GPU node; export fewer data "
-                         "sets, e.g. --include 'results/image/fashionmnist/*'")
+            lines.append(
+                "warning: more than the 64 MiB that travel with the tree to a GPU node; export fewer data "
+                "sets, e.g. --include 'results/image/fashionmnist/*'"
+            )
     if data.get("ship"):
         lines.append("inputs no step makes (send them with the tree): " + ", ".join(data["ship"]))
     if data.get("left_to_snakemake"):
-        lines.append("left to Snakemake here after import: "
-                     + ", ".join(f"{n} {r}" for r, n in data["left_to_snakemake"].items()))
+        lines.append(
+            "left to Snakemake here after import: "
+            + ", ".join(f"{n} {r}" for r, n in data["left_to_snakemake"].items())
+        )
     return "\n".join(lines)

@@ -150,12 +150,12 @@ def mean_pairwise_distance(x: Any, y: Any = None) -> float:
     block = _ROW_BLOCK
     total = 0.0
     for i in range(0, a.shape[0], block):
-        rows = a[i:i + block]
+        rows = a[i : i + block]
         if y is None:
             # diagonal block once, blocks right of it twice (symmetry)
             total += float(torch.cdist(rows, rows, compute_mode=_EXACT).sum())
             if i + block < b.shape[0]:
-                total += 2.0 * _blocked_sum(rows, b[i + block:])
+                total += 2.0 * _blocked_sum(rows, b[i + block :])
         else:
             total += _blocked_sum(rows, b)
     return total / (a.shape[0] * b.shape[0])
@@ -164,8 +164,7 @@ def mean_pairwise_distance(x: Any, y: Any = None) -> float:
 def _blocked_sum(rows: torch.Tensor, b: torch.Tensor) -> float:
     """Sum of ``||r - b_j||`` over ``rows`` and columns of ``b``, in column blocks."""
     cols = max(1, _BLOCK_ENTRIES // max(1, rows.shape[0]))
-    return sum(float(torch.cdist(rows, b[j:j + cols], compute_mode=_EXACT).sum())
-               for j in range(0, b.shape[0], cols))
+    return sum(float(torch.cdist(rows, b[j : j + cols], compute_mode=_EXACT).sum()) for j in range(0, b.shape[0], cols))
 
 
 def energy_distance(x: Any, y: Any) -> float:

@@ -45,8 +45,7 @@ def stacked_batch_sampler(x: Tensor, y: Tensor, batch_size: int):
     size = min(int(batch_size), n)
 
     def next_batch(generator: torch.Generator) -> Batch:
-        idx = torch.stack([torch.randperm(n, generator=generator, device=generator.device)[:size]
-                           for _ in range(sets)])
+        idx = torch.stack([torch.randperm(n, generator=generator, device=generator.device)[:size] for _ in range(sets)])
         return gather_rows(x, y, idx.to(x.device))
 
     return next_batch
@@ -79,8 +78,9 @@ class EpochSampler:
     def __call__(self, generator: torch.Generator) -> Batch:
         if self.order is None or self.position >= self.n:
             sets = self.y.shape[0] if self.stacked else 1
-            self.order = torch.stack([torch.randperm(self.n, generator=generator, device=generator.device)
-                                      for _ in range(sets)]).to(self.y.device)
+            self.order = torch.stack(
+                [torch.randperm(self.n, generator=generator, device=generator.device) for _ in range(sets)]
+            ).to(self.y.device)
             self.position = 0
         idx = self.order[:, self.position : self.position + self.batch_size]
         self.position += self.batch_size

@@ -69,8 +69,9 @@ class _Block(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, depth: int = 32, width: int = 16, num_classes: int = 10, in_channels: int = 3,
-                 norm: str = "group") -> None:
+    def __init__(
+        self, depth: int = 32, width: int = 16, num_classes: int = 10, in_channels: int = 3, norm: str = "group"
+    ) -> None:
         super().__init__()
         if (depth - 2) % 6:
             raise ValueError(f"CIFAR ResNet depth must be 6n+2 (20, 32, 44, ...), got {depth}")
@@ -91,8 +92,9 @@ class ResNet(nn.Module):
         return self.fc(out.mean(dim=(-2, -1)))
 
 
-def resnet(depth: int = 32, width: int = 16, num_classes: int = 10, in_channels: int = 3,
-           norm: str = "group") -> ResNet:
+def resnet(
+    depth: int = 32, width: int = 16, num_classes: int = 10, in_channels: int = 3, norm: str = "group"
+) -> ResNet:
     """CIFAR ResNet of depth 6n+2 with base width ``width`` (16 in He et al.; 0.46M
     parameters for ResNet32)."""
     return ResNet(depth, width, num_classes, in_channels, norm)

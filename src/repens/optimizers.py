@@ -76,16 +76,35 @@ class DirectAdam(_DirectStep, torch.optim.Adam):
             for p in group["params"]:
                 state = self.state[p]
                 state["step"].add_(1)  # what torch.optim's _foreach_add_(state_steps, 1) does
-                torch._fused_adam_([p], [p.grad], [state["exp_avg"]], [state["exp_avg_sq"]], [], [state["step"]],
-                                   amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2,
-                                   weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
-                                   grad_scale=None, found_inf=None)
+                torch._fused_adam_(
+                    [p],
+                    [p.grad],
+                    [state["exp_avg"]],
+                    [state["exp_avg_sq"]],
+                    [],
+                    [state["step"]],
+                    amsgrad=False,
+                    lr=group["lr"],
+                    beta1=beta1,
+                    beta2=beta2,
+                    weight_decay=group["weight_decay"],
+                    eps=group["eps"],
+                    maximize=group["maximize"],
+                    grad_scale=None,
+                    found_inf=None,
+                )
 
     def _direct(self) -> bool:
         """Whether every parameter has a gradient and state, and no setting needs ``torch.optim``."""
         for group in self.param_groups:
-            if (group["amsgrad"] or group.get("decoupled_weight_decay") or group["differentiable"]
-                    or group["capturable"] or isinstance(group["lr"], Tensor) or isinstance(group["betas"][0], Tensor)):
+            if (
+                group["amsgrad"]
+                or group.get("decoupled_weight_decay")
+                or group["differentiable"]
+                or group["capturable"]
+                or isinstance(group["lr"], Tensor)
+                or isinstance(group["betas"][0], Tensor)
+            ):
                 return False
             for p in group["params"]:
                 if p.grad is None or p.grad.is_sparse or "exp_avg" not in self.state[p]:
@@ -98,10 +117,20 @@ class DirectSGD(_DirectStep, torch.optim.SGD):
 
     def _fused_step(self) -> None:
         for group in self.param_groups:
-            torch._fused_sgd_(group["params"], [p.grad for p in group["params"]], [],
-                              weight_decay=group["weight_decay"], momentum=0.0, lr=group["lr"],
-                              dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"],
-                              is_first_step=False, grad_scale=None, found_inf=None)
+            torch._fused_sgd_(
+                group["params"],
+                [p.grad for p in group["params"]],
+                [],
+                weight_decay=group["weight_decay"],
+                momentum=0.0,
+                lr=group["lr"],
+                dampening=group["dampening"],
+                nesterov=group["nesterov"],
+                maximize=group["maximize"],
+                is_first_step=False,
+                grad_scale=None,
+                found_inf=None,
+            )
 
     def _direct(self) -> bool:
         for group in self.param_groups:

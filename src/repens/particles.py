@@ -59,8 +59,9 @@ def _mlp_slots(layers: tuple[tuple[bool, bool], ...]) -> tuple[tuple[int, int | 
     return tuple(out)
 
 
-def _layer(params_parts: tuple[Tensor, ...], model: StackedModel, i: int,
-           lead: torch.Size) -> tuple[Tensor, Tensor | None]:
+def _layer(
+    params_parts: tuple[Tensor, ...], model: StackedModel, i: int, lead: torch.Size
+) -> tuple[Tensor, Tensor | None]:
     """Layer ``i``'s weight (..., out, in) and bias (..., out, 1) or None: views into the rows."""
     w_index, b_index = model._mlp_slots[i]
     weight = params_parts[w_index].view(*lead, *model.slots[w_index].shape)
@@ -345,7 +346,9 @@ class StackedModel:
     ) -> Tensor:
         """``n`` rows drawn from N(0, std^2 I) (e.g. the prior), on the generator's device."""
         draws = torch.randn(n, self.dim, generator=generator, dtype=dtype, device=generator.device)
-        return draws if isinstance(std, (int, float)) and std == 1 else draws.mul_(std)  # in place: no second (n, D) matrix
+        return (
+            draws if isinstance(std, (int, float)) and std == 1 else draws.mul_(std)
+        )  # in place: no second (n, D) matrix
 
     def sample_torch_default(self, n: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> Tensor:
         """``n`` rows drawn as PyTorch initialises ``nn.Linear`` and ``nn.Conv*``: weights

@@ -44,10 +44,16 @@ def git_state(root: str = str(SOURCE_ROOT)) -> tuple[str, bool | None]:
     """(commit, dirty) of the checkout at ``root``; (``REPENS_GIT_COMMIT`` or "unknown", None)
     when git or the checkout is missing. Dirty ignores untracked files."""
     try:
-        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        status = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=30, check=True).stdout
+        commit = subprocess.run(
+            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
         if commit:
             return commit, bool(status.strip())
     except (OSError, subprocess.SubprocessError):
@@ -108,8 +114,13 @@ def cpu_model() -> str:
     return platform.processor() or UNKNOWN
 
 
-def collect(job: Mapping[str, Any] | None = None, *, log_file: str | None = None, device: str | None = None,
-            scale: str | None = None) -> dict[str, Any]:
+def collect(
+    job: Mapping[str, Any] | None = None,
+    *,
+    log_file: str | None = None,
+    device: str | None = None,
+    scale: str | None = None,
+) -> dict[str, Any]:
     """The provenance of this process (and of ``job``, if given); never raises."""
     try:
         from repens import __version__
@@ -217,8 +228,17 @@ def write_sidecar(table: Path | str, inputs: Sequence[Path | str]) -> Path | Non
         scales = sorted({str((r["job"] or {}).get("scale")) for r in rows if r["job"]})
         commits = sorted({str(r["provenance"].get("git_commit", UNKNOWN)) for r in rows})
         out = sidecar_path(table)
-        write_json_atomic(out, {"table": str(table), "provenance": collect(scale=",".join(scales) or None),
-                                "input_commits": commits, "inputs": rows}, indent=1, sort_keys=True)
+        write_json_atomic(
+            out,
+            {
+                "table": str(table),
+                "provenance": collect(scale=",".join(scales) or None),
+                "input_commits": commits,
+                "inputs": rows,
+            },
+            indent=1,
+            sort_keys=True,
+        )
         return out
     except Exception as err:  # noqa: BLE001
         log.warning("provenance: could not write the sidecar of %s (%s)", table, err)
@@ -228,10 +248,12 @@ def write_sidecar(table: Path | str, inputs: Sequence[Path | str]) -> Path | Non
 def _short(prov: Mapping[str, Any]) -> str:
     dirty = prov.get("git_dirty")
     flag = " (dirty tree)" if dirty else "" if dirty is False else " (tree state unknown)"
-    return (f"commit {prov.get('git_commit', UNKNOWN)}{flag}; repens {prov.get('repens', UNKNOWN)}, "
-            f"torch {prov.get('torch', UNKNOWN)}, CUDA {prov.get('cuda', UNKNOWN)}, "
-            f"snakemake {prov.get('snakemake', UNKNOWN)}; device {prov.get('device', UNKNOWN)} on "
-            f"{prov.get('host', UNKNOWN)}; scale {prov.get('scale', UNKNOWN)}")
+    return (
+        f"commit {prov.get('git_commit', UNKNOWN)}{flag}; repens {prov.get('repens', UNKNOWN)}, "
+        f"torch {prov.get('torch', UNKNOWN)}, CUDA {prov.get('cuda', UNKNOWN)}, "
+        f"snakemake {prov.get('snakemake', UNKNOWN)}; device {prov.get('device', UNKNOWN)} on "
+        f"{prov.get('host', UNKNOWN)}; scale {prov.get('scale', UNKNOWN)}"
+    )
 
 
 def _value(record: Mapping[str, Any], metric: str) -> Any:
@@ -242,8 +264,7 @@ def _value(record: Mapping[str, Any], metric: str) -> Any:
     return None
 
 
-def describe(path: Path | str, dataset: str | None = None, method: str | None = None,
-             metric: str | None = None) -> str:
+def describe(path: Path | str, dataset: str | None = None, method: str | None = None, metric: str | None = None) -> str:
     """Where the numbers of ``path`` came from: a result file's provenance, job spec and
     log; for a table CSV, those of every input behind the row (``dataset``, ``method``)
     and each input's value of ``metric``."""
@@ -255,9 +276,12 @@ def describe(path: Path | str, dataset: str | None = None, method: str | None = 
             return f"{path}: no provenance sidecar {side.name} (the table predates provenance; rebuild it)"
         data = json.loads(side.read_text())
         lines.append(f"{path}: built by {_short(data.get('provenance', {}))}")
-        chosen = [r for r in data.get("inputs", [])
-                  if (dataset is None or (r.get("job") or {}).get("dataset") == dataset)
-                  and (method is None or (r.get("job") or {}).get("method") == method)]
+        chosen = [
+            r
+            for r in data.get("inputs", [])
+            if (dataset is None or (r.get("job") or {}).get("dataset") == dataset)
+            and (method is None or (r.get("job") or {}).get("method") == method)
+        ]
         if not chosen:
             return "\n".join(lines + [f"no input matches dataset={dataset} method={method}"])
         lines.append(f"{len(chosen)} input file(s) behind dataset={dataset or '*'} method={method or '*'}:")
@@ -269,8 +293,13 @@ def describe(path: Path | str, dataset: str | None = None, method: str | None = 
     return "\n".join(_describe_one(path, prov, job, metric, record))
 
 
-def _describe_one(path: Path, prov: Mapping[str, Any], job: Mapping[str, Any] | None, metric: str | None,
-                  record: Mapping[str, Any] | None = None) -> list[str]:
+def _describe_one(
+    path: Path,
+    prov: Mapping[str, Any],
+    job: Mapping[str, Any] | None,
+    metric: str | None,
+    record: Mapping[str, Any] | None = None,
+) -> list[str]:
     lines = [f"{path}"]
     if metric:
         if record is None:

@@ -79,11 +79,14 @@ class Estimator:
 
 
 #: estimators by config name, in the order the schema lists them
-ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
-    Estimator("kde"),
-    Estimator("sge", frozenset({"eta"})),
-    Estimator("ssge", frozenset({"eta", "num_eigs"})),
-)}
+ESTIMATORS: dict[str, Estimator] = {
+    e.name: e
+    for e in (
+        Estimator("kde"),
+        Estimator("sge", frozenset({"eta"})),
+        Estimator("ssge", frozenset({"eta", "num_eigs"})),
+    )
+}
 
 
 def estimator_names() -> tuple[str, ...]:
@@ -146,9 +149,16 @@ def _add(rule: Rule) -> Rule:
     return rule
 
 
-def register_rule(name: str, function: Callable | str | None = None, *, options: Iterable[str] = (),
-                  estimator: bool = False, repulsive: bool = False, function_space: str | None = None,
-                  function_space_function: Callable | str | None = None) -> Any:
+def register_rule(
+    name: str,
+    function: Callable | str | None = None,
+    *,
+    options: Iterable[str] = (),
+    estimator: bool = False,
+    repulsive: bool = False,
+    function_space: str | None = None,
+    function_space_function: Callable | str | None = None,
+) -> Any:
     """Register update rule ``name``. With ``function`` given, returns the :class:`Rule`;
     without, a decorator that registers the function it decorates (and returns it)."""
 
@@ -211,10 +221,18 @@ def rule_options_of(rule_name: str, space: str = "weight", estimator: str | None
 
 _UPDATES = "repens.updates"
 register_rule("ensemble", f"{_UPDATES}:ensemble")
-register_rule("svgd", f"{_UPDATES}:svgd", repulsive=True, function_space="fsvgd",
-              function_space_function=f"{_UPDATES}:fsvgd")
-register_rule("wgd", f"{_UPDATES}:wgd", options={"estimator"}, estimator=True, repulsive=True,
-              function_space="fwgd", function_space_function=f"{_UPDATES}:fwgd")
+register_rule(
+    "svgd", f"{_UPDATES}:svgd", repulsive=True, function_space="fsvgd", function_space_function=f"{_UPDATES}:fsvgd"
+)
+register_rule(
+    "wgd",
+    f"{_UPDATES}:wgd",
+    options={"estimator"},
+    estimator=True,
+    repulsive=True,
+    function_space="fwgd",
+    function_space_function=f"{_UPDATES}:fwgd",
+)
 register_rule("anchored", f"{_UPDATES}:anchored", options={"anchor_divisor"})
 register_rule("langevin", f"{_UPDATES}:langevin", options={"temperature", "mmd_weight", "prior_samples"})
 
@@ -246,25 +264,28 @@ def _uci(name: str, label: str, folder: str) -> Dataset:
 
 
 #: data sets by config name, grouped by kind, each kind in its usual order
-DATASETS: dict[str, Dataset] = {d.name: d for d in (
-    Dataset("gaussian", "synthetic", "Gaussian"),
-    Dataset("funnel", "synthetic", "Funnel"),
-    Dataset("regression", "toy", "Regression"),
-    Dataset("classification", "toy", "Classification"),
-    _uci("boston", "Boston", "bostonHousing"),
-    _uci("concrete", "Concrete", "concrete"),
-    _uci("energy", "Energy", "energy"),
-    _uci("kin8nm", "Kin8nm", "kin8nm"),
-    _uci("naval", "Naval", "naval-propulsion-plant"),
-    _uci("power", "Power", "power-plant"),
-    _uci("protein", "Protein", "protein-tertiary-structure"),
-    _uci("wine", "Wine", "wine-quality-red"),
-    _uci("yacht", "Yacht", "yacht"),
-    Dataset("fashionmnist", "image", "FashionMNIST", ood="mnist", shape=(1, 28, 28), short_label="FMNIST"),
-    Dataset("mnist", "image", "MNIST", shape=(1, 28, 28)),
-    Dataset("cifar10", "image", "CIFAR10", ood="svhn", shape=(3, 32, 32)),
-    Dataset("svhn", "image", "SVHN", ood_only=True, shape=(3, 32, 32)),
-)}
+DATASETS: dict[str, Dataset] = {
+    d.name: d
+    for d in (
+        Dataset("gaussian", "synthetic", "Gaussian"),
+        Dataset("funnel", "synthetic", "Funnel"),
+        Dataset("regression", "toy", "Regression"),
+        Dataset("classification", "toy", "Classification"),
+        _uci("boston", "Boston", "bostonHousing"),
+        _uci("concrete", "Concrete", "concrete"),
+        _uci("energy", "Energy", "energy"),
+        _uci("kin8nm", "Kin8nm", "kin8nm"),
+        _uci("naval", "Naval", "naval-propulsion-plant"),
+        _uci("power", "Power", "power-plant"),
+        _uci("protein", "Protein", "protein-tertiary-structure"),
+        _uci("wine", "Wine", "wine-quality-red"),
+        _uci("yacht", "Yacht", "yacht"),
+        Dataset("fashionmnist", "image", "FashionMNIST", ood="mnist", shape=(1, 28, 28), short_label="FMNIST"),
+        Dataset("mnist", "image", "MNIST", shape=(1, 28, 28)),
+        Dataset("cifar10", "image", "CIFAR10", ood="svhn", shape=(3, 32, 32)),
+        Dataset("svhn", "image", "SVHN", ood_only=True, shape=(3, 32, 32)),
+    )
+}
 
 
 def dataset(name: str) -> Dataset:
@@ -342,8 +363,7 @@ def _counterpart_key(entry: Mapping[str, Any]) -> tuple:
     return entry.get("rule"), est, tuple(entry.get(k) for k in options)
 
 
-def method_groups(methods: Mapping[str, Mapping[str, Any]], baseline: str = "de",
-                  wgd: str = "wgd") -> MethodGroups:
+def method_groups(methods: Mapping[str, Mapping[str, Any]], baseline: str = "de", wgd: str = "wgd") -> MethodGroups:
     """The claims' method groups from config.yaml's ``methods`` (entries with ``rule``,
     ``space``, ``estimator``). ``baseline`` is the deep ensemble heading the weight-space
     group; ``wgd`` the rule of the WGD groups. A pair of counterparts is one rule that takes
@@ -362,8 +382,14 @@ def method_groups(methods: Mapping[str, Mapping[str, Any]], baseline: str = "de"
     for key, entry in methods.items():
         if space(entry) != "weight" or not (entry.get("rule") in RULES and RULES[entry["rule"]].estimator):
             continue
-        match = next((k for k, e in methods.items() if space(e) == "function"
-                      and _counterpart_key(e) == _counterpart_key(entry)), None)
+        match = next(
+            (
+                k
+                for k, e in methods.items()
+                if space(e) == "function" and _counterpart_key(e) == _counterpart_key(entry)
+            ),
+            None,
+        )
         if match is not None:
             pairs.append((key, match))
     return MethodGroups(

@@ -55,8 +55,16 @@ from torch import Tensor
 from repens.posteriors import Batch
 from repens.updates import Update
 
-__all__ = ["StepGraphs", "StepState", "GraphBackend", "CudaGraphBackend", "CudaCalls", "EagerBackend", "backend_for",
-           "WARMUP_STEPS"]
+__all__ = [
+    "StepGraphs",
+    "StepState",
+    "GraphBackend",
+    "CudaGraphBackend",
+    "CudaCalls",
+    "EagerBackend",
+    "backend_for",
+    "WARMUP_STEPS",
+]
 
 log = logging.getLogger("repens.step_graph")
 
@@ -233,14 +241,22 @@ class StepState:
     the same tensors): the particles, the optimizer's state tensors, other tensors the
     step updates (the finiteness flag) and the generator's state."""
 
-    def __init__(self, params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator,
-                 extra: tuple[Tensor, ...] = ()) -> None:
+    def __init__(
+        self,
+        params: Tensor,
+        optimizer: torch.optim.Optimizer,
+        generator: torch.Generator,
+        extra: tuple[Tensor, ...] = (),
+    ) -> None:
         self.params, self.optimizer, self.generator, self.extra = params, optimizer, generator, extra
 
     def tensors(self) -> list[Tensor]:
         """The tensors, in a fixed order (the optimizer's state exists from its first step on)."""
-        return [self.params, *self.extra, *(v for state in self.optimizer.state.values() for v in state.values()
-                                            if isinstance(v, Tensor))]
+        return [
+            self.params,
+            *self.extra,
+            *(v for state in self.optimizer.state.values() for v in state.values() if isinstance(v, Tensor)),
+        ]
 
     def save(self) -> tuple[list[Tensor], Tensor]:
         return [t.detach().clone() for t in self.tensors()], self.generator.get_state()
@@ -279,8 +295,14 @@ class StepGraphs:
         warmup: eager steps before the first capture (at least one).
     """
 
-    def __init__(self, step: Callable[[Batch | None], Update], generator: torch.Generator,
-                 backend: GraphBackend, state: StepState, warmup: int = WARMUP_STEPS) -> None:
+    def __init__(
+        self,
+        step: Callable[[Batch | None], Update],
+        generator: torch.Generator,
+        backend: GraphBackend,
+        state: StepState,
+        warmup: int = WARMUP_STEPS,
+    ) -> None:
         self.step, self.generator, self.backend, self.state = step, generator, backend, state
         self.warmup_left = max(1, int(warmup))  # the optimizer's state exists from its first step on
         self.graphs: dict[tuple, tuple[Batch | None, Replay]] = {}

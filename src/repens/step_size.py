@@ -181,14 +181,20 @@ def langevin_step_size(
     fused node has a first derivative only).
     """
     batches = list(batches) or [None]
-    prepared = [b if b is None or not torch.is_tensor(getattr(b, "x", None))
-                else type(b)(b.x.detach().requires_grad_(True), b.y) for b in batches]
+    prepared = [
+        b
+        if b is None or not torch.is_tensor(getattr(b, "x", None))
+        else type(b)(b.x.detach().requires_grad_(True), b.y)
+        for b in batches
+    ]
 
     def hvp(v: Tensor) -> Tensor:
         total = None
         for batch in prepared:
+
             def log_density(p: Tensor, batch=batch) -> Tensor:
                 return posterior.log_likelihood(p, batch) + temperature * posterior.log_prior(p)
+
             hv = hessian_vector_product(log_density, params, v)
             total = hv if total is None else total.add_(hv)
         return total.div_(len(prepared))

@@ -48,9 +48,29 @@ from repens.step_graph import StepGraphs, StepState, backend_for
 from repens.updates import StepContext, Update, repulsion_ratio
 
 __all__ = [
-    "TrainSettings", "TrainState", "train", "learning_rate", "OPTIMIZERS", "make_optimizer", "direction_is_finite", "NonFiniteError",
-    "Interrupted", "ENGINE_VERSION", "significant", "LoopState", "init", "step", "run", "FiniteGuard", "Checkpointer",
-    "scheduled_lr", "apply_lr", "Progress", "Every", "stop_signals", "stop_if_signalled",
+    "TrainSettings",
+    "TrainState",
+    "train",
+    "learning_rate",
+    "OPTIMIZERS",
+    "make_optimizer",
+    "direction_is_finite",
+    "NonFiniteError",
+    "Interrupted",
+    "ENGINE_VERSION",
+    "significant",
+    "LoopState",
+    "init",
+    "step",
+    "run",
+    "FiniteGuard",
+    "Checkpointer",
+    "scheduled_lr",
+    "apply_lr",
+    "Progress",
+    "Every",
+    "stop_signals",
+    "stop_if_signalled",
 ]
 
 #: Part of every checkpoint's key: a checkpoint written by another version of the loop
@@ -77,6 +97,7 @@ def direction_is_finite(direction: Tensor) -> bool:
     if math.isfinite(direction.sum().item()):  # one reduction and its value, no 0-d tensor ops
         return True
     return bool(torch.isfinite(direction).all())
+
 
 log = logging.getLogger("repens.train")
 
@@ -109,6 +130,7 @@ def stop_signals(catch: bool = True) -> Iterator[dict[str, int | None]]:
     stop: dict[str, int | None] = {"signum": None}
     previous: dict[int, Any] = {}
     if catch:
+
         def handler(signum: int, frame: Any) -> None:  # noqa: ARG001
             stop["signum"] = signum
 
@@ -174,8 +196,10 @@ def learning_rate(settings: TrainSettings, step: int) -> float:
 
 def _state_key(checkpoint_key: str | None, settings: TrainSettings, params: Tensor) -> str:
     """The key stored in a checkpoint: the job's key and what ``train`` itself is given."""
-    text = (f"{checkpoint_key}|{settings.steps}|{settings.lr!r}|{settings.optimizer}|{tuple(params.shape)}"
-            f"|engine{ENGINE_VERSION}")
+    text = (
+        f"{checkpoint_key}|{settings.steps}|{settings.lr!r}|{settings.optimizer}|{tuple(params.shape)}"
+        f"|engine{ENGINE_VERSION}"
+    )
     if settings.lr_decay != 1.0:
         text += f"|decay{settings.lr_decay!r}/{settings.lr_decay_steps}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -201,8 +225,9 @@ class FiniteGuard:
         """Inside the step: raise at once (per-step checks) or fold into the device flag."""
         if self.flag is None:
             if not direction_is_finite(direction):
-                raise NonFiniteError(f"non-finite update at step {self.checked + 1}/{self.steps} "
-                                     f"(lr={self.lr}); no result was written")
+                raise NonFiniteError(
+                    f"non-finite update at step {self.checked + 1}/{self.steps} (lr={self.lr}); no result was written"
+                )
         else:  # on the device; the host looks every ``every`` steps (see check())
             self.flag.logical_and_(_finite_sum(direction))
 
@@ -211,8 +236,10 @@ class FiniteGuard:
         entry, or finite entries whose sum overflows (|sum| > 3e38 in float32: a diverged
         run either way; the per-step check of the CPU tells the two apart)."""
         if self.flag is not None and not bool(self.flag):
-            raise NonFiniteError(f"non-finite update between steps {self.checked + 1} and {done}/{self.steps} "
-                                 f"(lr={self.lr}); no result was written")
+            raise NonFiniteError(
+                f"non-finite update between steps {self.checked + 1} and {done}/{self.steps} "
+                f"(lr={self.lr}); no result was written"
+            )
         if self.flag is not None:
             self.flag.fill_(True)
         self.checked = done
@@ -300,9 +327,15 @@ class Checkpointer:
             return
         sampler_state = getattr(self.sampler, "state_dict", None)
         torch_save_atomic(
-            {"key": self.key, "step": done, "params": loop.params.detach(), "optimizer": loop.optimizer.state_dict(),
-             "generator": loop.generator.get_state(), "repulsion": repulsion,
-             **({"sampler": sampler_state()} if sampler_state is not None else {})},
+            {
+                "key": self.key,
+                "step": done,
+                "params": loop.params.detach(),
+                "optimizer": loop.optimizer.state_dict(),
+                "generator": loop.generator.get_state(),
+                "repulsion": repulsion,
+                **({"sampler": sampler_state()} if sampler_state is not None else {}),
+            },
             self.path,
         )
 
@@ -342,8 +375,14 @@ class Progress:
         rate = (done - self.start) / max(time.perf_counter() - self.t0, 1e-9)
         extra = self.on_log(done, params.detach()) if self.on_log else {}
         fields = " ".join(f"{k}={v:.4g}" for k, v in extra.items())
-        log.info("step %d/%d  %.1f steps/s  ETA %.0fs  %s", done, self.settings.steps, rate,
-                 (self.settings.steps - done) / rate, fields)
+        log.info(
+            "step %d/%d  %.1f steps/s  ETA %.0fs  %s",
+            done,
+            self.settings.steps,
+            rate,
+            (self.settings.steps - done) / rate,
+            fields,
+        )
 
 
 class Every:
@@ -360,8 +399,9 @@ class Every:
         self.last = time.perf_counter()
 
 
-def stop_if_signalled(stop: dict[str, int | None], snapshot: Callable[[], None], where: str,
-                      checkpoint: Path | None) -> None:
+def stop_if_signalled(
+    stop: dict[str, int | None], snapshot: Callable[[], None], where: str, checkpoint: Path | None
+) -> None:
     """After a step: if a stop signal arrived (:func:`stop_signals`), snapshot and raise
     :class:`Interrupted` naming the signal and ``where`` the run stopped."""
     if stop["signum"] is not None:
@@ -375,8 +415,12 @@ def _graphs_for(loop: LoopState, settings: TrainSettings) -> StepGraphs | None:
     backend = backend_for(loop.params.device) if settings.cuda_graphs and loop.guard.flag is not None else None
     if backend is None or not getattr(loop.update, "graph_safe", False):
         return None
-    graphs = StepGraphs(partial(step, loop), loop.generator, backend,
-                        StepState(loop.params, loop.optimizer, loop.generator, (loop.guard.flag,)))
+    graphs = StepGraphs(
+        partial(step, loop),
+        loop.generator,
+        backend,
+        StepState(loop.params, loop.optimizer, loop.generator, (loop.guard.flag,)),
+    )
     log.info("the step is captured as a graph after %d eager steps and replayed", graphs.warmup_left)
     return graphs
 
@@ -393,9 +437,15 @@ def _guarded_step(loop: LoopState, graphs: StepGraphs | None, batch: Batch | Non
         raise
 
 
-def run(loop: LoopState, settings: TrainSettings, next_batch: Callable[[torch.Generator], Batch | None],
-        checkpointer: Checkpointer, start: int = 0, repulsion: list | None = None,
-        on_log: Callable[[int, Tensor], dict] | None = None) -> list[tuple[int, list[float]]]:
+def run(
+    loop: LoopState,
+    settings: TrainSettings,
+    next_batch: Callable[[torch.Generator], Batch | None],
+    checkpointer: Checkpointer,
+    start: int = 0,
+    repulsion: list | None = None,
+    on_log: Callable[[int, Tensor], dict] | None = None,
+) -> list[tuple[int, list[float]]]:
     """Steps ``start`` to ``settings.steps`` of ``loop``; returns the logged repulsion ratios."""
     repulsion = list(repulsion or [])
     graphs = _graphs_for(loop, settings)
@@ -408,8 +458,12 @@ def run(loop: LoopState, settings: TrainSettings, next_batch: Callable[[torch.Ge
             loop.guard.stepped(done)
             if progress.due(done):
                 progress.record(done, result, loop.params, repulsion)
-            stop_if_signalled(stop, lambda: checkpointer.save(loop, done, repulsion),  # noqa: B023 (called at once)
-                              f"step {done}", checkpointer.path)
+            stop_if_signalled(
+                stop,
+                lambda: checkpointer.save(loop, done, repulsion),  # noqa: B023 (called at once)
+                f"step {done}",
+                checkpointer.path,
+            )
             if checkpointer.path is not None and periodic.due():
                 checkpointer.save(loop, done, repulsion)
                 periodic.restart()

@@ -187,7 +187,9 @@ def anchored(params: Tensor, ctx: StepContext, anchor_divisor: str = "n_train") 
         raise ValueError("the anchored rule needs anchors (one prior draw per member)")
     if anchor_divisor not in ANCHOR_DIVISORS:
         raise ValueError(f"anchor_divisor {anchor_divisor!r}; known: {list(ANCHOR_DIVISORS)}")
-    scale = ctx.posterior.num_train / ctx.batch.x.shape[-2] if anchor_divisor == "batch" and ctx.batch is not None else 1.0
+    scale = (
+        ctx.posterior.num_train / ctx.batch.x.shape[-2] if anchor_divisor == "batch" and ctx.batch is not None else 1.0
+    )
     return Update(add_grad_log_prior(grad_log_likelihood(params, ctx), params - ctx.anchors, ctx, scale))
 
 
@@ -218,8 +220,9 @@ def langevin(
         drift, repulsion = direction, 2.0 * mmd_weight * mmd_force(params, ctx, prior_samples)
         direction = drift + repulsion
         forces = lambda: (drift, repulsion)  # noqa: E731
-    return Update(direction, temperature, partial(add_langevin_noise, temperature=temperature) if temperature else None,
-                  forces)
+    return Update(
+        direction, temperature, partial(add_langevin_noise, temperature=temperature) if temperature else None, forces
+    )
 
 
 def mmd_force(params: Tensor, ctx: StepContext, prior_samples: int | None = None) -> Tensor:
@@ -266,8 +269,9 @@ def langevin_noise_std(optimizer: torch.optim.Optimizer, params: Tensor, tempera
     return math.sqrt(2.0 * lr * temperature)
 
 
-def add_langevin_noise(params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator,
-                       temperature: float) -> None:
+def add_langevin_noise(
+    params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator, temperature: float
+) -> None:
     """The Langevin rules' noise: ``params += langevin_noise_std * Z`` with ``Z ~ N(0, I)``
     drawn from the run's generator (on its device), after the optimizer step."""
     noise = torch.randn(params.shape, generator=generator, dtype=params.dtype, device=generator.device)
@@ -350,8 +354,14 @@ def fsvgd(params: Tensor, ctx: StepContext, **prior_options) -> Update:
     return Update(pull_back(direction_f), forces=partial(_svgd_forces, score, gram, direction_f))
 
 
-def fwgd(params: Tensor, ctx: StepContext, estimator: str = "kde", eta: float | None = None,
-         num_eigs: int | None = None, **prior_options) -> Update:
+def fwgd(
+    params: Tensor,
+    ctx: StepContext,
+    estimator: str = "kde",
+    eta: float | None = None,
+    num_eigs: int | None = None,
+    **prior_options,
+) -> Update:
     """Function-space WGD, Eq. 5 with Eq. 20 (KDE) or the SGE/SSGE analogues:
     ``phi_f = grad_f log p(f|D) - grad_f log rho(f)``, pulled back with the Jacobian."""
     flat, score, pull_back = _function_space(params, ctx, prior_options)
@@ -369,7 +379,8 @@ def _estimator_options(eta: float | None, num_eigs: int | None) -> dict:
 #: every rule's forms by name (a rule's config name; ``fsvgd``, ``fwgd`` for the function-space
 #: forms) -> its function: a view of :data:`repens.registry.RULES`, where each rule is declared
 UPDATE_RULES: Mapping[str, UpdateRule] = LiveMapping(
-    lambda: {name: load_function(fn) for name, fn in registry.implementations().items()})
+    lambda: {name: load_function(fn) for name, fn in registry.implementations().items()}
+)
 
 #: config ``rule`` + ``space: function`` -> registry name
 FUNCTION_SPACE_RULES: Mapping[str, str] = LiveMapping(registry.function_space_rules)
@@ -381,9 +392,7 @@ def resolve_rule(rule: str, space: str = "weight") -> str:
         name = rule
     elif space == "function":
         if rule not in FUNCTION_SPACE_RULES:
-            raise ValueError(
-                f"rule {rule!r} has no function-space form; only {sorted(FUNCTION_SPACE_RULES)} do"
-            )
+            raise ValueError(f"rule {rule!r} has no function-space form; only {sorted(FUNCTION_SPACE_RULES)} do")
         name = FUNCTION_SPACE_RULES[rule]
     else:
         raise ValueError(f"unknown space {space!r}; use 'weight' or 'function'")

@@ -78,8 +78,17 @@ def test_cost_notice():
     quick = [_image_spec("fashionmnist", "de", "quick", steps=600)] * 65
     assert image_cost_notice(quick, steps, 2, "quick") is None
     paper = [_image_spec("cifar10", "de", "paper", steps=50000)] * 2 + [
-        _image_spec("fashionmnist", "hyper-de", "paper", steps=50000, particles=50, l2_search=True,
-                    search_trials=20, search_steps=10000)]
+        _image_spec(
+            "fashionmnist",
+            "hyper-de",
+            "paper",
+            steps=50000,
+            particles=50,
+            l2_search=True,
+            search_trials=20,
+            search_steps=10000,
+        )
+    ]
     text = image_cost_notice(paper, steps, 2, "paper")
     assert "3 Table 1 training jobs at scale=paper" in text
     # hyper-DE: 50,000 steps of 50 members, then the search: 10,000 steps of one stack of
@@ -90,8 +99,9 @@ def test_cost_notice():
 
 def test_cost_of_a_job_reads_its_settings():
     steps = {"fashionmnist": {"paper": 0.5}}
-    spec = _image_spec("fashionmnist", "hyper-de", "paper", steps=100, particles=10, l2_search=True,
-                       search_trials=4, search_top=2)
+    spec = _image_spec(
+        "fashionmnist", "hyper-de", "paper", steps=100, particles=10, l2_search=True, search_trials=4, search_top=2
+    )
     spec.pop("search_steps", None)  # unset: the search trains the job's steps
     assert image_cpu_seconds(spec, steps) == 0.5 * (100 + 100 * 4 / 10)
     assert image_cpu_seconds({**spec, "scale": "quick"}, steps) != image_cpu_seconds(spec, steps)  # NaN: unmeasured

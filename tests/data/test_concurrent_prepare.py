@@ -104,13 +104,24 @@ def _fake_mirror(mirror: Path, n_train: int = 300, n_test: int = 100):
 def _start(args: dict, log: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps(args)], stdout=out,
-                                stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(
+            [sys.executable, "-c", RUNNER, json.dumps(args)], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
 
 
 def _prepare_argv(root: Path, mirror: Path, out: Path) -> list[str]:
-    return ["prepare-images", "--dataset", "fashionmnist", "--root", str(root), "--mirror", str(mirror),
-            "--offline", "--out", str(out)]
+    return [
+        "prepare-images",
+        "--dataset",
+        "fashionmnist",
+        "--root",
+        str(root),
+        "--mirror",
+        str(mirror),
+        "--offline",
+        "--out",
+        str(out),
+    ]
 
 
 def _assert_npz(out: Path, expected: dict) -> None:
@@ -122,8 +133,11 @@ def _assert_npz(out: Path, expected: dict) -> None:
 
 def _leftovers(folder: Path) -> list[str]:
     """Temporary files (or staging folders) anything left under ``folder``."""
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                  if ".tmp" in p.name or p.name.endswith((".part", ".extract")))
+    return sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if ".tmp" in p.name or p.name.endswith((".part", ".extract"))
+    )
 
 
 def _wait_all(procs: list[subprocess.Popen], timeout: float = 240) -> list[int]:
@@ -163,9 +177,18 @@ def test_prepare_arrays_holds_one_lock_throughout(tmp_path):
     registry, expected = _fake_mirror(tmp_path / "mirror")
     data, go = tmp_path / "image_data", tmp_path / "go"
     out = data / "fashionmnist.npz"
-    args = {"registry": registry, "slow": 0.15, "go": str(go),
-            "api": {"name": "fashionmnist", "root": str(data), "out": str(out), "mirror": str(tmp_path / "mirror"),
-                    "download": False}}
+    args = {
+        "registry": registry,
+        "slow": 0.15,
+        "go": str(go),
+        "api": {
+            "name": "fashionmnist",
+            "root": str(data),
+            "out": str(out),
+            "mirror": str(tmp_path / "mirror"),
+            "download": False,
+        },
+    }
     logs = [tmp_path / f"run{i}.log" for i in range(2)]
     procs = [_start(args, log) for log in logs]
     time.sleep(1.0)
@@ -201,8 +224,11 @@ def test_uci_downloads_into_one_root_at_once_all_succeed(tmp_path):
     the same instant both exit 0, with every file identical to the mirror's."""
     source = _uci_mirror(tmp_path / "mirror")
     root, go = tmp_path / "uci", tmp_path / "go"
-    args = {"slow": 0.1, "go": str(go),
-            "argv": ["uci-download", "--root", str(root), "--name", "tiny", "--url", (tmp_path / "mirror").as_uri()]}
+    args = {
+        "slow": 0.1,
+        "go": str(go),
+        "argv": ["uci-download", "--root", str(root), "--name", "tiny", "--url", (tmp_path / "mirror").as_uri()],
+    }
     logs = [tmp_path / f"run{i}.log" for i in range(2)]
     procs = [_start(args, log) for log in logs]
     time.sleep(1.0)
@@ -224,8 +250,10 @@ def test_a_complete_uci_folder_is_only_read(tmp_path, monkeypatch):
     _uci_mirror(tmp_path / "root")
     monkeypatch.setattr(images, "_open_lock", lambda path: pytest.fail(f"{path} opened"))
     before = sorted(p.name for p in (tmp_path / "root").rglob("*"))
-    assert download_dataset(tmp_path / "root", "tiny", base_url="http://unreachable.invalid") == \
-        tmp_path / "root" / "tiny" / "data"
+    assert (
+        download_dataset(tmp_path / "root", "tiny", base_url="http://unreachable.invalid")
+        == tmp_path / "root" / "tiny" / "data"
+    )
     assert sorted(p.name for p in (tmp_path / "root").rglob("*")) == before
 
 
@@ -265,11 +293,14 @@ def test_a_lock_held_by_a_process_that_dies_does_not_block(tmp_path):
 
 
 def _patch_registry(monkeypatch, registry) -> None:
-    files = tuple(images.RemoteFile(name, md5, folder, ("http://unreachable.invalid/",), (f"{folder}/{name[:-3]}",),
-                                    (raw_md5,)) for name, md5, folder, raw_md5 in registry)
+    files = tuple(
+        images.RemoteFile(name, md5, folder, ("http://unreachable.invalid/",), (f"{folder}/{name[:-3]}",), (raw_md5,))
+        for name, md5, folder, raw_md5 in registry
+    )
     old = images.IMAGE_DATASETS["fashionmnist"]
-    monkeypatch.setitem(images.IMAGE_DATASETS, "fashionmnist",
-                        images.ImageDataset("fashionmnist", files, old.splits, old.reader))
+    monkeypatch.setitem(
+        images.IMAGE_DATASETS, "fashionmnist", images.ImageDataset("fashionmnist", files, old.splits, old.reader)
+    )
 
 
 def test_a_valid_prepared_file_is_left_untouched(tmp_path, monkeypatch, capsys):
@@ -304,8 +335,13 @@ def test_a_damaged_prepared_file_is_replaced(tmp_path, monkeypatch, damage):
     if damage == "truncated":
         out.write_bytes(out.read_bytes()[:500])
     else:
-        np.savez(out, x_train=np.zeros((2, 1, 28, 28), np.uint8), y_train=np.zeros(2, np.int64),
-                 x_test=np.zeros((1, 1, 28, 28), np.uint8), y_test=np.zeros(1, np.int64))
+        np.savez(
+            out,
+            x_train=np.zeros((2, 1, 28, 28), np.uint8),
+            y_train=np.zeros(2, np.int64),
+            x_test=np.zeros((1, 1, 28, 28), np.uint8),
+            y_test=np.zeros(1, np.int64),
+        )
     assert main(argv) == 0
     _assert_npz(out, expected)
     assert _leftovers(data) == []
@@ -339,8 +375,21 @@ def test_a_prepared_folder_is_only_read(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(images, "_open_lock", lambda path: pytest.fail(f"{path} opened"))
     monkeypatch.setattr(images, "atomic_file", lambda dest: pytest.fail(f"{dest} written"))
     assert main(argv) == 0
-    assert main(["prepare-images", "--dataset", "fashionmnist", "--root", str(data), "--offline",
-                 "--out", str(data / "fashionmnist.npz")]) == 0
+    assert (
+        main(
+            [
+                "prepare-images",
+                "--dataset",
+                "fashionmnist",
+                "--root",
+                str(data),
+                "--offline",
+                "--out",
+                str(data / "fashionmnist.npz"),
+            ]
+        )
+        == 0
+    )
     assert images.prepare_arrays("fashionmnist", data, data / "fashionmnist.npz") is False
     assert not (data / ".fashionmnist.lock").exists()
     _assert_npz(data / "fashionmnist.npz", expected)
@@ -358,11 +407,13 @@ def test_a_folder_that_cannot_be_locked_is_prepared_unlocked(tmp_path, monkeypat
     data = tmp_path / "image_data"
     out = data / "fashionmnist.npz"
     if failure == "read-only folder":
+
         def refuse(path):
             raise OSError(errno.EROFS, "Read-only file system", str(path))
 
         monkeypatch.setattr(images, "_open_lock", refuse)
     else:
+
         def no_flock(fd, op):
             raise OSError(errno.ENOLCK, "No locks available")
 
@@ -397,15 +448,22 @@ def test_a_tar_archive_is_extracted_through_a_staging_folder_of_its_own(tmp_path
             info.size, info.mode = len(blob), 0o644
             tar.addfile(info, io.BytesIO(blob))
     names = list(batches)
-    cifar = images.RemoteFile(archive.name, hashlib.md5(archive.read_bytes()).hexdigest(), ".", ("http://x.invalid/",),
-                              tuple(f"{images.CIFAR_FOLDER}/{n}" for n in names),
-                              tuple(hashlib.md5(batches[n]).hexdigest() for n in names))
+    cifar = images.RemoteFile(
+        archive.name,
+        hashlib.md5(archive.read_bytes()).hexdigest(),
+        ".",
+        ("http://x.invalid/",),
+        tuple(f"{images.CIFAR_FOLDER}/{n}" for n in names),
+        tuple(hashlib.md5(batches[n]).hexdigest() for n in names),
+    )
     old = images.IMAGE_DATASETS["cifar10"]
-    monkeypatch.setitem(images.IMAGE_DATASETS, "cifar10",
-                        images.ImageDataset("cifar10", (cifar,), old.splits, old.reader))
+    monkeypatch.setitem(
+        images.IMAGE_DATASETS, "cifar10", images.ImageDataset("cifar10", (cifar,), old.splits, old.reader)
+    )
     data = tmp_path / "image_data"
     assert images.prepare_arrays("cifar10", data, data / "cifar10.npz", mirror=tmp_path / "mirror", download=False)
     assert sorted(p.name for p in (data / images.CIFAR_FOLDER).iterdir()) == sorted(names)
-    assert sorted(p.name for p in data.iterdir()) == sorted([".cifar10.lock", archive.name, images.CIFAR_FOLDER,
-                                                        "cifar10.npz"])
+    assert sorted(p.name for p in data.iterdir()) == sorted(
+        [".cifar10.lock", archive.name, images.CIFAR_FOLDER, "cifar10.npz"]
+    )
     assert load_arrays(data / "cifar10.npz", "train")[0].shape == (10, 3, 32, 32)

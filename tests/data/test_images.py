@@ -129,11 +129,20 @@ def _registry_of(monkeypatch, root: Path, name: str = "mnist", folder: str = "MN
     for extracted in sorted(p for p in raw.iterdir() if p.name.endswith("ubyte")):
         archive = (archives or raw) / (extracted.name + ".gz")
         archive_md5 = hashlib.md5(archive.read_bytes()).hexdigest() if archive.exists() else "0" * 32
-        files.append(images.RemoteFile(extracted.name + ".gz", archive_md5, f"{folder}/raw", ("http://x/",),
-                                       (f"{folder}/raw/{extracted.name}",),
-                                       (hashlib.md5(extracted.read_bytes()).hexdigest(),)))
-    patched = dict(images.IMAGE_DATASETS, **{name: images.ImageDataset(name, tuple(files), ("train", "test"),
-                                                                        images._read_mnist(folder))})
+        files.append(
+            images.RemoteFile(
+                extracted.name + ".gz",
+                archive_md5,
+                f"{folder}/raw",
+                ("http://x/",),
+                (f"{folder}/raw/{extracted.name}",),
+                (hashlib.md5(extracted.read_bytes()).hexdigest(),),
+            )
+        )
+    patched = dict(
+        images.IMAGE_DATASETS,
+        **{name: images.ImageDataset(name, tuple(files), ("train", "test"), images._read_mnist(folder))},
+    )
     monkeypatch.setattr(images, "IMAGE_DATASETS", patched)
 
 
@@ -154,12 +163,14 @@ def test_verified_archive_is_extracted(tmp_path, monkeypatch):
     _write_mnist(mirror, "MNIST", gz=True)
     raw = mirror / "MNIST" / "raw"
     files = tuple(
-        images.RemoteFile(p.name, hashlib.md5(p.read_bytes()).hexdigest(), "MNIST/raw", ("http://x/",),
-                          (f"MNIST/raw/{p.name[:-3]}",))
+        images.RemoteFile(
+            p.name, hashlib.md5(p.read_bytes()).hexdigest(), "MNIST/raw", ("http://x/",), (f"MNIST/raw/{p.name[:-3]}",)
+        )
         for p in sorted(raw.glob("*.gz"))
     )
-    patched = dict(images.IMAGE_DATASETS, mnist=images.ImageDataset("mnist", files, ("train", "test"),
-                                                                     images._read_mnist("MNIST")))
+    patched = dict(
+        images.IMAGE_DATASETS, mnist=images.ImageDataset("mnist", files, ("train", "test"), images._read_mnist("MNIST"))
+    )
     monkeypatch.setattr(images, "IMAGE_DATASETS", patched)
     prepare("mnist", tmp_path / "data", mirror=mirror)
     x, _ = load_split("mnist", "train", tmp_path / "data")

@@ -36,8 +36,13 @@ def _one_line_naming(err: BaseException, path: Path | str) -> str:
 # ------------------------------------------------------------------ prepared .npz
 def _npz(path: Path, n: int = 5) -> Path:
     rng = np.random.default_rng(0)
-    np.savez(path, x_train=rng.integers(0, 256, (n, 1, 28, 28), dtype=np.uint8), y_train=np.arange(n) % 10,
-             x_test=rng.integers(0, 256, (3, 1, 28, 28), dtype=np.uint8), y_test=np.arange(3))
+    np.savez(
+        path,
+        x_train=rng.integers(0, 256, (n, 1, 28, 28), dtype=np.uint8),
+        y_train=np.arange(n) % 10,
+        x_test=rng.integers(0, 256, (3, 1, 28, 28), dtype=np.uint8),
+        y_test=np.arange(3),
+    )
     return path
 
 
@@ -107,12 +112,19 @@ def _tiny_mnist(root: Path, archives: Path | None = None) -> dict[str, bytes]:
 def _patch_registry(monkeypatch, contents: dict[str, bytes]) -> None:
     """The 'mnist' entry with the MD5s of the tiny files (archives: of their gzip, mtime 0)."""
     files = tuple(
-        images.RemoteFile(name + ".gz", hashlib.md5(gzip.compress(data, mtime=0)).hexdigest(), "MNIST/raw",
-                          ("http://unreachable.invalid/",), (f"MNIST/raw/{name}",), (hashlib.md5(data).hexdigest(),))
+        images.RemoteFile(
+            name + ".gz",
+            hashlib.md5(gzip.compress(data, mtime=0)).hexdigest(),
+            "MNIST/raw",
+            ("http://unreachable.invalid/",),
+            (f"MNIST/raw/{name}",),
+            (hashlib.md5(data).hexdigest(),),
+        )
         for name, data in contents.items()
     )
-    patched = dict(images.IMAGE_DATASETS, mnist=images.ImageDataset("mnist", files, ("train", "test"),
-                                                                     images._read_mnist("MNIST")))
+    patched = dict(
+        images.IMAGE_DATASETS, mnist=images.ImageDataset("mnist", files, ("train", "test"), images._read_mnist("MNIST"))
+    )
     monkeypatch.setattr(images, "IMAGE_DATASETS", patched)
     monkeypatch.setattr(images, "_download", lambda f, d: (_ for _ in ()).throw(OSError("offline")))
 
@@ -272,13 +284,16 @@ def _damage_data(folder: Path, how: str) -> None:
         path.write_text("")
 
 
-@pytest.mark.parametrize("how, message", [
-    ("cut mid-line", r"ends inside line 12, without a newline \(cut short\?"),
-    ("short row", r"line 13 has 2 values, the lines before 3"),
-    ("NA", r"line 5: 'NA' is not a number"),
-    ("nan", r"line 3: 'nan' is not a finite number"),
-    ("empty", "holds no rows"),
-])
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        ("cut mid-line", r"ends inside line 12, without a newline \(cut short\?"),
+        ("short row", r"line 13 has 2 values, the lines before 3"),
+        ("NA", r"line 5: 'NA' is not a number"),
+        ("nan", r"line 3: 'nan' is not a finite number"),
+        ("empty", "holds no rows"),
+    ],
+)
 def test_malformed_data_txt(tmp_path, how, message):
     folder = _uci(tmp_path)
     _damage_data(folder, how)
@@ -304,16 +319,19 @@ def test_n_hidden_garbage(tmp_path):
     _one_line_naming(err.value, folder / "n_hidden.txt")
 
 
-@pytest.mark.parametrize("file, text, message", [
-    ("index_train_1.txt", "0\n1\n99\n", r"has indices outside \[0, 12\) \(e\.g\. 99\); data\.txt has 12 rows"),
-    ("index_train_1.txt", "0\n-1\n", r"outside \[0, 12\) \(e\.g\. -1\)"),
-    ("index_test_1.txt", "0\n1.5\n", r"value 2 \('1\.5'\) is not an integer index"),
-    ("index_test_1.txt", "0\nNA\n", r"value 2 \('NA'\) is not an integer index"),
-    ("index_test_1.txt", "", "holds no indices"),
-    ("index_test_1.txt", "0\n1\n1", r"ends inside line 3, without a newline"),
-    ("index_features.txt", "0\n3\n", r"outside \[0, 3\) \(e\.g\. 3\); data\.txt has 3 columns"),
-    ("index_target.txt", "1\n2\n", "expected one column index, got 2"),
-])
+@pytest.mark.parametrize(
+    "file, text, message",
+    [
+        ("index_train_1.txt", "0\n1\n99\n", r"has indices outside \[0, 12\) \(e\.g\. 99\); data\.txt has 12 rows"),
+        ("index_train_1.txt", "0\n-1\n", r"outside \[0, 12\) \(e\.g\. -1\)"),
+        ("index_test_1.txt", "0\n1.5\n", r"value 2 \('1\.5'\) is not an integer index"),
+        ("index_test_1.txt", "0\nNA\n", r"value 2 \('NA'\) is not an integer index"),
+        ("index_test_1.txt", "", "holds no indices"),
+        ("index_test_1.txt", "0\n1\n1", r"ends inside line 3, without a newline"),
+        ("index_features.txt", "0\n3\n", r"outside \[0, 3\) \(e\.g\. 3\); data\.txt has 3 columns"),
+        ("index_target.txt", "1\n2\n", "expected one column index, got 2"),
+    ],
+)
 def test_malformed_index_files(tmp_path, file, text, message):
     folder = _uci(tmp_path)
     (folder / file).write_text(text)
@@ -352,8 +370,19 @@ def test_main_prints_one_line_and_returns_2(tmp_path, capsys):
     folder = _uci(tmp_path)
     (folder / "n_splits.txt").write_text("garbage\n")
     log = tmp_path / "logs" / "x.log"
-    code = main(["--log", str(log), "uci-download", "--root", str(tmp_path), "--name", "tiny",
-                 "--url", (tmp_path / "nowhere").as_uri()])
+    code = main(
+        [
+            "--log",
+            str(log),
+            "uci-download",
+            "--root",
+            str(tmp_path),
+            "--name",
+            "tiny",
+            "--url",
+            (tmp_path / "nowhere").as_uri(),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
@@ -363,8 +392,9 @@ def test_main_prints_one_line_and_returns_2(tmp_path, capsys):
 
 def _repens(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(SRC))
-    return subprocess.run([sys.executable, "-m", "repens", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "repens", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def _assert_one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
@@ -395,16 +425,38 @@ def test_cli_train_on_a_truncated_npz(tmp_path):
     train, ood = _npz(tmp_path / "fashionmnist.npz"), _npz(tmp_path / "mnist.npz")
     train.write_bytes(train.read_bytes()[:300])
     out = tmp_path / "r" / "metrics.json"
-    proc = _repens("train", "--spec", json.dumps(job), "--out", str(out), "--input", f"train={train}",
-                   "--input", f"ood={ood}", "--device", "cpu", cwd=tmp_path)
+    proc = _repens(
+        "train",
+        "--spec",
+        json.dumps(job),
+        "--out",
+        str(out),
+        "--input",
+        f"train={train}",
+        "--input",
+        f"ood={ood}",
+        "--device",
+        "cpu",
+        cwd=tmp_path,
+    )
     _assert_one_error_line(proc, f"error: {train}: not a readable .npz (truncated or corrupt")
     assert not out.exists()
 
 
 def test_cli_prepare_images_with_a_missing_mirror(tmp_path):
-    proc = _repens("prepare-images", "--dataset", "mnist", "--root", str(tmp_path / "data"),
-                   "--mirror", str(tmp_path / "no-mirror"), "--offline", "--out", str(tmp_path / "mnist.npz"),
-                   cwd=tmp_path)
+    proc = _repens(
+        "prepare-images",
+        "--dataset",
+        "mnist",
+        "--root",
+        str(tmp_path / "data"),
+        "--mirror",
+        str(tmp_path / "no-mirror"),
+        "--offline",
+        "--out",
+        str(tmp_path / "mnist.npz"),
+        cwd=tmp_path,
+    )
     _assert_one_error_line(proc, str(tmp_path / "no-mirror"), "does not exist")
     assert not (tmp_path / "mnist.npz").exists()
 

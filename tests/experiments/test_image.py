@@ -44,8 +44,17 @@ def tiny_sets(tmp_path):
 
 def _tiny(job, **extra):
     job = dict(job)
-    job.update(particles=3, steps=2, hidden=[8], batch_size=16, search_trials=3, search_steps=2, search_top=2,
-               log_every=1, val_fraction=0.25)
+    job.update(
+        particles=3,
+        steps=2,
+        hidden=[8],
+        batch_size=16,
+        search_trials=3,
+        search_steps=2,
+        search_top=2,
+        log_every=1,
+        val_fraction=0.25,
+    )
     job.update(extra)
     return job
 
@@ -57,8 +66,23 @@ def test_two_steps_every_method(method, tiny_sets, tmp_path):
     run_image(job, out, out.with_name("ckpt"), inputs=tiny_sets, device="cpu")
     record = json.loads(out.read_text())
     m = record["metrics"]
-    for key in ("accuracy", "nll", "ece", "entropy_ratio", "md_ratio", "auroc_entropy", "auroc_md",
-                "aupr_entropy", "aupr_md", "fpr95_entropy", "fpr95_md", "brier", "mi_test", "mi_ood", "auroc_mi"):
+    for key in (
+        "accuracy",
+        "nll",
+        "ece",
+        "entropy_ratio",
+        "md_ratio",
+        "auroc_entropy",
+        "auroc_md",
+        "aupr_entropy",
+        "aupr_md",
+        "fpr95_entropy",
+        "fpr95_md",
+        "brier",
+        "mi_test",
+        "mi_ood",
+        "auroc_mi",
+    ):
         assert np.isfinite(m[key]), key
     assert 0 <= m["accuracy"] <= 1 and 0 <= m["auroc_md"] <= 1
     assert 0 <= m["fpr95_md"] <= 1 and 0 <= m["brier"] <= 2 and m["mi_test"] >= 0
@@ -79,8 +103,12 @@ def test_resnet_job(tmp_path):
     _write_set(tmp_path / "c.npz", 32, 12, shape=(3, 8, 8))
     _write_set(tmp_path / "s.npz", 4, 10, shape=(3, 8, 8), seed=3)
     job = _tiny(resolve_job(CONFIG, "image", "cifar10", "kde-fwgd", 38), depth=8, width=2)
-    run_image(job, tmp_path / "r" / "metrics.json", inputs={"train": str(tmp_path / "c.npz"),
-                                                            "ood": str(tmp_path / "s.npz")}, device="cpu")
+    run_image(
+        job,
+        tmp_path / "r" / "metrics.json",
+        inputs={"train": str(tmp_path / "c.npz"), "ood": str(tmp_path / "s.npz")},
+        device="cpu",
+    )
     assert json.loads((tmp_path / "r" / "metrics.json").read_text())["job"]["model"] == "resnet"
 
 
@@ -113,24 +141,41 @@ def test_missing_inputs_is_a_clear_error(tmp_path):
 
 
 def _cli(job, out, sets, env):
-    return [sys.executable, "-m", "repens", "--threads", "1", "train", "--spec", json.dumps(job),
-            "--input", f"train={sets['train']}", "--input", f"ood={sets['ood']}", "--device", "cpu",
-            "--out", str(out)]
+    return [
+        sys.executable,
+        "-m",
+        "repens",
+        "--threads",
+        "1",
+        "train",
+        "--spec",
+        json.dumps(job),
+        "--input",
+        f"train={sets['train']}",
+        "--input",
+        f"ood={sets['ood']}",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
 
 
 @pytest.mark.slow  # an end-to-end run: second stage of .ci/run
 def test_sigkill_and_rerun_gives_identical_metrics(tiny_sets, tmp_path):
     """DRLE uses the random stream for batches, prior draws and Langevin noise."""
-    job = _tiny(resolve_job(CONFIG, "image", "fashionmnist", "drle", 38), steps=400, checkpoint_seconds=0.05,
-                log_every=50)
+    job = _tiny(
+        resolve_job(CONFIG, "image", "fashionmnist", "drle", 38), steps=400, checkpoint_seconds=0.05, log_every=50
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     straight = tmp_path / "straight" / "metrics.json"
     subprocess.run(_cli(job, straight, tiny_sets, env), env=env, check=True, capture_output=True)
 
     killed = tmp_path / "killed" / "metrics.json"
     ckpt = killed.with_name(killed.name + ".ckpt")
-    proc = subprocess.Popen(_cli(job, killed, tiny_sets, env), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cli(job, killed, tiny_sets, env), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 120
     while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
@@ -147,8 +192,10 @@ def test_sigkill_and_rerun_gives_identical_metrics(tiny_sets, tmp_path):
     a = json.loads(straight.read_text())["metrics"]
     b = json.loads(killed.read_text())["metrics"]
     assert a == b
-    np.testing.assert_array_equal(np.load(straight.with_name("predictions.npz"))["test_probs"],
-                                  np.load(killed.with_name("predictions.npz"))["test_probs"])
+    np.testing.assert_array_equal(
+        np.load(straight.with_name("predictions.npz"))["test_probs"],
+        np.load(killed.with_name("predictions.npz"))["test_probs"],
+    )
 
 
 def test_member_nll_equals_each_member_alone():

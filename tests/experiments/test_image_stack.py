@@ -57,8 +57,17 @@ def _job(method, seed, **extra):
     """A tiny job: 3 particles of a 64-8-10 MLP, 12 steps of 16 images (12 steps, so that a
     rounding difference early on would show in the particles by the end)."""
     job = dict(resolve_job(CONFIG, "image", "fashionmnist", method, seed))
-    job.update(particles=3, steps=12, hidden=[8], batch_size=16, search_trials=3, search_steps=4, search_top=2,
-               log_every=4, val_fraction=0.25)
+    job.update(
+        particles=3,
+        steps=12,
+        hidden=[8],
+        batch_size=16,
+        search_trials=3,
+        search_steps=4,
+        search_top=2,
+        log_every=4,
+        val_fraction=0.25,
+    )
     job.update(extra)
     return job
 
@@ -194,8 +203,9 @@ def test_cli_refuses_mismatched_jobs_in_one_line(tiny_sets, tmp_path, capsys):
     outs = [tmp_path / "a" / "metrics.json", tmp_path / "b" / "metrics.json"]
     with pytest.raises(SystemExit) as err:
         main(_cli_args([_job("de", 38), _job("svgd", 39)], outs, tiny_sets))
-    assert str(err.value).startswith("error: --spec: the stacked jobs differ in 'method' ('de' for seed 38, "
-                                     "'svgd' for seed 39)")
+    assert str(err.value).startswith(
+        "error: --spec: the stacked jobs differ in 'method' ('de' for seed 38, 'svgd' for seed 39)"
+    )
     assert "\n" not in str(err.value)
     with pytest.raises(SystemExit, match="2 --spec but 1 --out"):
         main(_cli_args([_job("de", 38), _job("de", 39)], outs[:1], tiny_sets))
@@ -222,8 +232,11 @@ def test_unstackable_jobs_run_the_seeds_one_by_one(why, tmp_path, particles, cap
     _write_set(tmp_path / "c.npz", 32, 12, shape=(3, 8, 8))
     _write_set(tmp_path / "s.npz", 4, 10, shape=(3, 8, 8), seed=3)
     sets = {"train": str(tmp_path / "c.npz"), "ood": str(tmp_path / "s.npz")}
-    extra = ({"optimizer": "sgd", "step_size": "curvature"} if why == "step_size: curvature"
-             else {"model": "resnet", "depth": 8, "width": 2, "steps": 2})
+    extra = (
+        {"optimizer": "sgd", "step_size": "curvature"}
+        if why == "step_size: curvature"
+        else {"model": "resnet", "depth": 8, "width": 2, "steps": 2}
+    )
     jobs = [_job("dle", seed, **extra) for seed in (38, 39)]
     outs = [tmp_path / "stack" / str(job["seed"]) / "metrics.json" for job in jobs]
     with caplog.at_level(logging.INFO, logger="repens.image"):
@@ -274,10 +287,13 @@ def test_stacked_score_estimators_give_each_set_its_own(estimator, n, d):
     from repens.scores import kde_score, sge_score, ssge_score
 
     kernel = RBF()
-    score = {"kde": lambda x, q: kde_score(x, kernel), "sge": lambda x, q: sge_score(x, kernel),
-             "ssge": lambda x, q: ssge_score(x, kernel, eta=0.01),
-             "ssge-query": lambda x, q: ssge_score(x, kernel, eta=0.01, query=q),
-             "set_matmul": lambda x, q: set_matmul(x, q.mT)}[estimator]
+    score = {
+        "kde": lambda x, q: kde_score(x, kernel),
+        "sge": lambda x, q: sge_score(x, kernel),
+        "ssge": lambda x, q: ssge_score(x, kernel, eta=0.01),
+        "ssge-query": lambda x, q: ssge_score(x, kernel, eta=0.01, query=q),
+        "set_matmul": lambda x, q: set_matmul(x, q.mT),
+    }[estimator]
     g = torch.Generator().manual_seed(1)
     x, q = torch.randn(3, n, d, generator=g), torch.randn(3, n, d, generator=g)
     stacked = score(x, q)

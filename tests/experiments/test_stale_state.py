@@ -174,8 +174,19 @@ def tiny_sets(tmp_path):
 
 def hyper_job(**extra):
     job = resolve_job(CONFIG, "image", "fashionmnist", "hyper-de", 38)
-    job.update(particles=3, steps=4, hidden=[8], batch_size=16, search_trials=3, search_steps=2, search_top=2,
-               log_every=1, val_fraction=0.25, checkpoint_seconds=0.0, **extra)
+    job.update(
+        particles=3,
+        steps=4,
+        hidden=[8],
+        batch_size=16,
+        search_trials=3,
+        search_steps=2,
+        search_top=2,
+        log_every=1,
+        val_fraction=0.25,
+        checkpoint_seconds=0.0,
+        **extra,
+    )
     return job
 
 

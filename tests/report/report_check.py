@@ -151,8 +151,13 @@ def marked_files(workdir: Path, marked: list[str]) -> list[str]:
 def produced_outputs(workdir: Path) -> list[str]:
     """The figures and tables a run made: PNG figures and HTML tables under results/."""
     results = workdir / "results"
-    files = [*results.glob("figures/*.png"), *results.glob("figures/*/*.png"), *results.glob("*.png"),
-             *results.glob("*.html"), *results.glob("*/*.html")]
+    files = [
+        *results.glob("figures/*.png"),
+        *results.glob("figures/*/*.png"),
+        *results.glob("*.png"),
+        *results.glob("*.html"),
+        *results.glob("*/*.html"),
+    ]
     return sorted(str(p.relative_to(workdir)) for p in files if "last_good" not in p.parts)
 
 
@@ -231,8 +236,18 @@ def blank(png: Path) -> str | None:
 
 
 def browse(browser: str, page: Path, *flags: str, timeout: int = 90) -> subprocess.CompletedProcess:
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--mute-audio",
-           "--no-first-run", "--virtual-time-budget=8000", *flags, page.resolve().as_uri()]
+    cmd = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--mute-audio",
+        "--no-first-run",
+        "--virtual-time-budget=8000",
+        *flags,
+        page.resolve().as_uri(),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -280,8 +295,9 @@ def check_browser(browser: str, report: Path, workdir: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workdir", type=Path)
-    parser.add_argument("--shared-data", type=Path,
-                        default=Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "data")))
+    parser.add_argument(
+        "--shared-data", type=Path, default=Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "data"))
+    )
     parser.add_argument("--browser", help="a headless Chromium (chromium); no browser check without it")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--skip-run", action="store_true", help="check the report of a run already in WORKDIR")
@@ -313,8 +329,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[report-check] FAIL: {problem}", file=sys.stderr)
     if problems:
         return 1
-    say(f"OK: every figure and table of the run is in the report ({len(results)})"
-        + (f" and shown by {args.browser}" if args.browser else ""))
+    say(
+        f"OK: every figure and table of the run is in the report ({len(results)})"
+        + (f" and shown by {args.browser}" if args.browser else "")
+    )
     return 0
 
 

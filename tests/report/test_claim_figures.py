@@ -34,18 +34,21 @@ def est(label, value, se, n=5, converged=None, why=""):
 #: not-converged one, and comparisons that were not run
 ORDER = compare(est("sge-wgd acc", 92.0, 0.1), ">", est("de acc", 90.0, 0.2))
 AGREE = compare(est("fwgd sd", 0.9, 0.1), "~", Estimate.constant("1 (HMC's)", 1.0), margin=0.25)
-STUCK = compare(est("kde acc", 91.0, 0.1, converged=False, why="image/fashionmnist/kde-wgd/seed38: loss rising"),
-                ">", est("de acc", 90.0, 0.2))
-ABSENT = compare(Estimate.absent("svgd acc", "results/table1.csv: no fashionmnist/svgd row"), ">",
-                 est("de acc", 90.0, 0.2))
+STUCK = compare(
+    est("kde acc", 91.0, 0.1, converged=False, why="image/fashionmnist/kde-wgd/seed38: loss rising"),
+    ">",
+    est("de acc", 90.0, 0.2),
+)
+ABSENT = compare(
+    Estimate.absent("svgd acc", "results/table1.csv: no fashionmnist/svgd row"), ">", est("de acc", 90.0, 0.2)
+)
 
 
 def _claim(id_, comparisons, diagnostic=False):
     return Claim(id_, "test", "words", "reading", (), lambda ev: list(comparisons), diagnostic=diagnostic)
 
 
-CLAIMS = (_claim("ordered", [ORDER, AGREE]), _claim("all-not-run", [ABSENT, ABSENT]),
-          _claim("stuck", [STUCK, ORDER]))
+CLAIMS = (_claim("ordered", [ORDER, AGREE]), _claim("all-not-run", [ABSENT, ABSENT]), _claim("stuck", [STUCK, ORDER]))
 DIAGNOSTICS = (_claim("own-check", [AGREE], diagnostic=True),)
 
 
@@ -69,9 +72,14 @@ def test_comparisons_csv_has_one_row_per_comparison_with_its_numbers(scorecard):
     rows = _rows(path)
     assert list(rows[0]) == list(cl.COMPARISON_COLUMNS)
     assert [(r["claim"], r["kind"], r["index"]) for r in rows] == [
-        ("ordered", "claim", "1"), ("ordered", "claim", "2"), ("all-not-run", "claim", "1"),
-        ("all-not-run", "claim", "2"), ("stuck", "claim", "1"), ("stuck", "claim", "2"),
-        ("own-check", "diagnostic", "1")]
+        ("ordered", "claim", "1"),
+        ("ordered", "claim", "2"),
+        ("all-not-run", "claim", "1"),
+        ("all-not-run", "claim", "2"),
+        ("stuck", "claim", "1"),
+        ("stuck", "claim", "2"),
+        ("own-check", "diagnostic", "1"),
+    ]
     first = rows[0]
     assert (first["a"], first["relation"], first["b"]) == ("sge-wgd acc", ">", "de acc")
     assert float(first["a_value"]) == 92.0 and float(first["a_se"]) == 0.1 and first["a_n"] == "5"
@@ -89,8 +97,17 @@ def test_comparisons_csv_has_one_row_per_comparison_with_its_numbers(scorecard):
 
 def test_the_cli_writes_the_comparisons_csv_beside_the_scorecard(tmp_path):
     out_csv = tmp_path / "claims.csv"
-    rc = main(["claims", "--out-csv", str(out_csv), "--out-md", str(tmp_path / "claims.md"),
-               "--synthetic", str(tmp_path / "absent.csv")])
+    rc = main(
+        [
+            "claims",
+            "--out-csv",
+            str(out_csv),
+            "--out-md",
+            str(tmp_path / "claims.md"),
+            "--synthetic",
+            str(tmp_path / "absent.csv"),
+        ]
+    )
     assert rc == 0
     rows = _rows(tmp_path / "claims_comparisons.csv")
     ids = [c.id for c in (*cl.CLAIMS, *cl.DIAGNOSTICS)]
@@ -112,8 +129,11 @@ def _rgb(name: str) -> tuple[int, int, int]:
 def test_one_figure_per_claim_each_coloured_by_its_verdicts(scorecard, tmp_path):
     out = tmp_path / "figures" / "claims"
     written = cf.write_claim_figures(cl.comparisons_path(scorecard), out)
-    assert sorted(p.name for p in written) == sorted(p.name for p in out.iterdir()) == [
-        "all-not-run.png", "ordered.png", "own-check.png", "stuck.png"]
+    assert (
+        sorted(p.name for p in written)
+        == sorted(p.name for p in out.iterdir())
+        == ["all-not-run.png", "ordered.png", "own-check.png", "stuck.png"]
+    )
     for png in written:
         image = Image.open(png)
         assert image.format == "PNG" and image.width > 300 and png.stat().st_size < 60_000
@@ -139,7 +159,8 @@ def test_a_not_converged_comparison_is_marked_and_labels_are_short(scorecard):
 def test_the_figure_module_reads_files_and_never_evaluates():
     tree = ast.parse(Path(cf.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
-        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
     repens = {m for m in imported if m and m.startswith("repens")}
     assert repens <= {"repens.atomic", "repens.errors", "repens.report.files", "repens.report.style"}, repens
 
@@ -202,8 +223,13 @@ def test_publish_keeps_the_comparisons_and_the_figures_and_the_page_shows_them(s
     cf.write_claim_figures(cl.comparisons_path(scorecard), results / "figures" / "claims")
     reference = tmp_path / "reference"
     copied = {p.relative_to(reference / "results").as_posix() for p in results_page.publish(results, reference)}
-    assert {"claims.csv", "claims_comparisons.csv", "claims.md", "figures/claims/ordered.png",
-            "figures/claims/all-not-run.png"} <= copied
+    assert {
+        "claims.csv",
+        "claims_comparisons.csv",
+        "claims.md",
+        "figures/claims/ordered.png",
+        "figures/claims/all-not-run.png",
+    } <= copied
     kept = sorted((reference / "results" / "figures" / "claims").glob("*.png"))
     assert sum(p.stat().st_size for p in kept) < 2_000_000
     lines = results_page._claims_section(reference / "results", Path("../reference/results"))

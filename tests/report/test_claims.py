@@ -93,8 +93,15 @@ def test_not_worse_is_one_sided_equivalence():
 
 def test_every_agreement_claim_states_its_margin():
     """The agreement claims give their margin and its reason (shown in the scorecard)."""
-    agreements = {"anchored-matches-pearce", "anchored-eq11-matches-pearce", "anchored-approaches-gp",
-                  "regression-function-gap", "fmnist-hyperde-md", "langevin-no-difference", "gaussian-fit"}
+    agreements = {
+        "anchored-matches-pearce",
+        "anchored-eq11-matches-pearce",
+        "anchored-approaches-gp",
+        "regression-function-gap",
+        "fmnist-hyperde-md",
+        "langevin-no-difference",
+        "gaussian-fit",
+    }
     by_id = {c.id: c for c in cl.CLAIMS}
     for claim_id in agreements:
         assert by_id[claim_id].margin, claim_id
@@ -105,8 +112,10 @@ def test_every_agreement_claim_states_its_margin():
 
 
 def test_detectable_difference_per_claim():
-    ran = [compare(est(1.0, 0.01), "~", est(1.0, 0.01), margin=0.1),
-           compare(est(1.0, 0.1), "~", est(1.0, 0.1), margin=0.1)]
+    ran = [
+        compare(est(1.0, 0.01), "~", est(1.0, 0.01), margin=0.1),
+        compare(est(1.0, 0.1), "~", est(1.0, 0.1), margin=0.1),
+    ]
     text = cl.detectable_summary(ran)
     assert text.startswith("0.028-0.28") and "above the margin on 1 of 2 comparisons" in text
     # an ordering's detectable difference is what its rule needs: 2 (se_a + se_b)
@@ -120,12 +129,15 @@ def test_diagnostics_are_apart_from_the_claims():
     assert {d.id for d in cl.DIAGNOSTICS} == {"drle-repulsion-acts"}
     assert not claim_ids & {d.id for d in cl.DIAGNOSTICS}
     assert all(d.diagnostic for d in cl.DIAGNOSTICS) and not any(c.diagnostic for c in cl.CLAIMS)
-    rows = [{"id": "a", "verdict": "reproduced", "kind": "claim"},
-            {"id": "b", "verdict": "contradicted", "kind": "claim"},
-            {"id": "d", "verdict": "contradicted", "kind": "diagnostic"}]
+    rows = [
+        {"id": "a", "verdict": "reproduced", "kind": "claim"},
+        {"id": "b", "verdict": "contradicted", "kind": "claim"},
+        {"id": "d", "verdict": "contradicted", "kind": "diagnostic"},
+    ]
     assert cl.headline(rows) == "2 claims: 1 reproduced, 1 contradicted, 0 inconclusive, 0 not run"
-    md = cl.scorecard_markdown([{**r, "claim": "w", "reading": "r", "source": "s", "figures": "f",
-                                 "source_verdict": "n/a"} for r in rows], {})
+    md = cl.scorecard_markdown(
+        [{**r, "claim": "w", "reading": "r", "source": "s", "figures": "f", "source_verdict": "n/a"} for r in rows], {}
+    )
     claims_part, diag_part = md.split("## Diagnostics", 1)
     assert "2 claims: 1 reproduced, 1 contradicted" in claims_part and "**d**" not in claims_part
     assert "**d**" in diag_part.split("## Verdict rule")[0]
@@ -150,9 +162,15 @@ def test_quick_scale_missing_files_and_single_seeds_are_not_run():
 
 
 def test_combine():
-    r, c, i, n = (compare(*args) for args in [
-        (est(2, 0.1), ">", est(1, 0.1)), (est(1, 0.1), ">", est(2, 0.1)),
-        (est(1, 0.1), ">", est(1, 0.1)), (est(2, 0.1, scale="quick"), ">", est(1, 0.1))])
+    r, c, i, n = (
+        compare(*args)
+        for args in [
+            (est(2, 0.1), ">", est(1, 0.1)),
+            (est(1, 0.1), ">", est(2, 0.1)),
+            (est(1, 0.1), ">", est(1, 0.1)),
+            (est(2, 0.1, scale="quick"), ">", est(1, 0.1)),
+        ]
+    )
     assert [r.verdict, c.verdict, i.verdict, n.verdict] == ["reproduced", "contradicted", "inconclusive", "not run"]
     assert combine([r, r]) == "reproduced"
     assert combine([r, i]) == "inconclusive"
@@ -180,15 +198,27 @@ def _write_csv(path: Path, rows: list[dict], scale: str | None = None) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     if scale is not None:  # the provenance sidecar every table command writes
-        Path(str(path) + ".provenance.json").write_text(json.dumps(
-            {"table": str(path), "provenance": {"scale": scale}, "inputs": []}))
+        Path(str(path) + ".provenance.json").write_text(
+            json.dumps({"table": str(path), "provenance": {"scale": scale}, "inputs": []})
+        )
     return path
 
 
 def _table1(path: Path, scale: str, accuracy: dict[str, tuple[float, float]], n: int = 5) -> Path:
     """results/table1.csv as repens.report.image writes it (tables.csv_rows)."""
-    rows = [{"block": "fashionmnist", "method": m, "label": m, "extra": 0, "accuracy_mean": mean,
-             "accuracy_se": se, "accuracy_n": n, "accuracy_best": 0} for m, (mean, se) in accuracy.items()]
+    rows = [
+        {
+            "block": "fashionmnist",
+            "method": m,
+            "label": m,
+            "extra": 0,
+            "accuracy_mean": mean,
+            "accuracy_se": se,
+            "accuracy_n": n,
+            "accuracy_best": 0,
+        }
+        for m, (mean, se) in accuracy.items()
+    ]
     return _write_csv(path, rows, scale)
 
 
@@ -198,13 +228,23 @@ def _fmnist(ev):
     return results[0]
 
 
-ACCURACY = {"de": (91.1, 0.02), "svgd": (91.05, 0.03), "kde-wgd": (91.3, 0.02), "sge-wgd": (91.3, 0.02),
-            "ssge-wgd": (91.2, 0.02), "kde-fwgd": (91.25, 0.01), "sge-fwgd": (91.2, 0.01), "ssge-fwgd": (91.24, 0.02)}
+ACCURACY = {
+    "de": (91.1, 0.02),
+    "svgd": (91.05, 0.03),
+    "kde-wgd": (91.3, 0.02),
+    "sge-wgd": (91.3, 0.02),
+    "ssge-wgd": (91.2, 0.02),
+    "kde-fwgd": (91.25, 0.01),
+    "sge-fwgd": (91.2, 0.01),
+    "ssge-fwgd": (91.24, 0.02),
+}
 
 
 def test_table1_claim_end_to_end(tmp_path):
-    files = {"table1": _table1(tmp_path / "table1.csv", "paper", ACCURACY),
-             "table1_paper": RESOURCES / "table1_paper.csv"}
+    files = {
+        "table1": _table1(tmp_path / "table1.csv", "paper", ACCURACY),
+        "table1_paper": RESOURCES / "table1_paper.csv",
+    }
     result = _fmnist(cl.Evidence(files))
     assert result.verdict == "reproduced" and len(result.comparisons) == 12
     # the same check on the paper's own Table 1: all pairs disjoint but two against SVGD
@@ -213,15 +253,18 @@ def test_table1_claim_end_to_end(tmp_path):
     assert result.source_verdict == "inconclusive"
     deciding = [(c.a.label, c.b.label) for c in result.source_comparisons if c.verdict != "reproduced"]
     assert deciding == [("ssge-wgd accuracy (%)", "svgd accuracy (%)"), ("sge-fwgd accuracy (%)", "svgd accuracy (%)")]
-    assert "ssge-wgd accuracy (%) 91.198 ± 0.024, n=5 > svgd accuracy (%) 91.134 ± 0.024, n=5: inconclusive" in \
-        cl.summary(result.source_comparisons)
+    assert (
+        "ssge-wgd accuracy (%) 91.198 ± 0.024, n=5 > svgd accuracy (%) 91.134 ± 0.024, n=5: inconclusive"
+        in cl.summary(result.source_comparisons)
+    )
     # one method's accuracy within 2 s.e. of SVGD's: inconclusive
     close = {**ACCURACY, "sge-fwgd": (91.12, 0.01)}
     files["table1"] = _table1(tmp_path / "close" / "table1.csv", "paper", close)
     result = _fmnist(cl.Evidence(files))
     assert result.verdict == "inconclusive"
-    assert "sge-fwgd accuracy (%) 91.12 ± 0.01, n=5 > svgd accuracy (%) 91.05 ± 0.03, n=5: inconclusive" in \
-        cl.summary(result.comparisons)
+    assert "sge-fwgd accuracy (%) 91.12 ± 0.01, n=5 > svgd accuracy (%) 91.05 ± 0.03, n=5: inconclusive" in cl.summary(
+        result.comparisons
+    )
     # below DE beyond the error bars: contradicted
     files["table1"] = _table1(tmp_path / "low" / "table1.csv", "paper", {**ACCURACY, "sge-fwgd": (90.0, 0.01)})
     assert _fmnist(cl.Evidence(files)).verdict == "contradicted"
@@ -244,16 +287,22 @@ def test_quick_scale_table_and_missing_table_are_not_run(tmp_path):
     result = _fmnist(cl.Evidence(files))
     assert result.verdict == "not run" and "no rows for ssge-fwgd (fashionmnist)" in cl.summary(result.comparisons)
     # too few seeds for a standard error
-    files = {"table1": _table1(tmp_path / "one" / "table1.csv", "paper",
-                               {k: (v[0], math.nan) for k, v in ACCURACY.items()}, n=1)}
+    files = {
+        "table1": _table1(
+            tmp_path / "one" / "table1.csv", "paper", {k: (v[0], math.nan) for k, v in ACCURACY.items()}, n=1
+        )
+    }
     result = _fmnist(cl.Evidence(files))
     assert result.verdict == "not run" and "1 seed(s)" in cl.summary(result.comparisons)
 
 
 def _toy(path: Path, scale: str, ratios: dict[str, list[float]]) -> Path:
     """results/toy/distance_to_hmc.csv, one row per method and seed (a scale column)."""
-    rows = [{"method": m, "label": m, "seed": 38 + i, "scale": scale, "gap_sd_epistemic_ratio": r, "w2_gap": 0.1}
-            for m, values in ratios.items() for i, r in enumerate(values)]
+    rows = [
+        {"method": m, "label": m, "seed": 38 + i, "scale": scale, "gap_sd_epistemic_ratio": r, "w2_gap": 0.1}
+        for m, values in ratios.items()
+        for i, r in enumerate(values)
+    ]
     return _write_csv(path, rows)
 
 
@@ -270,8 +319,7 @@ def test_toy_claims_are_not_scored_against_an_unconverged_hmc_reference(tmp_path
     (result,) = cl.evaluate(cl.Evidence({"toy": converged}), [claim])
     assert result.verdict == "reproduced"
     # one seed's reference (seed 40) not converged: every method measured against it is not scored
-    one_bad = _write_csv(tmp_path / "0.csv", [{**r, "hmc_converged": "0" if r["seed"] == "40" else "1"}
-                                              for r in rows])
+    one_bad = _write_csv(tmp_path / "0.csv", [{**r, "hmc_converged": "0" if r["seed"] == "40" else "1"} for r in rows])
     (result,) = cl.evaluate(cl.Evidence({"toy": one_bad}), [claim])
     assert result.verdict == "not run" and "HMC reference not converged" in cl.summary(result.comparisons)
 
@@ -293,8 +341,16 @@ def test_toy_claim_over_seeds(tmp_path):
     (result,) = cl.evaluate(cl.Evidence({"toy": _toy(tmp_path / "c.csv", "paper", one)}), [claim])
     assert result.verdict == "not run" and "1 seed(s)" in cl.summary(result.comparisons)
     # aggregated columns (<metric>_mean/_se/_n) are read as they are
-    rows = [{"method": m, "scale": "paper", "gap_sd_epistemic_ratio_mean": 0.3, "gap_sd_epistemic_ratio_se": 0.05,
-             "gap_sd_epistemic_ratio_n": 5} for m in cl.WEIGHT_SPACE]
+    rows = [
+        {
+            "method": m,
+            "scale": "paper",
+            "gap_sd_epistemic_ratio_mean": 0.3,
+            "gap_sd_epistemic_ratio_se": 0.05,
+            "gap_sd_epistemic_ratio_n": 5,
+        }
+        for m in cl.WEIGHT_SPACE
+    ]
     (result,) = cl.evaluate(cl.Evidence({"toy": _write_csv(tmp_path / "d.csv", rows)}), [claim])
     assert result.verdict == "reproduced"
 
@@ -305,10 +361,14 @@ def test_synthetic_claim_against_the_noise_floor(tmp_path, monkeypatch):
     monkeypatch.setattr(evidence, "noise_floor_se", lambda target, n, metric: calls.append((target, n)) or 0.003)
 
     def table(scale, seeds, energy):
-        rows = [{"target": "gaussian", "method": m, "seed": s, "scale": scale, "n": 100, "energy_distance": e}
-                for m, e in energy.items() for s in seeds]
-        rows.append({"target": "gaussian", "method": "iid", "seed": "", "scale": scale, "n": 100,
-                     "energy_distance": 0.03})
+        rows = [
+            {"target": "gaussian", "method": m, "seed": s, "scale": scale, "n": 100, "energy_distance": e}
+            for m, e in energy.items()
+            for s in seeds
+        ]
+        rows.append(
+            {"target": "gaussian", "method": "iid", "seed": "", "scale": scale, "n": 100, "energy_distance": 0.03}
+        )
         return _write_csv(tmp_path / f"{scale}{len(seeds)}.csv", rows)
 
     energy = {"sge-wgd": 0.01, "ssge-wgd": 0.02, "svgd": 0.03}
@@ -316,9 +376,14 @@ def test_synthetic_claim_against_the_noise_floor(tmp_path, monkeypatch):
     (result,) = cl.evaluate(cl.Evidence({"synthetic": table("paper", [42], energy)}), [claim])
     assert result.verdict == "not run" and calls == []
     # per-seed values that vary: mean +- s.e. over seeds against the floor 0.03 +- 0.003
-    rows = [{"target": "gaussian", "method": m, "seed": s, "scale": "paper", "n": 100, "energy_distance": e + d}
-            for m, e in {**energy, "svgd": 0.08}.items() for s, d in zip((1, 2, 3), (-0.001, 0.0, 0.001))]
-    rows.append({"target": "gaussian", "method": "iid", "seed": "", "scale": "paper", "n": 100, "energy_distance": 0.03})
+    rows = [
+        {"target": "gaussian", "method": m, "seed": s, "scale": "paper", "n": 100, "energy_distance": e + d}
+        for m, e in {**energy, "svgd": 0.08}.items()
+        for s, d in zip((1, 2, 3), (-0.001, 0.0, 0.001))
+    ]
+    rows.append(
+        {"target": "gaussian", "method": "iid", "seed": "", "scale": "paper", "n": 100, "energy_distance": 0.03}
+    )
     (result,) = cl.evaluate(cl.Evidence({"synthetic": _write_csv(tmp_path / "s.csv", rows)}), [claim])
     assert [c.verdict for c in result.comparisons] == ["reproduced", "reproduced", "contradicted"]
     assert result.verdict == "contradicted" and calls == [("gaussian", 100)]  # computed once
@@ -330,11 +395,29 @@ def test_synthetic_claim_against_the_noise_floor(tmp_path, monkeypatch):
 def test_cli_writes_csv_and_markdown(tmp_path):
     table1 = _table1(tmp_path / "results" / "table1.csv", "quick", ACCURACY)
     out_csv, out_md, out_html = tmp_path / "claims.csv", tmp_path / "claims.md", tmp_path / "claims.html"
-    rc = main(["claims", "--out-csv", str(out_csv), "--out-md", str(out_md), "--out-html", str(out_html),
-               "--labels", json.dumps({"sge-wgd": "sge-WGD"}), "--table1", str(table1),
-               "--synthetic", str(tmp_path / "absent.csv"), "--uci", str(tmp_path / "no_table2.csv"),
-               "--table1-paper", str(RESOURCES / "table1_paper.csv"),
-               "--uci-seeds", str(RESOURCES / "table2_seeds.csv")])
+    rc = main(
+        [
+            "claims",
+            "--out-csv",
+            str(out_csv),
+            "--out-md",
+            str(out_md),
+            "--out-html",
+            str(out_html),
+            "--labels",
+            json.dumps({"sge-wgd": "sge-WGD"}),
+            "--table1",
+            str(table1),
+            "--synthetic",
+            str(tmp_path / "absent.csv"),
+            "--uci",
+            str(tmp_path / "no_table2.csv"),
+            "--table1-paper",
+            str(RESOURCES / "table1_paper.csv"),
+            "--uci-seeds",
+            str(RESOURCES / "table2_seeds.csv"),
+        ]
+    )
     assert rc == 0
     rows = list(csv.DictReader(out_csv.open()))
     assert len(rows) == len(cl.CLAIMS) >= 12
@@ -371,9 +454,11 @@ def test_cli_writes_csv_and_markdown(tmp_path):
 def test_uci_claims_on_table2(tmp_path):
     """Table 2 as repens.report.uci writes it (block = dataset, <metric>_mean/_se/_n over
     splits) beside the transcribed seed values."""
-    seeds = {(r["dataset"], r["method"], r["metric"]): (float(r["mean"]), float(r["se"]))
-             for r in csv.DictReader(ln for ln in (RESOURCES / "table2_seeds.csv").open() if not ln.startswith("#"))
-             if r["source"].startswith("pearce2020") and r["method"] == "anchored"}
+    seeds = {
+        (r["dataset"], r["method"], r["metric"]): (float(r["mean"]), float(r["se"]))
+        for r in csv.DictReader(ln for ln in (RESOURCES / "table2_seeds.csv").open() if not ln.startswith("#"))
+        if r["source"].startswith("pearce2020") and r["method"] == "anchored"
+    }
     rows = []
     for ds in cl.UCI_DATASETS:
         # their code's anchoring one s.e. off their numbers; Eq. 11's 10 s.e. off on boston
@@ -381,12 +466,22 @@ def test_uci_claims_on_table2(tmp_path):
             row = {"block": ds, "method": method, "label": method, "extra": 0}
             for metric in ("rmse", "nll"):
                 mean, se = seeds[(ds, "anchored", metric)]
-                row.update({f"{metric}_mean": mean + off * max(se, 0.01), f"{metric}_se": max(se, 0.01),
-                            f"{metric}_n": 20})
+                row.update(
+                    {f"{metric}_mean": mean + off * max(se, 0.01), f"{metric}_se": max(se, 0.01), f"{metric}_n": 20}
+                )
             rows.append(row)
         for method in ("drle", "drle-burnin"):
-            rows.append({"block": ds, "method": method, "label": "DRLE", "extra": 0, "repulsion_ratio_mean_mean": 0.3,
-                         "repulsion_ratio_mean_se": 0.01, "repulsion_ratio_mean_n": 20})
+            rows.append(
+                {
+                    "block": ds,
+                    "method": method,
+                    "label": "DRLE",
+                    "extra": 0,
+                    "repulsion_ratio_mean_mean": 0.3,
+                    "repulsion_ratio_mean_se": 0.01,
+                    "repulsion_ratio_mean_n": 20,
+                }
+            )
     files = {"uci": _write_csv(tmp_path / "table2_uci.csv", rows, "paper"), "uci_seeds": RESOURCES / "table2_seeds.csv"}
     by_id = {r.claim.id: r for r in cl.evaluate(cl.Evidence(files), cl.CLAIMS + cl.DIAGNOSTICS)}
     match = by_id["anchored-matches-pearce"]  # read from the anchored-code rows
@@ -395,8 +490,13 @@ def test_uci_claims_on_table2(tmp_path):
     assert match.verdict == "inconclusive" and len(match.comparisons) == 18
     verdicts = {c.a.label: c.verdict for c in match.comparisons}
     assert sorted(k for k, v in verdicts.items() if v == "reproduced") == [
-        "anchored-code NLL (kin8nm)", "anchored-code NLL (power)", "anchored-code NLL (protein)",
-        "anchored-code NLL (wine)", "anchored-code RMSE (power)", "anchored-code RMSE (protein)"]
+        "anchored-code NLL (kin8nm)",
+        "anchored-code NLL (power)",
+        "anchored-code NLL (protein)",
+        "anchored-code NLL (wine)",
+        "anchored-code RMSE (power)",
+        "anchored-code RMSE (protein)",
+    ]
     assert all(c.undetectable for c in match.comparisons if c.verdict == "inconclusive")
     assert "above the margin on 12 of 18 comparisons" in cl.detectable_summary(match.comparisons)
     assert match.source_verdict == ""  # matching the paper's numbers: no check on them alone
@@ -406,14 +506,17 @@ def test_uci_claims_on_table2(tmp_path):
     assert by_id["drle-repulsion-acts"].verdict == "reproduced"
     # DLE (our runs started from a deep ensemble) and DE are not in this table: not run, naming the rows
     assert by_id["langevin-no-difference"].verdict == "not run"
-    assert "table2_uci.csv: no rows for dle-burnin, de (kin8nm, concrete, energy, naval, power, protein, wine, yacht)" in \
-        cl.summary(by_id["langevin-no-difference"].comparisons)
+    assert (
+        "table2_uci.csv: no rows for dle-burnin, de (kin8nm, concrete, energy, naval, power, protein, wine, yacht)"
+        in cl.summary(by_id["langevin-no-difference"].comparisons)
+    )
     # the poster's own numbers differ beyond 2 s.e. (kin8nm DLE 13.25 +- 4.3 vs DE 0.33 +- 0.1)
     assert by_id["langevin-no-difference"].source_verdict == "contradicted"
     # the same table at quick scale
     files["uci"] = _write_csv(tmp_path / "quick" / "table2_uci.csv", rows, "quick")
-    assert {r.verdict for r in cl.evaluate(cl.Evidence(files), cl.CLAIMS + cl.DIAGNOSTICS)
-            if "uci" in r.claim.files} == {"not run"}
+    assert {
+        r.verdict for r in cl.evaluate(cl.Evidence(files), cl.CLAIMS + cl.DIAGNOSTICS) if "uci" in r.claim.files
+    } == {"not run"}
 
 
 def test_printed_values_count_their_rounding():
@@ -443,35 +546,125 @@ def test_scorecard_reads_the_tables_the_pipeline_writes(tmp_path):
     columns and scale, and gives verdicts."""
     res = tmp_path / "results"
     image = []
-    for method, acc in (("de", 0.90), ("svgd", 0.905), ("kde-wgd", 0.95), ("sge-wgd", 0.96), ("ssge-wgd", 0.95),
-                        ("kde-fwgd", 0.95), ("sge-fwgd", 0.95), ("ssge-fwgd", 0.95)):
+    for method, acc in (
+        ("de", 0.90),
+        ("svgd", 0.905),
+        ("kde-wgd", 0.95),
+        ("sge-wgd", 0.96),
+        ("ssge-wgd", 0.95),
+        ("kde-fwgd", 0.95),
+        ("sge-fwgd", 0.95),
+        ("ssge-fwgd", 0.95),
+    ):
         for seed, noise in ((38, -0.001), (39, 0.0), (40, 0.001)):
-            job = {"experiment": "image", "dataset": "fashionmnist", "method": method, "seed": seed,
-                   "scale": "paper", "particles": 50, "steps": 50000}
-            metrics = {"accuracy": acc + noise, "auroc_entropy": 0.9, "auroc_md": 0.95, "entropy_ratio": 6.0,
-                       "md_ratio": 6.0, "ece": 0.01, "nll": 0.13}
-            image.append(_metrics_json(res / "image" / "fashionmnist" / method / f"seed{seed}" / "metrics.json",
-                                       job, {"metrics": metrics}))
+            job = {
+                "experiment": "image",
+                "dataset": "fashionmnist",
+                "method": method,
+                "seed": seed,
+                "scale": "paper",
+                "particles": 50,
+                "steps": 50000,
+            }
+            metrics = {
+                "accuracy": acc + noise,
+                "auroc_entropy": 0.9,
+                "auroc_md": 0.95,
+                "entropy_ratio": 6.0,
+                "md_ratio": 6.0,
+                "ece": 0.01,
+                "nll": 0.13,
+            }
+            image.append(
+                _metrics_json(
+                    res / "image" / "fashionmnist" / method / f"seed{seed}" / "metrics.json", job, {"metrics": metrics}
+                )
+            )
     methods = "de,svgd,kde-wgd,sge-wgd,ssge-wgd,kde-fwgd,sge-fwgd,ssge-fwgd"
-    assert main(["image-table", "--reference", str(RESOURCES / "table1_paper.csv"), "--datasets", "fashionmnist",
-                 "--methods", methods, "--out-tex", str(res / "table1.tex"), "--out-png", str(res / "table1.png"),
-                 "--out-csv", str(res / "table1.csv"), "--out-vs-paper", str(res / "table1_vs_paper.csv"),
-                 *image]) == 0
+    assert (
+        main(
+            [
+                "image-table",
+                "--reference",
+                str(RESOURCES / "table1_paper.csv"),
+                "--datasets",
+                "fashionmnist",
+                "--methods",
+                methods,
+                "--out-tex",
+                str(res / "table1.tex"),
+                "--out-png",
+                str(res / "table1.png"),
+                "--out-csv",
+                str(res / "table1.csv"),
+                "--out-vs-paper",
+                str(res / "table1_vs_paper.csv"),
+                *image,
+            ]
+        )
+        == 0
+    )
     uci = []
     for ds in ("yacht", "energy"):
         for method, ratio in (("de", 0.0), ("dle-burnin", 0.0), ("drle-burnin", 0.01)):
             job = {"experiment": "uci", "dataset": ds, "method": method, "seed": 42, "scale": "paper"}
-            splits = [{"split": k, "rmse": 0.5 + 0.01 * k, "nll": 1.0 + 0.01 * k, "nll_mixture": 1.1,
-                       "repulsion_ratio_mean": ratio + 0.001 * k} for k in range(4)]
+            splits = [
+                {
+                    "split": k,
+                    "rmse": 0.5 + 0.01 * k,
+                    "nll": 1.0 + 0.01 * k,
+                    "nll_mixture": 1.1,
+                    "repulsion_ratio_mean": ratio + 0.001 * k,
+                }
+                for k in range(4)
+            ]
             uci.append(_metrics_json(res / "uci" / ds / method / "seed42" / "metrics.json", job, {"splits": splits}))
-    assert main(["uci-table", "--datasets", "yacht", "energy", "--methods", "de", "dle-burnin", "drle-burnin",
-                 "--seeds", str(RESOURCES / "table2_seeds.csv"), "--out-tex", str(res / "table2_uci.tex"),
-                 "--out-csv", str(res / "table2_uci.csv"), "--out-seeds", str(res / "table2_vs_seeds.csv"), *uci]) == 0
+    assert (
+        main(
+            [
+                "uci-table",
+                "--datasets",
+                "yacht",
+                "energy",
+                "--methods",
+                "de",
+                "dle-burnin",
+                "drle-burnin",
+                "--seeds",
+                str(RESOURCES / "table2_seeds.csv"),
+                "--out-tex",
+                str(res / "table2_uci.tex"),
+                "--out-csv",
+                str(res / "table2_uci.csv"),
+                "--out-seeds",
+                str(res / "table2_vs_seeds.csv"),
+                *uci,
+            ]
+        )
+        == 0
+    )
 
     out_csv, out_md = tmp_path / "claims.csv", tmp_path / "claims.md"
-    assert main(["claims", "--out-csv", str(out_csv), "--out-md", str(out_md), "--table1", str(res / "table1.csv"),
-                 "--uci", str(res / "table2_uci.csv"), "--uci-seeds", str(RESOURCES / "table2_seeds.csv"),
-                 "--table1-paper", str(RESOURCES / "table1_paper.csv")]) == 0
+    assert (
+        main(
+            [
+                "claims",
+                "--out-csv",
+                str(out_csv),
+                "--out-md",
+                str(out_md),
+                "--table1",
+                str(res / "table1.csv"),
+                "--uci",
+                str(res / "table2_uci.csv"),
+                "--uci-seeds",
+                str(RESOURCES / "table2_seeds.csv"),
+                "--table1-paper",
+                str(RESOURCES / "table1_paper.csv"),
+            ]
+        )
+        == 0
+    )
     by_id = {r["id"]: r for r in csv.DictReader(out_csv.open())}
     by_id.update({r["id"]: r for r in csv.DictReader(cl.diagnostics_path(out_csv).open())})
     # accuracy (in %, as the table writes it): every WGD/fWGD > DE and SVGD beyond 2 s.e.
@@ -485,14 +678,20 @@ def test_scorecard_reads_the_tables_the_pipeline_writes(tmp_path):
     # identical NLL of DE, DLE and DRLE on the poster's datasets present; the others missing
     nodiff = by_id["langevin-no-difference"]
     assert nodiff["verdict"] == "not run" and int(nodiff["n_reproduced"]) == 4  # yacht, energy x DLE, DRLE
-    assert nodiff["figures"].startswith("12 of 16 comparisons not run (") and nodiff["figures"].endswith("; 4 reproduced")
-    assert "no rows for dle-burnin, de, drle-burnin (kin8nm, concrete, naval, power, protein, wine)" in nodiff["figures"]
+    assert nodiff["figures"].startswith("12 of 16 comparisons not run (") and nodiff["figures"].endswith(
+        "; 4 reproduced"
+    )
+    assert (
+        "no rows for dle-burnin, de, drle-burnin (kin8nm, concrete, naval, power, protein, wine)" in nodiff["figures"]
+    )
     # DRLE's repulsion 0.0115 +- 0.0006 (4 splits) is below the 0.05 of "negligible" beyond
     # its error bars: contradicted, though 6 of the poster's datasets (and DRLE from the prior) are not in this run
     assert by_id["drle-repulsion-acts"]["n_contradicted"] == "2" and by_id["drle-repulsion-acts"]["n_not_run"] == "14"
     assert by_id["drle-repulsion-acts"]["verdict"] == "contradicted"
-    assert "drle-burnin ||repulsion||/||drift|| (yacht) 0.0115 ± 0.00065, n=4 > 0.05 (negligible): contradicted" in \
-        by_id["drle-repulsion-acts"]["comparisons"]
+    assert (
+        "drle-burnin ||repulsion||/||drift|| (yacht) 0.0115 ± 0.00065, n=4 > 0.05 (negligible): contradicted"
+        in by_id["drle-repulsion-acts"]["comparisons"]
+    )
 
 
 # --------------------------------------------------------------------------- convergence
@@ -504,21 +703,39 @@ def _convergence(path: Path, rows: list[tuple[str, str, str, str, str]]) -> Path
         writer = csv.DictWriter(f, fieldnames=conv.CONVERGENCE_COLUMNS, lineterminator="\n")
         writer.writeheader()
         for experiment, dataset, method, converged, reason in rows:
-            writer.writerow({"experiment": experiment, "dataset": dataset, "method": method, "seed": "38",
-                             "converged": converged, "reason": reason, "log": ""})
+            writer.writerow(
+                {
+                    "experiment": experiment,
+                    "dataset": dataset,
+                    "method": method,
+                    "seed": "38",
+                    "converged": converged,
+                    "reason": reason,
+                    "log": "",
+                }
+            )
     return path
 
 
 def test_an_unconverged_run_makes_any_comparison_inconclusive():
     ok = est(2.0, 0.1)
-    stuck = Estimate("x", 1.0, 0.1, 5, "paper", "results/t.csv", converged=False,
-                     convergence="image/d/m/seed38: monitor_nll drift +0.126 (+24.4%) per last 20%")
+    stuck = Estimate(
+        "x",
+        1.0,
+        0.1,
+        5,
+        "paper",
+        "results/t.csv",
+        converged=False,
+        convergence="image/d/m/seed38: monitor_nll drift +0.126 (+24.4%) per last 20%",
+    )
     # would be reproduced, and (the other way) contradicted: inconclusive, saying why
     for relation in (">", "<"):
         c = compare(ok, relation, stuck)
         assert c.verdict == "inconclusive" and c.reason.startswith("not converged: image/d/m/seed38: monitor_nll")
-        assert c.text().endswith("inconclusive (not converged: image/d/m/seed38: monitor_nll drift +0.126 "
-                                 "(+24.4%) per last 20%)")
+        assert c.text().endswith(
+            "inconclusive (not converged: image/d/m/seed38: monitor_nll drift +0.126 (+24.4%) per last 20%)"
+        )
         assert "[not converged]" in c.text()
     # on either side, and for an agreement too (would be contradicted: 1 apart, margin 0.1)
     assert compare(stuck, "~", est(2.0, 0.01), margin=0.1).verdict == "inconclusive"
@@ -526,8 +743,16 @@ def test_an_unconverged_run_makes_any_comparison_inconclusive():
     # a quantity that is missing still makes it "not run"
     assert compare(stuck, ">", Estimate.absent("y", "no row")).verdict == "not run"
     # unknown convergence is shown but does not block
-    unknown = Estimate("x", 1.0, 0.1, 5, "paper", "results/t.csv", converged=None,
-                       convergence="no convergence check of the image/d/m runs")
+    unknown = Estimate(
+        "x",
+        1.0,
+        0.1,
+        5,
+        "paper",
+        "results/t.csv",
+        converged=None,
+        convergence="no convergence check of the image/d/m runs",
+    )
     c = compare(ok, ">", unknown)
     assert c.verdict == "reproduced" and "[convergence unknown]" in c.text()
     assert compare(ok, "<", unknown).verdict == "contradicted"
@@ -542,30 +767,41 @@ def replace_converged(e: Estimate, converged):
 
 
 def test_table1_claim_inconclusive_on_an_unconverged_run(tmp_path):
-    files = {"table1": _table1(tmp_path / "table1.csv", "paper", ACCURACY),
-             "table1_paper": RESOURCES / "table1_paper.csv"}
+    files = {
+        "table1": _table1(tmp_path / "table1.csv", "paper", ACCURACY),
+        "table1_paper": RESOURCES / "table1_paper.csv",
+    }
     all_ok = [("image", "fashionmnist", m, "True", "stable") for m in ACCURACY]
     files["convergence"] = _convergence(tmp_path / "ok.csv", all_ok)
     assert _fmnist(cl.Evidence(files)).verdict == "reproduced"
     # one run not converged: reproduced becomes inconclusive; the paper's own numbers unaffected
-    bad = [r if r[2] != "sge-fwgd" else ("image", "fashionmnist", "sge-fwgd", "False",
-                                         "monitor_nll drift +0.126 (+24.4%) per last 20%; monitor_acc ok [from log x]")
-           for r in all_ok]
+    bad = [
+        r
+        if r[2] != "sge-fwgd"
+        else (
+            "image",
+            "fashionmnist",
+            "sge-fwgd",
+            "False",
+            "monitor_nll drift +0.126 (+24.4%) per last 20%; monitor_acc ok [from log x]",
+        )
+        for r in all_ok
+    ]
     files["convergence"] = _convergence(tmp_path / "bad.csv", bad)
     result = _fmnist(cl.Evidence(files))
     assert result.verdict == "inconclusive" and result.source_verdict == "inconclusive"
     stuck = [c for c in result.comparisons if c.reason]
     assert len(stuck) == 2 and all(c.verdict == "inconclusive" for c in stuck)  # sge-fWGD against DE and SVGD
     assert not any(c.reason for c in result.source_comparisons)
-    assert stuck[0].reason == ("not converged: image/fashionmnist/sge-fwgd/seed38: monitor_nll drift +0.126 "
-                               "(+24.4%) per last 20%")
+    assert stuck[0].reason == (
+        "not converged: image/fashionmnist/sge-fwgd/seed38: monitor_nll drift +0.126 (+24.4%) per last 20%"
+    )
     assert cl.Evidence(files).table1("fashionmnist", "sge-fwgd", "accuracy").converged is False
     # would be contradicted (below DE beyond the error bars): inconclusive
     files["table1"] = _table1(tmp_path / "low" / "table1.csv", "paper", {**ACCURACY, "sge-fwgd": (90.0, 0.01)})
     assert _fmnist(cl.Evidence(files)).verdict == "inconclusive"
     # unknown (an empty cell, or no row for the runs) does not block
-    unknown = [r if r[2] != "sge-fwgd" else ("image", "fashionmnist", "sge-fwgd", "", "log not found")
-               for r in all_ok]
+    unknown = [r if r[2] != "sge-fwgd" else ("image", "fashionmnist", "sge-fwgd", "", "log not found") for r in all_ok]
     files["convergence"] = _convergence(tmp_path / "unknown.csv", unknown)
     assert _fmnist(cl.Evidence(files)).verdict == "contradicted"
     files["convergence"] = _convergence(tmp_path / "none.csv", [])
@@ -588,30 +824,68 @@ def test_convergence_table_from_runs_and_their_logs(tmp_path):
     (dest / "metrics.json").write_bytes(run.read_bytes())
     rows = conv.write_convergence(tmp_path / "convergence.csv", results)  # no log beside: unknown
     assert [(r["method"], r["converged"]) for r in rows] == [("fsvgd", "")]
-    assert main(["claims", "--out-csv", str(tmp_path / "c.csv"), "--out-md", str(tmp_path / "c.md"),
-                 "--convergence", str(tmp_path / "convergence.csv")]) == 0
-    assert conv.main(["convergence", "--out", str(tmp_path / "convergence.csv"), "--results", str(results),
-                     "--log-root", str(ref)]) == 0
+    assert (
+        main(
+            [
+                "claims",
+                "--out-csv",
+                str(tmp_path / "c.csv"),
+                "--out-md",
+                str(tmp_path / "c.md"),
+                "--convergence",
+                str(tmp_path / "convergence.csv"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        conv.main(
+            [
+                "convergence",
+                "--out",
+                str(tmp_path / "convergence.csv"),
+                "--results",
+                str(results),
+                "--log-root",
+                str(ref),
+            ]
+        )
+        == 0
+    )
     rows = list(csv.DictReader((tmp_path / "convergence.csv").open()))
     assert [(r["experiment"], r["dataset"], r["method"], r["seed"], r["converged"]) for r in rows] == [
-        ("image", "fashionmnist", "fsvgd", "38", "False")]
+        ("image", "fashionmnist", "fsvgd", "38", "False")
+    ]
     assert rows[0]["log"].endswith("logs/image/fashionmnist/fsvgd/seed38.log")
 
 
 def test_summary_names_the_unconverged_runs():
-    stuck = Estimate("s", 1.0, 0.1, 5, "paper", "results/t.csv", converged=False,
-                     convergence="uci/kin8nm/dle/seed42: under-fit: train RMSE 0.7253 > bound 0.2698")
+    stuck = Estimate(
+        "s",
+        1.0,
+        0.1,
+        5,
+        "paper",
+        "results/t.csv",
+        converged=False,
+        convergence="uci/kin8nm/dle/seed42: under-fit: train RMSE 0.7253 > bound 0.2698",
+    )
     comparisons = [compare(est(2.0, 0.1), ">", stuck), compare(est(2.0, 0.1), ">", Estimate.absent("y", "F: missing"))]
     assert cl.combine(comparisons) == "not run"
     text = cl.summary(comparisons)
     # the not-run reasons are the missing quantities' only; the unconverged run is named apart
-    assert text == ("1 of 2 comparisons not run (F: missing); 1 inconclusive (1 of them not converged); "
-                    "not converged: uci/kin8nm/dle/seed42 (under-fit: train RMSE 0.7253 > bound 0.2698)")
-    many = [compare(est(2.0, 0.1), ">", est(1.0, 0.1))] * 5 + [compare(est(2.0, 0.1), "<", est(1.0, 0.1)),
-                                                               comparisons[0]]
+    assert text == (
+        "1 of 2 comparisons not run (F: missing); 1 inconclusive (1 of them not converged); "
+        "not converged: uci/kin8nm/dle/seed42 (under-fit: train RMSE 0.7253 > bound 0.2698)"
+    )
+    many = [compare(est(2.0, 0.1), ">", est(1.0, 0.1))] * 5 + [
+        compare(est(2.0, 0.1), "<", est(1.0, 0.1)),
+        comparisons[0],
+    ]
     assert cl.combine(many) == "contradicted"
-    assert cl.summary(many).endswith("not converged: uci/kin8nm/dle/seed42 (under-fit: train RMSE 0.7253 > "
-                                     "bound 0.2698)")
+    assert cl.summary(many).endswith(
+        "not converged: uci/kin8nm/dle/seed42 (under-fit: train RMSE 0.7253 > bound 0.2698)"
+    )
 
 
 # --------------------------------------------------------------------------- method groups

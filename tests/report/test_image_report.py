@@ -13,8 +13,16 @@ REFERENCE = ROOT / "workflow" / "resources" / "table1_paper.csv"
 
 def _metrics(path, method, seed, acc, nll=0.3, extra=None):
     path.parent.mkdir(parents=True, exist_ok=True)
-    m = {"accuracy": acc, "nll": nll, "ece": 0.02, "entropy_ratio": 5.0, "md_ratio": 6.0,
-         "auroc_entropy": 0.9, "auroc_md": 0.95, **(extra or {})}
+    m = {
+        "accuracy": acc,
+        "nll": nll,
+        "ece": 0.02,
+        "entropy_ratio": 5.0,
+        "md_ratio": 6.0,
+        "auroc_entropy": 0.9,
+        "auroc_md": 0.95,
+        **(extra or {}),
+    }
     job = {"dataset": "fashionmnist", "method": method, "seed": seed, "scale": "quick", "particles": 10, "steps": 600}
     path.write_text(json.dumps({"metrics": m, "job": job}))
     return path
@@ -35,9 +43,19 @@ def test_table1_files(tmp_path):
         _metrics(tmp_path / "b2.json", "dle", 39, 0.95, nll=0.2),
     ]
     out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
-    write_table1(inputs, REFERENCE, {"de": "Deep ensemble", "dle": "DLE"}, ["fashionmnist"], ["dle", "de"],
-                 out["tex"], out["png"], out["csv"], tmp_path / "vs.csv", out_html=tmp_path / "t.html",
-                 out_vs_paper_html=tmp_path / "vs.html")
+    write_table1(
+        inputs,
+        REFERENCE,
+        {"de": "Deep ensemble", "dle": "DLE"},
+        ["fashionmnist"],
+        ["dle", "de"],
+        out["tex"],
+        out["png"],
+        out["csv"],
+        tmp_path / "vs.csv",
+        out_html=tmp_path / "t.html",
+        out_vs_paper_html=tmp_path / "vs.html",
+    )
     tex = out["tex"].read_text()
     # DLE is not in the paper: below the rule even though config lists it first
     assert tex.index("Deep ensemble") < tex.index(r"\cmidrule") < tex.index("DLE")
@@ -71,17 +89,39 @@ def test_mixed_scales_refused(tmp_path):
     data["job"]["scale"] = "paper"
     b.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="different scales"):
-        write_table1([a, b], REFERENCE, {}, ["fashionmnist"], ["de"], tmp_path / "t.tex", tmp_path / "t.png",
-                     tmp_path / "t.csv", tmp_path / "v.csv")
+        write_table1(
+            [a, b],
+            REFERENCE,
+            {},
+            ["fashionmnist"],
+            ["de"],
+            tmp_path / "t.tex",
+            tmp_path / "t.png",
+            tmp_path / "t.csv",
+            tmp_path / "v.csv",
+        )
 
 
 def test_table1_with_one_seed_shows_n_and_says_the_spread_is_not_measured(tmp_path):
-    inputs = [_metrics(tmp_path / "a.json", "de", 38, 0.91), _metrics(tmp_path / "b1.json", "svgd", 38, 0.90),
-              _metrics(tmp_path / "b2.json", "svgd", 39, 0.92)]
+    inputs = [
+        _metrics(tmp_path / "a.json", "de", 38, 0.91),
+        _metrics(tmp_path / "b1.json", "svgd", 38, 0.90),
+        _metrics(tmp_path / "b2.json", "svgd", 39, 0.92),
+    ]
     out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
     # cifar10 has no run at all (no data here): its block is empty, not an error
-    write_table1(inputs, REFERENCE, {"de": "Deep ensemble", "svgd": "SVGD"}, ["fashionmnist", "cifar10"],
-                 ["de", "svgd"], out["tex"], out["png"], out["csv"], tmp_path / "vs.csv", out_html=tmp_path / "t.html")
+    write_table1(
+        inputs,
+        REFERENCE,
+        {"de": "Deep ensemble", "svgd": "SVGD"},
+        ["fashionmnist", "cifar10"],
+        ["de", "svgd"],
+        out["tex"],
+        out["png"],
+        out["csv"],
+        tmp_path / "vs.csv",
+        out_html=tmp_path / "t.html",
+    )
     tex = out["tex"].read_text()
     assert "n: seeds per row" in tex and "our seed-to-seed spread is not measured yet" in tex
     assert "10 particles, 600 steps" in tex  # sizes as numbers, not lists
@@ -105,8 +145,18 @@ def test_table1_caption_and_note_print_no_python_lists(tmp_path):
 
     inputs = [_metrics(tmp_path / "a.json", "de", 38, 0.91), _metrics(tmp_path / "b.json", "de", 39, 0.92)]
     out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
-    write_table1(inputs, REFERENCE, {"de": "Deep ensemble"}, ["fashionmnist"], ["de"], out["tex"], out["png"],
-                 out["csv"], tmp_path / "vs.csv", out_html=tmp_path / "t.html")
+    write_table1(
+        inputs,
+        REFERENCE,
+        {"de": "Deep ensemble"},
+        ["fashionmnist"],
+        ["de"],
+        out["tex"],
+        out["png"],
+        out["csv"],
+        tmp_path / "vs.csv",
+        out_html=tmp_path / "t.html",
+    )
     caption = out["tex"].read_text().split(r"\caption{", 1)[1].split(r"\label", 1)[0]
     note = (tmp_path / "t.html").read_text().split("<small>", 1)[1].split("</small>", 1)[0]
     for text in (caption, note):
@@ -122,20 +172,38 @@ def test_table1_vs_paper_html_is_wide_and_human_named(tmp_path):
     extra columns; the caption states scale, seeds, n, sizes and that quick scale is not a
     reproduction. The CSV stays long and machine-readable."""
     code = {"nll_code": 0.25, "ece_code": 0.03, "md_ratio_code": 5.0, "auroc_md_code": 0.94}
-    inputs = [_metrics(tmp_path / "a1.json", "de", 38, 0.90, extra=code),
-              _metrics(tmp_path / "a2.json", "de", 39, 0.92, extra=code),
-              _metrics(tmp_path / "b.json", "svgd", 38, 0.90, extra=code)]
+    inputs = [
+        _metrics(tmp_path / "a1.json", "de", 38, 0.90, extra=code),
+        _metrics(tmp_path / "a2.json", "de", 39, 0.92, extra=code),
+        _metrics(tmp_path / "b.json", "svgd", 38, 0.90, extra=code),
+    ]
     out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
-    write_table1(inputs, REFERENCE, {"de": "Deep ensemble", "svgd": "SVGD"}, ["fashionmnist"], ["de", "svgd", "fsvgd"],
-                 out["tex"], out["png"], out["csv"], tmp_path / "vs.csv", out_vs_paper_html=tmp_path / "vs.html")
+    write_table1(
+        inputs,
+        REFERENCE,
+        {"de": "Deep ensemble", "svgd": "SVGD"},
+        ["fashionmnist"],
+        ["de", "svgd", "fsvgd"],
+        out["tex"],
+        out["png"],
+        out["csv"],
+        tmp_path / "vs.csv",
+        out_vs_paper_html=tmp_path / "vs.html",
+    )
     page = html.unescape((tmp_path / "vs.html").read_text())
     body = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
     assert body.count("<tr") == 2  # DE and SVGD; f-SVGD has no run of ours
     for raw in ("ours_mean", "difference_in_errors", "paper_error", "error_basis", "ours_seeds"):
         assert raw not in page
     head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
-    for name in (">paper<", ">ours<", ">Δ / s.e.<", ">Accuracy (%)<", ">NLL<",
-                 "NLL: the released code's definition (-log mean p)"):
+    for name in (
+        ">paper<",
+        ">ours<",
+        ">Δ / s.e.<",
+        ">Accuracy (%)<",
+        ">NLL<",
+        "NLL: the released code's definition (-log mean p)",
+    ):
         assert name in head, name
     # DE: 91.0 ± 1.0 over two seeds against the paper's 91.122 ± 0.013; SVGD one seed: the value alone
     assert ">91.122 ± 0.013<" in body and ">91.000 ± 1.000<" in body and ">90.000<" in body
@@ -143,8 +211,15 @@ def test_table1_vs_paper_html_is_wide_and_human_named(tmp_path):
     assert f">{z:+.1f}<".replace("-", "−") in body
     assert f">{(90.0 - 91.134) / 0.024:+.1f}<".replace("-", "−") in body  # n = 1: over the paper's s.e. alone
     note = page.split("<small>", 1)[1].split("</small>", 1)[0]
-    for text in ("Scale: quick", "seeds 38, 39", "n: seeds per row", "10 particles, 600 steps",
-                 "the paper's s.e. alone", "not a reproduction", "the released code's definition"):
+    for text in (
+        "Scale: quick",
+        "seeds 38, 39",
+        "n: seeds per row",
+        "10 particles, 600 steps",
+        "the paper's s.e. alone",
+        "not a reproduction",
+        "the released code's definition",
+    ):
         assert text in note, text
     rows = list(csv.DictReader(open(tmp_path / "vs.csv")))  # long: one row per dataset, method and metric
     assert {"ours_mean", "difference_in_errors", "error_basis"} <= set(rows[0])

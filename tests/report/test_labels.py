@@ -55,8 +55,17 @@ def _synthetic_runs(tmp_path: Path, target: str) -> list[Path]:
     x = make_target(target).sample(40, torch.Generator().manual_seed(0)).numpy()
     paths = []
     for method in ("svgd", "zeta"):
-        job = {"experiment": "synthetic", "dataset": target, "method": method, "seed": 42, "scale": "quick",
-               "particles": 40, "steps": 10, "lr": 0.1, "bandwidth": "median"}
+        job = {
+            "experiment": "synthetic",
+            "dataset": target,
+            "method": method,
+            "seed": 42,
+            "scale": "quick",
+            "particles": 40,
+            "steps": 10,
+            "lr": 0.1,
+            "bandwidth": "median",
+        }
         path = tmp_path / f"{target}_{method}.npz"
         np.savez(path, particles=x, initial=np.zeros_like(x), job=np.array(json.dumps(job)))
         paths.append(path)
@@ -71,8 +80,9 @@ def test_synthetic_figures_and_table_show_config_labels(tmp_path, monkeypatch, f
     labels = {"svgd": "SVGD (config)", "zeta": LABEL}
     from_runs.plot_target_panels(target, runs, tmp_path / "f.png", tmp_path / "f.pdf", labels=labels)
     assert any(LABEL in t for t in figure_texts) and any("SVGD (config)" in t for t in figure_texts)
-    from_runs.write_metrics_table(runs, tmp_path / "m.csv", tmp_path / "m.tex", labels=labels,
-                                      out_html=tmp_path / "m.html")
+    from_runs.write_metrics_table(
+        runs, tmp_path / "m.csv", tmp_path / "m.tex", labels=labels, out_html=tmp_path / "m.html"
+    )
     assert LABEL in (tmp_path / "m.csv").read_text() and LABEL in (tmp_path / "m.html").read_text()
     assert "Zeta (our new one)" in (tmp_path / "m.tex").read_text()
     assert "SVGD (config)" in (tmp_path / "m.csv").read_text()
@@ -85,11 +95,16 @@ def test_toy_figures_and_table_show_config_labels(tmp_path, figure_texts):
     from_runs.plot_regression_panels([reg["hmc"], reg["de"]], tmp_path / "r.png", tmp_path / "r.pdf", labels=labels)
     assert any(LABEL in t for t in figure_texts)
     figure_texts.clear()
-    from_runs.plot_classification_panels([cls["hmc"], cls["de"]], tmp_path / "c.png", tmp_path / "c.pdf",
-                                       labels=labels)
+    from_runs.plot_classification_panels([cls["hmc"], cls["de"]], tmp_path / "c.png", tmp_path / "c.pdf", labels=labels)
     assert any(LABEL in t for t in figure_texts)
-    from_runs.write_distance_table((reg["hmc"], [reg["de"]]), (cls["hmc"], [cls["de"]]),
-                                 tmp_path / "d.csv", tmp_path / "d.tex", labels=labels, out_html=tmp_path / "d.html")
+    from_runs.write_distance_table(
+        (reg["hmc"], [reg["de"]]),
+        (cls["hmc"], [cls["de"]]),
+        tmp_path / "d.csv",
+        tmp_path / "d.tex",
+        labels=labels,
+        out_html=tmp_path / "d.html",
+    )
     assert LABEL in (tmp_path / "d.csv").read_text() and LABEL in (tmp_path / "d.tex").read_text()
     assert LABEL in (tmp_path / "d.html").read_text()
 
@@ -97,9 +112,19 @@ def test_toy_figures_and_table_show_config_labels(tmp_path, figure_texts):
 def test_image_table_shows_config_labels(tmp_path, figure_texts):
     inputs = [image_fixtures._metrics(tmp_path / f"{m}{s}.json", m, s, 0.9) for m in ("de", "zeta") for s in (38, 39)]
     out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
-    image_rep.write_table1(inputs, image_fixtures.REFERENCE, {"de": "DE (config)", "zeta": LABEL}, ["fashionmnist"],
-                           ["de", "zeta"], out["tex"], out["png"], out["csv"], tmp_path / "vs.csv",
-                           out_html=tmp_path / "t.html", out_vs_paper_html=tmp_path / "vs.html")
+    image_rep.write_table1(
+        inputs,
+        image_fixtures.REFERENCE,
+        {"de": "DE (config)", "zeta": LABEL},
+        ["fashionmnist"],
+        ["de", "zeta"],
+        out["tex"],
+        out["png"],
+        out["csv"],
+        tmp_path / "vs.csv",
+        out_html=tmp_path / "t.html",
+        out_vs_paper_html=tmp_path / "vs.html",
+    )
     assert LABEL in out["csv"].read_text() and LABEL in (tmp_path / "vs.csv").read_text()
     assert LABEL in (tmp_path / "t.html").read_text() and LABEL in (tmp_path / "vs.html").read_text()
     assert LABEL in out["tex"].read_text() and "DE (config)" in out["tex"].read_text()
@@ -115,9 +140,17 @@ def test_uci_table_shows_config_labels(tmp_path, figure_texts):
         path.write_text(json.dumps({"job": {"dataset": "yacht", "method": method, "scale": "quick"}, "splits": splits}))
         inputs.append(path)
     out = {k: tmp_path / "out" / f"t.{k}" for k in ("tex", "csv", "html")}
-    uci_rep.write_uci_tables(inputs, ["yacht"], ["de", "zeta"], {"de": "DE", "zeta": LABEL},
-                             ROOT / "workflow" / "resources" / "table2_seeds.csv",
-                             out["tex"], out["csv"], out["html"], tmp_path / "out" / "vs.csv")
+    uci_rep.write_uci_tables(
+        inputs,
+        ["yacht"],
+        ["de", "zeta"],
+        {"de": "DE", "zeta": LABEL},
+        ROOT / "workflow" / "resources" / "table2_seeds.csv",
+        out["tex"],
+        out["csv"],
+        out["html"],
+        tmp_path / "out" / "vs.csv",
+    )
     assert LABEL in out["tex"].read_text() and LABEL in out["csv"].read_text()
     assert LABEL in out["html"].read_text()
     assert "DE" in (tmp_path / "out" / "vs.csv").read_text().splitlines()[1]  # vs the seeds: de rows only

@@ -54,10 +54,21 @@ def _report(workdir: Path, *args: str) -> tuple[str, str]:
     """``snakemake --report`` in ``workdir`` (its own config.yaml); the page and the log."""
     (workdir / "config.yaml").write_text((ROOT / "config.yaml").read_text())
     report = workdir / "report.html"
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
-           "--report", str(report), *args]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "REPENS_OFFLINE": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--report",
+        str(report),
+        *args,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "REPENS_OFFLINE": "1"}
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     return report.read_text(), log
@@ -107,21 +118,27 @@ def test_partial_report_of_named_targets_lists_only_theirs_and_repeats_the_confi
     assert sorted(rc.read_var(page, "results")) == ["results/figures/fig2_gaussian.png"]
     assert rc.check_report(page, tmp_path) == []
     missing = _missing(rc.read_var(page, "workflow_desc"))
-    assert missing == {"results/toy/distance_to_hmc.html":
-                       "snakemake results/toy/distance_to_hmc.html"
-                       f" -s {ROOT / 'Snakefile'} -d {tmp_path} --config scale=paper"}
+    assert missing == {
+        "results/toy/distance_to_hmc.html": "snakemake results/toy/distance_to_hmc.html"
+        f" -s {ROOT / 'Snakefile'} -d {tmp_path} --config scale=paper"
+    }
 
     # every target built: a complete report, no list
     _write_outputs(tmp_path, ["results/toy/distance_to_hmc.html"])
     page, log = _report(tmp_path, "plot_gaussian", "summarize_toy")
-    assert sorted(rc.read_var(page, "results")) == ["results/figures/fig2_gaussian.png",
-                                                    "results/toy/distance_to_hmc.html"]
+    assert sorted(rc.read_var(page, "results")) == [
+        "results/figures/fig2_gaussian.png",
+        "results/toy/distance_to_hmc.html",
+    ]
     assert "Not built yet" not in rc.read_var(page, "workflow_desc")
     assert "not built" not in log
 
 
 def test_the_missing_list_covers_every_marked_output_of_rule_all():
     """The test's list of rule all's figures and tables is the rule files' (Table 2 aside)."""
-    marked = set(rc.report_outputs()) - {"results/table2_uci.html", "results/table2_vs_seeds.html",
-                                          "results/table2_vs_de.html"}
+    marked = set(rc.report_outputs()) - {
+        "results/table2_uci.html",
+        "results/table2_vs_seeds.html",
+        "results/table2_vs_de.html",
+    }
     assert marked == set(ALL_MARKED)

@@ -17,14 +17,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_report_has_every_figure_and_table_of_the_workflow():
-    assert sorted(rc.report_outputs()) == sorted([
-        "results/synthetic/metrics.html", "results/figures/fig2_gaussian.png", "results/figures/figF1_funnel.png",
-        "results/figures/fig1_regression.png", "results/figures/fig3_classification.png",
-        "results/toy/distance_to_hmc.html",
-        "results/table1.png", "results/table1.html", "results/table1_vs_paper.html",
-        "results/table2_uci.html", "results/table2_vs_seeds.html", "results/table2_vs_de.html", "results/figures/claims",
-        "results/claims.html",
-    ])
+    assert sorted(rc.report_outputs()) == sorted(
+        [
+            "results/synthetic/metrics.html",
+            "results/figures/fig2_gaussian.png",
+            "results/figures/figF1_funnel.png",
+            "results/figures/fig1_regression.png",
+            "results/figures/fig3_classification.png",
+            "results/toy/distance_to_hmc.html",
+            "results/table1.png",
+            "results/table1.html",
+            "results/table1_vs_paper.html",
+            "results/table2_uci.html",
+            "results/table2_vs_seeds.html",
+            "results/table2_vs_de.html",
+            "results/figures/claims",
+            "results/claims.html",
+        ]
+    )
 
 
 def test_every_report_output_has_a_category_labels_and_a_caption():
@@ -46,19 +56,27 @@ def _fake_run(tmp_path: Path) -> tuple[Path, dict]:
     for path, data in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes(data)
-    results = {path: {"mime_type": rc.MIME[Path(path).suffix], "data_uri": _uri(data, rc.MIME[Path(path).suffix]),
-                      "caption": "<p>what it shows</p>", "labels": {"output": "x", "format": "y"}}
-               for path, data in files.items()}
+    results = {
+        path: {
+            "mime_type": rc.MIME[Path(path).suffix],
+            "data_uri": _uri(data, rc.MIME[Path(path).suffix]),
+            "caption": "<p>what it shows</p>",
+            "labels": {"output": "x", "format": "y"},
+        }
+        for path, data in files.items()
+    }
     return tmp_path, results
 
 
 def _page(results: dict, categories: dict | None = None, description: str = rc.DESCRIPTION) -> str:
     categories = {"1. Synthetic": {"Figures": sorted(results)}} if categories is None else categories
     # the bundled libraries declare the same names first
-    return (f"<script>var results = new Array(3);</script>\n<script id='workflow-desc'>var workflow_desc = "
-            f"{json.dumps('<h1>' + description + '</h1>')};</script>\n"
-            f"<script id='results'>var results = {json.dumps(results)};</script>\n"
-            f"<script id='categories'>var categories = {json.dumps(categories)};</script>")
+    return (
+        f"<script>var results = new Array(3);</script>\n<script id='workflow-desc'>var workflow_desc = "
+        f"{json.dumps('<h1>' + description + '</h1>')};</script>\n"
+        f"<script id='results'>var results = {json.dumps(results)};</script>\n"
+        f"<script id='categories'>var categories = {json.dumps(categories)};</script>"
+    )
 
 
 def test_check_report_passes_a_complete_report(tmp_path):
@@ -85,7 +103,8 @@ def test_check_report_finds_what_is_missing_or_wrong(tmp_path):
     # a table the run made but no rule marks for the report
     (workdir / "results" / "table9.html").write_text("<table>")
     assert rc.check_report(_page(results), workdir) == [
-        "results/table9.html: made by the run but not marked report(...) in workflow/rules/"]
+        "results/table9.html: made by the run but not marked report(...) in workflow/rules/"
+    ]
 
 
 def test_blank_screenshots_are_found(tmp_path):

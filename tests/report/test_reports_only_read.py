@@ -13,8 +13,18 @@ import pytest
 
 REPORT = Path(__file__).resolve().parents[2] / "src" / "repens" / "report"
 #: what a report must not import: torch and the modules that compute
-FORBIDDEN = ("torch", "repens.targets", "repens.metrics", "repens.distances", "repens.data", "repens.summaries",
-             "repens.convergence", "repens.experiments", "repens.train", "repens.fitting")
+FORBIDDEN = (
+    "torch",
+    "repens.targets",
+    "repens.metrics",
+    "repens.distances",
+    "repens.data",
+    "repens.summaries",
+    "repens.convergence",
+    "repens.experiments",
+    "repens.train",
+    "repens.fitting",
+)
 
 
 def _imported(path: Path) -> list[str]:
@@ -36,7 +46,9 @@ def _forbidden(names: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("path", sorted(REPORT.rglob("*.py")), ids=lambda p: p.relative_to(REPORT).as_posix())
 def test_report_module_imports_nothing_that_computes(path):
-    assert _forbidden(_imported(path)) == [], f"{path.relative_to(REPORT.parents[2])} imports {_forbidden(_imported(path))}"
+    assert _forbidden(_imported(path)) == [], (
+        f"{path.relative_to(REPORT.parents[2])} imports {_forbidden(_imported(path))}"
+    )
 
 
 def test_the_check_finds_a_forbidden_import(tmp_path):

@@ -26,11 +26,22 @@ def _table1_vs_paper(path: Path, n: int = 1) -> None:
     rows = []
     for method, label in (("de", "Deep ensemble"), ("svgd", "SVGD")):
         for metric, ours, paper, se in (("AUROC(H)", 0.961, 0.958, 0.001), ("Accuracy (%)", 91.0, 91.122, 0.013)):
-            rows.append({"dataset": "fashionmnist", "method": method, "label": label, "metric": metric,
-                         "ours_mean": ours, "ours_se": "nan" if n == 1 else 0.002, "ours_seeds": n,
-                         "paper_mean": paper, "paper_error": se, "difference": ours - paper,
-                         "difference_in_errors": (ours - paper) / se,
-                         "error_basis": "the paper's only: one seed of ours, its spread not measured yet"})
+            rows.append(
+                {
+                    "dataset": "fashionmnist",
+                    "method": method,
+                    "label": label,
+                    "metric": metric,
+                    "ours_mean": ours,
+                    "ours_se": "nan" if n == 1 else 0.002,
+                    "ours_seeds": n,
+                    "paper_mean": paper,
+                    "paper_error": se,
+                    "difference": ours - paper,
+                    "difference_in_errors": (ours - paper) / se,
+                    "error_basis": "the paper's only: one seed of ours, its spread not measured yet",
+                }
+            )
     _write_csv(path, rows)
 
 
@@ -44,7 +55,11 @@ def test_publish_then_check_agree_and_catch_a_changed_cell(tmp_path):
     copied = publish(results, reference)
     kept = reference / "results"
     assert {p.relative_to(kept).as_posix() for p in copied} == {
-        "table1_vs_paper.csv", "table1_vs_paper.csv.provenance.json", "figures/fig2_gaussian.png", "runs.json"}
+        "table1_vs_paper.csv",
+        "table1_vs_paper.csv.provenance.json",
+        "figures/fig2_gaussian.png",
+        "runs.json",
+    }
     assert check(results, reference) == []
 
     # a change within the tolerance is the same number; beyond it, a difference naming the cell
@@ -58,11 +73,15 @@ def test_publish_then_check_agree_and_catch_a_changed_cell(tmp_path):
 
 def test_check_names_missing_tables_rows_and_nan_mismatches(tmp_path):
     results, reference = tmp_path / "results", tmp_path / "reference"
-    _write_csv(results / "toy" / "distance_to_hmc.csv", [{"method": "de", "w_mean": "nan"}, {"method": "svgd", "w_mean": 1.0}])
+    _write_csv(
+        results / "toy" / "distance_to_hmc.csv", [{"method": "de", "w_mean": "nan"}, {"method": "svgd", "w_mean": 1.0}]
+    )
     publish(results, reference)
     _write_csv(results / "toy" / "distance_to_hmc.csv", [{"method": "de", "w_mean": 0.5}])
     assert check(results, reference) == ["toy/distance_to_hmc.csv: 3 rows kept, 2 built"]
-    _write_csv(results / "toy" / "distance_to_hmc.csv", [{"method": "de", "w_mean": 0.5}, {"method": "svgd", "w_mean": 1.0}])
+    _write_csv(
+        results / "toy" / "distance_to_hmc.csv", [{"method": "de", "w_mean": 0.5}, {"method": "svgd", "w_mean": 1.0}]
+    )
     assert check(results, reference) == ["toy/distance_to_hmc.csv: line 2, w_mean: kept 'nan', built '0.5'"]
     (results / "toy" / "distance_to_hmc.csv").unlink()
     assert "not built" in check(results, reference)[0]
@@ -106,7 +125,9 @@ def test_inventory_counts_runs_against_the_paper_grid():
     assert fm["cpu_hours"] == pytest.approx(3.0) and fm["torch"] == ["2.14.1"] and fm["commits"] == ["abcdef0"]
     assert rows[("image", "cifar10")]["runs"] == 0 and "GPU" in rows[("image", "cifar10")]["why"]
     toy = rows[("toy", "regression")]
-    assert toy["grid"] == (len(config["experiments"]["toy"]["methods"]) + 1) * len(config["experiments"]["toy"]["seeds"])
+    assert toy["grid"] == (len(config["experiments"]["toy"]["methods"]) + 1) * len(
+        config["experiments"]["toy"]["seeds"]
+    )
 
 
 def test_page_shows_each_cell_beside_the_paper_and_what_is_not_run(tmp_path):
@@ -146,7 +167,7 @@ def test_campaign_queues_follow_the_paper_results_order():
     assert len(paper) == 10 and {"anchored", "dle", "drle"} <= set(others)
     labels = [label for label, _ in image]
     assert labels[: len(paper)] == [f"image fashionmnist {m} seed 38" for m in paper]
-    assert labels[len(paper): len(methods)] == [f"image fashionmnist {m} seed 38" for m in others]
+    assert labels[len(paper) : len(methods)] == [f"image fashionmnist {m} seed 38" for m in others]
     assert labels[len(methods)] == f"image fashionmnist {paper[0]} seed 39"
     assert len(image) == len(methods) * len(config["seeds"])
     assert image[0][1] == ("image/fashionmnist/de/seed38/metrics.json",)
@@ -168,12 +189,16 @@ def test_publish_lists_the_runs_the_tables_rest_on_and_check_sees_them_change(tm
     runs = results_page.published_runs(reference)
     assert list(runs) == ["image/fashionmnist/de/seed38/metrics.json"]
     assert results_page.tree_runs(reference) == [f"image/fashionmnist/de/seed{s}/metrics.json" for s in (38, 39)]
-    assert [r["runs"] for r in inventory(reference, yaml.safe_load((ROOT / "config.yaml").read_text()))
-            if r["dataset"] == "fashionmnist"] == [1]
+    assert [
+        r["runs"]
+        for r in inventory(reference, yaml.safe_load((ROOT / "config.yaml").read_text()))
+        if r["dataset"] == "fashionmnist"
+    ] == [1]
     assert check(results, reference) == []
     _job(reference, "image/fashionmnist/de/seed38/metrics.json", torch="other")
-    assert check(results, reference) == ["image/fashionmnist/de/seed38/metrics.json: changed since the kept tables "
-                                         "were built from it"]
+    assert check(results, reference) == [
+        "image/fashionmnist/de/seed38/metrics.json: changed since the kept tables were built from it"
+    ]
 
 
 def test_readme_headline_matches_the_published_scorecard():
@@ -189,5 +214,10 @@ def test_readme_headline_matches_the_published_scorecard():
     m = re.search(r"(\d+) of (\d+) claims reproduced, (\d+) contradicted, (\d+)\s+inconclusive, (\d+) not run", head)
     assert m, "README's first 30 lines must state the scorecard's verdict counts"
     stated = tuple(int(g) for g in m.groups())
-    assert stated == (counts["reproduced"], len(rows), counts["contradicted"], counts["inconclusive"],
-                      counts["not run"]), (stated, dict(counts))
+    assert stated == (
+        counts["reproduced"],
+        len(rows),
+        counts["contradicted"],
+        counts["inconclusive"],
+        counts["not run"],
+    ), (stated, dict(counts))

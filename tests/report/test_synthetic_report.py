@@ -20,11 +20,20 @@ METHODS = ["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"]
 
 
 def _write_run(path: Path, particles: np.ndarray, **job_overrides) -> Path:
-    job = {"experiment": "synthetic", "dataset": "gaussian", "method": "svgd", "seed": 42, "scale": "quick",
-           "particles": int(particles.shape[0]), "steps": 10, "lr": 0.1, "bandwidth": "median", "rule": "svgd"}
+    job = {
+        "experiment": "synthetic",
+        "dataset": "gaussian",
+        "method": "svgd",
+        "seed": 42,
+        "scale": "quick",
+        "particles": int(particles.shape[0]),
+        "steps": 10,
+        "lr": 0.1,
+        "bandwidth": "median",
+        "rule": "svgd",
+    }
     job.update(job_overrides)
-    np.savez(path, particles=particles, initial=np.zeros_like(particles),
-             job=np.array(json.dumps(job, sort_keys=True)))
+    np.savez(path, particles=particles, initial=np.zeros_like(particles), job=np.array(json.dumps(job, sort_keys=True)))
     return path
 
 
@@ -75,8 +84,21 @@ def test_write_metrics_table(tmp_path, gaussian_runs):
     out_html = tmp_path / "out" / "metrics.html"
     from_runs.write_metrics_table(gaussian_runs, out_csv, out_tex, out_html=out_html)
     frame = pd.read_csv(out_csv)
-    expected = ["target", "method", "label", "seed", "scale", "n", "steps", "mean_error", "cov_rel_err_xx",
-                "cov_xy_err", "cov_rel_err_yy", "max_cov_rel_err", "energy_distance"]
+    expected = [
+        "target",
+        "method",
+        "label",
+        "seed",
+        "scale",
+        "n",
+        "steps",
+        "mean_error",
+        "cov_rel_err_xx",
+        "cov_xy_err",
+        "cov_rel_err_yy",
+        "max_cov_rel_err",
+        "energy_distance",
+    ]
     assert list(frame.columns[: len(expected)]) == expected
     assert len(frame) == len(METHODS) + 1
     assert list(frame["method"]) == METHODS + ["iid"]
@@ -215,8 +237,10 @@ def test_metrics_table_one_notation_per_column_and_the_best_in_bold(tmp_path):
     mean = target.moments()[0].numpy()
     x = target.sample(60, torch.Generator().manual_seed(3)).numpy()
     exact_mean = x - x.mean(0) + mean  # mean error ~1e-16
-    paths = [_write_run(tmp_path / "a.npz", exact_mean, method="svgd"),
-             _write_run(tmp_path / "b.npz", x + 0.5, method="sge-wgd")]
+    paths = [
+        _write_run(tmp_path / "a.npz", exact_mean, method="svgd"),
+        _write_run(tmp_path / "b.npz", x + 0.5, method="sge-wgd"),
+    ]
     out_csv, out_tex, out_html = tmp_path / "m.csv", tmp_path / "m.tex", tmp_path / "m.html"
     from_runs.write_metrics_table(paths, out_csv, out_tex, out_html=out_html)
     frame = pd.read_csv(out_csv)
@@ -228,8 +252,11 @@ def test_metrics_table_one_notation_per_column_and_the_best_in_bold(tmp_path):
     headers = re.findall(r'class="col_heading level0 col\d+" >([^<]*)<', head)
     assert headers[3:] == ["Mean", "Σxx", "Σxy", "Σyy", "Max", "ED"]
     css = page.split("<style", 1)[1].split("</style>", 1)[0]
-    bold = {cell_id for block in re.findall(r"([^{}]+)\{[^}]*font-weight: bold", css)
-            for cell_id in re.findall(r"#T_repens_(row\d+_col\d+)", block)}
+    bold = {
+        cell_id
+        for block in re.findall(r"([^{}]+)\{[^}]*font-weight: bold", css)
+        for cell_id in re.findall(r"#T_repens_(row\d+_col\d+)", block)
+    }
     for j in range(3, 9):
         texts = [row[j][1] for row in cells]
         sci = ["×10" in t for t in texts]

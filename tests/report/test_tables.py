@@ -50,8 +50,9 @@ def _records():
 
 
 def _table(**kwargs):
-    blocks = build_blocks(_records(), COLUMNS, [("d", "Data"), ("e", "Else")],
-                          [("a", "A", False), ("b", "B", False), ("x", "X", True)])
+    blocks = build_blocks(
+        _records(), COLUMNS, [("d", "Data"), ("e", "Else")], [("a", "A", False), ("b", "B", False), ("x", "X", True)]
+    )
     return blocks, mean_se_table(blocks, COLUMNS, title="T", caption="c", label="tab:t", **kwargs)
 
 
@@ -59,7 +60,7 @@ def _body(tex: str) -> list[str]:
     """The table rows of the LaTeX (not the rules between them)."""
     lines = tex.splitlines()
     head = lines.index(r"\midrule")
-    return [line for line in lines[head + 1:lines.index(r"\bottomrule")] if line.endswith(r"\\")]
+    return [line for line in lines[head + 1 : lines.index(r"\bottomrule")] if line.endswith(r"\\")]
 
 
 def _html_styled(page: str, prop: str) -> set[tuple[int, int]]:
@@ -110,11 +111,13 @@ def test_bold_cell_is_the_best_one_for_max_and_min():
     assert len(body) == 5  # 3 rows of Data, 2 of Else
     bold = [[r"\textbf" in cell for cell in line.removesuffix(r" \\").split(" & ")[2:]] for line in body]
     #          acc (max)  nll (min)
-    assert bold == [[False, False],  # A: 91 / 0.32
-                    [False, True],   # B: 80 / 0.21  <- lowest NLL of Data
-                    [True, False],   # X: 95 / 0.50  <- highest accuracy of Data
-                    [False, True],   # Else A: 50 / 0.90 <- lowest NLL of Else
-                    [True, False]]   # Else B: 60 / 0.95 <- highest accuracy of Else
+    assert bold == [
+        [False, False],  # A: 91 / 0.32
+        [False, True],  # B: 80 / 0.21  <- lowest NLL of Data
+        [True, False],  # X: 95 / 0.50  <- highest accuracy of Data
+        [False, True],  # Else A: 50 / 0.90 <- lowest NLL of Else
+        [True, False],
+    ]  # Else B: 60 / 0.95 <- highest accuracy of Else
     assert table.bold.to_numpy().tolist() == bold
     expected = {(r, c) for r, row in enumerate(bold) for c, flag in enumerate(row) if flag}
     assert _html_styled(to_html(table), "font-weight: bold") == expected
@@ -126,9 +129,16 @@ def test_rules_between_blocks_and_above_extra_rows():
     lines = tex.splitlines()
     body_start = lines.index(r"\midrule")
     # Data: A, B, \cmidrule, X; \midrule; Else: A, B
-    tail = lines[body_start + 1:lines.index(r"\bottomrule")]
+    tail = lines[body_start + 1 : lines.index(r"\bottomrule")]
     assert [line.split(" & ")[:2] if "&" in line else line for line in tail] == [
-        ["Data", "A"], ["", "B"], r"\cmidrule(l){2-4}", ["", "X"], r"\midrule", ["Else", "A"], ["", "B"]]
+        ["Data", "A"],
+        ["", "B"],
+        r"\cmidrule(l){2-4}",
+        ["", "X"],
+        r"\midrule",
+        ["Else", "A"],
+        ["", "B"],
+    ]
 
 
 def test_ties_are_all_bold():
@@ -138,12 +148,16 @@ def test_ties_are_all_bold():
 
 
 def test_special_characters_are_escaped_in_latex_and_html():
-    recs = [{"dataset": "d_1", "method": "m", "acc": 0.5, "nll": 0.1},
-            {"dataset": "d_1", "method": "n", "acc": 0.6, "nll": 0.2}]
-    blocks = build_blocks(recs, COLUMNS, [("d_1", "Data_1 & 50%")],
-                          [("m", "kde_WGD #1 {x}", False), ("n", "<b>n</b> ~", False)])
-    table = mean_se_table(blocks, COLUMNS, title="T & <i>", caption="Accuracy in % of A & B_1; $\\pm$ stays math",
-                          label="tab:x")
+    recs = [
+        {"dataset": "d_1", "method": "m", "acc": 0.5, "nll": 0.1},
+        {"dataset": "d_1", "method": "n", "acc": 0.6, "nll": 0.2},
+    ]
+    blocks = build_blocks(
+        recs, COLUMNS, [("d_1", "Data_1 & 50%")], [("m", "kde_WGD #1 {x}", False), ("n", "<b>n</b> ~", False)]
+    )
+    table = mean_se_table(
+        blocks, COLUMNS, title="T & <i>", caption="Accuracy in % of A & B_1; $\\pm$ stays math", label="tab:x"
+    )
     tex = to_latex(table)
     assert r"Data\_1 \& 50\%" in tex and r"kde\_WGD \#1 \{x\}" in tex
     assert r"\caption{Accuracy in \% of A \& B\_1; $\pm$ stays math}" in tex
@@ -188,8 +202,9 @@ def test_plain_table_and_two_level_headers():
     table = plain_table(frame, title="vs")
     assert "a\\_b" in to_latex(table) and ">a_b<" in to_html(table) and ">–<" in to_html(table)
     cols = pd.MultiIndex.from_tuples([("G1", "x"), ("G1", "y"), ("G2", "z")])
-    grouped = Table(cells=pd.DataFrame([[1.0, 2.0, 3.0]], index=["r"], columns=cols), csv=frame, title="g",
-                    tex_headers={"x": "$x$"})
+    grouped = Table(
+        cells=pd.DataFrame([[1.0, 2.0, 3.0]], index=["r"], columns=cols), csv=frame, title="g", tex_headers={"x": "$x$"}
+    )
     tex = to_latex(grouped)
     assert r"\multicolumn{2}{c}{G1}" in tex and r"\cmidrule(lr){2-3} \cmidrule(lr){4-4}" in tex and "$x$" in tex
 
@@ -242,7 +257,12 @@ def test_bad_direction():
 def test_no_table_markup_or_tex_escaping_outside_the_table_module():
     """Every table goes through repens.report.tables (Styler); nothing else
     writes booktabs rules or escapes TeX."""
-    out = subprocess.run(["grep", "-rnE", r"toprule|bottomrule|tex_escape|textbackslash|_escape_latex",
-                          "src", "workflow"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
+    out = subprocess.run(
+        ["grep", "-rnE", r"toprule|bottomrule|tex_escape|textbackslash|_escape_latex", "src", "workflow"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     offenders = [line for line in out.splitlines() if not line.startswith("src/repens/report/tables.py:")]
     assert offenders == []

@@ -34,8 +34,12 @@ def _job(dataset: str, method: str, seed: int, scale: str) -> dict:
 def _save(root: Path, dataset: str, method: str, seed: int = SEED, scale: str = "quick", **arrays) -> Path:
     path = root / "toy" / dataset / method / f"seed{seed}" / "predictions.npz"
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, job=np.array(json.dumps(_job(dataset, method, seed, scale), sort_keys=True)),
-             label=np.array(LABELS.get(method, method)), **arrays)
+    np.savez(
+        path,
+        job=np.array(json.dumps(_job(dataset, method, seed, scale), sort_keys=True)),
+        label=np.array(LABELS.get(method, method)),
+        **arrays,
+    )
     return path
 
 
@@ -61,8 +65,18 @@ def _write_regression(root: Path, method: str, seed: int = SEED, scale: str = "q
     w_data, w_gap, w_out, shift = REG_SPECS[method]
     w = np.where(data, w_data, np.where(gap, w_gap, w_out))
     f = x * np.sin(x) + shift * data + A[:, None] * w[None, :]
-    return _save(root, "regression", method, seed, scale, x_train=d.x_train.numpy(), y_train=d.y_train.numpy(),
-                 x_test=d.x_test.numpy(), f_test=f.astype(np.float32), noise_std=np.array(NOISE))
+    return _save(
+        root,
+        "regression",
+        method,
+        seed,
+        scale,
+        x_train=d.x_train.numpy(),
+        y_train=d.y_train.numpy(),
+        x_test=d.x_test.numpy(),
+        f_test=f.astype(np.float32),
+        noise_std=np.array(NOISE),
+    )
 
 
 # --------------------------------------------------------------------------- fake classification
@@ -89,8 +103,17 @@ def _write_classification(root: Path, method: str, seed: int = SEED, scale: str 
     probs = _confident(x)
     if method in ("hmc", "svgd"):
         probs[~_near(x, x_train)] = 0.2
-    return _save(root, "classification", method, seed, scale, x_train=d.x_train.numpy(),
-                 y_train=d.y_train.numpy(), x_test=d.x_test.numpy(), probs_test=probs.astype(np.float32))
+    return _save(
+        root,
+        "classification",
+        method,
+        seed,
+        scale,
+        x_train=d.x_train.numpy(),
+        y_train=d.y_train.numpy(),
+        x_test=d.x_test.numpy(),
+        probs_test=probs.astype(np.float32),
+    )
 
 
 @pytest.fixture
@@ -106,8 +129,14 @@ def files(tmp_path):
 def test_load_predictions(files):
     reg, cls = files
     p = steps.load_predictions(reg["hmc"])
-    assert (p.dataset, p.method, p.label, p.seed, p.scale, p.is_hmc) == ("regression", "hmc", "HMC", SEED,
-                                                                          "quick", True)
+    assert (p.dataset, p.method, p.label, p.seed, p.scale, p.is_hmc) == (
+        "regression",
+        "hmc",
+        "HMC",
+        SEED,
+        "quick",
+        True,
+    )
     assert p.f_test.shape == (6, 100) and p.f_test.dtype == np.float64 and p.noise_std == NOISE
     # an HMC job spec without a 'method' key is recognised by its 'hmc' block
     with np.load(reg["hmc"]) as data:
@@ -153,8 +182,13 @@ def test_write_distance_table_values(tmp_path, files):
     reg, cls = files
     out_csv, out_tex = tmp_path / "out" / "distance_to_hmc.csv", tmp_path / "out" / "distance_to_hmc.tex"
     out_html = tmp_path / "out" / "distance_to_hmc.html"
-    from_runs.write_distance_table((reg["hmc"], [reg["de"], reg["kde-fwgd"]]),
-                             (cls["hmc"], [cls["de"], cls["svgd"]]), out_csv, out_tex, out_html=out_html)
+    from_runs.write_distance_table(
+        (reg["hmc"], [reg["de"], reg["kde-fwgd"]]),
+        (cls["hmc"], [cls["de"], cls["svgd"]]),
+        out_csv,
+        out_tex,
+        out_html=out_html,
+    )
     frame = pd.read_csv(out_csv)
     assert list(frame.columns) == rep.COLUMNS
     # regression methods in input order, then the classification-only one
@@ -196,10 +230,24 @@ def test_write_distance_table_values(tmp_path, files):
     assert row.loc["svgd", "hmc_entropy_near"] == pytest.approx(entropy_conf, rel=1e-5)
 
     tex = out_tex.read_text()
-    for needle in (r"\toprule", r"\bottomrule", r"\textit{HMC (reference)}", "Deep ensemble", "kde-fWGD",
-                   r"\multicolumn{7}{c}{Regression}", r"\cmidrule(lr){2-8} \cmidrule(lr){9-12}", r"$W_2$ gap",
-                   "scale quick", f"seed {SEED}", r"\sqrt{(m_1-m_2)^2+(s_1-s_2)^2}", r"\mathrm{KL}",
-                   "Regression", "Classification", "6 particles, 100 steps", "chains 2"):
+    for needle in (
+        r"\toprule",
+        r"\bottomrule",
+        r"\textit{HMC (reference)}",
+        "Deep ensemble",
+        "kde-fWGD",
+        r"\multicolumn{7}{c}{Regression}",
+        r"\cmidrule(lr){2-8} \cmidrule(lr){9-12}",
+        r"$W_2$ gap",
+        "scale quick",
+        f"seed {SEED}",
+        r"\sqrt{(m_1-m_2)^2+(s_1-s_2)^2}",
+        r"\mathrm{KL}",
+        "Regression",
+        "Classification",
+        "6 particles, 100 steps",
+        "chains 2",
+    ):
         assert needle in tex, needle
     assert tex.count(r"\\") == 2 + 1 + 3  # 2 header lines, HMC row, 3 method rows
     # every body row has the same number of cells as the header
@@ -228,7 +276,9 @@ def test_distance_table_single_dataset(tmp_path, files):
 def test_distance_table_wrong_dataset_names_file(tmp_path, files):
     reg, cls = files
     with pytest.raises(ValueError, match=r"classification/de/seed41/predictions\.npz.*'classification'"):
-        from_runs.write_distance_table((reg["hmc"], [reg["de"], cls["de"]]), None, tmp_path / "a.csv", tmp_path / "a.tex")
+        from_runs.write_distance_table(
+            (reg["hmc"], [reg["de"], cls["de"]]), None, tmp_path / "a.csv", tmp_path / "a.tex"
+        )
     with pytest.raises(ValueError, match=r"regression/hmc/seed41/predictions\.npz"):
         steps.distance_frame(None, (reg["hmc"], [cls["de"]]))
     assert not (tmp_path / "a.csv").exists()
@@ -269,12 +319,21 @@ def test_distance_table_over_seeds(tmp_path, files):
         REG_SPECS.update(saved)
     cls2 = {m: _write_classification(tmp_path / "s2", m, seed=second) for m in ("hmc", "de")}
     out_csv, out_tex, out_html = tmp_path / "d.csv", tmp_path / "d.tex", tmp_path / "d.html"
-    from_runs.write_distance_table(([reg["hmc"], reg2["hmc"]], [reg["de"], reg["kde-fwgd"], reg2["de"], reg2["kde-fwgd"]]),
-                             ([cls["hmc"], cls2["hmc"]], [cls["de"], cls["svgd"], cls2["de"]]),
-                             out_csv, out_tex, out_html=out_html)
+    from_runs.write_distance_table(
+        ([reg["hmc"], reg2["hmc"]], [reg["de"], reg["kde-fwgd"], reg2["de"], reg2["kde-fwgd"]]),
+        ([cls["hmc"], cls2["hmc"]], [cls["de"], cls["svgd"], cls2["de"]]),
+        out_csv,
+        out_tex,
+        out_html=out_html,
+    )
     frame = pd.read_csv(out_csv)
-    assert list(zip(frame["method"], frame["seed"])) == [("de", SEED), ("de", second), ("kde-fwgd", SEED),
-                                                        ("kde-fwgd", second), ("svgd", SEED)]
+    assert list(zip(frame["method"], frame["seed"])) == [
+        ("de", SEED),
+        ("de", second),
+        ("kde-fwgd", SEED),
+        ("kde-fwgd", second),
+        ("svgd", SEED),
+    ]
     ratio = frame.set_index(["method", "seed"])["gap_sd_epistemic_ratio"]
     # each seed against its own reference: DE 0.2 / 2 and 0.2 / 1; kde-fWGD 1.5 / 2 and 0.2 / 1
     assert ratio[("de", SEED)] == pytest.approx(0.1) and ratio[("de", second)] == pytest.approx(0.2)

@@ -87,8 +87,7 @@ def image_files_lacking(name: str, root: Path | str, mirror: Path | str | None =
     lacking = []
     for file in IMAGE_DATASETS[name].files:
         if not any(
-            (place / file.folder / file.filename).is_file()
-            or all((place / rel).is_file() for rel in file.extracted)
+            (place / file.folder / file.filename).is_file() or all((place / rel).is_file() for rel in file.extracted)
             for place in places
         ):
             lacking.append(file)
@@ -133,15 +132,12 @@ def lacking_uci_data(
     return out
 
 
-def lacking_message(
-    lacking: Sequence[Missing], how_to_rerun: str, fix_key: str, why: str, skip_hint: str = ""
-) -> str:
+def lacking_message(lacking: Sequence[Missing], how_to_rerun: str, fix_key: str, why: str, skip_hint: str = "") -> str:
     """The multi-line message of a run stopped for missing data: every file with where
     to put it, and the exact commands that fix it."""
     names = sorted({m.dataset for m in lacking}, key=[m.dataset for m in lacking].index)
     lines = [
-        f"data not available for {', '.join(names)} ({why}); nothing was run. "
-        f"Missing {len(lacking)} file(s):",
+        f"data not available for {', '.join(names)} ({why}); nothing was run. Missing {len(lacking)} file(s):",
     ]
     for m in lacking:
         lines.append(f"  {m.path}" + (f"  (md5 {m.md5})" if m.md5 else "") + f"  from {m.url}")

@@ -96,8 +96,9 @@ class DataUnavailableError(DataError, FileNotFoundError):
 
 #: errors that mean a lock cannot be had in this folder (read-only, another user's lock
 #: file, a filesystem without flock): the run goes on without it
-_NO_LOCK_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOLCK,
-                             errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
+_NO_LOCK_ERRNOS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+)
 
 
 class DataLock:
@@ -157,8 +158,7 @@ def _acquire(path: Path, what: str) -> int:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 if not waited:
-                    log.info("waiting for %s: another run (%s) is preparing %s in this folder", path,
-                             _holder(fd), what)
+                    log.info("waiting for %s: another run (%s) is preparing %s in this folder", path, _holder(fd), what)
                     waited = True
                 fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -210,8 +210,13 @@ def data_lock(path: Path | str, what: str) -> Iterator[DataLock]:
             log.debug("cannot lock %s (%s): going on without the lock", path, err.strerror)
         elif key not in _WARNED:  # once per lock and process
             _WARNED.add(key)
-            log.warning("cannot lock %s (%s): going on without the lock; runs preparing %s in this "
-                        "folder at the same time are not held back", path, err.strerror, what)
+            log.warning(
+                "cannot lock %s (%s): going on without the lock; runs preparing %s in this "
+                "folder at the same time are not held back",
+                path,
+                err.strerror,
+                what,
+            )
         fd = None
     try:
         if fd is not None:
@@ -272,11 +277,18 @@ class RemoteFile:
     extracted_md5: tuple[str, ...] = ()
 
 
-def _mnist_files(folder: str, mirrors: tuple[str, ...],
-                 resources: list[tuple[str, str, str]]) -> tuple[RemoteFile, ...]:
+def _mnist_files(
+    folder: str, mirrors: tuple[str, ...], resources: list[tuple[str, str, str]]
+) -> tuple[RemoteFile, ...]:
     return tuple(
-        RemoteFile(name, md5, f"{folder}/raw", tuple(m + name for m in mirrors),
-                   (f"{folder}/raw/{name.removesuffix('.gz')}",), (raw_md5,))
+        RemoteFile(
+            name,
+            md5,
+            f"{folder}/raw",
+            tuple(m + name for m in mirrors),
+            (f"{folder}/raw/{name.removesuffix('.gz')}",),
+            (raw_md5,),
+        )
         for name, md5, raw_md5 in resources
     )
 
@@ -287,8 +299,7 @@ def _missing(path: Path) -> DataUnavailableError:
 
 def _check_labels(path: Path, labels: np.ndarray, num_classes: int = 10) -> None:
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-        raise DataFileError(path, f"labels outside 0..{num_classes - 1} "
-                                  f"(min {labels.min()}, max {labels.max()})")
+        raise DataFileError(path, f"labels outside 0..{num_classes - 1} (min {labels.min()}, max {labels.max()})")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -332,8 +343,9 @@ def _read_mnist(folder: str) -> Callable[[Path, str], tuple[np.ndarray, np.ndarr
         if labels.ndim != 1:
             raise DataFileError(label_file, f"labels of shape {labels.shape}, expected (N,)")
         if images.shape[0] != labels.shape[0]:
-            raise DataFileError(label_file, f"{labels.shape[0]} labels but {image_file.name} "
-                                            f"holds {images.shape[0]} images")
+            raise DataFileError(
+                label_file, f"{labels.shape[0]} labels but {image_file.name} holds {images.shape[0]} images"
+            )
         labels = labels.astype(np.int64)
         _check_labels(label_file, labels)
         return images[:, None, :, :].copy(), labels
@@ -437,18 +449,31 @@ def _registry() -> dict[str, ImageDataset]:
     }
     batches = [b for names in CIFAR_BATCHES.values() for b in names]
     cifar = RemoteFile(
-        "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a", ".",
+        "cifar-10-python.tar.gz",
+        "c58f30108f718f92721af3b95e74349a",
+        ".",
         ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
-        tuple(f"{CIFAR_FOLDER}/{b}" for b in batches), tuple(cifar_batch_md5[b] for b in batches),
+        tuple(f"{CIFAR_FOLDER}/{b}" for b in batches),
+        tuple(cifar_batch_md5[b] for b in batches),
     )
-    svhn = RemoteFile("test_32x32.mat", "eb5a983be6a315427106f1b164d9cef3", ".",
-                      ("http://ufldl.stanford.edu/housenumbers/test_32x32.mat",), ("test_32x32.mat",),
-                      ("eb5a983be6a315427106f1b164d9cef3",))
+    svhn = RemoteFile(
+        "test_32x32.mat",
+        "eb5a983be6a315427106f1b164d9cef3",
+        ".",
+        ("http://ufldl.stanford.edu/housenumbers/test_32x32.mat",),
+        ("test_32x32.mat",),
+        ("eb5a983be6a315427106f1b164d9cef3",),
+    )
     return {
-        "fashionmnist": ImageDataset("fashionmnist", _mnist_files("FashionMNIST", fmnist_mirror, fmnist),
-                                     ("train", "test"), _read_mnist("FashionMNIST")),
-        "mnist": ImageDataset("mnist", _mnist_files("MNIST", mnist_mirrors, mnist), ("train", "test"),
-                              _read_mnist("MNIST")),
+        "fashionmnist": ImageDataset(
+            "fashionmnist",
+            _mnist_files("FashionMNIST", fmnist_mirror, fmnist),
+            ("train", "test"),
+            _read_mnist("FashionMNIST"),
+        ),
+        "mnist": ImageDataset(
+            "mnist", _mnist_files("MNIST", mnist_mirrors, mnist), ("train", "test"), _read_mnist("MNIST")
+        ),
         "cifar10": ImageDataset("cifar10", (cifar,), ("train", "test"), _read_cifar),
         "svhn": ImageDataset("svhn", (svhn,), ("test",), _read_svhn),
     }
@@ -658,8 +683,11 @@ def _same_arrays(path: Path, arrays: dict[str, np.ndarray]) -> str | None:
 
 
 def _arrays(name: str, root: Path | str) -> dict[str, np.ndarray]:
-    return {f"{kind}_{split}": array for split in _check_name(name).splits
-            for kind, array in zip("xy", load_split(name, split, root))}
+    return {
+        f"{kind}_{split}": array
+        for split in _check_name(name).splits
+        for kind, array in zip("xy", load_split(name, split, root))
+    }
 
 
 def _left_untouched(name: str, out: Path, arrays: dict[str, np.ndarray], say_why: bool = False) -> bool:
@@ -696,8 +724,9 @@ def save_arrays(name: str, root: Path | str, out: Path | str) -> bool:
     return True
 
 
-def prepare_arrays(name: str, root: Path | str, out: Path | str, mirror: Path | str | None = None,
-                   download: bool = True) -> bool:
+def prepare_arrays(
+    name: str, root: Path | str, out: Path | str, mirror: Path | str | None = None, download: bool = True
+) -> bool:
     """:func:`prepare` then :func:`save_arrays` (what ``repens prepare-images`` does), both
     under one hold of the lock ``root/.<name>.lock``: a run sharing ``root`` waits once,
     then finds everything in place. Where the original files and ``out`` are already
@@ -738,8 +767,9 @@ def load_arrays(path: Path | str, split: str) -> tuple[np.ndarray, np.ndarray]:
     except DataError:
         raise
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as err:
-        raise DataFileError(path, f"not a readable .npz (truncated or corrupt: {type(err).__name__}: {err}); "
-                                  f"{rerun}") from err
+        raise DataFileError(
+            path, f"not a readable .npz (truncated or corrupt: {type(err).__name__}: {err}); {rerun}"
+        ) from err
     if x.dtype != np.uint8 or x.ndim != 4:
         raise DataFileError(path, f"x_{split} is {x.dtype} {x.shape}, expected uint8 (N, C, H, W); {rerun}")
     if y.dtype.kind not in "iu" or y.shape != (x.shape[0],):

@@ -118,7 +118,7 @@ def check_dataset(root: Path | str, name: str) -> int:
     missing = [f for f in required_files(n_splits) if not (folder / f).is_file()]
     if missing:
         raise UCIDataError(f"UCI dataset {name!r}: missing in {folder}: {', '.join(missing)}")
-    for fname in required_files(n_splits)[len(_META):]:
+    for fname in required_files(n_splits)[len(_META) :]:
         verify_file(folder / fname, name)
     return n_splits
 
@@ -151,9 +151,12 @@ def verify_file(path: Path, dataset: str) -> None:
     except OSError as err:
         raise DataFileError(path, f"cannot be read ({type(err).__name__}: {err})") from err
     if actual != expected:
-        raise DataFileError(path, f"SHA-256 {actual[:12]}.. differs from the standard split's {expected[:12]}.. "
-                                  "(repens/data/uci_checksums.py): a changed or damaged copy; delete it and fetch "
-                                  "it again (uci-download), or set REPENS_UCI_VERIFY=0 for a copy of your own")
+        raise DataFileError(
+            path,
+            f"SHA-256 {actual[:12]}.. differs from the standard split's {expected[:12]}.. "
+            "(repens/data/uci_checksums.py): a changed or damaged copy; delete it and fetch "
+            "it again (uci-download), or set REPENS_UCI_VERIFY=0 for a copy of your own",
+        )
 
 
 @lru_cache(maxsize=4)
@@ -211,8 +214,9 @@ def _diagnose_table(path: Path) -> None:
         if width is None:
             width = len(words)
         elif len(words) != width:
-            raise DataFileError(path, f"line {number} has {len(words)} values, the lines before {width} "
-                                      "(cut short or a malformed row)")
+            raise DataFileError(
+                path, f"line {number} has {len(words)} values, the lines before {width} (cut short or a malformed row)"
+            )
         try:
             values = [float(w) for w in words]
         except ValueError:
@@ -258,8 +262,7 @@ def _indices(path: Path, bound: int, of: str) -> np.ndarray:
     idx = np.asarray(values, dtype=np.int64)
     if idx.min() < 0 or idx.max() >= bound:
         first = int(idx[(idx < 0) | (idx >= bound)][0])
-        raise DataFileError(path, f"has indices outside [0, {bound}) (e.g. {first}); "
-                                  f"data.txt has {bound} {of}")
+        raise DataFileError(path, f"has indices outside [0, {bound}) (e.g. {first}); data.txt has {bound} {of}")
     return idx
 
 
@@ -323,8 +326,10 @@ def load_split(root: Path | str, name: str, split: int) -> UCISplit:
     test = _indices(folder / f"index_test_{split}.txt", rows, "rows")
     shared = np.intersect1d(train, test)
     if shared.size:
-        raise DataFileError(folder / f"index_test_{split}.txt",
-                            f"{shared.size} rows also in index_train_{split}.txt (in both train and test)")
+        raise DataFileError(
+            folder / f"index_test_{split}.txt",
+            f"{shared.size} rows also in index_train_{split}.txt (in both train and test)",
+        )
     x, y = table[:, features], table[:, target]
     x_mean, x_std = x[train].mean(0), x[train].std(0)
     x_std = np.where(x_std > 0, x_std, 1.0)
@@ -351,8 +356,9 @@ def load_split(root: Path | str, name: str, split: int) -> UCISplit:
 def _complete(folder: Path) -> bool:
     """Whether ``folder`` holds every file its ``n_splits.txt`` asks for."""
     try:
-        return all((folder / f).is_file() for f in _META) and \
-            all((folder / f).is_file() for f in required_files(_read_int(folder / "n_splits.txt")))
+        return all((folder / f).is_file() for f in _META) and all(
+            (folder / f).is_file() for f in required_files(_read_int(folder / "n_splits.txt"))
+        )
     except (DataError, OSError, ValueError):
         return False
 
@@ -373,8 +379,7 @@ def _fetch(url: str, folder: Path, names: list[str]) -> list[str]:
         if (folder / fname).is_file():
             continue
         try:
-            with urllib.request.urlopen(f"{url}/{fname}", timeout=60) as resp, \
-                    atomic_file(folder / fname) as (out, _):
+            with urllib.request.urlopen(f"{url}/{fname}", timeout=60) as resp, atomic_file(folder / fname) as (out, _):
                 shutil.copyfileobj(resp, out, 1 << 20)
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             reason = err.reason if isinstance(err, urllib.error.URLError) else err
@@ -424,8 +429,10 @@ def download_dataset(root: Path | str, name: str, base_url: str = UCI_URL) -> Pa
                     break
     if failed:
         if not root_existed:
-            raise UCIDataError(f"UCI data folder {root} (uci_data / $REPENS_UCI_DATA) does not exist, "
-                               f"and fetching {name!r} into it from {base_url} failed: {'; '.join(failed)}")
+            raise UCIDataError(
+                f"UCI data folder {root} (uci_data / $REPENS_UCI_DATA) does not exist, "
+                f"and fetching {name!r} into it from {base_url} failed: {'; '.join(failed)}"
+            )
         raise UCIDataError(f"UCI dataset {name!r}: could not fetch from {base_url}: {'; '.join(failed)}")
     check_dataset(root, name)
     return folder

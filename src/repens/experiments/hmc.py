@@ -112,8 +112,9 @@ def predict_and_diagnose(
         bulk.append(d["ess_bulk"])
         tail.append(d["ess_tail"])
     predictive = torch.cat(parts, dim=1 if task == "regression" else 0)
-    return predictive, summarise_diagnostics(np.concatenate(rhat), np.concatenate(bulk), np.concatenate(tail),
-                                             chains, chains * kept)
+    return predictive, summarise_diagnostics(
+        np.concatenate(rhat), np.concatenate(bulk), np.concatenate(tail), chains, chains * kept
+    )
 
 
 def _json_default(obj: Any) -> Any:
@@ -206,26 +207,35 @@ def _run_hmc(job: HMCJob, out: Path, checkpoint: Path | None) -> None:
     predictive, diag = predict_and_diagnose(posterior.model, draws, data.x_test.to(dtype), data.task)
     lp_diag = _log_density_summary(stats.pop("draw_logp"))
     diagnostics_s = time.perf_counter() - diag_start
-    times = {"wall_time_s": time.perf_counter() - start, "sampling_time_s": stats["seconds"],
-             "diagnostics_time_s": diagnostics_s}
+    times = {
+        "wall_time_s": time.perf_counter() - start,
+        "sampling_time_s": stats["seconds"],
+        "diagnostics_time_s": diagnostics_s,
+    }
 
     out.parent.mkdir(parents=True, exist_ok=True)
     # converged: at the paper-scale thresholds, whatever this job enforces (quick scale
     # relaxes them so that a smoke test runs through; its reference is then not converged)
     verdict = convergence(diag, settings, scale=job.scale)
-    write_json_atomic(out.with_name("diagnostics.json"), {
-        "job": spec,
-        "settings": settings.to_dict(),
-        "dtype": str(dtype).removeprefix("torch."),
-        "num_weights": posterior.model.dim,
-        "quantity": "f(x_test)" if data.task == "regression" else "softmax(f(x_test)), worst class per input",
-        "diagnostics": diag,
-        **verdict,
-        "log_density": lp_diag,
-        "divergences": int(sum(stats["divergences"])),
-        **times,
-        "sampler": stats,
-    }, indent=1, default=_json_default, allow_nan=True)
+    write_json_atomic(
+        out.with_name("diagnostics.json"),
+        {
+            "job": spec,
+            "settings": settings.to_dict(),
+            "dtype": str(dtype).removeprefix("torch."),
+            "num_weights": posterior.model.dim,
+            "quantity": "f(x_test)" if data.task == "regression" else "softmax(f(x_test)), worst class per input",
+            "diagnostics": diag,
+            **verdict,
+            "log_density": lp_diag,
+            "divergences": int(sum(stats["divergences"])),
+            **times,
+            "sampler": stats,
+        },
+        indent=1,
+        default=_json_default,
+        allow_nan=True,
+    )
     _log_verdict(verdict, diag, lp_diag, stats, times["wall_time_s"])
     check_diagnostics(diag, settings)  # on failure the checkpoint stays (see above)
     if checkpoint is not None and checkpoint.exists():
@@ -233,40 +243,76 @@ def _run_hmc(job: HMCJob, out: Path, checkpoint: Path | None) -> None:
     _write_predictions(out, spec, data, posterior, predictive, verdict)
 
 
-def _sample(job: HMCJob, settings: HMCSettings, posterior: NetworkPosterior, data: ToyData,
-            checkpoint: Path | None) -> tuple[Tensor, dict[str, Any]]:
+def _sample(
+    job: HMCJob, settings: HMCSettings, posterior: NetworkPosterior, data: ToyData, checkpoint: Path | None
+) -> tuple[Tensor, dict[str, Any]]:
     """The job's chains, started from prior draws, sampled on the full training set."""
     dtype = _DTYPES[job.dtype]
     y = data.y_train.to(dtype) if data.task == "regression" else data.y_train.long()
     batch = Batch(data.x_train.to(dtype), y)
     generator = torch.Generator().manual_seed(job.seed)
     init = posterior.sample_prior(settings.chains, generator).double()
-    log.info("%s: %d weights, %d training points, %d chains x (%d warmup + %d samples, thin %d), network in %s",
-             job.dataset, posterior.model.dim, batch.x.shape[0], settings.chains, settings.warmup,
-             settings.samples, settings.thin, dtype)
+    log.info(
+        "%s: %d weights, %d training points, %d chains x (%d warmup + %d samples, thin %d), network in %s",
+        job.dataset,
+        posterior.model.dim,
+        batch.x.shape[0],
+        settings.chains,
+        settings.warmup,
+        settings.samples,
+        settings.thin,
+        dtype,
+    )
     # the acceptance thresholds do not change the draws: a run that failed its check
     # can be accepted with looser thresholds without sampling again
     spec = job.to_spec()
-    sampling_job = {**spec, "hmc": {k: v for k, v in (spec.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")}}
-    return sample_hmc(value_and_grad(posterior, batch), init, settings, job.seed,
-                      # the network's numerics are the training engine's (ENGINE_VERSION)
-                      checkpoint=checkpoint, checkpoint_key=f"{job_key(sampling_job)}|engine{ENGINE_VERSION}",
-                      checkpoint_seconds=env_setting("REPENS_CHECKPOINT_SECONDS"))
+    sampling_job = {
+        **spec,
+        "hmc": {k: v for k, v in (spec.get("hmc") or {}).items() if k not in ("rhat_max", "ess_min")},
+    }
+    return sample_hmc(
+        value_and_grad(posterior, batch),
+        init,
+        settings,
+        job.seed,
+        # the network's numerics are the training engine's (ENGINE_VERSION)
+        checkpoint=checkpoint,
+        checkpoint_key=f"{job_key(sampling_job)}|engine{ENGINE_VERSION}",
+        checkpoint_seconds=env_setting("REPENS_CHECKPOINT_SECONDS"),
+    )
 
 
-def _log_verdict(verdict: dict[str, Any], diag: dict[str, Any], lp_diag: dict[str, Any], stats: dict[str, Any],
-                 wall: float) -> None:
+def _log_verdict(
+    verdict: dict[str, Any], diag: dict[str, Any], lp_diag: dict[str, Any], stats: dict[str, Any], wall: float
+) -> None:
     (log.info if verdict["converged"] else log.warning)("HMC reference %s", verdict["status"])
-    log.info("diagnostics: rank-normalised split R-hat max %.4f (mean %.4f), ESS min bulk %.1f tail %.1f "
-             "(mean %.1f) over %d draws, %d divergences, sampling %.1f s (warmup %.1f s), %.1f s in all; "
-             "log density per chain %s (R-hat %.3g)", diag["rhat_max"], diag["rhat_mean"], diag["ess_bulk_min"],
-             diag["ess_tail_min"], diag["ess_mean"], diag["draws"], sum(stats["divergences"]), stats["seconds"],
-             stats["warmup_seconds"], wall, ", ".join(f"{v:.1f}" for v in lp_diag["mean_per_chain"]),
-             lp_diag.get("rhat", float("nan")))
+    log.info(
+        "diagnostics: rank-normalised split R-hat max %.4f (mean %.4f), ESS min bulk %.1f tail %.1f "
+        "(mean %.1f) over %d draws, %d divergences, sampling %.1f s (warmup %.1f s), %.1f s in all; "
+        "log density per chain %s (R-hat %.3g)",
+        diag["rhat_max"],
+        diag["rhat_mean"],
+        diag["ess_bulk_min"],
+        diag["ess_tail_min"],
+        diag["ess_mean"],
+        diag["draws"],
+        sum(stats["divergences"]),
+        stats["seconds"],
+        stats["warmup_seconds"],
+        wall,
+        ", ".join(f"{v:.1f}" for v in lp_diag["mean_per_chain"]),
+        lp_diag.get("rhat", float("nan")),
+    )
 
 
-def _write_predictions(out: Path, spec: dict[str, Any], data: ToyData, posterior: NetworkPosterior,
-                       predictive: Tensor, verdict: dict[str, Any]) -> None:
+def _write_predictions(
+    out: Path,
+    spec: dict[str, Any],
+    data: ToyData,
+    posterior: NetworkPosterior,
+    predictive: Tensor,
+    verdict: dict[str, Any],
+) -> None:
     """The predictions file (see :func:`run_hmc`)."""
     arrays: dict[str, Any] = {
         "x_train": data.x_train.float().numpy(),

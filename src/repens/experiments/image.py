@@ -59,8 +59,25 @@ from repens.updates import StepContext, Update, add_langevin_noise, langevin_noi
 
 log = logging.getLogger("repens.image")
 
-__all__ = ["run_image", "run_image_stack", "stack_settings", "stack_checkpoint", "SeedStackModel", "SeedStreams",
-           "SeedStackPosterior", "SeedStackAdam", "SeedStackSGD", "NOT_STACKABLE", "ImageData", "load_image_data", "resolve_device", "predict_summary", "predict_details", "member_nll", "l2_search"]
+__all__ = [
+    "run_image",
+    "run_image_stack",
+    "stack_settings",
+    "stack_checkpoint",
+    "SeedStackModel",
+    "SeedStreams",
+    "SeedStackPosterior",
+    "SeedStackAdam",
+    "SeedStackSGD",
+    "NOT_STACKABLE",
+    "ImageData",
+    "load_image_data",
+    "resolve_device",
+    "predict_summary",
+    "predict_details",
+    "member_nll",
+    "l2_search",
+]
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -93,8 +110,9 @@ def _to_float(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> Tensor:
     return (out - torch.from_numpy(mean).view(1, -1, 1, 1)) / torch.from_numpy(std).view(1, -1, 1, 1)
 
 
-def load_image_data(train_file: Path | str, ood_file: Path | str, normalize: str = "unit",
-                    device: torch.device | str = "cpu") -> ImageData:
+def load_image_data(
+    train_file: Path | str, ood_file: Path | str, normalize: str = "unit", device: torch.device | str = "cpu"
+) -> ImageData:
     """In-distribution train/test and OOD test images as float tensors on ``device``.
 
     ``normalize``: ``unit`` scales pixels to [0, 1] (FashionMNIST); ``standard`` also
@@ -116,15 +134,18 @@ def load_image_data(train_file: Path | str, ood_file: Path | str, normalize: str
     else:
         raise ValueError(f"unknown normalize {normalize!r}; use 'unit' or 'standard'")
     return ImageData(
-        _to_float(x_train, mean, std).to(device), torch.from_numpy(y_train).to(device),
-        _to_float(x_test, mean, std).to(device), torch.from_numpy(y_test).to(device),
+        _to_float(x_train, mean, std).to(device),
+        torch.from_numpy(y_train).to(device),
+        _to_float(x_test, mean, std).to(device),
+        torch.from_numpy(y_test).to(device),
         _to_float(x_ood, mean, std).to(device),
     )
 
 
 @torch.no_grad()
-def predict_details(model: StackedModel, params: Tensor, x: Tensor,
-                    batch: int = 1000) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def predict_details(
+    model: StackedModel, params: Tensor, x: Tensor, batch: int = 1000
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Predictive probabilities (N, C), model disagreement (N,), mutual information (N,)
     and the members' class-averaged sd (N,, the released code's MD) on ``x``, in chunks so
     memory stays ``n x batch x C``."""
@@ -193,9 +214,16 @@ def _train_stack(job, data_x, data_y, model, prior_std, init, generator, steps, 
             figures[f"{name}_acc"] = float((probs.argmax(-1) == labels).double().mean())
         return figures
 
-    return fit_particles(job, posterior, init.to(device), train_settings(job, steps), generator,
-                         next_batch=_batches(data_x, data_y, job.batch_size),
-                         checkpoint=checkpoint, on_log=progress).params
+    return fit_particles(
+        job,
+        posterior,
+        init.to(device),
+        train_settings(job, steps),
+        generator,
+        next_batch=_batches(data_x, data_y, job.batch_size),
+        checkpoint=checkpoint,
+        on_log=progress,
+    ).params
 
 
 def _split_validation(data: ImageData, fraction: float, generator: torch.Generator):
@@ -206,32 +234,61 @@ def _split_validation(data: ImageData, fraction: float, generator: torch.Generat
     return (data.x_train[fit], data.y_train[fit]), (data.x_train[val], data.y_train[val])
 
 
-def l2_search(job: ImageJob, data: ImageData, model: StackedModel, generator: torch.Generator,
-              checkpoint: Path | None, device: torch.device) -> dict[str, Any]:
+def l2_search(
+    job: ImageJob,
+    data: ImageData,
+    model: StackedModel,
+    generator: torch.Generator,
+    checkpoint: Path | None,
+    device: torch.device,
+) -> dict[str, Any]:
     """Random search of the L2 strength (prior precision ``lambda``, log-uniform in
     ``l2_range``): every candidate is one member of a stack trained at once on the
     training set minus a validation split; ranked by validation NLL."""
     low, high = job.l2_range
     trials, top = job.search_trials, job.search_top
     (fit_x, fit_y), (val_x, val_y) = _split_validation(data, job.val_fraction, generator)
-    strengths = torch.exp(math.log(low) + (math.log(high) - math.log(low))
-                          * torch.rand(trials, generator=generator, dtype=torch.float64, device=generator.device))
+    strengths = torch.exp(
+        math.log(low)
+        + (math.log(high) - math.log(low))
+        * torch.rand(trials, generator=generator, dtype=torch.float64, device=generator.device)
+    )
     prior_std = (1.0 / strengths.sqrt()).float().view(-1, 1).to(device)
     init = _initial(model, job, trials, prior_std, generator)
     steps = job.steps if job.search_steps is None else job.search_steps
-    params = _train_stack(job.replace(rule="ensemble", space="weight"), fit_x, fit_y, model,
-                          prior_std.to(device), init, generator, steps, checkpoint, (val_x[:1000], val_y[:1000]),
-                          device)
+    params = _train_stack(
+        job.replace(rule="ensemble", space="weight"),
+        fit_x,
+        fit_y,
+        model,
+        prior_std.to(device),
+        init,
+        generator,
+        steps,
+        checkpoint,
+        (val_x[:1000], val_y[:1000]),
+        device,
+    )
     nll = member_nll(model, params, val_x, val_y).tolist()
     order = np.argsort(nll, kind="stable")[:top]
     result = {"strengths": strengths.tolist(), "val_nll": nll, "best": [float(strengths[i]) for i in order]}
-    log.info("L2 search: best strengths %s (validation NLL %s)", [f"{s:.3g}" for s in result["best"]],
-             [f"{nll[i]:.4f}" for i in order])
+    log.info(
+        "L2 search: best strengths %s (validation NLL %s)",
+        [f"{s:.3g}" for s in result["best"]],
+        [f"{nll[i]:.4f}" for i in order],
+    )
     return result
 
 
-def _search_prior(job: ImageJob, data: ImageData, model: StackedModel, generator: torch.Generator, out: Path,
-                  checkpoint: Path | None, device: torch.device) -> Tensor:
+def _search_prior(
+    job: ImageJob,
+    data: ImageData,
+    model: StackedModel,
+    generator: torch.Generator,
+    out: Path,
+    checkpoint: Path | None,
+    device: torch.device,
+) -> Tensor:
     """A hyper-deep ensemble's prior sds (n, 1): the L2 search's best strengths, members
     cycling through them. The search runs (:func:`l2_search`) unless ``l2_search.json``
     beside ``out`` holds one of the job's key, whose end state of the random stream is then
@@ -254,21 +311,36 @@ def _search_prior(job: ImageJob, data: ImageData, model: StackedModel, generator
     return (1.0 / best[torch.arange(job.particles) % best.numel()].sqrt()).float().view(-1, 1)
 
 
-def _write_results(job: ImageJob, out: Path, model: StackedModel, params: Tensor, data: ImageData,
-                   device: torch.device, train_seconds: float, started: float, **extra: Any) -> None:
+def _write_results(
+    job: ImageJob,
+    out: Path,
+    model: StackedModel,
+    params: Tensor,
+    data: ImageData,
+    device: torch.device,
+    train_seconds: float,
+    started: float,
+    **extra: Any,
+) -> None:
     """``predictions.npz`` beside ``out``, then the metrics file ``out`` (last, atomically)
     for the trained particles ``params`` (n, D) of ``job``; ``extra``: further record fields."""
     test_probs, test_md, test_mi, test_sd = predict_details(model, params, data.x_test)
     ood_probs, ood_md, ood_mi, ood_sd = predict_details(model, params, data.x_ood)
     labels = data.y_test.cpu()
-    metrics = classification_metrics(test_probs, test_md, labels, ood_probs, ood_md, test_mi, ood_mi,
-                                     test_sd, ood_sd)
-    save_npz_atomic(out.with_name("predictions.npz"), test_probs=test_probs.float().numpy(),
-                    test_md=test_md.float().numpy(), test_labels=labels.numpy(),
-                    ood_probs=ood_probs.float().numpy(), ood_md=ood_md.float().numpy(),
-                    test_mi=test_mi.float().numpy(), ood_mi=ood_mi.float().numpy(),
-                    test_sd=test_sd.float().numpy(), ood_sd=ood_sd.float().numpy(),
-                    job=np.array(json.dumps(job.spec, sort_keys=True)))
+    metrics = classification_metrics(test_probs, test_md, labels, ood_probs, ood_md, test_mi, ood_mi, test_sd, ood_sd)
+    save_npz_atomic(
+        out.with_name("predictions.npz"),
+        test_probs=test_probs.float().numpy(),
+        test_md=test_md.float().numpy(),
+        test_labels=labels.numpy(),
+        ood_probs=ood_probs.float().numpy(),
+        ood_md=ood_md.float().numpy(),
+        test_mi=test_mi.float().numpy(),
+        ood_mi=ood_mi.float().numpy(),
+        test_sd=test_sd.float().numpy(),
+        ood_sd=ood_sd.float().numpy(),
+        job=np.array(json.dumps(job.spec, sort_keys=True)),
+    )
     record = {
         "metrics": metrics,
         "job": job.to_spec(),
@@ -287,8 +359,14 @@ def _check_inputs(inputs: Mapping[str, str] | None) -> None:
         raise ValueError("image jobs need inputs 'train' and 'ood' (the prepared .npz files)")
 
 
-def run_image(job: ImageJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None, *,
-              inputs: dict[str, str] | None = None, device: str = "auto") -> None:
+def run_image(
+    job: ImageJob | Mapping[str, Any],
+    out: Path,
+    checkpoint: Path | None = None,
+    *,
+    inputs: dict[str, str] | None = None,
+    device: str = "auto",
+) -> None:
     """Train one method with one seed on an image data set and write predictions and metrics.
 
     Args:
@@ -321,8 +399,9 @@ def run_image(job: ImageJob | Mapping[str, Any], out: Path, checkpoint: Path | N
     prior = prior_std.to(dev) if isinstance(prior_std, Tensor) else prior_std
     monitor = (data.x_test[:1000], data.y_test[:1000])
     t0 = time.perf_counter()
-    params = _train_stack(job, data.x_train, data.y_train, model, prior, init, generator, job.steps,
-                          checkpoint, monitor, dev)
+    params = _train_stack(
+        job, data.x_train, data.y_train, model, prior, init, generator, job.steps, checkpoint, monitor, dev
+    )
     train_seconds = time.perf_counter() - t0
     _write_results(job, out, model, params, data, dev, train_seconds, started)
     if checkpoint is not None and checkpoint.exists():
@@ -336,8 +415,10 @@ def run_image(job: ImageJob | Mapping[str, Any], out: Path, checkpoint: Path | N
 #: convolutions under a vmap over seeds take other kernels than the one-seed job's (measured:
 #: metrics 1e-7 apart after 4 steps, where the MLP's are equal), and its steps are large
 #: enough to fill a GPU on their own
-NOT_STACKABLE = {"step_size: curvature": lambda job: job.step_size == "curvature",
-                 "model: resnet": lambda job: job.model == "resnet"}
+NOT_STACKABLE = {
+    "step_size: curvature": lambda job: job.step_size == "curvature",
+    "model: resnet": lambda job: job.model == "resnet",
+}
 
 
 class SeedStackModel(StackedModel):
@@ -399,12 +480,14 @@ class SeedStreams:
             rows.append(model.sample_gaussian(per_seed, scale, generator))
         return torch.cat(rows)
 
-    def add_langevin_noise(self, params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator,
-                           temperature: float) -> None:  # noqa: ARG002 (the stack's own streams)
+    def add_langevin_noise(
+        self, params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator, temperature: float
+    ) -> None:  # noqa: ARG002 (the stack's own streams)
         """:func:`repens.updates.add_langevin_noise` with each seed's noise (n, D) from its stream."""
         self._check_not_capturing()
-        noise = torch.stack([torch.randn(params.shape[1:], generator=g, dtype=params.dtype, device=g.device)
-                             for g in self.generators])
+        noise = torch.stack(
+            [torch.randn(params.shape[1:], generator=g, dtype=params.dtype, device=g.device) for g in self.generators]
+        )
         params.add_(noise.to(params.device).mul_(langevin_noise_std(optimizer, params, temperature)))
 
     def state_dict(self) -> dict:
@@ -440,11 +523,23 @@ class SeedStackAdam(DirectAdam):
             for p in group["params"]:
                 state = self.state[p]
                 state["step"].add_(1)
-                torch._fused_adam_(list(p.unbind(0)), list(p.grad.unbind(0)), list(state["exp_avg"].unbind(0)),
-                                   list(state["exp_avg_sq"].unbind(0)), [], [state["step"]] * p.shape[0],
-                                   amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2,
-                                   weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
-                                   grad_scale=None, found_inf=None)
+                torch._fused_adam_(
+                    list(p.unbind(0)),
+                    list(p.grad.unbind(0)),
+                    list(state["exp_avg"].unbind(0)),
+                    list(state["exp_avg_sq"].unbind(0)),
+                    [],
+                    [state["step"]] * p.shape[0],
+                    amsgrad=False,
+                    lr=group["lr"],
+                    beta1=beta1,
+                    beta2=beta2,
+                    weight_decay=group["weight_decay"],
+                    eps=group["eps"],
+                    maximize=group["maximize"],
+                    grad_scale=None,
+                    found_inf=None,
+                )
 
 
 class SeedStackSGD(DirectSGD):
@@ -455,9 +550,20 @@ class SeedStackSGD(DirectSGD):
         for group in self.param_groups:
             blocks = [block for p in group["params"] for block in p.unbind(0)]
             grads = [block for p in group["params"] for block in p.grad.unbind(0)]
-            torch._fused_sgd_(blocks, grads, [], weight_decay=group["weight_decay"], momentum=0.0, lr=group["lr"],
-                              dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"],
-                              is_first_step=False, grad_scale=None, found_inf=None)
+            torch._fused_sgd_(
+                blocks,
+                grads,
+                [],
+                weight_decay=group["weight_decay"],
+                momentum=0.0,
+                lr=group["lr"],
+                dampening=group["dampening"],
+                nesterov=group["nesterov"],
+                maximize=group["maximize"],
+                is_first_step=False,
+                grad_scale=None,
+                found_inf=None,
+            )
 
 
 #: the optimizers of a stack of seeds, by :class:`repens.job.Job`'s ``optimizer``
@@ -513,24 +619,42 @@ def _stack_update(job: ImageJob, streams: SeedStreams):
     return step
 
 
-def _fit_seed_stack(job: ImageJob, posterior: SeedStackPosterior, init: Tensor, streams: SeedStreams,
-                    checkpoint: Path | None, checkpoint_key: str, on_log, device: torch.device) -> Tensor:
+def _fit_seed_stack(
+    job: ImageJob,
+    posterior: SeedStackPosterior,
+    init: Tensor,
+    streams: SeedStreams,
+    checkpoint: Path | None,
+    checkpoint_key: str,
+    on_log,
+    device: torch.device,
+) -> Tensor:
     """:func:`repens.fitting.fit_particles` for a stack of seeds (params (G, n, D)): the job's
     rule, kernel and settings, the seeds' own streams for every draw. The loop's own
     generator is never drawn from (checked at the end: a draw there would have broken the
     equality with the one-seed jobs)."""
     if job.rule == "langevin" and job.optimizer == "adam" and (job.temperature is None or job.temperature):
-        log.warning("Langevin noise preconditioned by Adam (no correction term) does not sample the target: "
-                    "it over-disperses a Gaussian by tens of percent (tests/test_langevin.py); use "
-                    "optimizer: sgd with step_size: curvature for ULA")
+        log.warning(
+            "Langevin noise preconditioned by Adam (no correction term) does not sample the target: "
+            "it over-disperses a Gaussian by tens of percent (tests/test_langevin.py); use "
+            "optimizer: sgd with step_size: curvature for ULA"
+        )
     unused = torch.Generator(device=device).manual_seed(0)
     before = unused.get_state()
     kernel = kernel_from_job(job)
     anchors = init.clone() if job.rule == "anchored" else None
-    state = train(TrainState(init, anchors), _stack_update(job, streams),
-                  lambda batch, anchors_: StepContext(posterior, kernel, unused, batch, anchors_),
-                  train_settings(job, job.steps), unused, next_batch=streams, checkpoint=checkpoint,
-                  on_log=on_log, checkpoint_key=checkpoint_key, optimizer_for=seed_stack_optimizer)
+    state = train(
+        TrainState(init, anchors),
+        _stack_update(job, streams),
+        lambda batch, anchors_: StepContext(posterior, kernel, unused, batch, anchors_),
+        train_settings(job, job.steps),
+        unused,
+        next_batch=streams,
+        checkpoint=checkpoint,
+        on_log=on_log,
+        checkpoint_key=checkpoint_key,
+        optimizer_for=seed_stack_optimizer,
+    )
     if not torch.equal(unused.get_state(), before):
         raise RuntimeError("a step drew from the loop's generator, not from the seeds' streams")
     return state.params
@@ -544,9 +668,11 @@ def stack_settings(jobs: list[ImageJob]) -> None:
     for job in jobs[1:]:
         for name in names:
             if getattr(job, name) != getattr(first, name):
-                raise SpecError(f"the stacked jobs differ in {name!r} ({getattr(first, name)!r} for seed "
-                                f"{first.seed}, {getattr(job, name)!r} for seed {job.seed}); a stack takes one "
-                                "method's jobs on one data set that differ only in seed")
+                raise SpecError(
+                    f"the stacked jobs differ in {name!r} ({getattr(first, name)!r} for seed "
+                    f"{first.seed}, {getattr(job, name)!r} for seed {job.seed}); a stack takes one "
+                    "method's jobs on one data set that differ only in seed"
+                )
     seeds = [job.seed for job in jobs]
     if len(set(seeds)) != len(seeds):
         raise SpecError(f"the stacked jobs repeat a seed: {seeds}")
@@ -557,8 +683,14 @@ def stack_checkpoint(outs: list[Path]) -> Path:
     return outs[0].with_name(outs[0].name + ".stack.ckpt")
 
 
-def run_image_stack(jobs: list[ImageJob | Mapping[str, Any]], outs: list[Path], checkpoint: Path | None = None, *,
-                    inputs: dict[str, str] | None = None, device: str = "auto") -> None:
+def run_image_stack(
+    jobs: list[ImageJob | Mapping[str, Any]],
+    outs: list[Path],
+    checkpoint: Path | None = None,
+    *,
+    inputs: dict[str, str] | None = None,
+    device: str = "auto",
+) -> None:
     """Train one method on several seeds of one image data set as one stack, and write
     each seed's ``predictions.npz`` and metrics file ``outs[k]`` as :func:`run_image`
     writes them for ``jobs[k]`` (its spec; ``seed_stack`` in the record names the stack).
@@ -597,8 +729,7 @@ def run_image_stack(jobs: list[ImageJob | Mapping[str, Any]], outs: list[Path], 
     _run_stacked(jobs, outs, stack_checkpoint(outs) if checkpoint is None else checkpoint, inputs, device)
 
 
-def _run_stacked(jobs: list[ImageJob], outs: list[Path], checkpoint: Path, inputs: dict[str, str],
-                 device: str) -> None:
+def _run_stacked(jobs: list[ImageJob], outs: list[Path], checkpoint: Path, inputs: dict[str, str], device: str) -> None:
     """:func:`run_image_stack` for stackable jobs: the seeds' set-up as :func:`run_image`'s,
     one training of the stack, each seed's results."""
     started = time.time()
@@ -609,8 +740,14 @@ def _run_stacked(jobs: list[ImageJob], outs: list[Path], checkpoint: Path, input
     net = build_model(first, data.input_shape, data.num_classes).to(dev)
     model = SeedStackModel(net, chunk_size=first.chunk_size)
     log.info("seed stack %s of job %s", seeds, json.dumps(first.spec, sort_keys=True))
-    log.info("device %s; %d seeds x %d particles of %d parameters; %d training images", dev, len(jobs),
-             first.particles, model.dim, data.x_train.shape[0])
+    log.info(
+        "device %s; %d seeds x %d particles of %d parameters; %d training images",
+        dev,
+        len(jobs),
+        first.particles,
+        model.dim,
+        data.x_train.shape[0],
+    )
     generators, inits, priors = [], [], []
     for job, out in zip(jobs, outs):
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -623,11 +760,20 @@ def _run_stacked(jobs: list[ImageJob], outs: list[Path], checkpoint: Path, input
         generators.append(generator)
     prior = torch.stack(priors).to(dev) if isinstance(priors[0], Tensor) else priors[0]
     streams = SeedStreams(generators, data.x_train, data.y_train, first.batch_size)
-    posterior = SeedStackPosterior(model, "categorical", num_train=data.x_train.shape[0], prior_std=prior,
-                                   streams=streams)
+    posterior = SeedStackPosterior(
+        model, "categorical", num_train=data.x_train.shape[0], prior_std=prior, streams=streams
+    )
     t0 = time.perf_counter()
-    params = _fit_seed_stack(first, posterior, torch.stack(inits).to(dev), streams, checkpoint,
-                             first.key("seed-stack", seeds), _stack_progress(model, data, len(jobs)), dev)
+    params = _fit_seed_stack(
+        first,
+        posterior,
+        torch.stack(inits).to(dev),
+        streams,
+        checkpoint,
+        first.key("seed-stack", seeds),
+        _stack_progress(model, data, len(jobs)),
+        dev,
+    )
     train_seconds = time.perf_counter() - t0
     stack = {"seeds": seeds, "train_seconds": train_seconds}
     for g, (job, out) in enumerate(zip(jobs, outs)):
@@ -649,8 +795,9 @@ def _stack_progress(model: StackedModel, data: ImageData, sets: int):
                 labels = y.cpu()
                 p_true = probs.gather(-1, labels.view(-1, 1)).clamp_min(1e-12)
                 figures[f"{name}_nll"] = figures.get(f"{name}_nll", 0.0) + float(-p_true.log().mean()) / sets
-                figures[f"{name}_acc"] = figures.get(f"{name}_acc", 0.0) + float(
-                    (probs.argmax(-1) == labels).double().mean()) / sets
+                figures[f"{name}_acc"] = (
+                    figures.get(f"{name}_acc", 0.0) + float((probs.argmax(-1) == labels).double().mean()) / sets
+                )
         return figures
 
     return progress

@@ -44,13 +44,13 @@ def run_synthetic(job: SyntheticJob | Mapping[str, Any], out: Path, checkpoint: 
 
     def progress(step: int, params: torch.Tensor) -> dict[str, float]:
         mean = params.mean(0)
-        return {"mean_x": float(mean[0]), "mean_y": float(mean[1]),
-                "log_p": float(target.log_prob(params).mean())}
+        return {"mean_x": float(mean[0]), "mean_y": float(mean[1]), "log_p": float(target.log_prob(params).mean())}
 
     particles = fit_particles(job, posterior, init, settings, generator, checkpoint=checkpoint, on_log=progress).params
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_npz_atomic(out, particles=particles.numpy(), initial=init.numpy(),
-                    job=np.array(json.dumps(job.spec, sort_keys=True)))
+    save_npz_atomic(
+        out, particles=particles.numpy(), initial=init.numpy(), job=np.array(json.dumps(job.spec, sort_keys=True))
+    )
     if checkpoint is not None and checkpoint.exists():
         checkpoint.unlink()
     log.info("wrote %s", out)

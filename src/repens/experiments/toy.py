@@ -35,8 +35,9 @@ log = logging.getLogger("repens.toy")
 __all__ = ["run_toy", "toy_posterior", "toy_predictions"]
 
 
-def toy_posterior(network: ToyNetwork | Mapping[str, Any], data: ToyData,
-                  dtype: torch.dtype = torch.float32) -> NetworkPosterior:
+def toy_posterior(
+    network: ToyNetwork | Mapping[str, Any], data: ToyData, dtype: torch.dtype = torch.float32
+) -> NetworkPosterior:
     """MLP (``hidden`` ReLU layers) with N(0, prior_std^2 I) on all weights, Gaussian (sd
     ``noise_std``) or softmax likelihood: :class:`repens.job.ToyNetwork` (a toy or HMC job is
     one; from a dict, its keys), shared with the HMC job."""
@@ -86,13 +87,21 @@ def run_toy(job: ToyJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
             nll = -posterior.log_likelihood(params, full).mean() / data.x_train.shape[0]
         return {"train_nll": float(nll)}
 
-    params = fit_particles(job, posterior, init, settings, generator,
-                           next_batch=batch_sampler(data, job.batch_size),
-                           checkpoint=checkpoint, on_log=progress).params
+    params = fit_particles(
+        job,
+        posterior,
+        init,
+        settings,
+        generator,
+        next_batch=batch_sampler(data, job.batch_size),
+        checkpoint=checkpoint,
+        on_log=progress,
+    ).params
     out.parent.mkdir(parents=True, exist_ok=True)
     arrays = toy_predictions(posterior, params, data)
-    save_npz_atomic(out, **arrays, job=np.array(json.dumps(job.spec, sort_keys=True)),
-                    label=np.array(""))  # display names come from the config at plot time
+    save_npz_atomic(
+        out, **arrays, job=np.array(json.dumps(job.spec, sort_keys=True)), label=np.array("")
+    )  # display names come from the config at plot time
     if checkpoint is not None and checkpoint.exists():
         checkpoint.unlink()
     log.info("wrote %s", out)

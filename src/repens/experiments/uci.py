@@ -178,8 +178,9 @@ def _steps_per_epoch(job: UCIJob, n_train: int) -> int:
     return math.ceil(n_train / min(job.batch_size, n_train))
 
 
-def train_splits(job: UCIJob, splits: list[UCISplit], ks: list[int], info: dict[str, int],
-                 checkpoint: Path | None = None) -> list[dict[str, Any]]:
+def train_splits(
+    job: UCIJob, splits: list[UCISplit], ks: list[int], info: dict[str, int], checkpoint: Path | None = None
+) -> list[dict[str, Any]]:
     """Train the job's method on the splits ``ks`` as one stack and return their test metrics.
 
     The splits (same number of training rows) are independent sets of ``particles``
@@ -193,13 +194,13 @@ def train_splits(job: UCIJob, splits: list[UCISplit], ks: list[int], info: dict[
     if len(sizes) != 1:
         raise ValueError(f"splits {ks} have different training sizes {sorted(sizes)}; stacks need one")
     posterior = uci_posterior(job, splits[0], info["n_hidden"])
-    init = torch.stack([posterior.sample_prior(job.particles, torch.Generator().manual_seed(job.seed + k))
-                        for k in ks])
+    init = torch.stack([posterior.sample_prior(job.particles, torch.Generator().manual_seed(job.seed + k)) for k in ks])
     generator = torch.Generator().manual_seed(job.seed)
     n_train = splits[0].x_train.shape[0]
     steps = _steps(job, n_train, info["n_epochs"])
-    settings = train_settings(job, steps, lr_decay=job.lr_decay,
-                              lr_decay_steps=job.lr_decay_steps or _steps_per_epoch(job, n_train))
+    settings = train_settings(
+        job, steps, lr_decay=job.lr_decay, lr_decay_steps=job.lr_decay_steps or _steps_per_epoch(job, n_train)
+    )
     x = torch.stack([s.x_train for s in splits])
     y = torch.stack([s.y_train for s in splits])
 
@@ -211,9 +212,17 @@ def train_splits(job: UCIJob, splits: list[UCISplit], ks: list[int], info: dict[
 
     # anchored members are anchored at their prior draw (Pearce et al., Alg. 1)
     # shuffled epochs (Pearce et al. trained with Keras' shuffled fit), lr decayed per epoch
-    state = fit_particles(job, posterior, init, settings, generator,
-                          next_batch=EpochSampler(x, y, job.batch_size),
-                          checkpoint=checkpoint, on_log=progress, checkpoint_key=job.key("splits", ks))
+    state = fit_particles(
+        job,
+        posterior,
+        init,
+        settings,
+        generator,
+        next_batch=EpochSampler(x, y, job.batch_size),
+        checkpoint=checkpoint,
+        on_log=progress,
+        checkpoint_key=job.key("splits", ks),
+    )
     results = []
     for g, (k, split, members) in enumerate(zip(ks, splits, state.params)):
         with torch.no_grad():
@@ -223,12 +232,20 @@ def train_splits(job: UCIJob, splits: list[UCISplit], ks: list[int], info: dict[
         pearce = ensemble_gaussian_metrics(means, noise, split.y_test_raw) if means.shape[0] > 1 else {}
         mixture = mixture_metrics(means, noise, split.y_test_raw)
         ratios = [r[g] for _, r in state.repulsion]
-        results.append({"split": k, "steps": steps, "n_train": int(split.x_train.shape[0]),
-                        "n_test": int(split.x_test.shape[0]), "rmse": mixture["rmse"],
-                        "nll": pearce.get("nll", math.nan), "nll_mixture": mixture["nll"],
-                        # ||repulsion|| / ||drift|| over training: mean of the log steps and last
-                        "repulsion_ratio_mean": float(np.mean(ratios)) if ratios else 0.0,
-                        "repulsion_ratio_last": float(ratios[-1]) if ratios else 0.0})
+        results.append(
+            {
+                "split": k,
+                "steps": steps,
+                "n_train": int(split.x_train.shape[0]),
+                "n_test": int(split.x_test.shape[0]),
+                "rmse": mixture["rmse"],
+                "nll": pearce.get("nll", math.nan),
+                "nll_mixture": mixture["nll"],
+                # ||repulsion|| / ||drift|| over training: mean of the log steps and last
+                "repulsion_ratio_mean": float(np.mean(ratios)) if ratios else 0.0,
+                "repulsion_ratio_last": float(ratios[-1]) if ratios else 0.0,
+            }
+        )
     return results
 
 
@@ -255,13 +272,20 @@ def run_uci(job: UCIJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
     n = info["n_splits"] if job.splits is None else min(job.splits, info["n_splits"])
     out.parent.mkdir(parents=True, exist_ok=True)
     key = job.key()  # what decides a split's result (not where the data live)
-    log.info("job %s; data %s/%s, %d of %d splits", json.dumps(job.spec, sort_keys=True), root, folder, n,
-             info["n_splits"])
+    log.info(
+        "job %s; data %s/%s, %d of %d splits", json.dumps(job.spec, sort_keys=True), root, folder, n, info["n_splits"]
+    )
     ks = list(range(n))
     done: dict[int, dict[str, Any]] = {}
     for k in ks:
-        saved = load_keyed_json(out.parent / f"split{k}.json", key, log, then=f"training split {k} again",
-                                what="split result", required=("metrics",))
+        saved = load_keyed_json(
+            out.parent / f"split{k}.json",
+            key,
+            log,
+            then=f"training split {k} again",
+            what="split result",
+            required=("metrics",),
+        )
         if saved is not None:
             done[k] = saved["metrics"]
     if len(done) == n:
@@ -273,8 +297,7 @@ def run_uci(job: UCIJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
         for metrics in results:
             k = metrics["split"]
             log.info("split %d: test rmse %.4g, nll %.4g", k, metrics["rmse"], metrics["nll"])
-            write_json_atomic(out.parent / f"split{k}.json", {"key": key, "metrics": metrics}, indent=1,
-                              sort_keys=True)
+            write_json_atomic(out.parent / f"split{k}.json", {"key": key, "metrics": metrics}, indent=1, sort_keys=True)
         remove_checkpoints(checkpoint)
     summary: dict[str, Any] = {"job": job.to_spec(), "splits": results}
     for name in METRICS:
@@ -283,5 +306,11 @@ def run_uci(job: UCIJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
         summary[f"{name}_mean"] = float(values.mean())
         summary[f"{name}_se"] = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
     write_json_atomic(out, summary, indent=1, sort_keys=True)
-    log.info("wrote %s: rmse %.4g +- %.2g, nll %.4g +- %.2g", out, summary["rmse_mean"], summary["rmse_se"],
-             summary["nll_mean"], summary["nll_se"])
+    log.info(
+        "wrote %s: rmse %.4g +- %.2g, nll %.4g +- %.2g",
+        out,
+        summary["rmse_mean"],
+        summary["rmse_se"],
+        summary["nll_mean"],
+        summary["nll_se"],
+    )

@@ -38,9 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--labels", default="{}", help="method key -> display name (JSON)")
     sub = parser.add_subparsers(dest="command", required=True)
     _table_args(sub, "synthetic-table", "metrics of the synthetic runs as CSV, LaTeX and HTML").add_argument(
-        "inputs", nargs="*", help="the runs (named in the provenance sidecar)")
+        "inputs", nargs="*", help="the runs (named in the provenance sidecar)"
+    )
     _table_args(sub, "toy-table", "distance of each method's predictive to HMC's").add_argument(
-        "inputs", nargs="*", help="the prediction files (named in the provenance sidecar)")
+        "inputs", nargs="*", help="the prediction files (named in the provenance sidecar)"
+    )
     figure = sub.add_parser("synthetic-figure", help="Figure 2 (gaussian) or Figure F.1 (funnel)")
     figure.add_argument("--target", required=True)
     figure.add_argument("--data", required=True, help="the step's figure file (npz)")
@@ -65,8 +67,14 @@ def _run(args: argparse.Namespace) -> None:
     elif args.command == "synthetic-figure":
         from repens.report.synthetic import plot_target_panels_from
 
-        plot_target_panels_from(args.target, args.data, [Path(p) for p in args.inputs], Path(args.out_png),
-                                Path(args.out_pdf), labels=labels)
+        plot_target_panels_from(
+            args.target,
+            args.data,
+            [Path(p) for p in args.inputs],
+            Path(args.out_png),
+            Path(args.out_pdf),
+            labels=labels,
+        )
         return
     else:
         from repens.report.toy import plot_classification_panels_from, plot_regression_panels_from

@@ -30,14 +30,33 @@ from repens.errors import DataFileError
 from repens.report.files import ResultFileMissing
 from repens.report.style import VERDICT_COLOURS, figure_style
 
-__all__ = ["COLUMNS", "NUMERIC", "SYMLOG_RATIO", "read_comparisons", "comparison_label", "plot_claim",
-           "write_claim_figures"]
+__all__ = [
+    "COLUMNS",
+    "NUMERIC",
+    "SYMLOG_RATIO",
+    "read_comparisons",
+    "comparison_label",
+    "plot_claim",
+    "write_claim_figures",
+]
 
 log = logging.getLogger(__name__)
 
 #: the columns the figures read (``claims_comparisons.csv`` holds them, and a few more)
-COLUMNS = ("claim", "kind", "claim_verdict", "index", "a", "relation", "b", "difference", "detectable", "margin",
-           "verdict", "reason")
+COLUMNS = (
+    "claim",
+    "kind",
+    "claim_verdict",
+    "index",
+    "a",
+    "relation",
+    "b",
+    "difference",
+    "detectable",
+    "margin",
+    "verdict",
+    "reason",
+)
 #: the numeric ones (empty or "nan": none)
 NUMERIC = ("index", "difference", "detectable", "margin")
 #: above this ratio of the largest row scale (|a - b| + detectable, or margin) to the
@@ -80,7 +99,7 @@ def _short(text: str, width: int) -> str:
 
 
 def comparison_label(row: Any, width: int = LABEL_WIDTH) -> str:
-    """"a relation b" in at most ``width`` characters (b shortened first: a names the row)."""
+    """ "a relation b" in at most ``width`` characters (b shortened first: a names the row)."""
     a, b, rel = " ".join(str(row["a"]).split()), " ".join(str(row["b"]).split()), str(row["relation"])
     room = width - len(rel) - 2
     b = _short(b, max(room - len(a), 12))
@@ -96,8 +115,9 @@ def _short_reason(reason: str) -> str:
 
 def _scale(frame: pd.DataFrame) -> tuple[float, float]:
     """The smallest and largest non-zero scale of the rows that ran (|a - b| + detectable, margin)."""
-    values = np.concatenate([(frame["difference"].abs() + frame["detectable"]).to_numpy(),
-                             frame["margin"].abs().to_numpy()])
+    values = np.concatenate(
+        [(frame["difference"].abs() + frame["detectable"]).to_numpy(), frame["margin"].abs().to_numpy()]
+    )
     values = values[np.isfinite(values) & (values > 0)]
     return (float(values.min()), float(values.max())) if len(values) else (1.0, 1.0)
 
@@ -123,9 +143,18 @@ def _draw_rows(ax, rows: pd.DataFrame, y: np.ndarray, stuck: pd.Series, left: fl
     """Each comparison: its interval and the agreement band, or why it did not run."""
     for yi, (_, r) in zip(y, rows.iterrows()):
         if r["verdict"] == "not run":
-            ax.text(0.02, yi, f"not run: {_short_reason(r['reason'])}", transform=ax.get_yaxis_transform(),
-                    va="center", ha="left", fontsize=7.5, color=VERDICT_COLOURS["not run"], style="italic",
-                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
+            ax.text(
+                0.02,
+                yi,
+                f"not run: {_short_reason(r['reason'])}",
+                transform=ax.get_yaxis_transform(),
+                va="center",
+                ha="left",
+                fontsize=7.5,
+                color=VERDICT_COLOURS["not run"],
+                style="italic",
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5},
+            )
             continue
         delta = r["margin"]
         if math.isfinite(delta) and r["relation"] in ("~", "<=", ">="):
@@ -133,9 +162,20 @@ def _draw_rows(ax, rows: pd.DataFrame, y: np.ndarray, stuck: pd.Series, left: fl
             ax.fill_betweenx([yi - 0.42, yi + 0.42], *band, color=str(BAND_GREY), lw=0, zorder=0)
         colour = VERDICT_COLOURS.get(r["verdict"], (0, 0, 0))
         hollow = bool(stuck.loc[r.name])
-        ax.errorbar(r["difference"], yi, xerr=r["detectable"] if math.isfinite(r["detectable"]) else None,
-                    fmt="o", color=colour, ecolor=colour, elinewidth=1.6, capsize=3, ms=6,
-                    mfc="white" if hollow else colour, mew=1.5, zorder=3)
+        ax.errorbar(
+            r["difference"],
+            yi,
+            xerr=r["detectable"] if math.isfinite(r["detectable"]) else None,
+            fmt="o",
+            color=colour,
+            ecolor=colour,
+            elinewidth=1.6,
+            capsize=3,
+            ms=6,
+            mfc="white" if hollow else colour,
+            mew=1.5,
+            zorder=3,
+        )
 
 
 def _legend(fig, rows: pd.DataFrame, ran: pd.Series, stuck: pd.Series) -> None:
@@ -144,15 +184,21 @@ def _legend(fig, rows: pd.DataFrame, ran: pd.Series, stuck: pd.Series) -> None:
     from matplotlib.patches import Patch
 
     drawn = set(rows.loc[ran, "verdict"])
-    handles = [Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items()
-               if v in drawn]
+    handles = [Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items() if v in drawn]
     if stuck[ran].any():
         handles.append(Line2D([], [], marker="o", ls="", color="0.3", mfc="white", label="not converged"))
     if rows.loc[ran, "margin"].notna().any():
         handles.append(Patch(color=str(BAND_GREY), label="agreement margin"))
     if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=7.5,
-                   frameon=False, handletextpad=0.3, columnspacing=1.0)
+        fig.legend(
+            handles=handles,
+            loc="outside lower center",
+            ncol=len(handles),
+            fontsize=7.5,
+            frameon=False,
+            handletextpad=0.3,
+            columnspacing=1.0,
+        )
 
 
 def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
@@ -177,8 +223,9 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
         ax = fig.subplots()
         if symlog:  # linear within the smallest scale (a power of 10), ticks outside it
             ax.set_xscale("symlog", linthresh=linthresh, linscale=0.5)
-            ax.xaxis.set_major_formatter(FuncFormatter(
-                lambda x, _: "0" if x == 0 else "" if abs(x) < 1.5 * linthresh else f"{x:g}"))
+            ax.xaxis.set_major_formatter(
+                FuncFormatter(lambda x, _: "0" if x == 0 else "" if abs(x) < 1.5 * linthresh else f"{x:g}")
+            )
         ax.set_xlim(left, right)
         ax.set_ylim(-0.6, n - 0.4)
         _draw_rows(ax, rows, y, stuck, left, right)
@@ -191,8 +238,7 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
         sns.despine(ax=ax, left=True)
         ax.grid(axis="x", color="0.92", lw=0.6, zorder=0)
         title = f"{claim}: {verdict}" + (" (diagnostic)" if rows["kind"].iloc[0] == "diagnostic" else "")
-        ax.set_title(title, fontsize=10.5, loc="left", color=VERDICT_COLOURS.get(verdict, (0, 0, 0)),
-                     fontweight="bold")
+        ax.set_title(title, fontsize=10.5, loc="left", color=VERDICT_COLOURS.get(verdict, (0, 0, 0)), fontweight="bold")
         _legend(fig, rows, ran, stuck)
         _save_png(fig, out_png)
 

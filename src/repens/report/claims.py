@@ -147,6 +147,7 @@ __all__ = [
 
 # --------------------------------------------------------------------------- the scorecard
 
+
 @dataclass
 class Result:
     claim: Claim
@@ -176,18 +177,24 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
     rows = []
     for r in results:
         c = r.claim
-        rows.append({
-            "id": c.id, "source": c.source, "claim": c.words, "reading": c.reading,
-            "files": " ".join(shown_path(files.get(k) or FILES[k]) for k in c.files),
-            "verdict": r.verdict, "figures": summary(r.comparisons),
-            "source_verdict": r.source_verdict or "n/a",
-            "source_figures": summary(r.source_comparisons) if r.source_comparisons else "",
-            **{f"n_{v.replace(' ', '_')}": sum(x.verdict == v for x in r.comparisons) for v in VERDICTS},
-            "comparisons": " | ".join(x.text() for x in r.comparisons),
-            "kind": "diagnostic" if c.diagnostic else "claim",
-            "margin": c.margin,
-            "detectable": detectable_summary(r.comparisons),
-        })
+        rows.append(
+            {
+                "id": c.id,
+                "source": c.source,
+                "claim": c.words,
+                "reading": c.reading,
+                "files": " ".join(shown_path(files.get(k) or FILES[k]) for k in c.files),
+                "verdict": r.verdict,
+                "figures": summary(r.comparisons),
+                "source_verdict": r.source_verdict or "n/a",
+                "source_figures": summary(r.source_comparisons) if r.source_comparisons else "",
+                **{f"n_{v.replace(' ', '_')}": sum(x.verdict == v for x in r.comparisons) for v in VERDICTS},
+                "comparisons": " | ".join(x.text() for x in r.comparisons),
+                "kind": "diagnostic" if c.diagnostic else "claim",
+                "margin": c.margin,
+                "detectable": detectable_summary(r.comparisons),
+            }
+        )
     return rows
 
 
@@ -230,15 +237,28 @@ def _md_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
     for i, r in enumerate(rows, 1):
         margin = f"; margin {r['margin']}" if r.get("margin") else ""
-        claim = f"**{r['id']}**: \"{r['claim']}\" ({r['reading']}{margin})"
-        lines.append("| " + " | ".join(_md_cell(x) for x in (
-            str(i), claim, r["source"], r["figures"], r.get("detectable", ""), f"**{r['verdict']}**",
-            r["source_verdict"])) + " |")
+        claim = f'**{r["id"]}**: "{r["claim"]}" ({r["reading"]}{margin})'
+        lines.append(
+            "| "
+            + " | ".join(
+                _md_cell(x)
+                for x in (
+                    str(i),
+                    claim,
+                    r["source"],
+                    r["figures"],
+                    r.get("detectable", ""),
+                    f"**{r['verdict']}**",
+                    r["source_verdict"],
+                )
+            )
+            + " |"
+        )
     return lines
 
 
 def headline(rows: Sequence[Mapping[str, Any]]) -> str:
-    """"N claims: x reproduced, ...": the papers' claims only (diagnostics left out)."""
+    """ "N claims: x reproduced, ...": the papers' claims only (diagnostics left out)."""
     claims = [r for r in rows if r.get("kind", "claim") != "diagnostic"]
     counts = ", ".join(f"{sum(r['verdict'] == v for r in claims)} {v}" for v in VERDICTS)
     return f"{len(claims)} claims: {counts}"
@@ -253,10 +273,18 @@ def scorecard_markdown(rows: Sequence[Mapping[str, Any]], scales: Mapping[str, s
     lines = ["# Claim scorecard", "", f"{headline(rows)}. Scale of each result table: {made}.", ""]
     lines += _md_table(claims)
     if diagnostics:
-        counts = ", ".join(f"{sum(r['verdict'] == v for r in diagnostics)} {v}" for v in VERDICTS
-                           if any(r["verdict"] == v for r in diagnostics))
-        lines += ["", "## Diagnostics (checks of our own runs, not claims)", "",
-                  f"{len(diagnostics)} diagnostics: {counts}. Not counted among the claims above.", ""]
+        counts = ", ".join(
+            f"{sum(r['verdict'] == v for r in diagnostics)} {v}"
+            for v in VERDICTS
+            if any(r["verdict"] == v for r in diagnostics)
+        )
+        lines += [
+            "",
+            "## Diagnostics (checks of our own runs, not claims)",
+            "",
+            f"{len(diagnostics)} diagnostics: {counts}. Not counted among the claims above.",
+            "",
+        ]
         lines += _md_table(diagnostics)
     lines += ["", "## Verdict rule", "", LEGEND, ""]
     return "\n".join(lines)
@@ -276,8 +304,24 @@ def comparisons_path(out_csv: Path | str) -> Path:
 
 #: the columns of ``claims_comparisons.csv`` (:func:`comparison_rows`)
 COMPARISON_COLUMNS = (
-    "claim", "kind", "claim_verdict", "index", "a", "relation", "b", "a_value", "a_se", "a_n", "b_value", "b_se",
-    "b_n", "difference", "detectable", "margin", "verdict", "reason",
+    "claim",
+    "kind",
+    "claim_verdict",
+    "index",
+    "a",
+    "relation",
+    "b",
+    "a_value",
+    "a_se",
+    "a_n",
+    "b_value",
+    "b_se",
+    "b_n",
+    "difference",
+    "detectable",
+    "margin",
+    "verdict",
+    "reason",
 )
 
 
@@ -289,24 +333,41 @@ def comparison_rows(results: Sequence[Result]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         for i, c in enumerate(r.comparisons, 1):
-            rows.append({
-                "claim": r.claim.id, "kind": "diagnostic" if r.claim.diagnostic else "claim",
-                "claim_verdict": r.verdict, "index": i,
-                "a": c.a.label, "relation": c.relation, "b": c.b.label,
-                "a_value": c.a.value, "a_se": c.a.se, "a_n": c.a.n,
-                "b_value": c.b.value, "b_se": c.b.se, "b_n": c.b.n,
-                "difference": c.difference, "detectable": c.detectable,
-                "margin": "" if c.margin is None else c.margin,
-                "verdict": c.verdict, "reason": c.reason,
-            })
+            rows.append(
+                {
+                    "claim": r.claim.id,
+                    "kind": "diagnostic" if r.claim.diagnostic else "claim",
+                    "claim_verdict": r.verdict,
+                    "index": i,
+                    "a": c.a.label,
+                    "relation": c.relation,
+                    "b": c.b.label,
+                    "a_value": c.a.value,
+                    "a_se": c.a.se,
+                    "a_n": c.a.n,
+                    "b_value": c.b.value,
+                    "b_se": c.b.se,
+                    "b_n": c.b.n,
+                    "difference": c.difference,
+                    "detectable": c.detectable,
+                    "margin": "" if c.margin is None else c.margin,
+                    "verdict": c.verdict,
+                    "reason": c.reason,
+                }
+            )
     return rows
 
 
-def write_scorecard(files: Mapping[str, Path | str | None], out_csv: Path | str, out_md: Path | str,
-                    out_html: Path | str | None = None, labels: Mapping[str, str] | None = None,
-                    claims: Sequence[Claim] = CLAIMS,
-                    diagnostics: Sequence[Claim] = DIAGNOSTICS,
-                    groups: Mapping[str, Sequence[Any]] | None = None) -> list[dict[str, Any]]:
+def write_scorecard(
+    files: Mapping[str, Path | str | None],
+    out_csv: Path | str,
+    out_md: Path | str,
+    out_html: Path | str | None = None,
+    labels: Mapping[str, str] | None = None,
+    claims: Sequence[Claim] = CLAIMS,
+    diagnostics: Sequence[Claim] = DIAGNOSTICS,
+    groups: Mapping[str, Sequence[Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Evaluate every claim and diagnostic on the tables in ``files`` (keys of
     :data:`FILES`; a missing path or file makes its checks "not run"), with the method
     ``groups`` of the config (default :data:`repens.report.evidence.DEFAULT_GROUPS`), and write the CSV
@@ -346,9 +407,11 @@ def _figure_html(claim_id: str, verdict: str, png: Path) -> str:
 
     data = base64.b64encode(png.read_bytes()).decode("ascii")
     name = html.escape(claim_id)
-    return (f'<figure id="evidence-{name}" style="margin: 1em 0"><img src="data:image/png;base64,{data}" '
-            f'alt="evidence for {name}" style="max-width: 100%"><figcaption>{name}: {html.escape(verdict)}'
-            "</figcaption></figure>")
+    return (
+        f'<figure id="evidence-{name}" style="margin: 1em 0"><img src="data:image/png;base64,{data}" '
+        f'alt="evidence for {name}" style="max-width: 100%"><figcaption>{name}: {html.escape(verdict)}'
+        "</figcaption></figure>"
+    )
 
 
 def scorecard_html(frame: Any, diag_frame: Any, figures: Path | str | None = None) -> str:
@@ -365,8 +428,9 @@ def scorecard_html(frame: Any, diag_frame: Any, figures: Path | str | None = Non
     # the verdicts in bold; the legend without its Markdown emphasis; long text wraps
     # (repens.report.tables.to_html), so the verdicts are seen on a 1,500-pixel screen
     def html(table: pd.DataFrame, title: str, note: str) -> str:
-        shown = table[["id", "source", "claim", "margin", "figures", "detectable", "verdict",
-                       "source_verdict"]].rename(columns={"source_verdict": "on the paper's numbers"})
+        shown = table[["id", "source", "claim", "margin", "figures", "detectable", "verdict", "source_verdict"]].rename(
+            columns={"source_verdict": "on the paper's numbers"}
+        )
         shown = shown.reset_index(drop=True)
         bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
         bold["verdict"] = True
@@ -376,8 +440,9 @@ def scorecard_html(frame: Any, diag_frame: Any, figures: Path | str | None = Non
     page = html(frame, f"Claim scorecard (beyond the paper): {headline(rows)}", LEGEND.replace("**", ""))
     extra = ""
     if len(diag_frame):  # a section of its own (its styles and table in the same page; ids apart)
-        diag = html(diag_frame, "Diagnostics: checks of our own runs, not claims (not counted above)",
-                    "").replace("T_repens", "T_repens_diagnostics")
+        diag = html(diag_frame, "Diagnostics: checks of our own runs, not claims (not counted above)", "").replace(
+            "T_repens", "T_repens_diagnostics"
+        )
         style = diag.split("<head>", 1)[1].split("</head>", 1)[0]
         body = diag.split("<body>", 1)[1].rsplit("</body>", 1)[0]
         head, rest = page.split("</head>", 1)
@@ -388,10 +453,14 @@ def scorecard_html(frame: Any, diag_frame: Any, figures: Path | str | None = Non
         items = []
         for r in [*rows, *diag_frame.to_dict("records")]:
             png = folder / f"{r['id']}.png"
-            items.append(_figure_html(str(r["id"]), str(r["verdict"]), png) if png.is_file()
-                         else f"<p>{html_text.escape(str(r['id']))}: no figure ({html_text.escape(str(png))})</p>")
-        extra += ("<h2>Evidence: each comparison's difference a - b with the interval the rule reads</h2>"
-                  + "".join(items))
+            items.append(
+                _figure_html(str(r["id"]), str(r["verdict"]), png)
+                if png.is_file()
+                else f"<p>{html_text.escape(str(r['id']))}: no figure ({html_text.escape(str(png))})</p>"
+            )
+        extra += "<h2>Evidence: each comparison's difference a - b with the interval the rule reads</h2>" + "".join(
+            items
+        )
     if extra:
         main_body, tail = page.rsplit("</body>", 1)
         page = f"{main_body}{extra}</body>{tail}"

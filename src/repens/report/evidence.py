@@ -85,14 +85,23 @@ def _mean_se(values: Sequence[float]) -> tuple[float, float, int]:
 
 #: The display names of a few metrics in the figures.
 METRIC_LABELS = {
-    "accuracy": "accuracy (%)", "auroc_entropy": "AUROC(H)", "auroc_md": "AUROC(MD)", "nll": "NLL",
-    "entropy_ratio": "H_o/H_t", "md_ratio": "MD_o/MD_t", "rmse": "RMSE", "energy_distance": "energy distance",
-    "gap_sd_epistemic_ratio": "gap sd_f / HMC's", "w2_gap": "W2 gap", "entropy_far": "H far",
-    "entropy_near": "H near", "hmc_entropy_far": "HMC's H far", "kl_far": "KL far",
+    "accuracy": "accuracy (%)",
+    "auroc_entropy": "AUROC(H)",
+    "auroc_md": "AUROC(MD)",
+    "nll": "NLL",
+    "entropy_ratio": "H_o/H_t",
+    "md_ratio": "MD_o/MD_t",
+    "rmse": "RMSE",
+    "energy_distance": "energy distance",
+    "gap_sd_epistemic_ratio": "gap sd_f / HMC's",
+    "w2_gap": "W2 gap",
+    "entropy_far": "H far",
+    "entropy_near": "H near",
+    "hmc_entropy_far": "HMC's H far",
+    "kl_far": "KL far",
     "repulsion_ratio_mean": "||repulsion||/||drift||",
 }
-DATASET_LABELS = {d: registry.dataset_label(d, short=True) for d in registry.datasets_of("image")
-                  if registry.ood_of(d)}
+DATASET_LABELS = {d: registry.dataset_label(d, short=True) for d in registry.datasets_of("image") if registry.ood_of(d)}
 
 
 #: the method groups the claims compare (config.yaml keys), as ``repens.config.method_groups``
@@ -124,8 +133,12 @@ class Evidence:
         labels: method key -> display name (config.yaml's labels).
     """
 
-    def __init__(self, files: Mapping[str, Path | str | None], labels: Mapping[str, str] | None = None,
-                 groups: Mapping[str, Sequence[Any]] | None = None):
+    def __init__(
+        self,
+        files: Mapping[str, Path | str | None],
+        labels: Mapping[str, str] | None = None,
+        groups: Mapping[str, Sequence[Any]] | None = None,
+    ):
         self.labels = dict(labels or {})
         self.group_spec = {**DEFAULT_GROUPS, **{k: _tuples(v) for k, v in (groups or {}).items()}}
         unknown = sorted(set(self.group_spec) - set(DEFAULT_GROUPS))
@@ -173,17 +186,26 @@ class Evidence:
         if rows is None:
             return Estimate.absent(label, why or "")
         sizes = {_int(r.get("n")) for r in rows if r.get("target") == target and r.get("method") == like}
-        floor = [r for r in rows if r.get("target") == target and r.get("method") == "iid" and _int(r.get("n")) in sizes]
+        floor = [
+            r for r in rows if r.get("target") == target and r.get("method") == "iid" and _int(r.get("n")) in sizes
+        ]
         if len(sizes) != 1 or len(floor) != 1:
             return Estimate.absent(label, f"{self.paths['synthetic']}: no iid row for the {target}/{like} particles")
         n = sizes.pop()
         label = f"exact iid (n={n}) {METRIC_LABELS.get(metric, metric)}"
         if not with_error:  # the other side is not run: the noise floor's error is not computed
             value = _float(floor[0].get(metric))
-            return Estimate(f"{label} {_num(value)} (s.e. not computed)", value, 0.0, 0, EXACT,
-                            str(self.paths["synthetic"]))
-        return Estimate(label, _float(floor[0].get(metric)), self._floor_se(target, metric, n), 0, PUBLISHED,
-                        str(self.paths["synthetic"]))
+            return Estimate(
+                f"{label} {_num(value)} (s.e. not computed)", value, 0.0, 0, EXACT, str(self.paths["synthetic"])
+            )
+        return Estimate(
+            label,
+            _float(floor[0].get(metric)),
+            self._floor_se(target, metric, n),
+            0,
+            PUBLISHED,
+            str(self.paths["synthetic"]),
+        )
 
     def _floor_se(self, target: str, metric: str, n: int) -> float:
         key = (target, n, metric)
@@ -207,8 +229,9 @@ class Evidence:
         # never scored against an unconverged HMC reference (repens.hmc.convergence; the
         # column is absent from tables written before it existed)
         if any(str(r.get("hmc_converged", "")).strip() in ("0", "False") for r in mine):
-            return Estimate.absent(label, f"{self.paths['toy']}: HMC reference not converged (R-hat / ESS fail the "
-                                          "paper-scale thresholds)")
+            return Estimate.absent(
+                label, f"{self.paths['toy']}: HMC reference not converged (R-hat / ESS fail the paper-scale thresholds)"
+            )
         scale, source = self._scale("toy", mine), str(self.paths["toy"])
         if f"{metric}_mean" in mine[0]:  # already aggregated over seeds
             r = mine[0]
@@ -241,8 +264,16 @@ class Evidence:
         if f"{metric}_mean" not in r:
             return Estimate.absent(label, f"{self.paths[key]}: no column {metric}_mean")
         converged, why = self.convergence(_EXPERIMENTS[key], dataset, method)
-        return Estimate(label, _float(r[f"{metric}_mean"]), _float(r.get(f"{metric}_se")), _int(r.get(f"{metric}_n")),
-                        self._scale(key, mine), str(self.paths[key]), converged=converged, convergence=why)
+        return Estimate(
+            label,
+            _float(r[f"{metric}_mean"]),
+            _float(r.get(f"{metric}_se")),
+            _int(r.get(f"{metric}_n")),
+            self._scale(key, mine),
+            str(self.paths[key]),
+            converged=converged,
+            convergence=why,
+        )
 
     # ---- whether the runs behind a Table 1 / Table 2 row converged (results/convergence.csv)
     def convergence(self, experiment: str, dataset: str, method: str) -> tuple[bool | None, str]:
@@ -255,8 +286,9 @@ class Evidence:
         rows, why = self.rows("convergence")
         if rows is None:
             return None, f"convergence unknown ({why})"
-        mine = [r for r in rows if (r.get("experiment"), r.get("dataset"), r.get("method"))
-                == (experiment, dataset, method)]
+        mine = [
+            r for r in rows if (r.get("experiment"), r.get("dataset"), r.get("method")) == (experiment, dataset, method)
+        ]
         if not mine:
             return None, f"no convergence check of the {experiment}/{dataset}/{method} runs"
         verdicts = [(_verdict_value(r.get("converged")), r) for r in mine]
@@ -274,13 +306,26 @@ class Evidence:
         rows, why = self.rows("uci_seeds")
         if rows is None:
             return Estimate.absent(label, why or "")
-        mine = [r for r in rows if r.get("source", "").startswith(source) and r.get("dataset") == dataset
-                and r.get("method") == method and r.get("metric") in (metric, f"{metric}_inferred")]
+        mine = [
+            r
+            for r in rows
+            if r.get("source", "").startswith(source)
+            and r.get("dataset") == dataset
+            and r.get("method") == method
+            and r.get("metric") in (metric, f"{metric}_inferred")
+        ]
         if not mine:
             return Estimate.absent(label, f"{self.paths['uci_seeds']}: no {source} {dataset}/{method} {metric}")
         r = mine[0]
-        return Estimate(label, _float(r["mean"]), _float(r["se"]), 0, PUBLISHED, str(self.paths["uci_seeds"]),
-                        rounding=_rounding(r["mean"], r["se"]))
+        return Estimate(
+            label,
+            _float(r["mean"]),
+            _float(r["se"]),
+            0,
+            PUBLISHED,
+            str(self.paths["uci_seeds"]),
+            rounding=_rounding(r["mean"], r["se"]),
+        )
 
 
 _SOURCE_NAMES = {"pearce2020": "Pearce's", "wild2023": "Wild's"}
@@ -308,8 +353,13 @@ class PaperEvidence(Evidence):
     Quantities the paper does not print are absent.
     """
 
-    def __init__(self, which: str, files: Mapping[str, Path | str | None], labels: Mapping[str, str] | None = None,
-                 groups: Mapping[str, Sequence[Any]] | None = None):
+    def __init__(
+        self,
+        which: str,
+        files: Mapping[str, Path | str | None],
+        labels: Mapping[str, str] | None = None,
+        groups: Mapping[str, Sequence[Any]] | None = None,
+    ):
         super().__init__(files, labels, groups)
         self.which = which
 
@@ -322,8 +372,15 @@ class PaperEvidence(Evidence):
         if not mine or metric not in mine[0]:
             return Estimate.absent(label, f"{self.paths['table1_paper']}: no {dataset}/{method} {metric}")
         r = mine[0]
-        return Estimate(label, _float(r[metric]), _float(r.get(f"{metric}_se")), 5, PUBLISHED,
-                        str(self.paths["table1_paper"]), rounding=_rounding(r[metric], r.get(f"{metric}_se", "")))
+        return Estimate(
+            label,
+            _float(r[metric]),
+            _float(r.get(f"{metric}_se")),
+            5,
+            PUBLISHED,
+            str(self.paths["table1_paper"]),
+            rounding=_rounding(r[metric], r.get(f"{metric}_se", "")),
+        )
 
     def uci(self, dataset: str, method: str, metric: str) -> Estimate:
         source = {"pearce": "pearce2020", "wild": "wild2023"}.get(self.which)
@@ -357,12 +414,14 @@ def noise_floor_se(target: str, n: int, metric: str, summary: Path | str | None 
     ``results/synthetic/sample_quality.json``)."""
     path = Path(summary) if summary is not None else synthetic_summary_path(FILES["synthetic"])
     data = read_json(path, "sample-quality summary")
-    rows = [r for r in data.get("rows", []) if r.get("target") == target and r.get("method") == "iid"
-            and _int(r.get("n")) == int(n)]
+    rows = [
+        r
+        for r in data.get("rows", [])
+        if r.get("target") == target and r.get("method") == "iid" and _int(r.get("n")) == int(n)
+    ]
     if len(rows) != 1 or f"{metric}_sd" not in rows[0]:
         raise DataFileError(path, f"no iid row for {target} with n={n} holding {metric}_sd")
     return float(rows[0][f"{metric}_sd"]) / math.sqrt(rows[0]["repeats"])
-
 
 
 #: Where each file key lives in a run (the CLI's options say which path each is).
@@ -385,5 +444,3 @@ def shown_path(path: Path | str) -> str:
         return path.resolve().relative_to(Path.cwd().resolve()).as_posix() if path.is_absolute() else path.as_posix()
     except ValueError:
         return path.as_posix()
-
-

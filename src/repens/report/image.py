@@ -30,8 +30,16 @@ from repens.report.tables import (
     write_table,
 )
 
-__all__ = ["TABLE1_COLUMNS", "EXTRA_COLUMNS", "DATASET_LABELS", "load_records", "read_reference", "write_table1", "vs_paper_rows",
-           "vs_paper_table"]
+__all__ = [
+    "TABLE1_COLUMNS",
+    "EXTRA_COLUMNS",
+    "DATASET_LABELS",
+    "load_records",
+    "read_reference",
+    "write_table1",
+    "vs_paper_rows",
+    "vs_paper_table",
+]
 
 #: the paper's column order; accuracy shown in percent as in the paper
 TABLE1_COLUMNS = [
@@ -80,13 +88,28 @@ def load_records(paths: Sequence[Path | str]) -> list[dict[str, Any]]:
     for path in paths:
         data = read_json(path, "image metrics", required=("job", "metrics"))
         job, metrics = data["job"], data["metrics"]
-        if not isinstance(job, dict) or not isinstance(metrics, dict) or \
-                not all(k in job for k in ("dataset", "method", "seed")):
-            raise DataFileError(path, "not a metrics file written by an image job (its 'job' has no "
-                                      "dataset, method and seed, or 'metrics' is not an object)")
-        records.append({"dataset": job["dataset"], "method": job["method"], "seed": job["seed"],
-                        "scale": job.get("scale"), "particles": job.get("particles"), "steps": job.get("steps"),
-                        **{c.key: math.nan for c in EXTRA_COLUMNS}, **metrics})
+        if (
+            not isinstance(job, dict)
+            or not isinstance(metrics, dict)
+            or not all(k in job for k in ("dataset", "method", "seed"))
+        ):
+            raise DataFileError(
+                path,
+                "not a metrics file written by an image job (its 'job' has no "
+                "dataset, method and seed, or 'metrics' is not an object)",
+            )
+        records.append(
+            {
+                "dataset": job["dataset"],
+                "method": job["method"],
+                "seed": job["seed"],
+                "scale": job.get("scale"),
+                "particles": job.get("particles"),
+                "steps": job.get("steps"),
+                **{c.key: math.nan for c in EXTRA_COLUMNS},
+                **metrics,
+            }
+        )
     scales = {r["scale"] for r in records}
     if len(scales) > 1:
         raise ValueError(f"metrics from different scales {sorted(map(str, scales))}; rerun at one scale")
@@ -103,8 +126,12 @@ def read_reference(path: Path | str) -> dict[tuple[str, str], dict[str, float]]:
     return out
 
 
-def vs_paper_rows(records: Sequence[Mapping[str, Any]], reference: Mapping[tuple[str, str], Mapping[str, float]],
-                  datasets: Sequence[str], methods: Sequence[str]) -> list[dict[str, Any]]:
+def vs_paper_rows(
+    records: Sequence[Mapping[str, Any]],
+    reference: Mapping[tuple[str, str], Mapping[str, float]],
+    datasets: Sequence[str],
+    methods: Sequence[str],
+) -> list[dict[str, Any]]:
     """Every (dataset, method, metric) cell: ours (mean, s.e., seeds) beside the paper's,
     the difference, and the difference in units of the combined error."""
     rows = []
@@ -125,17 +152,32 @@ def vs_paper_rows(records: Sequence[Mapping[str, Any]], reference: Mapping[tuple
                 o_mean = ours.mean if ours else math.nan
                 o_se = ours.se if ours else math.nan
                 diff = o_mean - p_mean
-                err = math.sqrt((o_se if math.isfinite(o_se) else 0.0) ** 2 + (p_se if math.isfinite(p_se) else 0.0) ** 2)
-                rows.append({
-                    "dataset": ds, "method": m, "metric": col.name,
-                    "ours_mean": o_mean, "ours_se": o_se, "ours_seeds": ours.n if ours else 0,
-                    "paper_mean": p_mean, "paper_error": p_se, "difference": diff,
-                    "difference_in_errors": diff / err if err > 0 and math.isfinite(diff) else math.nan,
-                    "error_basis": ("ours and the paper's" if math.isfinite(o_se) and math.isfinite(p_se)
-                                    else "the paper's only: one seed of ours, its spread not measured yet"
-                                    if ours and ours.n == 1 and math.isfinite(p_se) else
-                                    "ours only" if math.isfinite(o_se) else "none"),
-                })
+                err = math.sqrt(
+                    (o_se if math.isfinite(o_se) else 0.0) ** 2 + (p_se if math.isfinite(p_se) else 0.0) ** 2
+                )
+                rows.append(
+                    {
+                        "dataset": ds,
+                        "method": m,
+                        "metric": col.name,
+                        "ours_mean": o_mean,
+                        "ours_se": o_se,
+                        "ours_seeds": ours.n if ours else 0,
+                        "paper_mean": p_mean,
+                        "paper_error": p_se,
+                        "difference": diff,
+                        "difference_in_errors": diff / err if err > 0 and math.isfinite(diff) else math.nan,
+                        "error_basis": (
+                            "ours and the paper's"
+                            if math.isfinite(o_se) and math.isfinite(p_se)
+                            else "the paper's only: one seed of ours, its spread not measured yet"
+                            if ours and ours.n == 1 and math.isfinite(p_se)
+                            else "ours only"
+                            if math.isfinite(o_se)
+                            else "none"
+                        ),
+                    }
+                )
     return rows
 
 
@@ -144,15 +186,18 @@ def _sorted_known(values: Iterable[Any]) -> list[Any]:
     first in order, then the rest by text."""
     flat = [x for v in values for x in (v if isinstance(v, (list, tuple, set)) else [v])]
     known = {v for v in flat if v is not None}
-    return sorted(known, key=lambda v: (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool)
-                  else (1, 0, str(v)))
+    return sorted(
+        known, key=lambda v: (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
+    )
 
 
 def _values(values: Iterable[Any]) -> str:
     """``50`` for one value, ``10/50`` for several, ``?`` for none (a caption's sizes:
     numbers as text, never a Python list; unknown values (None) are left out)."""
-    return "/".join(f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
-                    for v in _sorted_known(values)) or "?"
+    return (
+        "/".join(f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v) for v in _sorted_known(values))
+        or "?"
+    )
 
 
 def _seed_list(values: Iterable[Any]) -> str:
@@ -171,8 +216,15 @@ def _code_header(column: Column) -> str:
     return f"{paper.name}: the released code's definition" + (f" ({detail})" if detail else "")
 
 
-def vs_paper_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str], csv: pd.DataFrame, *,
-                   scale: str, seeds: str, sizes: str) -> Table:
+def vs_paper_table(
+    rows: Sequence[Mapping[str, Any]],
+    labels: Mapping[str, str],
+    csv: pd.DataFrame,
+    *,
+    scale: str,
+    seeds: str,
+    sizes: str,
+) -> Table:
     """The comparison with the paper in wide form, for a person: one row per (dataset,
     method) with a run of ours, and for each Table 1 metric three columns side by side,
     "paper" (its mean ± s.e.), "ours" (mean ± s.e. over our seeds; the value alone with
@@ -198,28 +250,40 @@ def vs_paper_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
         line: list[Any] = [n]
         for c in TABLE1_COLUMNS:
             r = metrics.get(c.name)
-            line += ([mean_pm_text(r["paper_mean"], r["paper_error"]), mean_pm_text(r["ours_mean"], r["ours_se"]),
-                      signed_text(r["difference_in_errors"])] if r else ["–"] * 3)
+            line += (
+                [
+                    mean_pm_text(r["paper_mean"], r["paper_error"]),
+                    mean_pm_text(r["ours_mean"], r["ours_se"]),
+                    signed_text(r["difference_in_errors"]),
+                ]
+                if r
+                else ["–"] * 3
+            )
         for c in code:
             r = metrics.get(c.name)
-            line += ([mean_pm_text(r["ours_mean"], r["ours_se"]), signed_text(r["difference_in_errors"])]
-                     if r else ["–"] * 2)
+            line += (
+                [mean_pm_text(r["ours_mean"], r["ours_se"]), signed_text(r["difference_in_errors"])] if r else ["–"] * 2
+            )
         rules.append("midrule" if keys and keys[-1][0] != DATASET_LABELS.get(dataset, dataset) else "")
         keys.append((DATASET_LABELS.get(dataset, dataset), labels.get(method, method)))
         cells.append(line)
     index = pd.MultiIndex.from_tuples(keys) if keys else pd.MultiIndex.from_arrays([[], []])
     frame = pd.DataFrame(cells, index=index, columns=pd.MultiIndex.from_tuples(columns), dtype=object)
     if 1 in counts:
-        basis = ("Δ / s.e. = (ours − paper) / √(s.e. ours² + s.e. paper²); in rows with n = 1 (one seed of ours, "
-                 "its spread not measured yet) the paper's s.e. alone")
+        basis = (
+            "Δ / s.e. = (ours − paper) / √(s.e. ours² + s.e. paper²); in rows with n = 1 (one seed of ours, "
+            "its spread not measured yet) the paper's s.e. alone"
+        )
     else:
         basis = "Δ / s.e. = (ours − paper) / √(s.e. ours² + s.e. paper²)"
     reproduction = (
         "Quick scale: the training is shortened (the sizes above), so a difference measures the shortened "
         "training as much as the method: a quick-scale comparison is not a reproduction of the paper."
-        if scale == "quick" else
-        f"Scale {scale}." if scale != "paper" else
-        "Paper scale: the paper's settings (Appendix G.4, G.5).")
+        if scale == "quick"
+        else f"Scale {scale}."
+        if scale != "paper"
+        else "Paper scale: the paper's settings (Appendix G.4, G.5)."
+    )
     note = (
         f"Scale: {scale} ({sizes}). Ours: mean ± s.e. over seeds {seeds}; n: seeds per row; with n = 1 the value "
         f"alone. Paper: D'Angelo & Fortuin 2021, Table 1, mean ± s.e. as printed. {basis}. Accuracy in %. "
@@ -227,15 +291,33 @@ def vs_paper_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
         "code computes it, set beside the paper's value of that metric. Methods with no run of ours are left out "
         "(the paper's values: workflow/resources/table1_paper.csv; every cell, long form: table1_vs_paper.csv)."
     )
-    title = "Table 1 beside the paper's values" + (" (quick scale: not a reproduction)" if scale == "quick"
-                                                    else f" (scale: {scale})")
-    return Table(cells=frame, csv=csv, title=title, note=note, rules=rules, csv_na_rep="nan",
-                 source="repens.report.image.write_table1")
+    title = "Table 1 beside the paper's values" + (
+        " (quick scale: not a reproduction)" if scale == "quick" else f" (scale: {scale})"
+    )
+    return Table(
+        cells=frame,
+        csv=csv,
+        title=title,
+        note=note,
+        rules=rules,
+        csv_na_rep="nan",
+        source="repens.report.image.write_table1",
+    )
 
 
-def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Mapping[str, str],
-                 datasets: Sequence[str], methods: Sequence[str], out_tex: Path, out_png: Path, out_csv: Path,
-                 out_vs_paper: Path, out_html: Path | None = None, out_vs_paper_html: Path | None = None) -> None:
+def write_table1(
+    inputs: Sequence[Path | str],
+    reference: Path | str,
+    labels: Mapping[str, str],
+    datasets: Sequence[str],
+    methods: Sequence[str],
+    out_tex: Path,
+    out_png: Path,
+    out_csv: Path,
+    out_vs_paper: Path,
+    out_html: Path | None = None,
+    out_vs_paper_html: Path | None = None,
+) -> None:
     """Write Table 1 (LaTeX, PNG, CSV, HTML) and the comparison with the paper's values
     (CSV, HTML), all through :func:`repens.report.tables.write_table`.
 
@@ -246,18 +328,25 @@ def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Ma
     paper_methods = {m for (_, m) in ref}
     rows = [(m, labels.get(m, m), m not in paper_methods) for m in methods]
     rows = [r for r in rows if not r[2]] + [r for r in rows if r[2]]  # extra rows below the rule
-    blocks = build_blocks(records, TABLE1_COLUMNS + EXTRA_COLUMNS, [(d, DATASET_LABELS.get(d, d)) for d in datasets], rows)
+    blocks = build_blocks(
+        records, TABLE1_COLUMNS + EXTRA_COLUMNS, [(d, DATASET_LABELS.get(d, d)) for d in datasets], rows
+    )
     scale = records[0]["scale"] if records else "?"
     seeds = _seed_list(r["seed"] for r in records)
     counts = pd.Series([(r["dataset"], r["method"]) for r in records], dtype=object).value_counts()
     single = bool((counts == 1).any())
-    spread = (" Rows with n = 1 show no $\\pm$: one seed, so our seed-to-seed spread is not measured yet."
-              if single else "")
-    sizes = ", ".join(
-        f"{DATASET_LABELS.get(d, d)}: {_values(r['particles'] for r in records if r['dataset'] == d)} particles, "
-        f"{_values(r['steps'] for r in records if r['dataset'] == d)} steps"
-        for d in datasets if any(r["dataset"] == d for r in records)
-    ) or "no runs"
+    spread = (
+        " Rows with n = 1 show no $\\pm$: one seed, so our seed-to-seed spread is not measured yet." if single else ""
+    )
+    sizes = (
+        ", ".join(
+            f"{DATASET_LABELS.get(d, d)}: {_values(r['particles'] for r in records if r['dataset'] == d)} particles, "
+            f"{_values(r['steps'] for r in records if r['dataset'] == d)} steps"
+            for d in datasets
+            if any(r["dataset"] == d for r in records)
+        )
+        or "no runs"
+    )
     ood = ", ".join(f"{DATASET_LABELS.get(d, d)} vs {OOD_LABELS.get(d, '?')}" for d in datasets)
     caption = (
         "BNN image classification (Table 1 of D'Angelo & Fortuin 2021, reproduced). Mean $\\pm$ standard "
@@ -268,17 +357,43 @@ def write_table1(inputs: Sequence[Path | str], reference: Path | str, labels: Ma
         f"confidence. Accuracy in %. Rows below the rule are methods the paper does not report. "
         f"Scale: {scale} ({sizes})."
     )
-    note = (f"mean ± s.e. over seeds; n: seeds per row; bold: best per dataset; scale {scale}; seeds {seeds}; "
-            f"{sizes}; ECE: 15 equal-width top-label bins"
-            + ("; n = 1: one seed, no ± (our seed-to-seed spread not measured yet)" if single else ""))
-    table = mean_se_table(blocks, TABLE1_COLUMNS, csv_columns=TABLE1_COLUMNS + EXTRA_COLUMNS,
-                          title="Table 1: BNN image classification (mean ± s.e. over seeds)", caption=caption,
-                          label="tab:table1", note=note, source="repens.report.image.write_table1", seeds_column="n",
-                          size="footnotesize", tabcolsep="4pt")
+    note = (
+        f"mean ± s.e. over seeds; n: seeds per row; bold: best per dataset; scale {scale}; seeds {seeds}; "
+        f"{sizes}; ECE: 15 equal-width top-label bins"
+        + ("; n = 1: one seed, no ± (our seed-to-seed spread not measured yet)" if single else "")
+    )
+    table = mean_se_table(
+        blocks,
+        TABLE1_COLUMNS,
+        csv_columns=TABLE1_COLUMNS + EXTRA_COLUMNS,
+        title="Table 1: BNN image classification (mean ± s.e. over seeds)",
+        caption=caption,
+        label="tab:table1",
+        note=note,
+        source="repens.report.image.write_table1",
+        seeds_column="n",
+        size="footnotesize",
+        tabcolsep="4pt",
+    )
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv, out_png=out_png)
     vs_paper = vs_paper_rows(records, ref, datasets, [r[0] for r in rows])
-    vs_columns = ["dataset", "method", "label", "metric", "ours_mean", "ours_se", "ours_seeds", "paper_mean",
-                  "paper_error", "difference", "difference_in_errors", "error_basis"]
+    vs_columns = [
+        "dataset",
+        "method",
+        "label",
+        "metric",
+        "ours_mean",
+        "ours_se",
+        "ours_seeds",
+        "paper_mean",
+        "paper_error",
+        "difference",
+        "difference_in_errors",
+        "error_basis",
+    ]
     long = pd.DataFrame(with_labels(vs_paper, labels), columns=vs_columns)
-    write_table(vs_paper_table(vs_paper, labels, long, scale=scale, seeds=seeds, sizes=sizes),
-                out_html=out_vs_paper_html, out_csv=out_vs_paper)
+    write_table(
+        vs_paper_table(vs_paper, labels, long, scale=scale, seeds=seeds, sizes=sizes),
+        out_html=out_vs_paper_html,
+        out_csv=out_vs_paper,
+    )

@@ -28,17 +28,41 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PUBLISHED", "PUBLISHED_FOLDERS", "RTOL", "RUN_FILES", "Section", "SECTIONS", "tree_runs", "published_runs", "publish", "check",
-           "inventory", "write_page"]
+__all__ = [
+    "PUBLISHED",
+    "PUBLISHED_FOLDERS",
+    "RTOL",
+    "RUN_FILES",
+    "Section",
+    "SECTIONS",
+    "tree_runs",
+    "published_runs",
+    "publish",
+    "check",
+    "inventory",
+    "write_page",
+]
 
 #: what a rebuild writes that the tree keeps, relative to results/ (tables with their
 #: ``.provenance.json`` sidecars, figures as PNG)
 PUBLISHED = (
-    "synthetic/metrics.csv", "figures/fig2_gaussian.png", "figures/figF1_funnel.png",
-    "toy/distance_to_hmc.csv", "figures/fig1_regression.png", "figures/fig3_classification.png",
-    "table1.csv", "table1_vs_paper.csv", "table1.png",
-    "table2_uci.csv", "table2_vs_seeds.csv", "table2_vs_de.csv",
-    "claims.csv", "claims_diagnostics.csv", "claims_comparisons.csv", "claims.md", "convergence.csv",
+    "synthetic/metrics.csv",
+    "figures/fig2_gaussian.png",
+    "figures/figF1_funnel.png",
+    "toy/distance_to_hmc.csv",
+    "figures/fig1_regression.png",
+    "figures/fig3_classification.png",
+    "table1.csv",
+    "table1_vs_paper.csv",
+    "table1.png",
+    "table2_uci.csv",
+    "table2_vs_seeds.csv",
+    "table2_vs_de.csv",
+    "claims.csv",
+    "claims_diagnostics.csv",
+    "claims_comparisons.csv",
+    "claims.md",
+    "convergence.csv",
 )
 #: folders of figures a rebuild writes that the tree keeps whole (their PNGs), relative
 #: to results/: the evidence figure of each claim (:mod:`repens.report.claim_figures`)
@@ -64,30 +88,46 @@ class Section:
 
 
 SECTIONS = (
-    Section("image", "Table 1: BNN image classification (FashionMNIST, OOD MNIST)",
-            "D'Angelo & Fortuin (2021), Table 1 and Appendix G.4: 50 particles from the prior, 50,000 Adam "
-            "steps, batch 256, seeds 38-42; the paper prints mean ± s.e. over the five seeds.",
-            ("table1_vs_paper.csv",), ("table1.png",)),
-    Section("uci", "Table 2: UCI regression",
-            "Pearce et al. (2020), Table 4 and App. E.7 (anchored ensembles, 5 members), and Wild et al. "
-            "(2023) (DLE, DRLE): RMSE and NLL over the standard splits.",
-            ("table2_vs_seeds.csv",), ()),
-    Section("synthetic", "Figure 2 and Figure F.1: sampling a 2-D Gaussian and Neal's funnel",
-            "D'Angelo & Fortuin (2021), Sec. 4, Figure 2 and Appendix F, Figure F.1 (G.1 settings); the paper "
-            "shows the particles only. The table (energy distance to the target, beyond the paper) is mean ± "
-            "s.e. over five seeds.",
-            ("synthetic/metrics.csv",), ("figures/fig2_gaussian.png", "figures/figF1_funnel.png")),
-    Section("toy", "Figures 1 and 3: BNN toys against HMC",
-            "D'Angelo & Fortuin (2021), Figure 1 (1-D regression, G.2) and Figure 3 (2-D classification, G.3), "
-            "each method's predictive beside HMC's. The distance table (beyond the paper) is mean ± s.e. over "
-            "five seeds, each with its own converged HMC reference.",
-            ("toy/distance_to_hmc.csv",), ("figures/fig1_regression.png", "figures/fig3_classification.png")),
+    Section(
+        "image",
+        "Table 1: BNN image classification (FashionMNIST, OOD MNIST)",
+        "D'Angelo & Fortuin (2021), Table 1 and Appendix G.4: 50 particles from the prior, 50,000 Adam "
+        "steps, batch 256, seeds 38-42; the paper prints mean ± s.e. over the five seeds.",
+        ("table1_vs_paper.csv",),
+        ("table1.png",),
+    ),
+    Section(
+        "uci",
+        "Table 2: UCI regression",
+        "Pearce et al. (2020), Table 4 and App. E.7 (anchored ensembles, 5 members), and Wild et al. "
+        "(2023) (DLE, DRLE): RMSE and NLL over the standard splits.",
+        ("table2_vs_seeds.csv",),
+        (),
+    ),
+    Section(
+        "synthetic",
+        "Figure 2 and Figure F.1: sampling a 2-D Gaussian and Neal's funnel",
+        "D'Angelo & Fortuin (2021), Sec. 4, Figure 2 and Appendix F, Figure F.1 (G.1 settings); the paper "
+        "shows the particles only. The table (energy distance to the target, beyond the paper) is mean ± "
+        "s.e. over five seeds.",
+        ("synthetic/metrics.csv",),
+        ("figures/fig2_gaussian.png", "figures/figF1_funnel.png"),
+    ),
+    Section(
+        "toy",
+        "Figures 1 and 3: BNN toys against HMC",
+        "D'Angelo & Fortuin (2021), Figure 1 (1-D regression, G.2) and Figure 3 (2-D classification, G.3), "
+        "each method's predictive beside HMC's. The distance table (beyond the paper) is mean ± s.e. over "
+        "five seeds, each with its own converged HMC reference.",
+        ("toy/distance_to_hmc.csv",),
+        ("figures/fig1_regression.png", "figures/fig3_classification.png"),
+    ),
 )
 
 #: why a configured (dataset or experiment) is not in the tree when nothing has run it
 NOT_RUN_WHY = {
     ("image", "cifar10"): "CIFAR-10 and SVHN are not on this project's machines, and a paper-scale ResNet32 "
-                          "step takes about a minute on one CPU core: it needs a GPU and the data",
+    "step takes about a minute on one CPU core: it needs a GPU and the data",
 }
 
 
@@ -109,9 +149,12 @@ def _sha256(path: Path) -> str:
 def tree_runs(reference: Path | str) -> list[str]:
     """Every per-job result file in the tree, relative to it (``image/.../metrics.json``)."""
     reference = Path(reference)
-    return sorted(p.relative_to(reference).as_posix()
-                  for experiment in ("synthetic", "toy", "uci", "image")
-                  for p in (reference / experiment).glob("*/*/seed*/*") if p.name in RUN_FILES)
+    return sorted(
+        p.relative_to(reference).as_posix()
+        for experiment in ("synthetic", "toy", "uci", "image")
+        for p in (reference / experiment).glob("*/*/seed*/*")
+        if p.name in RUN_FILES
+    )
 
 
 def published_runs(reference: Path | str) -> dict[str, str] | None:
@@ -135,8 +178,11 @@ def publish(results: Path | str, reference: Path | str) -> list[Path]:
         if built.is_file() and (digest := _sha256(built)) == _sha256(reference / rel):
             runs[rel] = digest
     copied = []
-    figures = [p.relative_to(results).as_posix() for folder in PUBLISHED_FOLDERS
-               for p in sorted((results / folder).glob("*.png"))]
+    figures = [
+        p.relative_to(results).as_posix()
+        for folder in PUBLISHED_FOLDERS
+        for p in sorted((results / folder).glob("*.png"))
+    ]
     for rel in [*PUBLISHED, *figures]:
         for name in (rel, rel + ".provenance.json"):
             if (results / name).is_file():
@@ -145,7 +191,9 @@ def publish(results: Path | str, reference: Path | str) -> list[Path]:
                 copied.append(dest / name)
     if not copied:
         shutil.rmtree(staged, ignore_errors=True)
-        raise FileNotFoundError(f"{results}: none of the tables or figures a rebuild writes ({', '.join(PUBLISHED[:3])}, ...)")
+        raise FileNotFoundError(
+            f"{results}: none of the tables or figures a rebuild writes ({', '.join(PUBLISHED[:3])}, ...)"
+        )
     (staged / RUNS).write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
     copied.append(dest / RUNS)
     shutil.rmtree(dest, ignore_errors=True)
@@ -198,8 +246,10 @@ def check(results: Path | str, reference: Path | str, rtol: float = RTOL) -> lis
             continue
         a, b = _read_csv(table), _read_csv(built)
         if len(a) != len(b) or (a and a[0] != b[0]):
-            problems.append(f"{rel}: {len(a)} rows kept, {len(b)} built"
-                            + ("" if not a or not b or a[0] == b[0] else "; the headers differ"))
+            problems.append(
+                f"{rel}: {len(a)} rows kept, {len(b)} built"
+                + ("" if not a or not b or a[0] == b[0] else "; the headers differ")
+            )
             continue
         header = a[0] if a else []
         for i, (ra, rb) in enumerate(zip(a[1:], b[1:]), 2):
@@ -216,8 +266,9 @@ def check(results: Path | str, reference: Path | str, rtol: float = RTOL) -> lis
 
 def _job_files(reference: Path, experiment: str, runs: Sequence[str]) -> list[Path]:
     """The experiment's runs among ``runs`` (an HMC run counts by its predictions)."""
-    return [reference / rel for rel in runs
-            if rel.startswith(experiment + "/") and not rel.endswith("diagnostics.json")]
+    return [
+        reference / rel for rel in runs if rel.startswith(experiment + "/") and not rel.endswith("diagnostics.json")
+    ]
 
 
 def _provenance(path: Path) -> dict[str, Any]:
@@ -256,8 +307,9 @@ def _benchmark(path: Path) -> dict[str, float]:
     return out
 
 
-def inventory(reference: Path | str, config: Mapping[str, Any],
-              runs: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def inventory(
+    reference: Path | str, config: Mapping[str, Any], runs: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     """Per (experiment, dataset): the runs (default: the published ones, else every run in
     the tree) against the grid the config runs at paper scale, with their seeds,
     software, machines and time."""
@@ -279,17 +331,21 @@ def inventory(reference: Path | str, config: Mapping[str, Any],
             mine = [p for p in held if p.parts[-4] == dataset]
             provs = [{**_provenance(p), **_machine(p)} for p in mine]
             bench = [_benchmark(p) for p in mine]
-            rows.append({
-                "experiment": experiment, "dataset": dataset,
-                "runs": len(mine), "grid": len(methods) * len(seeds),
-                "methods": sorted({p.parts[-3] for p in mine}),
-                "seeds": sorted({int(p.parts[-2][4:]) for p in mine}),
-                "torch": sorted({str(p.get("torch")) for p in provs}),
-                "cpu": sorted({str(p.get("cpu") or p.get("device")) for p in provs}),
-                "commits": sorted({str(p.get("git_commit", "?"))[:7] for p in provs}),
-                "cpu_hours": sum(b.get("cpu_time", 0.0) for b in bench) / 3600,
-                "why": NOT_RUN_WHY.get((experiment, dataset), ""),
-            })
+            rows.append(
+                {
+                    "experiment": experiment,
+                    "dataset": dataset,
+                    "runs": len(mine),
+                    "grid": len(methods) * len(seeds),
+                    "methods": sorted({p.parts[-3] for p in mine}),
+                    "seeds": sorted({int(p.parts[-2][4:]) for p in mine}),
+                    "torch": sorted({str(p.get("torch")) for p in provs}),
+                    "cpu": sorted({str(p.get("cpu") or p.get("device")) for p in provs}),
+                    "commits": sorted({str(p.get("git_commit", "?"))[:7] for p in provs}),
+                    "cpu_hours": sum(b.get("cpu_time", 0.0) for b in bench) / 3600,
+                    "why": NOT_RUN_WHY.get((experiment, dataset), ""),
+                }
+            )
     return rows
 
 
@@ -346,15 +402,24 @@ def _vs_paper(path: Path) -> list[str]:
                 cells.append("not run")
                 continue
             basis.add(r.get("error_basis", ""))
-            ours = _fmt(r["ours_mean"]) + ("" if _number(r["ours_se"]) is None or math.isnan(float(r["ours_se"]))
-                                            else f" ± {_fmt(r['ours_se'])}")
-            paper = "no value" if math.isnan(float(r["paper_mean"])) else f"{_fmt(r['paper_mean'])} ± {_fmt(r['paper_error'])}"
+            ours = _fmt(r["ours_mean"]) + (
+                "" if _number(r["ours_se"]) is None or math.isnan(float(r["ours_se"])) else f" ± {_fmt(r['ours_se'])}"
+            )
+            paper = (
+                "no value"
+                if math.isnan(float(r["paper_mean"]))
+                else f"{_fmt(r['paper_mean'])} ± {_fmt(r['paper_error'])}"
+            )
             z = r["difference_in_errors"]
             cells.append(f"{ours} vs {paper}" + ("" if math.isnan(float(z)) else f" ({float(z):+.1f})"))
         out.append([key[0], first["label"], n, *cells])
     lines = _markdown(["dataset", "method", "n", *metrics], out)
-    lines += ["", "Each cell: ours vs the paper's mean ± s.e. (the difference in standard errors). Errors used: "
-              + "; ".join(sorted(b for b in basis if b)) + "."]
+    lines += [
+        "",
+        "Each cell: ours vs the paper's mean ± s.e. (the difference in standard errors). Errors used: "
+        + "; ".join(sorted(b for b in basis if b))
+        + ".",
+    ]
     if unrun:
         lines += ["", f"Not run at all: {', '.join(unrun)} (see above)."]
     return lines
@@ -367,8 +432,11 @@ def _mean_se(path: Path) -> list[str]:
         return ["(empty)"]
     cols = list(rows[0])
     keys = [c[:-5] for c in cols if c.endswith("_mean") and f"{c[:-5]}_se" in cols]
-    ident = [c for c in cols if not any(c.startswith(k + "_") for k in keys)
-             and c not in ("extra", "scale") and not c.endswith("_best")]
+    ident = [
+        c
+        for c in cols
+        if not any(c.startswith(k + "_") for k in keys) and c not in ("extra", "scale") and not c.endswith("_best")
+    ]
     if not keys:
         return _markdown(cols, [[_fmt(r[c]) for c in cols] for r in rows])
     table = []
@@ -381,8 +449,10 @@ def _mean_se(path: Path) -> list[str]:
             se = _number(r[f"{k}_se"])
             n = r.get(f"{k}_n", "")
             mean = _number(r[f"{k}_mean"])
-            cells.append(_mean_pm(math.nan if mean is None else mean, math.nan if se is None else se)
-                         + (f" (n={n})" if n else ""))
+            cells.append(
+                _mean_pm(math.nan if mean is None else mean, math.nan if se is None else se)
+                + (f" (n={n})" if n else "")
+            )
         table.append([_fmt(r[c]) for c in ident] + cells)
     return _markdown(ident + keys, table)
 
@@ -432,10 +502,15 @@ def _claims_section(kept: Path, link: Path) -> list[str]:
     lines = [("##" + line[1:]) if line.startswith("#") else line for line in lines[1:]]
     figures = [p for folder in PUBLISHED_FOLDERS for p in sorted((kept / folder).glob("*.png"))]
     if figures:
-        lines += ["", "### Evidence of each claim", "",
-                  "Each comparison's difference a - b with the interval the verdict rule reads, coloured by its "
-                  "verdict (grey band: an agreement's margin; hollow: a run that did not converge), from "
-                  f"[`claims_comparisons.csv`]({link / 'claims_comparisons.csv'}).", ""]
+        lines += [
+            "",
+            "### Evidence of each claim",
+            "",
+            "Each comparison's difference a - b with the interval the verdict rule reads, coloured by its "
+            "verdict (grey band: an agreement's margin; hollow: a run that did not converge), from "
+            f"[`claims_comparisons.csv`]({link / 'claims_comparisons.csv'}).",
+            "",
+        ]
         for png in figures:
             rel = png.relative_to(kept).as_posix()
             lines += [f"![{png.stem}]({link / rel})", ""]
@@ -453,12 +528,15 @@ def _not_run_lines(inv: Sequence[Mapping[str, Any]]) -> list[str]:
         rows = [r for r in missing if r["experiment"] == experiment]
         untouched = [r for r in rows if not r["runs"] and not r["why"]]
         if len(untouched) > 1:
-            lines.append(f"- {experiment}: {', '.join(r['dataset'] for r in untouched)}: all "
-                         f"{sum(r['grid'] for r in untouched)} runs: {campaign}.")
+            lines.append(
+                f"- {experiment}: {', '.join(r['dataset'] for r in untouched)}: all "
+                f"{sum(r['grid'] for r in untouched)} runs: {campaign}."
+            )
             rows = [r for r in rows if r not in untouched]
         for r in rows:
-            lines.append(f"- {experiment} / {r['dataset']}: {r['grid'] - r['runs']} of {r['grid']} runs: "
-                         f"{r['why'] or campaign}.")
+            lines.append(
+                f"- {experiment} / {r['dataset']}: {r['grid'] - r['runs']} of {r['grid']} runs: {r['why'] or campaign}."
+            )
     return lines
 
 
@@ -469,8 +547,12 @@ def _section_lines(section: Any, kept: Path, link: Path) -> list[str]:
     for rel in section.tables:
         if (kept / rel).is_file():
             have = True
-            lines += _table(kept / rel) + ["", f"Table: [`{rel}`]({link / rel}) (provenance: "
-                                               f"[`{rel}.provenance.json`]({link / (rel + '.provenance.json')}))", ""]
+            lines += _table(kept / rel) + [
+                "",
+                f"Table: [`{rel}`]({link / rel}) (provenance: "
+                f"[`{rel}.provenance.json`]({link / (rel + '.provenance.json')}))",
+                "",
+            ]
     for rel in section.figures:
         if (kept / rel).is_file():
             have = True
@@ -496,7 +578,7 @@ def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str
         "Generated from the reference tree (`reference/`) by `python -m repens reference page`; do not edit. "
         "Every number below comes from a run at the paper's settings whose files are committed under "
         "`reference/`; `snakemake -c2 rebuild --config scale=paper from_reference=true` rebuilds every table "
-        "and figure from them without training (README, \"Paper-scale results\"). A claim counts as reproduced "
+        'and figure from them without training (README, "Paper-scale results"). A claim counts as reproduced '
         "only at the paper's settings, over its seeds, with error bars: a cell with one seed is compared "
         "with the paper's mean ± s.e. but has no spread of its own yet.",
         "",
@@ -507,11 +589,30 @@ def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str
         "",
     ]
     lines += _markdown(
-        ["experiment", "dataset", "runs held / at the paper's settings", "seeds", "CPU-hours", "torch", "machine",
-         "commit"],
-        [[r["experiment"], r["dataset"], f"{r['runs']} / {r['grid']}", ", ".join(map(str, r["seeds"])) or "-",
-          f"{r['cpu_hours']:.1f}", ", ".join(r["torch"]) or "-", ", ".join(r["cpu"]) or "-",
-          ", ".join(r["commits"]) or "-"] for r in inv])
+        [
+            "experiment",
+            "dataset",
+            "runs held / at the paper's settings",
+            "seeds",
+            "CPU-hours",
+            "torch",
+            "machine",
+            "commit",
+        ],
+        [
+            [
+                r["experiment"],
+                r["dataset"],
+                f"{r['runs']} / {r['grid']}",
+                ", ".join(map(str, r["seeds"])) or "-",
+                f"{r['cpu_hours']:.1f}",
+                ", ".join(r["torch"]) or "-",
+                ", ".join(r["cpu"]) or "-",
+                ", ".join(r["commits"]) or "-",
+            ]
+            for r in inv
+        ],
+    )
     lines += _not_run_lines(inv)
     for section in SECTIONS:
         lines += _section_lines(section, kept, link)

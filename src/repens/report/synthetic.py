@@ -75,13 +75,30 @@ _SHORT_NAMES: dict[str, str] = {"gaussian": "Gaussian", "funnel": "funnel"}
 
 #: Columns of the metrics CSV, in order.
 COLUMNS: list[str] = [
-    "target", "method", "label", "seed", "scale", "n", "steps",
-    "mean_error", "cov_rel_err_xx", "cov_xy_err", "cov_rel_err_yy", "max_cov_rel_err",
-    "energy_distance", "cov_xy_err_kind", "source",
+    "target",
+    "method",
+    "label",
+    "seed",
+    "scale",
+    "n",
+    "steps",
+    "mean_error",
+    "cov_rel_err_xx",
+    "cov_xy_err",
+    "cov_rel_err_yy",
+    "max_cov_rel_err",
+    "energy_distance",
+    "cov_xy_err_kind",
+    "source",
 ]
 
 METRIC_KEYS: tuple[str, ...] = (
-    "mean_error", "cov_rel_err_xx", "cov_xy_err", "cov_rel_err_yy", "max_cov_rel_err", "energy_distance",
+    "mean_error",
+    "cov_rel_err_xx",
+    "cov_xy_err",
+    "cov_rel_err_yy",
+    "max_cov_rel_err",
+    "energy_distance",
 )
 
 # --------------------------------------------------------------------------- inputs
@@ -137,8 +154,11 @@ def load_run(path: Path | str) -> Run:
     arrays = read_npz(path, "result")
     missing = [key for key in ("particles", "job") if key not in arrays]
     if missing:
-        raise DataFileError(path, f"missing array(s) {missing}; has {sorted(arrays)} "
-                         "(expected the output of 'repens train' for a synthetic job)")
+        raise DataFileError(
+            path,
+            f"missing array(s) {missing}; has {sorted(arrays)} "
+            "(expected the output of 'repens train' for a synthetic job)",
+        )
     particles = np.asarray(arrays["particles"], dtype=np.float64)
     if particles.ndim != 2 or particles.shape[1] != 2 or particles.shape[0] < 2:
         raise DataFileError(path, f"'particles' must have shape (n >= 2, 2), got {particles.shape}")
@@ -159,8 +179,9 @@ def load_runs(inputs: Iterable[Path | str], labels: Mapping[str, str] | None = N
     if not runs:
         raise ValueError("no input files")
     if labels:
-        runs = [replace(run, job={**run.job, "label": labels[run.method]}) if run.method in labels else run
-                for run in runs]
+        runs = [
+            replace(run, job={**run.job, "label": labels[run.method]}) if run.method in labels else run for run in runs
+        ]
     return runs
 
 
@@ -228,8 +249,7 @@ def _moments_text(target_name: str, moments: Mapping[str, Any]) -> str:
     return f"{TARGET_TITLES.get(target_name, target_name)}: mean {mean_s}, covariance {cov_s}{extra}"
 
 
-def metrics_table(frame, reference_samples: int, seed: int, moments: Mapping[str, Mapping[str, Any]],
-                  iid_repeats: int):
+def metrics_table(frame, reference_samples: int, seed: int, moments: Mapping[str, Mapping[str, Any]], iid_repeats: int):
     """The metrics frame (:func:`metrics_frame`) as a :class:`repens.report.tables.Table`:
     rows grouped by target (a rule between targets), the exact-iid rows in italics.
     ``moments``: each target's exact ``mean`` and ``cov``; ``iid_repeats``: the number of
@@ -254,33 +274,48 @@ def metrics_table(frame, reference_samples: int, seed: int, moments: Mapping[str
     shown = pd.DataFrame([grp.iloc[0] for _, grp in groups]).reset_index(drop=True)
     base = shown["method"] == "iid"
     values, columns = _metric_values(groups, base)
-    cells = pd.DataFrame({
-        "Seed": [_seeds_cell(grp) for _, grp in groups],
-        "n": [int(v) for v in shown["n"]],
-        "Steps": ["--" if b or pd.isna(v) else int(v) for b, v in zip(base, shown["steps"])],
-        **{c.name: values[c.key] for c in columns},
-    })
+    cells = pd.DataFrame(
+        {
+            "Seed": [_seeds_cell(grp) for _, grp in groups],
+            "n": [int(v) for v in shown["n"]],
+            "Steps": ["--" if b or pd.isna(v) else int(v) for b, v in zip(base, shown["steps"])],
+            **{c.name: values[c.key] for c in columns},
+        }
+    )
     bold = _bold_cells(shown, base, values, columns, targets, cells.index)
     cells.index = pd.MultiIndex.from_arrays([[TARGET_TITLES.get(t, t) for t in shown["target"]], list(shown["label"])])
     bold.index = cells.index
     starts = shown["target"].ne(shown["target"].shift()).to_numpy()
     notes = sorted({c.notation for c in columns})
     return Table(
-        cells=cells, csv=frame, caption=caption, label="tab:synthetic-metrics",
+        cells=cells,
+        csv=frame,
+        caption=caption,
+        label="tab:synthetic-metrics",
         title=f"Synthetic targets: sample quality of each method (scale: {', '.join(scales)})",
         note="mean ± s.e. over seeds; bold: lowest (best) per target among the methods; italic: exact iid "
-             "samples of the same size (the noise floor); ED: energy distance"
-             + ("; a column with a value below 0.001 is in scientific notation throughout" if "sci" in notes else ""),
+        "samples of the same size (the noise floor); ED: energy distance"
+        + ("; a column with a value below 0.001 is in scientific notation throughout" if "sci" in notes else ""),
         source="repens.report.synthetic.write_metrics_table",
         tex_headers={"n": "$n$", **{c.name: c.header for c in columns}},
         formats={c.name: mean_se_formatter(c) for c in columns},
-        bold=bold, italic=list(base), rules=["midrule" if s and i else "" for i, s in enumerate(starts)],
-        packages=("booktabs", "amsmath", "amssymb"), size="small", position="ht",
+        bold=bold,
+        italic=list(base),
+        rules=["midrule" if s and i else "" for i, s in enumerate(starts)],
+        packages=("booktabs", "amsmath", "amssymb"),
+        size="small",
+        position="ht",
     )
 
 
-def _metrics_caption(frame, scales: Sequence[str], reference_samples: int, seed: int,
-                     moments: Mapping[str, Mapping[str, Any]], iid_repeats: int) -> str:
+def _metrics_caption(
+    frame,
+    scales: Sequence[str],
+    reference_samples: int,
+    seed: int,
+    moments: Mapping[str, Mapping[str, Any]],
+    iid_repeats: int,
+) -> str:
     """The LaTeX caption of the metrics table: scales, what each column means, the exact moments."""
     targets = list(dict.fromkeys(frame["target"]))
     kinds = {t: frame.loc[frame["target"] == t, "cov_xy_err_kind"].iloc[0] for t in targets}
@@ -317,8 +352,13 @@ def _metric_values(groups, base) -> tuple[dict[str, list[Any]], list[Any]]:
     exact-iid row's value) and the column, in one notation for all its numbers."""
     from repens.report.tables import Cell, Column, column_notation, mean_se
 
-    values = {key: [grp[key].astype(float).iloc[0] if b else mean_se(grp[key].astype(float))
-                    for b, (_, grp) in zip(base, groups)] for key in _METRIC_HEADERS}
+    values = {
+        key: [
+            grp[key].astype(float).iloc[0] if b else mean_se(grp[key].astype(float))
+            for b, (_, grp) in zip(base, groups)
+        ]
+        for key in _METRIC_HEADERS
+    }
     columns = []
     for key, (plain, tex) in _METRIC_HEADERS.items():
         notation, digits = column_notation([v.mean if isinstance(v, Cell) else v for v in values[key]])
@@ -334,21 +374,34 @@ def _bold_cells(shown, base, values: Mapping[str, list[Any]], columns: Sequence[
 
     bold_keys: dict[str, set[int]] = {c.key: set() for c in columns}
     for target in targets:
-        rows = [Row(str(i), "", {c.key: values[c.key][i] for c in columns}) for i in range(len(shown))
-                if shown["target"].iloc[i] == target and not base.iloc[i]]
+        rows = [
+            Row(str(i), "", {c.key: values[c.key][i] for c in columns})
+            for i in range(len(shown))
+            if shown["target"].iloc[i] == target and not base.iloc[i]
+        ]
         for c in columns:
             bold_keys[c.key] |= {int(k) for k in best_rows(Block(target, target, rows), c)}
-    return pd.DataFrame({
-        "Seed": False, "n": False, "Steps": False,
-        **{c.name: [i in bold_keys[c.key] for i in range(len(shown))] for c in columns},
-    }, index=index)
+    return pd.DataFrame(
+        {
+            "Seed": False,
+            "n": False,
+            "Steps": False,
+            **{c.name: [i in bold_keys[c.key] for i in range(len(shown))] for c in columns},
+        },
+        index=index,
+    )
 
 
 # --------------------------------------------------------------------------- output
 
 
-def write_metrics_table_from(summary: Path | str | Mapping[str, Any], out_csv: Path, out_tex: Path,
-                             labels: Mapping[str, str] | None = None, out_html: Path | None = None) -> None:
+def write_metrics_table_from(
+    summary: Path | str | Mapping[str, Any],
+    out_csv: Path,
+    out_tex: Path,
+    labels: Mapping[str, str] | None = None,
+    out_html: Path | None = None,
+) -> None:
     """Write the synthetic metrics table as CSV, booktabs LaTeX and (optionally) HTML, from
     the metrics file of :mod:`repens.summaries.synthetic` (``results/synthetic/sample_quality.json``).
 
@@ -372,12 +425,11 @@ def write_metrics_table_from(summary: Path | str | Mapping[str, Any], out_csv: P
 
     data = read_summary(summary)
     frame = metrics_frame(data, labels=labels)
-    table = metrics_table(frame, data["reference_samples"], data["reference_seed"], data["targets"],
-                          data["iid_repeats"])
+    table = metrics_table(
+        frame, data["reference_samples"], data["reference_seed"], data["targets"], data["iid_repeats"]
+    )
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
     log.info("wrote %s and %s (%d rows)", out_csv, out_tex, len(frame))
-
-
 
 
 # the figures (their module imports this one's runs)

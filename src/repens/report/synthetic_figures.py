@@ -73,10 +73,18 @@ def _joint_axes(fig, cell):
 
 def _draw_contours(ax, density: _Density) -> None:
     top_level = float(density.logp.max()) + 1e-9
-    ax.contourf(density.mesh_x, density.mesh_y, density.logp, levels=density.levels + [top_level],
-                cmap="Greys", alpha=0.25)
-    ax.contour(density.mesh_x, density.mesh_y, density.logp, levels=density.levels, colors="0.45",
-               linewidths=0.5, linestyles="solid")
+    ax.contourf(
+        density.mesh_x, density.mesh_y, density.logp, levels=density.levels + [top_level], cmap="Greys", alpha=0.25
+    )
+    ax.contour(
+        density.mesh_x,
+        density.mesh_y,
+        density.logp,
+        levels=density.levels,
+        colors="0.45",
+        linewidths=0.5,
+        linestyles="solid",
+    )
 
 
 def _draw_particles(ax, particles: np.ndarray, window: Sequence[tuple[float, float]]) -> None:
@@ -86,12 +94,28 @@ def _draw_particles(ax, particles: np.ndarray, window: Sequence[tuple[float, flo
     (x_lo, x_hi), (y_lo, y_hi) = window
     finite = np.all(np.isfinite(particles), axis=1)
     p = particles[finite]
-    sns.scatterplot(x=p[:, 0], y=p[:, 1], ax=ax, s=9, color=PALETTE["particles"], alpha=0.75,
-                    edgecolor="none", zorder=3, legend=False)
+    sns.scatterplot(
+        x=p[:, 0],
+        y=p[:, 1],
+        ax=ax,
+        s=9,
+        color=PALETTE["particles"],
+        alpha=0.75,
+        edgecolor="none",
+        zorder=3,
+        legend=False,
+    )
     outside = int((~finite).sum() + ((p[:, 0] < x_lo) | (p[:, 0] > x_hi) | (p[:, 1] < y_lo) | (p[:, 1] > y_hi)).sum())
     if outside:
-        ax.text(0.02, 0.02, f"{outside} of {len(particles)} particles outside view", transform=ax.transAxes,
-                fontsize=7, color="0.2", va="bottom")
+        ax.text(
+            0.02,
+            0.02,
+            f"{outside} of {len(particles)} particles outside view",
+            transform=ax.transAxes,
+            fontsize=7,
+            color="0.2",
+            va="bottom",
+        )
 
 
 def _kde_marginal(ax, values: np.ndarray, color, vertical: bool, limits: tuple[float, float]) -> None:
@@ -103,12 +127,23 @@ def _kde_marginal(ax, values: np.ndarray, color, vertical: bool, limits: tuple[f
     if values.size < 2 or np.ptp(values) == 0:
         return
     data = {"y": values} if vertical else {"x": values}
-    sns.kdeplot(**data, ax=ax, color=color, fill=True, alpha=0.15, linewidth=1.2, bw_method="scott",
-                warn_singular=False, clip=limits, gridsize=_KDE_GRIDSIZE)
+    sns.kdeplot(
+        **data,
+        ax=ax,
+        color=color,
+        fill=True,
+        alpha=0.15,
+        linewidth=1.2,
+        bw_method="scott",
+        warn_singular=False,
+        clip=limits,
+        gridsize=_KDE_GRIDSIZE,
+    )
 
 
-def _draw_marginals(top, right, particles: np.ndarray, exact: np.ndarray,
-                    window: Sequence[tuple[float, float]]) -> None:
+def _draw_marginals(
+    top, right, particles: np.ndarray, exact: np.ndarray, window: Sequence[tuple[float, float]]
+) -> None:
     """Top/right marginal KDEs: exact target samples (red) under the particles (blue)."""
     import seaborn as sns
 
@@ -133,16 +168,19 @@ def _panel_title(run: Run, settings: Mapping[str, str], varying: Sequence[str]) 
     return run.label + ("\n" + ", ".join(settings[key] for key in varying) if varying else "")
 
 
-def _figure_texts(target: str, scales: Sequence[str], settings: Mapping[str, str],
-                  common: Sequence[str]) -> tuple[str, str]:
+def _figure_texts(
+    target: str, scales: Sequence[str], settings: Mapping[str, str], common: Sequence[str]
+) -> tuple[str, str]:
     """Suptitle (target, paper figure, scale, shared settings) and the legend footer."""
     figure = PAPER_FIGURES.get(target)
     head = TARGET_TITLES.get(target, target) + (f" (paper {figure})" if figure else "")
     head += f" \u2014 scale: {', '.join(scales)}"
     if common:
         head += "; " + ", ".join(settings[key] for key in common)
-    footer = ("grey: target log-density contours; blue dots: particles; marginals: KDE of "
-              "exact target samples (red) and of the particles (blue)")
+    footer = (
+        "grey: target log-density contours; blue dots: particles; marginals: KDE of "
+        "exact target samples (red) and of the particles (blue)"
+    )
     return head, footer
 
 
@@ -157,8 +195,10 @@ def read_figure_data(data: Path | str | Mapping[str, np.ndarray]) -> dict[str, n
     arrays = dict(data) if isinstance(data, Mapping) else read_npz(Path(data), "figure data")
     missing = [k for k in ("exact", "window", "mesh_x", "mesh_y", "logp", "levels") if k not in arrays]
     if missing:
-        raise DataFileError(str(data) if not isinstance(data, Mapping) else "figure data",
-                            f"missing array(s) {missing} (expected 'repens.summaries.synthetic figure-data')")
+        raise DataFileError(
+            str(data) if not isinstance(data, Mapping) else "figure data",
+            f"missing array(s) {missing} (expected 'repens.summaries.synthetic figure-data')",
+        )
     return arrays
 
 
@@ -179,8 +219,14 @@ def _draw_panel(fig, cell, run: Run, data: Mapping[str, np.ndarray], first: bool
     top.set_title(title, fontsize=11)
 
 
-def plot_target_panels_from(target: str, data: Path | str | Mapping[str, np.ndarray], inputs: list[Path],
-                            out_png: Path, out_pdf: Path, labels: Mapping[str, str] | None = None) -> None:
+def plot_target_panels_from(
+    target: str,
+    data: Path | str | Mapping[str, np.ndarray],
+    inputs: list[Path],
+    out_png: Path,
+    out_pdf: Path,
+    labels: Mapping[str, str] | None = None,
+) -> None:
     """Draw Figure 2 (``gaussian``) or Figure F.1 (``funnel``): one joint plot per method.
 
     Panels run left to right in input order, each titled with the method label.
@@ -228,4 +274,3 @@ def plot_target_panels_from(target: str, data: Path | str | Mapping[str, np.ndar
         fig.text(0.5, 0.012, footer, ha="center", fontsize=8, color="0.25")
         save_png_pdf(fig, out_png, out_pdf)
     log.info("wrote %s and %s (%d panels)", out_png, out_pdf, k)
-

@@ -207,8 +207,9 @@ def _sci(value: float, significant: int, kind: str) -> str:
 
 def best_rows(block: Block, column: Column) -> set[str]:
     """Keys of the rows whose displayed mean is the best of the block (ties: all)."""
-    shown = {r.key: _shown(r.cells[column.key].mean, column) for r in block.rows
-             if math.isfinite(r.cells[column.key].mean)}
+    shown = {
+        r.key: _shown(r.cells[column.key].mean, column) for r in block.rows if math.isfinite(r.cells[column.key].mean)
+    }
     if not shown or column.better is None:
         return set()
     target = max(shown.values()) if column.better == "max" else min(shown.values())
@@ -242,6 +243,7 @@ def _pm(kind: str) -> str:
 def mean_se_formatter(column: Column) -> Callable[[Any, str], str]:
     """A column's cells: a :class:`Cell` as mean ± s.e., a plain number in the column's
     notation too (a row of single values, e.g. a noise floor), text as it is."""
+
     def fmt(cell: Any, kind: str) -> str:
         if isinstance(cell, Cell):
             return format_cell(cell, column, pm=_pm(kind), kind=kind)
@@ -292,7 +294,7 @@ def latex_text(text: str) -> str:
     head, tail = "\\begin{tabular}{l}\n", " \\\\\n\\end{tabular}\n"
     if not (out.startswith(head) and out.endswith(tail)):
         raise RuntimeError(f"unexpected Styler.to_latex output: {out!r}")
-    return out[len(head):-len(tail)]
+    return out[len(head) : -len(tail)]
 
 
 # --------------------------------------------------------------------------- tables
@@ -393,16 +395,27 @@ def _styler(table: Table, kind: str):
         mask = table.bold.to_numpy(dtype=bool)
         if kind == "latex":  # a cell in math (scientific notation) needs \boldmath as well
             fmts = [table.formats.get(c[-1] if isinstance(c, tuple) else c, number) for c in table.cells.columns]
-            props = np.array([["textbf:--rwrap;boldmath:;" if "\\times" in fmts[j](v, "latex") else "textbf:--rwrap;"
-                               for j, v in enumerate(row)] for row in cells.itertuples(index=False)], dtype=object)
+            props = np.array(
+                [
+                    [
+                        "textbf:--rwrap;boldmath:;" if "\\times" in fmts[j](v, "latex") else "textbf:--rwrap;"
+                        for j, v in enumerate(row)
+                    ]
+                    for row in cells.itertuples(index=False)
+                ],
+                dtype=object,
+            )
         else:
             props = np.full(mask.shape, "font-weight: bold;", dtype=object)
         styler.apply(lambda frame, props=props: np.where(mask, props, ""), axis=None)
     if table.italic is not None and table.show_index:
         slanted = "textit:--rwrap;" if kind == "latex" else "font-style: italic;"
         italic = list(table.italic)
-        styler.apply_index(lambda labels, props=slanted: [props if flag else "" for flag in italic], axis=0,
-                           level=cells.index.nlevels - 1)
+        styler.apply_index(
+            lambda labels, props=slanted: [props if flag else "" for flag in italic],
+            axis=0,
+            level=cells.index.nlevels - 1,
+        )
     return styler
 
 
@@ -428,7 +441,7 @@ def _booktabs_rules(tex: str, table: Table) -> str:
     if table.rules is not None:
         head = lines.index(r"\midrule", top)
         bottom = lines.index(r"\bottomrule", head)
-        body = lines[head + 1:bottom]
+        body = lines[head + 1 : bottom]
         if len(body) != len(table.rules):
             raise ValueError(f"table {table.title!r}: {len(body)} LaTeX rows for {len(table.rules)} rows")
         ruled = []
@@ -438,7 +451,7 @@ def _booktabs_rules(tex: str, table: Table) -> str:
             elif rule == "cmidrule":
                 ruled.append(rf"\cmidrule(l){{{min(2, width)}-{width}}}")
             ruled.append(line)
-        lines[head + 1:bottom] = ruled
+        lines[head + 1 : bottom] = ruled
     return "\n".join(lines)
 
 
@@ -469,8 +482,11 @@ def to_latex(table: Table) -> str:
 
 
 _HTML_STYLES = [
-    {"selector": "", "props": "border-collapse: collapse; border-top: 2px solid #222; border-bottom: 2px solid #222;"
-                              " font-family: sans-serif; font-size: 14px; margin: 0.5em 0;"},
+    {
+        "selector": "",
+        "props": "border-collapse: collapse; border-top: 2px solid #222; border-bottom: 2px solid #222;"
+        " font-family: sans-serif; font-size: 14px; margin: 0.5em 0;",
+    },
     {"selector": "caption", "props": "caption-side: top; text-align: left; font-weight: bold; padding: 0.3em 0;"},
     # the note wraps within the window even where the table is wider than it
     {"selector": "caption small", "props": "display: block; font-weight: normal; color: #555; max-width: 95vw;"},
@@ -488,8 +504,11 @@ NOWRAP_CHARS = 24
 #: The wrapping table's styles: as wide as the page, every cell may wrap (long words broken).
 _HTML_WRAP_STYLES = [
     {"selector": "", "props": "width: 100%; table-layout: auto;"},
-    {"selector": "th, td", "props": "white-space: normal; word-wrap: break-word; overflow-wrap: break-word;"
-                                    " max-width: 40em; vertical-align: top;"},
+    {
+        "selector": "th, td",
+        "props": "white-space: normal; word-wrap: break-word; overflow-wrap: break-word;"
+        " max-width: 40em; vertical-align: top;",
+    },
     {"selector": "tbody th", "props": "min-width: 6em;"},
     {"selector": "td", "props": "white-space: nowrap;"},
 ]
@@ -515,8 +534,11 @@ def wraps(table: Table, lengths: np.ndarray | None = None) -> bool:
     label longer than :data:`WRAP_CHARS`). ``lengths``: :func:`_text_lengths`, if known."""
     if table.wrap is not None:
         return table.wrap
-    labels = [str(v) for level in range(table.cells.index.nlevels)
-              for v in table.cells.index.get_level_values(level)] if table.show_index else []
+    labels = (
+        [str(v) for level in range(table.cells.index.nlevels) for v in table.cells.index.get_level_values(level)]
+        if table.show_index
+        else []
+    )
     if lengths is None:
         lengths = _text_lengths(table)
     return bool((lengths > WRAP_CHARS).any() or any(len(v) > WRAP_CHARS for v in labels))
@@ -534,8 +556,9 @@ def to_html(table: Table) -> str:
         # columns with long text (by position: Styler's class col<j>) wrap it, left-aligned
         text_columns = np.flatnonzero((lengths > NOWRAP_CHARS).any(axis=0))
         if text_columns.size:
-            styler.set_table_styles([{"selector": ", ".join(f"td.col{j}" for j in text_columns),
-                                      "props": _TEXT_COLUMN}], overwrite=False)
+            styler.set_table_styles(
+                [{"selector": ", ".join(f"td.col{j}" for j in text_columns), "props": _TEXT_COLUMN}], overwrite=False
+            )
     if table.rules is not None:
         rules = list(table.rules)
         ncols = table.cells.shape[1]
@@ -585,6 +608,7 @@ def _png_cells(table: Table) -> tuple[int, list[str], list[list[str]], list[list
 def _png_rules(ax, n: int, rules: Sequence[str]) -> None:
     """The image's rules over ``n`` lines (header and body): top, under the header, the
     table's ``midrule`` / ``cmidrule`` (grey) rows, bottom."""
+
     def hline(row_index: int, color: str = "black", lw: float = 0.8) -> None:
         y = 1.0 - row_index / n
         ax.plot([0, 1], [y, y], color=color, lw=lw, transform=ax.transAxes, clip_on=False)
@@ -619,8 +643,9 @@ def render_png(path: Path, table: Table) -> None:
     bottom = (0.05 + note_h) / fig_h
     ax = fig.add_axes((0.01, bottom, 0.98, top - bottom))
     ax.axis("off")
-    mpl_table = ax.table(cellText=body, colLabels=header, cellLoc="center", bbox=(0, 0, 1, 1),
-                         colWidths=[w / total for w in widths])
+    mpl_table = ax.table(
+        cellText=body, colLabels=header, cellLoc="center", bbox=(0, 0, 1, 1), colWidths=[w / total for w in widths]
+    )
     mpl_table.auto_set_font_size(False)
     mpl_table.set_fontsize(8)
     for (r, c), cell in mpl_table.get_celld().items():
@@ -634,13 +659,19 @@ def render_png(path: Path, table: Table) -> None:
     _png_rules(ax, len(body) + 1, rules)
     fig.suptitle(table.title, fontsize=10, y=1.0 - 0.12 / fig_h, va="top")
     if note:
-        fig.text(0.01, 0.08 / fig_h, "\n".join(note), fontsize=6.5, color="0.35", ha="left", va="bottom",
-                 linespacing=1.3)
+        fig.text(
+            0.01, 0.08 / fig_h, "\n".join(note), fontsize=6.5, color="0.35", ha="left", va="bottom", linespacing=1.3
+        )
     save_figure_atomic(fig, Path(path), dpi=160)
 
 
-def write_table(table: Table, out_tex: Path | str | None = None, out_html: Path | str | None = None,
-                out_csv: Path | str | None = None, out_png: Path | str | None = None) -> None:
+def write_table(
+    table: Table,
+    out_tex: Path | str | None = None,
+    out_html: Path | str | None = None,
+    out_csv: Path | str | None = None,
+    out_png: Path | str | None = None,
+) -> None:
     """Write whichever of the LaTeX, HTML, CSV and PNG forms are asked for (each atomically)."""
     if out_csv is not None:
         write_text_atomic(Path(out_csv), to_csv(table))
@@ -661,8 +692,7 @@ def csv_rows(blocks: Sequence[Block], columns: Sequence[Column]) -> list[dict[st
     for block in blocks:
         bold = {c.key: best_rows(block, c) for c in columns}
         for row in block.rows:
-            rec: dict[str, Any] = {"block": block.key, "method": row.key, "label": row.label,
-                                   "extra": int(row.extra)}
+            rec: dict[str, Any] = {"block": block.key, "method": row.key, "label": row.label, "extra": int(row.extra)}
             for c in columns:
                 cell = row.cells[c.key]
                 rec[f"{c.key}_mean"] = cell.mean * c.scale
@@ -673,10 +703,19 @@ def csv_rows(blocks: Sequence[Block], columns: Sequence[Column]) -> list[dict[st
     return out
 
 
-def mean_se_table(blocks: Sequence[Block], columns: Sequence[Column], *, title: str, caption: str = "",
-                  label: str = "", note: str = "", source: str = "repens.report.tables",
-                  csv_columns: Sequence[Column] | None = None, seeds_column: str | None = None,
-                  **options: Any) -> Table:
+def mean_se_table(
+    blocks: Sequence[Block],
+    columns: Sequence[Column],
+    *,
+    title: str,
+    caption: str = "",
+    label: str = "",
+    note: str = "",
+    source: str = "repens.report.tables",
+    csv_columns: Sequence[Column] | None = None,
+    seeds_column: str | None = None,
+    **options: Any,
+) -> Table:
     """A table in the layout of the paper's Table 1: one block of rows per dataset (the
     block label in the first column), mean ± s.e. cells, the best displayed mean of each
     column and block in bold (``Column.better``; ties all bold), a rule between blocks and
@@ -710,11 +749,19 @@ def mean_se_table(blocks: Sequence[Block], columns: Sequence[Column], *, title: 
     frame = pd.DataFrame(cells, index=index, columns=names, dtype=object)
     csv = pd.DataFrame(csv_rows(blocks, csv_columns or columns))
     return Table(
-        cells=frame, csv=csv, title=title, caption=caption, label=label, note=note, source=source,
+        cells=frame,
+        csv=csv,
+        title=title,
+        caption=caption,
+        label=label,
+        note=note,
+        source=source,
         tex_headers={c.name: c.header for c in columns},
         formats={c.name: mean_se_formatter(c) for c in columns},
         bold=pd.DataFrame(bold, index=index, columns=names, dtype=bool),
-        rules=rules, csv_na_rep="nan", **options,
+        rules=rules,
+        csv_na_rep="nan",
+        **options,
     )
 
 

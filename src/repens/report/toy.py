@@ -53,15 +53,30 @@ NEAR_RADIUS = 2.0
 
 #: Columns of the distance CSV, in order (one row per method; NaN where a dataset is absent).
 REGRESSION_COLUMNS = [
-    "w2_data", "w2_gap", "w2_outside",
-    "gap_sd", "hmc_gap_sd", "gap_sd_ratio",
-    "gap_sd_epistemic", "hmc_gap_sd_epistemic", "gap_sd_epistemic_ratio",
+    "w2_data",
+    "w2_gap",
+    "w2_outside",
+    "gap_sd",
+    "hmc_gap_sd",
+    "gap_sd_ratio",
+    "gap_sd_epistemic",
+    "hmc_gap_sd_epistemic",
+    "gap_sd_epistemic_ratio",
 ]
 CLASSIFICATION_COLUMNS = [
-    "kl_near", "kl_far", "entropy_near", "entropy_far", "hmc_entropy_near", "hmc_entropy_far",
+    "kl_near",
+    "kl_far",
+    "entropy_near",
+    "entropy_far",
+    "hmc_entropy_near",
+    "hmc_entropy_far",
 ]
-COLUMNS = (["method", "label", "seed", "scale"] + REGRESSION_COLUMNS + CLASSIFICATION_COLUMNS
-           + ["regression_source", "classification_source", "hmc_converged"])
+COLUMNS = (
+    ["method", "label", "seed", "scale"]
+    + REGRESSION_COLUMNS
+    + CLASSIFICATION_COLUMNS
+    + ["regression_source", "classification_source", "hmc_converged"]
+)
 
 
 # --------------------------------------------------------------------------- runs
@@ -97,8 +112,18 @@ def run_record(p: Any) -> dict[str, Any]:
     grid = {}
     if getattr(p, "probs_test", None) is not None:
         grid = {"n_grid": math.isqrt(p.x_test.shape[0]), "n_classes": int(p.probs_test.shape[1])}
-    return {"path": str(p.path), "dataset": p.dataset, "method": p.method, "label": p.label, "job": p.job,
-            "seed": p.seed, "scale": p.scale, "converged": p.converged, "members": int(p.members), **grid}
+    return {
+        "path": str(p.path),
+        "dataset": p.dataset,
+        "method": p.method,
+        "label": p.label,
+        "job": p.job,
+        "seed": p.seed,
+        "scale": p.scale,
+        "converged": p.converged,
+        "members": int(p.members),
+        **grid,
+    }
 
 
 def run_from_record(record: Mapping[str, Any]) -> ToyRun:
@@ -144,8 +169,12 @@ def _settings_detail(preds: Sequence[ToyRun]) -> tuple[list[str], list[str | Non
         parts.append(f"methods: {next(iter(method_settings.values()))}")
     elif others:
         parts += [f"{p.label}: {method_settings[p.path]}" for p in others]
-    parts += [f"HMC: {_fmt_setting(p.job, _members(p))}" + ("" if p.converged is not False else
-              " (not converged: R-hat / ESS fail the paper-scale thresholds)") for p in preds if p.is_hmc]
+    parts += [
+        f"HMC: {_fmt_setting(p.job, _members(p))}"
+        + ("" if p.converged is not False else " (not converged: R-hat / ESS fail the paper-scale thresholds)")
+        for p in preds
+        if p.is_hmc
+    ]
     extra = [None if p.is_hmc or shared else method_settings[p.path] for p in preds]
     return parts, extra
 
@@ -198,23 +227,36 @@ def _mean_se_text(n_seeds: int) -> Any:
 
 def _unconverged(present: Mapping[str, Any]) -> list[str]:
     """The seeds whose HMC reference is not converged."""
-    return sorted({str(hmc.seed) for by_seed in present.values() for hmc, _ in by_seed.values()
-                   if hmc.converged is False}, key=str)
+    return sorted(
+        {str(hmc.seed) for by_seed in present.values() for hmc, _ in by_seed.values() if hmc.converged is False},
+        key=str,
+    )
 
 
-def _distance_caption(present: Mapping[str, Any], seeds: Sequence[Any], converged_rhat_max: float,
-                      converged_ess_min: float) -> tuple[str, dict[tuple[str, str], str]]:
+def _distance_caption(
+    present: Mapping[str, Any], seeds: Sequence[Any], converged_rhat_max: float, converged_ess_min: float
+) -> tuple[str, dict[tuple[str, str], str]]:
     """The caption of the distance table and its columns: ``(group, key) -> plain header``."""
     first = next(iter(next(iter(present.values())).values()))[0]
     settings = "; ".join(
         f"{dataset}: " + "; ".join(_settings_detail([hmc, *methods])[0])
-        for dataset, by_seed in present.items() for hmc, methods in list(by_seed.values())[:1])
-    over = "" if len(seeds) == 1 else f" Each cell: mean $\\pm$ standard error over the {len(seeds)} seeds, " \
+        for dataset, by_seed in present.items()
+        for hmc, methods in list(by_seed.values())[:1]
+    )
+    over = (
+        ""
+        if len(seeds) == 1
+        else f" Each cell: mean $\\pm$ standard error over the {len(seeds)} seeds, "
         "each seed's data, method and HMC reference its own."
+    )
     unconverged = _unconverged(present)
-    warning = (f" The HMC reference of seed{'s' if len(unconverged) > 1 else ''} {', '.join(unconverged)} is not "
-               f"converged (R-hat / ESS fail the paper-scale thresholds $\\hat R \\le {converged_rhat_max:g}$, ESS "
-               f"$\\ge {converged_ess_min:g}$): its distances are no evidence about the methods." if unconverged else "")
+    warning = (
+        f" The HMC reference of seed{'s' if len(unconverged) > 1 else ''} {', '.join(unconverged)} is not "
+        f"converged (R-hat / ESS fail the paper-scale thresholds $\\hat R \\le {converged_rhat_max:g}$, ESS "
+        f"$\\ge {converged_ess_min:g}$): its distances are no evidence about the methods."
+        if unconverged
+        else ""
+    )
     parts = [
         "Distance of each method's predictive distribution to that of the HMC reference posterior "
         f"(HMC is the reference; scale {first.scale}, {_seeds_text(seeds)}; {settings}).{over}{warning}",
@@ -264,8 +306,9 @@ def _distance_cells(frame, headers: Mapping[tuple[str, str], str]):
     methods = list(dict.fromkeys(frame["method"]))
     by_method = {m: frame[frame["method"] == m] for m in methods}
     rows = [hmc_row] + [[cell(by_method[m][key].to_numpy()) for _, key in headers] for m in methods]
-    columns = pd.MultiIndex.from_tuples([(group, plain) for (group, _), plain in headers.items()],
-                                        names=[None, "Method"])
+    columns = pd.MultiIndex.from_tuples(
+        [(group, plain) for (group, _), plain in headers.items()], names=[None, "Method"]
+    )
     index = pd.Index(["HMC (reference)", *(by_method[m]["label"].iloc[0] for m in methods)])
     return pd.DataFrame(rows, index=index, columns=columns, dtype=object)
 
@@ -288,21 +331,31 @@ def distance_table(frame, present: dict[str, Any], converged_rhat_max: float, co
     tex = {plain: tex for plain, tex in [*_REGRESSION_HEADERS.values(), *_CLASSIFICATION_HEADERS.values()]}
     fmt = _mean_se_text(len(seeds))
     return Table(
-        cells=cells, csv=frame, caption=caption,
-        label="tab:toy-distance-to-hmc", title=f"BNN toys: distance of each predictive to HMC's "
-                                               f"(scale: {first.scale}, {_seeds_text(seeds)})"
-                                               + ("; HMC reference NOT converged" if unconverged else ""),
+        cells=cells,
+        csv=frame,
+        caption=caption,
+        label="tab:toy-distance-to-hmc",
+        title=f"BNN toys: distance of each predictive to HMC's "
+        f"(scale: {first.scale}, {_seeds_text(seeds)})" + ("; HMC reference NOT converged" if unconverged else ""),
         note="W2: Wasserstein-2 between Gaussian summaries; ratio: method / HMC; KL(HMC || method); "
-             "H: predictive entropy (nats); (f): epistemic, without the noise"
-             + ("" if len(seeds) == 1 else "; mean ± s.e. over seeds")
-             + (f"; the HMC reference of seed(s) {', '.join(unconverged)} is not converged (R-hat / ESS fail the "
-                f"paper-scale thresholds R-hat <= {converged_rhat_max:g}, ESS >= {converged_ess_min:g}): no evidence "
-                "about the methods"
-                if unconverged else ""),
-        source="repens.report.toy.write_distance_table", tex_headers=tex,
+        "H: predictive entropy (nats); (f): epistemic, without the noise"
+        + ("" if len(seeds) == 1 else "; mean ± s.e. over seeds")
+        + (
+            f"; the HMC reference of seed(s) {', '.join(unconverged)} is not converged (R-hat / ESS fail the "
+            f"paper-scale thresholds R-hat <= {converged_rhat_max:g}, ESS >= {converged_ess_min:g}): no evidence "
+            "about the methods"
+            if unconverged
+            else ""
+        ),
+        source="repens.report.toy.write_distance_table",
+        tex_headers=tex,
         formats={plain: fmt for plain in headers.values()},
-        italic=[True] + [False] * methods, rules=["", "midrule"] + [""] * (methods - 1),
-        packages=("booktabs", "amsmath"), size="footnotesize", tabcolsep="4pt", position="ht",
+        italic=[True] + [False] * methods,
+        rules=["", "midrule"] + [""] * (methods - 1),
+        packages=("booktabs", "amsmath"),
+        size="footnotesize",
+        tabcolsep="4pt",
+        position="ht",
     )
 
 
@@ -321,8 +374,10 @@ def distance_frame_from(summary: Path | str | Mapping[str, Any], labels: Mapping
     distance file; ``labels`` (method key -> display name) overrides the files' labels."""
     import pandas as pd
 
-    rows = [{**row, "label": (labels or {}).get(row["method"], row["label"])}
-            for row in read_distance_summary(summary)["rows"]]
+    rows = [
+        {**row, "label": (labels or {}).get(row["method"], row["label"])}
+        for row in read_distance_summary(summary)["rows"]
+    ]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     for col in REGRESSION_COLUMNS + CLASSIFICATION_COLUMNS:
         frame[col] = frame[col].astype(float)
@@ -331,8 +386,9 @@ def distance_frame_from(summary: Path | str | Mapping[str, Any], labels: Mapping
     return frame
 
 
-def _present(summary: Mapping[str, Any], labels: Mapping[str, str] | None = None
-             ) -> dict[str, dict[Any, tuple[ToyRun, list[ToyRun]]]]:
+def _present(
+    summary: Mapping[str, Any], labels: Mapping[str, str] | None = None
+) -> dict[str, dict[Any, tuple[ToyRun, list[ToyRun]]]]:
     """Per dataset, ``{seed: (hmc, methods)}`` of the distance file; the methods relabelled."""
     present: dict[str, dict[Any, tuple[ToyRun, list[ToyRun]]]] = {}
     for dataset, record in summary["datasets"].items():
@@ -346,8 +402,13 @@ def _present(summary: Mapping[str, Any], labels: Mapping[str, str] | None = None
     return present
 
 
-def write_distance_table_from(summary: Path | str | Mapping[str, Any], out_csv: Path | str, out_tex: Path | str,
-                              labels: Mapping[str, str] | None = None, out_html: Path | str | None = None) -> None:
+def write_distance_table_from(
+    summary: Path | str | Mapping[str, Any],
+    out_csv: Path | str,
+    out_tex: Path | str,
+    labels: Mapping[str, str] | None = None,
+    out_html: Path | str | None = None,
+) -> None:
     """Write the distance-to-HMC table of the toys as CSV, booktabs LaTeX and (optionally) HTML,
     from the distance file of :mod:`repens.summaries.toy` (``results/toy/distances.json``).
 
@@ -388,8 +449,6 @@ def write_distance_table_from(summary: Path | str | Mapping[str, Any], out_csv: 
     table = distance_table(frame, _present(data, labels), data["converged_rhat_max"], data["converged_ess_min"])
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
     log.info("wrote %s and %s (%d methods, %d rows)", out_csv, out_tex, frame["method"].nunique(), len(frame))
-
-
 
 
 # the figures (their module imports this one's settings helpers)

@@ -53,12 +53,15 @@ class ToyPanel:
     num_classes: int = 0
 
 
-_PANEL_KEYS = {"regression": ("x_test", "x_train", "y_train", "mean", "sd"),
-               "classification": ("x_test", "x_train", "y_train", "xs", "ys", "entropy", "num_classes")}
+_PANEL_KEYS = {
+    "regression": ("x_test", "x_train", "y_train", "mean", "sd"),
+    "classification": ("x_test", "x_train", "y_train", "xs", "ys", "entropy", "num_classes"),
+}
 
 
-def read_figure_data(data: Path | str | Mapping[str, np.ndarray], dataset: str,
-                     labels: Mapping[str, str] | None = None) -> list[ToyPanel]:
+def read_figure_data(
+    data: Path | str | Mapping[str, np.ndarray], dataset: str, labels: Mapping[str, str] | None = None
+) -> list[ToyPanel]:
     """The panels of a toy figure file (a path, or its arrays); ``labels`` (method key ->
     display name) overrides the files' labels.
 
@@ -98,8 +101,17 @@ _ENTROPY_CMAP = "viridis"
 _CLASS_PALETTE = "tab10"
 
 
-def _panel_grid(k: int, panel_w: float, panel_h: float, top_in: float, bottom_in: float,
-                left_in: float, right_in: float, wspace: float, hspace: float):
+def _panel_grid(
+    k: int,
+    panel_w: float,
+    panel_h: float,
+    top_in: float,
+    bottom_in: float,
+    left_in: float,
+    right_in: float,
+    wspace: float,
+    hspace: float,
+):
     from matplotlib.figure import Figure  # Agg canvas, no pyplot / global backend state
 
     ncols = min(_NCOLS, k)
@@ -107,8 +119,16 @@ def _panel_grid(k: int, panel_w: float, panel_h: float, top_in: float, bottom_in
     width = left_in + right_in + ncols * panel_w * (1 + wspace)
     height = top_in + bottom_in + nrows * panel_h * (1 + hspace)
     fig = Figure(figsize=(width, height))
-    grid = fig.add_gridspec(nrows, ncols, left=left_in / width, right=1 - right_in / width,
-                            bottom=bottom_in / height, top=1 - top_in / height, wspace=wspace, hspace=hspace)
+    grid = fig.add_gridspec(
+        nrows,
+        ncols,
+        left=left_in / width,
+        right=1 - right_in / width,
+        bottom=bottom_in / height,
+        top=1 - top_in / height,
+        wspace=wspace,
+        hspace=hspace,
+    )
     axes = [fig.add_subplot(grid[i // ncols, i % ncols]) for i in range(k)]
     return fig, axes, ncols, nrows, width, height
 
@@ -144,8 +164,9 @@ def _training_span(preds: Sequence[ToyPanel]) -> tuple[float, float]:
     return float(x.min()), float(x.max())
 
 
-def _regression_ylim(preds: Sequence[ToyPanel], truth: np.ndarray | None = None,
-                     xx: np.ndarray | None = None) -> tuple[float, float]:
+def _regression_ylim(
+    preds: Sequence[ToyPanel], truth: np.ndarray | None = None, xx: np.ndarray | None = None
+) -> tuple[float, float]:
     """Shared y-limits chosen where the figure's point is, the training span (the two
     clusters and the gap between them): the data, the truth there and HMC's predictive
     mean +- 2 sd (about 95%) over x in that span, padded by 5%. Without an HMC panel,
@@ -168,8 +189,9 @@ def _regression_ylim(preds: Sequence[ToyPanel], truth: np.ndarray | None = None,
     return lo - pad, hi + pad
 
 
-def _finish_figure(fig, title: str, footer: str, height: float, out_png: Path | str, out_pdf: Path | str,
-                   panels: int) -> None:
+def _finish_figure(
+    fig, title: str, footer: str, height: float, out_png: Path | str, out_pdf: Path | str, panels: int
+) -> None:
     """Suptitle, settings footer, and the PNG + PDF written atomically (both toy figures)."""
     fig.suptitle(title, fontsize=11, y=1 - 0.12 / height, va="top")
     fig.text(0.5, 0.008, footer, ha="center", va="bottom", fontsize=7.5, color="0.25", wrap=True)
@@ -185,28 +207,47 @@ def _draw_regression(ax, p: ToyPanel, xx: np.ndarray, truth: np.ndarray) -> None
     mean, sd = p.mean, p.sd
     for k, alpha in _BANDS:
         ax.fill_between(x, mean - k * sd, mean + k * sd, color=PALETTE["band"], alpha=alpha, linewidth=0)
-    sns.lineplot(x=xx, y=truth, ax=ax, color=PALETTE["truth"], linestyle="--", linewidth=0.7, zorder=2,
-                 estimator=None, sort=False)
+    sns.lineplot(
+        x=xx,
+        y=truth,
+        ax=ax,
+        color=PALETTE["truth"],
+        linestyle="--",
+        linewidth=0.7,
+        zorder=2,
+        estimator=None,
+        sort=False,
+    )
     sns.lineplot(x=x, y=mean, ax=ax, color=PALETTE["mean"], linewidth=1.3, zorder=3, estimator=None, sort=False)
-    sns.scatterplot(x=p.x_train[:, 0], y=p.y_train, ax=ax, s=5, color=PALETTE["data"], edgecolor="none",
-                    zorder=4, legend=False)
+    sns.scatterplot(
+        x=p.x_train[:, 0], y=p.y_train, ax=ax, s=5, color=PALETTE["data"], edgecolor="none", zorder=4, legend=False
+    )
 
 
 def _regression_legend(fig, y: float = 0.03) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    handles = [Line2D([], [], color=PALETTE["mean"], linewidth=1.3, label="predictive mean"),
-               *(Patch(color=PALETTE["band"], alpha=a, linewidth=0, label=f"$\\pm{k}$ sd")
-                 for k, a in ((1, 0.5), (2, 0.3), (3, 0.15))),
-               Line2D([], [], color=PALETTE["data"], marker=".", linestyle="none", label="training data"),
-               Line2D([], [], color=PALETTE["truth"], linestyle="--", linewidth=0.7, label=r"$x\,\sin x$")]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, y))
+    handles = [
+        Line2D([], [], color=PALETTE["mean"], linewidth=1.3, label="predictive mean"),
+        *(
+            Patch(color=PALETTE["band"], alpha=a, linewidth=0, label=f"$\\pm{k}$ sd")
+            for k, a in ((1, 0.5), (2, 0.3), (3, 0.15))
+        ),
+        Line2D([], [], color=PALETTE["data"], marker=".", linestyle="none", label="training data"),
+        Line2D([], [], color=PALETTE["truth"], linestyle="--", linewidth=0.7, label=r"$x\,\sin x$"),
+    ]
+    fig.legend(
+        handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False, bbox_to_anchor=(0.5, y)
+    )
 
 
-def plot_regression_panels_from(data: Path | str | Mapping[str, np.ndarray], out_png: Path | str,
-                                out_pdf: Path | str, labels: Mapping[str, str] | None = None) -> None:
+def plot_regression_panels_from(
+    data: Path | str | Mapping[str, np.ndarray],
+    out_png: Path | str,
+    out_pdf: Path | str,
+    labels: Mapping[str, str] | None = None,
+) -> None:
     """Draw Figure 1 from the figure file of :mod:`repens.summaries.toy` (``data``): the 1-D
     regression predictive of each input, one panel per input.
 
@@ -236,17 +277,26 @@ def plot_regression_panels_from(data: Path | str | Mapping[str, np.ndarray], out
     y_lo, y_hi = _regression_ylim(preds, truth, xx)
     span_lo, span_hi = _training_span(preds)
     reference = "HMC's" if any(p.run.is_hmc for p in preds) else "each panel's"
-    footer += (f"\ny-axis: the data and {reference} mean $\\pm${_YLIM_SDS:g} sd over the training span "
-               f"$x \\in [{span_lo:.1f}, {span_hi:.1f}]$ (both clusters and the gap); the bands beyond it, "
-               "where the predictive extrapolates, are clipped")
+    footer += (
+        f"\ny-axis: the data and {reference} mean $\\pm${_YLIM_SDS:g} sd over the training span "
+        f"$x \\in [{span_lo:.1f}, {span_hi:.1f}]$ (both clusters and the gap); the bands beyond it, "
+        "where the predictive extrapolates, are clipped"
+    )
 
     title_lines = 2 if any(extra) else 1
     footer_lines = footer.count("\n") + 1
     with figure_style():
         fig, axes, ncols, _, _, height = _panel_grid(
-            len(preds), 3.0, 2.1 + 0.15 * (title_lines - 1), top_in=0.6 + 0.15 * title_lines,
+            len(preds),
+            3.0,
+            2.1 + 0.15 * (title_lines - 1),
+            top_in=0.6 + 0.15 * title_lines,
             bottom_in=0.8 + 0.14 * footer_lines,
-            left_in=0.55, right_in=0.15, wspace=0.12, hspace=0.3 + 0.1 * title_lines)
+            left_in=0.55,
+            right_in=0.15,
+            wspace=0.12,
+            hspace=0.3 + 0.1 * title_lines,
+        )
         for i, (ax, p) in enumerate(zip(axes, preds)):
             _draw_regression(ax, p, xx, truth)
             ax.set_xlim(x_lo, x_hi)
@@ -255,8 +305,15 @@ def plot_regression_panels_from(data: Path | str | Mapping[str, np.ndarray], out
             _label_outer(ax, i, ncols, len(preds), "$x$", "$y$")
             sns.despine(ax=ax)
         _regression_legend(fig, (0.06 + 0.14 * footer_lines) / height)  # above the footer
-        _finish_figure(fig, "1-D regression (paper Figure 1): predictive mean and $\\pm$1/2/3 sd of the predictive",
-                       footer, height, out_png, out_pdf, len(preds))
+        _finish_figure(
+            fig,
+            "1-D regression (paper Figure 1): predictive mean and $\\pm$1/2/3 sd of the predictive",
+            footer,
+            height,
+            out_png,
+            out_pdf,
+            len(preds),
+        )
 
 
 def _draw_entropy(ax, p: ToyPanel, vmax: float, class_colors: Sequence) -> Any:
@@ -265,11 +322,27 @@ def _draw_entropy(ax, p: ToyPanel, vmax: float, class_colors: Sequence) -> Any:
 
     xs, ys, entropy = p.xs, p.ys, p.entropy
     dx, dy = (xs[1] - xs[0]) / 2, (ys[1] - ys[0]) / 2
-    image = ax.imshow(entropy, origin="lower", extent=(xs[0] - dx, xs[-1] + dx, ys[0] - dy, ys[-1] + dy),
-                      cmap=_ENTROPY_CMAP, vmin=0.0, vmax=vmax, interpolation="nearest", aspect="equal")
-    sns.scatterplot(x=p.x_train[:, 0], y=p.x_train[:, 1], ax=ax, s=6,
-                    c=[class_colors[int(c) % len(class_colors)] for c in p.y_train],
-                    edgecolor="white", linewidth=0.25, zorder=3, legend=False)
+    image = ax.imshow(
+        entropy,
+        origin="lower",
+        extent=(xs[0] - dx, xs[-1] + dx, ys[0] - dy, ys[-1] + dy),
+        cmap=_ENTROPY_CMAP,
+        vmin=0.0,
+        vmax=vmax,
+        interpolation="nearest",
+        aspect="equal",
+    )
+    sns.scatterplot(
+        x=p.x_train[:, 0],
+        y=p.x_train[:, 1],
+        ax=ax,
+        s=6,
+        c=[class_colors[int(c) % len(class_colors)] for c in p.y_train],
+        edgecolor="white",
+        linewidth=0.25,
+        zorder=3,
+        legend=False,
+    )
     return image
 
 
@@ -284,8 +357,12 @@ def _entropy_colorbar(fig, image, num_classes: int, width: float, bottom: float,
     bar.outline.set_visible(False)
 
 
-def plot_classification_panels_from(data: Path | str | Mapping[str, np.ndarray], out_png: Path | str,
-                                    out_pdf: Path | str, labels: Mapping[str, str] | None = None) -> None:
+def plot_classification_panels_from(
+    data: Path | str | Mapping[str, np.ndarray],
+    out_png: Path | str,
+    out_pdf: Path | str,
+    labels: Mapping[str, str] | None = None,
+) -> None:
     """Draw Figure 3 from the figure file of :mod:`repens.summaries.toy` (``data``): predictive
     entropy of each input over the 2-D grid, one panel per input.
 
@@ -309,17 +386,28 @@ def plot_classification_panels_from(data: Path | str | Mapping[str, np.ndarray],
     top_in, bottom_in = 0.6 + 0.15 * title_lines, 0.5
     with figure_style():
         fig, axes, ncols, _, width, height = _panel_grid(
-            len(preds), 2.5, 2.5 + 0.15 * (title_lines - 1), top_in=top_in, bottom_in=bottom_in,
-            left_in=0.5, right_in=1.1, wspace=0.1, hspace=0.1 + 0.1 * title_lines)
+            len(preds),
+            2.5,
+            2.5 + 0.15 * (title_lines - 1),
+            top_in=top_in,
+            bottom_in=bottom_in,
+            left_in=0.5,
+            right_in=1.1,
+            wspace=0.1,
+            hspace=0.1 + 0.1 * title_lines,
+        )
         image = None
         for i, (ax, p) in enumerate(zip(axes, preds)):
             image = _draw_entropy(ax, p, math.log(num_classes), class_colors)
             ax.set_title(_title(p, extra[i]), fontsize=10)
             _label_outer(ax, i, ncols, len(preds), None, None)
         _entropy_colorbar(fig, image, num_classes, width, bottom_in / height, 1 - top_in / height)
-        _finish_figure(fig, "2-D classification (paper Figure 3): predictive entropy; dots: training points by class",
-                       footer, height, out_png, out_pdf, len(preds))
-
-
-
-
+        _finish_figure(
+            fig,
+            "2-D classification (paper Figure 3): predictive entropy; dots: training points by class",
+            footer,
+            height,
+            out_png,
+            out_pdf,
+            len(preds),
+        )

@@ -33,8 +33,16 @@ from repens.report.tables import (
     write_table,
 )
 
-__all__ = ["UCI_COLUMNS", "DATASET_LABELS", "load_records", "read_seeds", "compare_with_seeds", "paired_differences",
-           "vs_seeds_table", "write_uci_tables"]
+__all__ = [
+    "UCI_COLUMNS",
+    "DATASET_LABELS",
+    "load_records",
+    "read_seeds",
+    "compare_with_seeds",
+    "paired_differences",
+    "vs_seeds_table",
+    "write_uci_tables",
+]
 
 UCI_COLUMNS = [
     Column("rmse", "RMSE", better="min", digits=3, plain="RMSE"),
@@ -56,15 +64,29 @@ def load_records(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], str]:
     for path in paths:
         summary = read_json(path, "UCI metrics", required=("job", "splits"))
         job = summary["job"]
-        if not isinstance(job, dict) or not all(k in job for k in ("dataset", "method")) or \
-                not isinstance(summary["splits"], list) or not all(isinstance(s, dict) for s in summary["splits"]):
-            raise DataFileError(path, "not a metrics file written by a UCI job (its 'job' has no dataset and "
-                                      "method, or 'splits' is not a list of objects)")
+        if (
+            not isinstance(job, dict)
+            or not all(k in job for k in ("dataset", "method"))
+            or not isinstance(summary["splits"], list)
+            or not all(isinstance(s, dict) for s in summary["splits"])
+        ):
+            raise DataFileError(
+                path,
+                "not a metrics file written by a UCI job (its 'job' has no dataset and "
+                "method, or 'splits' is not a list of objects)",
+            )
         scales.add(job.get("scale", "?"))
         for split in summary["splits"]:
             # figures a run of an older version did not write show as n/a
-            records.append({"dataset": job["dataset"], "method": job["method"], "seed": job.get("seed"),
-                            **{c.key: math.nan for c in UCI_COLUMNS}, **split})
+            records.append(
+                {
+                    "dataset": job["dataset"],
+                    "method": job["method"],
+                    "seed": job.get("seed"),
+                    **{c.key: math.nan for c in UCI_COLUMNS},
+                    **split,
+                }
+            )
     return records, "+".join(sorted(scales))
 
 
@@ -101,21 +123,35 @@ def compare_with_seeds(records: Sequence[Mapping[str, Any]], seeds: Sequence[Map
         diff = cell.mean - ref["mean"]
         se_ours = cell.se if math.isfinite(cell.se) else 0.0
         combined = math.hypot(se_ours, ref["se"])
-        out.append({
-            "dataset": ref["dataset"], "method": ours, "metric": ref["metric"],
-            "ours_mean": cell.mean, "ours_se": cell.se, "ours_splits": cell.n,
-            "seed_source": ref["source"], "seed_method": ref["method"], "seed_mean": ref["mean"],
-            "seed_se": ref["se"], "like_for_like": int(ref.get("like_for_like") or 0),
-            "diff": diff, "z": diff / combined if combined > 0 else math.nan,
-            "within_error_bars": (int(abs(diff) <= se_ours + ref["se"] + ref.get("rounding", 0.0))
-                                  if cell.n > 0 and math.isfinite(diff) else ""),
-            "seed_what": ref.get("what", ""),
-        })
+        out.append(
+            {
+                "dataset": ref["dataset"],
+                "method": ours,
+                "metric": ref["metric"],
+                "ours_mean": cell.mean,
+                "ours_se": cell.se,
+                "ours_splits": cell.n,
+                "seed_source": ref["source"],
+                "seed_method": ref["method"],
+                "seed_mean": ref["mean"],
+                "seed_se": ref["se"],
+                "like_for_like": int(ref.get("like_for_like") or 0),
+                "diff": diff,
+                "z": diff / combined if combined > 0 else math.nan,
+                "within_error_bars": (
+                    int(abs(diff) <= se_ours + ref["se"] + ref.get("rounding", 0.0))
+                    if cell.n > 0 and math.isfinite(diff)
+                    else ""
+                ),
+                "seed_what": ref.get("what", ""),
+            }
+        )
     return out
 
 
-def paired_differences(records: Sequence[Mapping[str, Any]], reference: str = "de",
-                       metrics: Sequence[str] = ("rmse", "nll")) -> list[dict]:
+def paired_differences(
+    records: Sequence[Mapping[str, Any]], reference: str = "de", metrics: Sequence[str] = ("rmse", "nll")
+) -> list[dict]:
     """Each method against ``reference`` on the same splits: per dataset and metric the
     mean over splits of ``ours_k - reference_k`` (split k of both, of the same seed: the
     same data, so the split-to-split spread of the dataset cancels), its standard error (sd / sqrt(n)),
@@ -134,22 +170,35 @@ def paired_differences(records: Sequence[Mapping[str, Any]], reference: str = "d
             diffs = [float(splits[k][metric]) - float(ref[k][metric]) for k in common]
             cell = mean_se(diffs)
             se = cell.se if math.isfinite(cell.se) else math.nan
-            out.append({
-                "dataset": dataset, "method": method, "reference": reference, "metric": metric, "splits": cell.n,
-                "diff_mean": cell.mean, "diff_se": se,
-                "z": cell.mean / se if se and math.isfinite(se) else math.nan,
-                "differs": int(abs(cell.mean) > 2 * se) if math.isfinite(se) else "",
-                "repulsion_ratio_mean": mean_se([float(splits[k].get("repulsion_ratio_mean", math.nan))
-                                                 for k in common]).mean,
-            })
+            out.append(
+                {
+                    "dataset": dataset,
+                    "method": method,
+                    "reference": reference,
+                    "metric": metric,
+                    "splits": cell.n,
+                    "diff_mean": cell.mean,
+                    "diff_se": se,
+                    "z": cell.mean / se if se and math.isfinite(se) else math.nan,
+                    "differs": int(abs(cell.mean) > 2 * se) if math.isfinite(se) else "",
+                    "repulsion_ratio_mean": mean_se(
+                        [float(splits[k].get("repulsion_ratio_mean", math.nan)) for k in common]
+                    ).mean,
+                }
+            )
     return out
 
 
 #: The seed papers as a person names them (prefix of the seed file's ``source``).
 SEED_PAPERS = {"pearce2020": "Pearce et al. 2020", "wild2023": "Wild et al. 2023 (poster)"}
 #: The seed papers' methods as a person names them.
-SEED_METHODS = {"anchored": "anchored ensemble", "relu-gp": "ReLU GP", "de": "deep ensemble", "dle": "DLE",
-                "drle": "DRLE"}
+SEED_METHODS = {
+    "anchored": "anchored ensemble",
+    "relu-gp": "ReLU GP",
+    "de": "deep ensemble",
+    "dle": "DLE",
+    "drle": "DRLE",
+}
 #: The metrics of the comparison with the seeds, in column order: (key, header, decimals).
 SEED_METRICS = (("rmse", "RMSE", 3), ("nll", "NLL", 2))
 #: The columns each metric has in the wide comparison with the seeds.
@@ -157,8 +206,12 @@ VS_SEEDS_SUBCOLUMNS = ("seed paper", "ours", "Δ / s.e.", "within error bars")
 
 
 #: Where in the seed paper a value is printed (the seed file's ``source``).
-SEED_TABLES = {"pearce2020_t1": "Table 1", "pearce2020_t2": "App. C Table 2", "pearce2020_t3": "App. C Table 3",
-               "wild2023_poster": "poster table"}
+SEED_TABLES = {
+    "pearce2020_t1": "Table 1",
+    "pearce2020_t2": "App. C Table 2",
+    "pearce2020_t3": "App. C Table 3",
+    "wild2023_poster": "poster table",
+}
 
 
 def _seed_paper(source: str) -> str:
@@ -175,16 +228,25 @@ def _vs_seeds_line(metrics: Mapping[str, Mapping[str, Any]]) -> list[Any]:
             line += ["–"] * len(VS_SEEDS_SUBCOLUMNS)
             continue
         within = r["within_error_bars"]
-        line += [mean_pm_text(r["seed_mean"], r["seed_se"], digits),
-                 mean_pm_text(r["ours_mean"], r["ours_se"], digits),
-                 signed_text(r["z"]),
-                 {1: "yes", 0: "no"}.get(within, "–") if within != "" else "–"]
+        line += [
+            mean_pm_text(r["seed_mean"], r["seed_se"], digits),
+            mean_pm_text(r["ours_mean"], r["ours_se"], digits),
+            signed_text(r["z"]),
+            {1: "yes", 0: "no"}.get(within, "–") if within != "" else "–",
+        ]
     first = next(iter(metrics.values()))
     return line + ["yes" if first["like_for_like"] else "no", first.get("seed_what") or ""]
 
 
-def vs_seeds_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str], csv_frame: pd.DataFrame, *,
-                   datasets: Sequence[str], methods: Sequence[str], scale: str) -> Table:
+def vs_seeds_table(
+    rows: Sequence[Mapping[str, Any]],
+    labels: Mapping[str, str],
+    csv_frame: pd.DataFrame,
+    *,
+    datasets: Sequence[str],
+    methods: Sequence[str],
+    scale: str,
+) -> Table:
     """The comparison with the seed papers in wide form, for a person: one row per
     (dataset, our method, seed paper's value set beside it), and for RMSE and NLL the
     seed's mean ± s.e., ours (mean ± s.e. over splits), Δ / s.e. (``z``: ours - seed over
@@ -202,8 +264,10 @@ def vs_seeds_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
         grouped.setdefault(key, {})[metric] = r
     order_d = {d: i for i, d in enumerate(datasets)}
     order_m = {m: i for i, m in enumerate(methods)}
-    keys = sorted(grouped, key=lambda k: (order_d.get(k[0], len(order_d)), k[0], order_m.get(k[1], len(order_m)),
-                                          k[1], k[2], k[3]))
+    keys = sorted(
+        grouped,
+        key=lambda k: (order_d.get(k[0], len(order_d)), k[0], order_m.get(k[1], len(order_m)), k[1], k[2], k[3]),
+    )
     columns = [("", "splits")] + [(header, sub) for _, header, _ in SEED_METRICS for sub in VS_SEEDS_SUBCOLUMNS]
     columns += [("", "like for like"), ("", "the seed's value")]
     index, cells, rules, inferred = [], [], [], False
@@ -214,29 +278,40 @@ def vs_seeds_table(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
         inferred = inferred or any(r["metric"] == "nll_inferred" for r in metrics.values())
         label = DATASET_LABELS.get(dataset, dataset)
         rules.append("midrule" if index and index[-1][0] != label else "")
-        tables = dict.fromkeys(SEED_TABLES.get(source, source)
-                               for source in sorted({r["seed_source"] for r in metrics.values()}))
+        tables = dict.fromkeys(
+            SEED_TABLES.get(source, source) for source in sorted({r["seed_source"] for r in metrics.values()})
+        )
         if any(r["metric"] == "nll_inferred" for r in metrics.values()):
             tables["metric unnamed, read as NLL"] = None
         seed_label = f"{paper}: {SEED_METHODS.get(seed_method, seed_method)} ({'; '.join(tables)})"
         index.append((label, labels.get(method, method), seed_label))
     idx = pd.MultiIndex.from_tuples(index) if index else pd.MultiIndex.from_arrays([[], [], []])
     frame = pd.DataFrame(cells, index=idx, columns=pd.MultiIndex.from_tuples(columns), dtype=object)
-    reproduction = ("Quick scale: fewer splits and shortened training, so a difference measures the shortcut as "
-                    "much as the method: a quick-scale comparison is not a reproduction. " if scale == "quick" else "")
+    reproduction = (
+        "Quick scale: fewer splits and shortened training, so a difference measures the shortcut as "
+        "much as the method: a quick-scale comparison is not a reproduction. "
+        if scale == "quick"
+        else ""
+    )
     note = (
         f"Scale: {scale}. Rows: dataset, our method, and the seed paper's value set beside it. Ours: mean ± s.e. "
         "over splits (splits: how many); seed paper: mean ± s.e. as printed. Δ / s.e. = (ours − seed) / "
         "√(s.e. ours² + s.e. seed²); within error bars: the two mean ± s.e. intervals overlap (widened by half a "
         "unit of the seed's last printed digit). Like for like: the seed's model and protocol are ours (no: a "
         "difference is no evidence either way). "
-        + ("The poster does not name its metric: read as a Gaussian NLL (docs/uci.md). "
-           if inferred else "")
+        + ("The poster does not name its metric: read as a Gaussian NLL (docs/uci.md). " if inferred else "")
         + reproduction
         + "Rows without a run of ours are left out (every row, long form: table2_vs_seeds.csv)."
     )
-    return Table(cells=frame, csv=csv_frame, title=f"Table 2 beside the seed papers' values (scale: {scale})",
-                 note=note, rules=rules, csv_na_rep="nan", source="repens.report.uci.write_uci_tables")
+    return Table(
+        cells=frame,
+        csv=csv_frame,
+        title=f"Table 2 beside the seed papers' values (scale: {scale})",
+        note=note,
+        rules=rules,
+        csv_na_rep="nan",
+        source="repens.report.uci.write_uci_tables",
+    )
 
 
 def write_uci_tables(
@@ -258,28 +333,55 @@ def write_uci_tables(
     all through :func:`repens.report.tables.write_table`."""
     records, scale = load_records(inputs)
     blocks = build_blocks(
-        records, UCI_COLUMNS,
+        records,
+        UCI_COLUMNS,
         blocks=[(d, DATASET_LABELS.get(d, d)) for d in datasets],
         rows=[(m, labels.get(m, m), False) for m in methods],
     )
-    caption = ("UCI regression, original units: test RMSE of the ensemble mean; NLL under Pearce et al.'s "
-               "predictive $\\mathcal{N}(m, s^2_{\\mathrm{model}} + \\sigma^2)$ and under the members' equal-weight "
-               "mixture; $\\|r\\|/\\|d\\|$: the repulsion's norm over the drift's, averaged over training "
-               f"(0: no repulsion). Mean $\\pm$ s.e. over splits (scale: {scale}).")
-    table = mean_se_table(blocks, UCI_COLUMNS, title=f"Table 2: UCI regression (scale: {scale})", caption=caption,
-                          label="tab:uci", source="repens.report.uci.write_uci_tables", size="small",
-                          note="mean ± s.e. over splits; bold: best per dataset; results/uci/<dataset>/<method>/")
+    caption = (
+        "UCI regression, original units: test RMSE of the ensemble mean; NLL under Pearce et al.'s "
+        "predictive $\\mathcal{N}(m, s^2_{\\mathrm{model}} + \\sigma^2)$ and under the members' equal-weight "
+        "mixture; $\\|r\\|/\\|d\\|$: the repulsion's norm over the drift's, averaged over training "
+        f"(0: no repulsion). Mean $\\pm$ s.e. over splits (scale: {scale})."
+    )
+    table = mean_se_table(
+        blocks,
+        UCI_COLUMNS,
+        title=f"Table 2: UCI regression (scale: {scale})",
+        caption=caption,
+        label="tab:uci",
+        source="repens.report.uci.write_uci_tables",
+        size="small",
+        note="mean ± s.e. over splits; bold: best per dataset; results/uci/<dataset>/<method>/",
+    )
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
     compared = compare_with_seeds(records, read_seeds(seeds_file))
-    write_table(vs_seeds_table(compared, labels, pd.DataFrame(with_labels(compared, labels)), datasets=datasets,
-                               methods=methods, scale=scale),
-                out_html=out_seeds_html, out_csv=out_seeds)
+    write_table(
+        vs_seeds_table(
+            compared,
+            labels,
+            pd.DataFrame(with_labels(compared, labels)),
+            datasets=datasets,
+            methods=methods,
+            scale=scale,
+        ),
+        out_html=out_seeds_html,
+        out_csv=out_seeds,
+    )
     if out_vs_de is not None:
         order = {(d, m): (i, j) for i, d in enumerate(datasets) for j, m in enumerate(methods)}
-        vs_de = sorted((r for r in paired_differences(records) if (r["dataset"], r["method"]) in order),
-                       key=lambda r: order[r["dataset"], r["method"]])
+        vs_de = sorted(
+            (r for r in paired_differences(records) if (r["dataset"], r["method"]) in order),
+            key=lambda r: order[r["dataset"], r["method"]],
+        )
         vs_de = with_labels(vs_de, labels)
-        write_table(plain_table(pd.DataFrame(vs_de), title="Table 2: each method minus the deep ensemble, split by split",
-                                note="diff: mean over splits of (method - DE) on the same split, ± its s.e.; "
-                                     "differs: |diff| > 2 s.e.; repulsion_ratio_mean: ||r||/||d|| over training"),
-                    out_html=out_vs_de_html, out_csv=out_vs_de)
+        write_table(
+            plain_table(
+                pd.DataFrame(vs_de),
+                title="Table 2: each method minus the deep ensemble, split by split",
+                note="diff: mean over splits of (method - DE) on the same split, ± its s.e.; "
+                "differs: |diff| > 2 s.e.; repulsion_ratio_mean: ||r||/||d|| over training",
+            ),
+            out_html=out_vs_de_html,
+            out_csv=out_vs_de,
+        )

@@ -100,8 +100,13 @@ class Estimate:
         if self.scale == EXACT:  # a constant's label names its value
             return self.label
         n = f", n={self.n}" if self.n else ""
-        flag = ("" if not self.convergence or self.converged is True
-                else " [not converged]" if self.converged is False else " [convergence unknown]")
+        flag = (
+            ""
+            if not self.convergence or self.converged is True
+            else " [not converged]"
+            if self.converged is False
+            else " [convergence unknown]"
+        )
         return f"{self.label} {_num(self.value)} ± {_num(self.se, 2)}{n}{flag}"
 
 
@@ -127,8 +132,12 @@ class Comparison:
     def undetectable(self) -> bool:
         """A two-sided agreement (``~``) whose error bars are wider than its margin: it cannot
         be reproduced (a one-sided ``<=`` / ``>=`` can, at any error bars, by a clear margin)."""
-        return (self.relation == "~" and self.margin is not None and _finite(self.detectable)
-                and self.detectable > self.margin)
+        return (
+            self.relation == "~"
+            and self.margin is not None
+            and _finite(self.detectable)
+            and self.detectable > self.margin
+        )
 
     def text(self) -> str:
         head = f"{self.a.text()} {self.relation} {self.b.text()}"
@@ -137,8 +146,7 @@ class Comparison:
         if self.margin is not None and _finite(self.difference):
             note = "; error bars wider than the margin" if self.undetectable else ""
             sign = {"~": "±", "<=": "+", ">=": "-"}[self.relation]
-            head += (f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}, margin {sign}{_num(self.margin, 3)}"
-                     f"{note})")
+            head += f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}, margin {sign}{_num(self.margin, 3)}{note})"
         return f"{head}: {self.verdict}"
 
 
@@ -196,11 +204,16 @@ def _compare(a: Estimate, relation: str, b: Estimate, k: float = K, margin: floa
         else:
             verdict = "reproduced" if below else "contradicted" if above else "inconclusive"
         return Comparison(a, relation, b, verdict, "", None, diff, half)
-    half = k * math.sqrt(se_a ** 2 + se_b ** 2) + r_a + r_b
+    half = k * math.sqrt(se_a**2 + se_b**2) + r_a + r_b
     lo, hi = diff - half, diff + half
     if relation == "~":
-        verdict = ("reproduced" if -margin <= lo and hi <= margin
-                   else "contradicted" if hi < -margin or lo > margin else "inconclusive")
+        verdict = (
+            "reproduced"
+            if -margin <= lo and hi <= margin
+            else "contradicted"
+            if hi < -margin or lo > margin
+            else "inconclusive"
+        )
     elif relation == "<=":
         verdict = "reproduced" if hi <= margin else "contradicted" if lo > margin else "inconclusive"
     else:  # ">="
@@ -219,8 +232,10 @@ def detectable_summary(comparisons: Sequence[Comparison]) -> str:
     agreements = [c for c in ran if c.relation == "~"]
     wide = [c for c in agreements if c.undetectable]
     if wide:
-        text += (f"; above the margin on {len(wide)} of {len(agreements)} comparisons: those cannot be "
-                 "reproduced at these error bars")
+        text += (
+            f"; above the margin on {len(wide)} of {len(agreements)} comparisons: those cannot be "
+            "reproduced at these error bars"
+        )
     return text
 
 
@@ -239,7 +254,7 @@ _NO_ROW = re.compile(r"^(?P<file>.*): no (?P<block>[\w-]+)/(?P<method>[\w-]+) ro
 
 
 def _grouped(reasons: Sequence[str]) -> list[str]:
-    """"F: no D1/m1 row", "F: no D2/m2 row" -> "F: no rows for m1, m2 (D1, D2)", in first-seen order."""
+    """ "F: no D1/m1 row", "F: no D2/m2 row" -> "F: no rows for m1, m2 (D1, D2)", in first-seen order."""
     out: dict[str, tuple[list[str], list[str]] | None] = {}
     for reason in reasons:
         m = _NO_ROW.match(reason)
@@ -249,8 +264,9 @@ def _grouped(reasons: Sequence[str]) -> list[str]:
         methods, blocks = out.setdefault(f"{m['file']}: no rows for", ([], []))
         methods.append(m["method"]) if m["method"] not in methods else None
         blocks.append(m["block"]) if m["block"] not in blocks else None
-    return [key if found is None else f"{key} {', '.join(found[0])} ({', '.join(found[1])})"
-            for key, found in out.items()]
+    return [
+        key if found is None else f"{key} {', '.join(found[0])} ({', '.join(found[1])})" for key, found in out.items()
+    ]
 
 
 def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
@@ -263,13 +279,17 @@ def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
 
     def counts(items: Sequence[Comparison]) -> str:
         stuck = sum(c.reason.startswith(NOT_CONVERGED) for c in items)
-        return ", ".join(f"{sum(c.verdict == v for c in items)} {v}"
-                         + (f" ({stuck} of them not converged)" if v == "inconclusive" and stuck else "")
-                         for v in VERDICTS if any(c.verdict == v for c in items))
+        return ", ".join(
+            f"{sum(c.verdict == v for c in items)} {v}"
+            + (f" ({stuck} of them not converged)" if v == "inconclusive" and stuck else "")
+            for v in VERDICTS
+            if any(c.verdict == v for c in items)
+        )
 
     if verdict == "not run":
-        reasons = _grouped(dict.fromkeys(r for c in comparisons if c.verdict == "not run"
-                                         for r in c.reason.split("; ") if r))
+        reasons = _grouped(
+            dict.fromkeys(r for c in comparisons if c.verdict == "not run" for r in c.reason.split("; ") if r)
+        )
         text = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
         ran = [c for c in comparisons if c.verdict != "not run"]
         if ran:
@@ -281,15 +301,18 @@ def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
     deciding = [c for c in comparisons if c.verdict == verdict and verdict != "reproduced"]
     shown = "; ".join(c.text() for c in deciding[:limit])
     more = f"; and {len(deciding) - limit} more" if len(deciding) > limit else ""
-    return (f"{len(comparisons)} comparisons: {counts(comparisons)}" + (f". {shown}{more}" if shown else "")
-            + _not_converged([c for c in comparisons if c not in deciding[:limit]]))
+    return (
+        f"{len(comparisons)} comparisons: {counts(comparisons)}"
+        + (f". {shown}{more}" if shown else "")
+        + _not_converged([c for c in comparisons if c not in deciding[:limit]])
+    )
 
 
 _RUN = re.compile(r"(?:^|; )(?:not converged: )?(?P<run>[\w-]+/[\w-]+/[\w-]+/seed\d+): (?P<why>[^;]*)")
 
 
 def _not_converged(comparisons: Sequence[Comparison], limit: int = 4) -> str:
-    """"; not converged: <run> (<its reason>), <run>, ...": the runs that made comparisons
+    """ "; not converged: <run> (<its reason>), <run>, ...": the runs that made comparisons
     inconclusive, the first with its reason (empty if none)."""
     runs: dict[str, str] = {}
     for c in comparisons:
@@ -302,5 +325,3 @@ def _not_converged(comparisons: Sequence[Comparison], limit: int = 4) -> str:
     shown = [f"{items[0][0]} ({items[0][1]})"] + [run for run, _ in items[1:limit]]
     more = f" and {len(items) - limit} more" if len(items) > limit else ""
     return f"; not converged: {', '.join(shown)}{more}"
-
-

@@ -55,15 +55,23 @@ def convergence_rows(results: Path | str = "results", log_root: Path | str | Non
                 de = path.parent.parent.parent / "de" / path.parent.name / "metrics.json"
                 verdict = check_uci_run(path, log=log, de_log=log_of(de) if de.is_file() else None)
             logs = [s for s in verdict.sources if s.endswith(".log")]
-            rows.append({"experiment": experiment, "dataset": dataset, "method": method, "seed": seed,
-                         "converged": "" if verdict.converged is None else str(verdict.converged),
-                         "reason": " ".join(verdict.reason.split()),
-                         "log": shown_path(logs[0]) if logs else ""})
+            rows.append(
+                {
+                    "experiment": experiment,
+                    "dataset": dataset,
+                    "method": method,
+                    "seed": seed,
+                    "converged": "" if verdict.converged is None else str(verdict.converged),
+                    "reason": " ".join(verdict.reason.split()),
+                    "log": shown_path(logs[0]) if logs else "",
+                }
+            )
     return rows
 
 
-def write_convergence(out_csv: Path | str, results: Path | str = "results",
-                      log_root: Path | str | None = None) -> list[dict[str, str]]:
+def write_convergence(
+    out_csv: Path | str, results: Path | str = "results", log_root: Path | str | None = None
+) -> list[dict[str, str]]:
     """``results/convergence.csv``: :func:`convergence_rows`, one row per run (``converged``
     True / False / empty for unknown), which the scorecard reads
     (:meth:`repens.report.evidence.Evidence.convergence`)."""
@@ -86,16 +94,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m repens.summaries.convergence")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("convergence", help="results/convergence.csv: the convergence verdict of each "
-                                           "Table 1 / Table 2 run present")
+    p = sub.add_parser(
+        "convergence", help="results/convergence.csv: the convergence verdict of each Table 1 / Table 2 run present"
+    )
     p.add_argument("--out", required=True)
     p.add_argument("--results", default="results")
-    p.add_argument("--log-root", help="read each run's log (provenance.log) under this folder "
-                                      "(the reference tree's, in a rebuild from it)")
+    p.add_argument(
+        "--log-root",
+        help="read each run's log (provenance.log) under this folder (the reference tree's, in a rebuild from it)",
+    )
     args = parser.parse_args(argv)
     rows = write_convergence(args.out, args.results, args.log_root)
-    counts = {label: sum(r["converged"] == value for r in rows)
-              for label, value in (("converged", "True"), ("not converged", "False"), ("unknown", ""))}
+    counts = {
+        label: sum(r["converged"] == value for r in rows)
+        for label, value in (("converged", "True"), ("not converged", "False"), ("unknown", ""))
+    }
     print(f"{len(rows)} runs: " + ", ".join(f"{n} {label}" for label, n in counts.items()))
     return 0
 

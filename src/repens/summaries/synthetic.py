@@ -100,26 +100,31 @@ def _point_metrics(x: np.ndarray, target_name: str, reference_samples: int, seed
     errors = covariance_relative_errors(x, cov)  # ddof=0: covariance of the particle measure
     reference, ref_self = _reference(target_name, reference_samples, seed)
     energy = 2.0 * mean_pairwise_distance(x, reference) - mean_pairwise_distance(x) - ref_self
-    out.update({
-        "mean_error": mean_error(x, mean),
-        "cov_rel_err_xx": float(errors[0, 0]),
-        "cov_xy_err": float(errors[0, 1]),
-        "cov_rel_err_yy": float(errors[1, 1]),
-        # relative errors only: entries whose exact value is 0 have no relative error
-        "max_cov_rel_err": float(errors[cov != 0].max()),
-        "energy_distance": max(float(energy), 0.0),
-    })
+    out.update(
+        {
+            "mean_error": mean_error(x, mean),
+            "cov_rel_err_xx": float(errors[0, 0]),
+            "cov_xy_err": float(errors[0, 1]),
+            "cov_rel_err_yy": float(errors[1, 1]),
+            # relative errors only: entries whose exact value is 0 have no relative error
+            "max_cov_rel_err": float(errors[cov != 0].max()),
+            "energy_distance": max(float(energy), 0.0),
+        }
+    )
     return out
 
 
 @functools.lru_cache(maxsize=32)
-def _iid_baseline_cached(target_name: str, n: int, reference_samples: int, seed: int,
-                         repeats: int) -> tuple[tuple[str, Any], ...]:
+def _iid_baseline_cached(
+    target_name: str, n: int, reference_samples: int, seed: int, repeats: int
+) -> tuple[tuple[str, Any], ...]:
     target = make_target(target_name)
     # seed + 1: the baseline draws must be independent of the reference samples
     generator = torch.Generator().manual_seed(int(seed) + 1)
-    draws = [_point_metrics(target.sample(n, generator).numpy(), target_name, reference_samples, seed)
-             for _ in range(repeats)]
+    draws = [
+        _point_metrics(target.sample(n, generator).numpy(), target_name, reference_samples, seed)
+        for _ in range(repeats)
+    ]
     out: dict[str, Any] = {"n": n, "cov_xy_err_kind": draws[0]["cov_xy_err_kind"], "repeats": repeats}
     for key in METRIC_KEYS:
         out[key] = float(np.mean([d[key] for d in draws]))
@@ -127,8 +132,9 @@ def _iid_baseline_cached(target_name: str, n: int, reference_samples: int, seed:
     return tuple(out.items())
 
 
-def iid_baseline(target_name: str, n: int, reference_samples: int | None = None,
-                 seed: int | None = None, repeats: int | None = None) -> dict[str, Any]:
+def iid_baseline(
+    target_name: str, n: int, reference_samples: int | None = None, seed: int | None = None, repeats: int | None = None
+) -> dict[str, Any]:
     """Noise floor: the metrics of ``n`` exact i.i.d. target samples, averaged over draws.
 
     Args:
@@ -153,8 +159,13 @@ def iid_baseline(target_name: str, n: int, reference_samples: int | None = None,
     return dict(_iid_baseline_cached(target_name, int(n), int(reference_samples), int(seed), int(repeats)))
 
 
-def compute_metrics(particles: Any, target_name: str, reference_samples: int = REFERENCE_SAMPLES,
-                    seed: int = REFERENCE_SEED, baseline: bool = True) -> dict[str, Any]:
+def compute_metrics(
+    particles: Any,
+    target_name: str,
+    reference_samples: int = REFERENCE_SAMPLES,
+    seed: int = REFERENCE_SEED,
+    baseline: bool = True,
+) -> dict[str, Any]:
     """Sample-quality metrics of a particle set against the exact target.
 
     Metrics (see :mod:`repens.metrics` for the estimators):
@@ -202,8 +213,9 @@ def _by_target(runs: Sequence[Run]) -> dict[str, list[Run]]:
     for run in runs:
         key = (run.target, run.method, run.job.get("seed"), run.scale, run.particles.shape[0], run.job.get("steps"))
         if key in seen:
-            raise ValueError(f"{run.path}: duplicate run (target, method, seed, scale, n, steps) = {key}, "
-                             f"also in {seen[key]}")
+            raise ValueError(
+                f"{run.path}: duplicate run (target, method, seed, scale, n, steps) = {key}, also in {seen[key]}"
+            )
         seen[key] = run.path
         by_target.setdefault(run.target, []).append(run)
     return by_target
@@ -212,10 +224,16 @@ def _by_target(runs: Sequence[Run]) -> dict[str, list[Run]]:
 def _run_row(run: Run, reference_samples: int, seed: int) -> dict[str, Any]:
     metrics = compute_metrics(run.particles, run.target, reference_samples, seed, baseline=False)
     return {
-        "target": run.target, "method": run.method, "job_label": run.job.get("label"),
-        "seed": run.job.get("seed"), "scale": run.scale, "n": metrics["n"], "steps": run.job.get("steps"),
+        "target": run.target,
+        "method": run.method,
+        "job_label": run.job.get("label"),
+        "seed": run.job.get("seed"),
+        "scale": run.scale,
+        "n": metrics["n"],
+        "steps": run.job.get("steps"),
         **{key: metrics[key] for key in METRIC_KEYS},
-        "cov_xy_err_kind": metrics["cov_xy_err_kind"], "source": run.path.name,
+        "cov_xy_err_kind": metrics["cov_xy_err_kind"],
+        "source": run.path.name,
     }
 
 
@@ -224,14 +242,26 @@ def _iid_rows(target_name: str, runs: Sequence[Run], reference_samples: int, see
     rows = []
     for n in sorted({run.particles.shape[0] for run in runs}):
         base = iid_baseline(target_name, n, reference_samples, seed)
-        rows.append({"target": target_name, "method": "iid", "seed": None, "scale": scales, "n": n, "steps": None,
-                     **{key: base[key] for key in METRIC_KEYS}, "cov_xy_err_kind": base["cov_xy_err_kind"],
-                     "repeats": base["repeats"], **{f"{key}_sd": base[f"{key}_sd"] for key in METRIC_KEYS}})
+        rows.append(
+            {
+                "target": target_name,
+                "method": "iid",
+                "seed": None,
+                "scale": scales,
+                "n": n,
+                "steps": None,
+                **{key: base[key] for key in METRIC_KEYS},
+                "cov_xy_err_kind": base["cov_xy_err_kind"],
+                "repeats": base["repeats"],
+                **{f"{key}_sd": base[f"{key}_sd"] for key in METRIC_KEYS},
+            }
+        )
     return rows
 
 
-def metrics_summary(inputs: Iterable[Path | str], reference_samples: int | None = None,
-                    seed: int | None = None) -> dict[str, Any]:
+def metrics_summary(
+    inputs: Iterable[Path | str], reference_samples: int | None = None, seed: int | None = None
+) -> dict[str, Any]:
     """What the metrics table shows, as a JSON-ready dict.
 
     ``rows``: per target (in input order), one row per run (input order; its metrics,
@@ -255,8 +285,13 @@ def metrics_summary(inputs: Iterable[Path | str], reference_samples: int | None 
         rows += _iid_rows(target_name, target_runs, reference_samples, seed)
         mean, cov = (t.numpy() for t in make_target(target_name).moments())
         targets[target_name] = {"mean": [float(v) for v in mean], "cov": [[float(v) for v in r] for r in cov]}
-    return {"reference_samples": reference_samples, "reference_seed": seed, "iid_repeats": IID_REPEATS,
-            "targets": targets, "rows": rows}
+    return {
+        "reference_samples": reference_samples,
+        "reference_seed": seed,
+        "iid_repeats": IID_REPEATS,
+        "targets": targets,
+        "rows": rows,
+    }
 
 
 def write_metrics_summary(inputs: Iterable[Path | str], out: Path | str) -> dict[str, Any]:
@@ -292,8 +327,9 @@ def _view_window(exact: np.ndarray, particle_sets: Sequence[np.ndarray]) -> list
     return limits
 
 
-def _log_density_grid(target: str, window: Sequence[tuple[float, float]],
-                      points: int = GRID_POINTS) -> dict[str, np.ndarray]:
+def _log_density_grid(
+    target: str, window: Sequence[tuple[float, float]], points: int = GRID_POINTS
+) -> dict[str, np.ndarray]:
     (x_lo, x_hi), (y_lo, y_hi) = window
     mesh_x, mesh_y = np.meshgrid(np.linspace(x_lo, x_hi, points), np.linspace(y_lo, y_hi, points))
     grid = torch.from_numpy(np.stack([mesh_x.ravel(), mesh_y.ravel()], axis=1))
@@ -320,8 +356,13 @@ def figure_data(target: str, inputs: Sequence[Path | str]) -> dict[str, np.ndarr
             raise ValueError(f"{run.path}: a run on target {run.target!r}, but the figure is for {target!r}")
     exact = exact_samples(target)
     window = _view_window(exact, [r.particles for r in runs])
-    return {"target": np.array(target), "exact": np.asarray(exact), "window": np.asarray(window, dtype=np.float64),
-            **_log_density_grid(target, window), "sources": np.array([str(r.path) for r in runs])}
+    return {
+        "target": np.array(target),
+        "exact": np.asarray(exact),
+        "window": np.asarray(window, dtype=np.float64),
+        **_log_density_grid(target, window),
+        "sources": np.array([str(r.path) for r in runs]),
+    }
 
 
 def write_figure_data(target: str, inputs: Sequence[Path | str], out: Path | str) -> None:

@@ -128,8 +128,10 @@ def _grid_axes(path: Path, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     xs, ys = grid[0, :, 0], grid[:, 0, 1]
     expected = np.stack(np.broadcast_arrays(xs[None, :], ys[:, None]), axis=-1)
     if not (np.allclose(grid, expected, atol=1e-5) and np.all(np.diff(xs) > 0) and np.all(np.diff(ys) > 0)):
-        raise DataFileError(path, "x_test is not a y-major grid "
-                         "(expected x_test.reshape(n, n, 2)[i, j] = (xs[j], ys[i]), both increasing)")
+        raise DataFileError(
+            path,
+            "x_test is not a y-major grid (expected x_test.reshape(n, n, 2)[i, j] = (xs[j], ys[i]), both increasing)",
+        )
     return xs, ys
 
 
@@ -179,19 +181,28 @@ def load_predictions(path: Path | str) -> ToyPredictions:
         raise DataFileError(path, f"'y_train' must have shape ({x_train.shape[0]},), got {y_train.shape}")
     if x_test.ndim != 2 or x_test.shape[1] != d or x_test.shape[0] < 2:
         raise DataFileError(path, f"'x_test' must have shape (T, {d}), got {x_test.shape}")
-    fields = (_regression_fields if dataset == "regression" else _classification_fields)(path, arrays, x_test,
-                                                                                          y_train)
+    fields = (_regression_fields if dataset == "regression" else _classification_fields)(path, arrays, x_test, y_train)
     converged = None
     if "converged" in arrays:
         converged = bool(np.asarray(arrays["converged"]))
     elif method == "hmc":
         converged = _converged_by_job(job)
-    return ToyPredictions(path=path, dataset=dataset, method=str(method), label=label, job=job,
-                          x_train=x_train, x_test=x_test, converged=converged, **fields)
+    return ToyPredictions(
+        path=path,
+        dataset=dataset,
+        method=str(method),
+        label=label,
+        job=job,
+        x_train=x_train,
+        x_test=x_test,
+        converged=converged,
+        **fields,
+    )
 
 
-def _regression_fields(path: Path, arrays: Mapping[str, np.ndarray], x_test: np.ndarray,
-                       y_train: np.ndarray) -> dict[str, Any]:
+def _regression_fields(
+    path: Path, arrays: Mapping[str, np.ndarray], x_test: np.ndarray, y_train: np.ndarray
+) -> dict[str, Any]:
     """``f_test``, ``noise_std`` and the float targets of a regression file, checked."""
     t = x_test.shape[0]
     f_test = np.asarray(arrays["f_test"], dtype=np.float64)
@@ -203,8 +214,9 @@ def _regression_fields(path: Path, arrays: Mapping[str, np.ndarray], x_test: np.
     return {"f_test": f_test, "noise_std": float(noise), "y_train": y_train.astype(np.float64)}
 
 
-def _classification_fields(path: Path, arrays: Mapping[str, np.ndarray], x_test: np.ndarray,
-                           y_train: np.ndarray) -> dict[str, Any]:
+def _classification_fields(
+    path: Path, arrays: Mapping[str, np.ndarray], x_test: np.ndarray, y_train: np.ndarray
+) -> dict[str, Any]:
     """``probs_test`` and the integer labels of a classification file, checked (and its grid)."""
     t = x_test.shape[0]
     probs = np.asarray(arrays["probs_test"], dtype=np.float64)
@@ -230,8 +242,9 @@ def _converged_by_job(job: Mapping[str, Any]) -> bool:
     return settings.rhat_max <= CONVERGED_RHAT_MAX and settings.ess_min >= CONVERGED_ESS_MIN
 
 
-def _load_all(inputs: Sequence[Path | str], dataset: str | None,
-              labels: Mapping[str, str] | None = None) -> list[ToyPredictions]:
+def _load_all(
+    inputs: Sequence[Path | str], dataset: str | None, labels: Mapping[str, str] | None = None
+) -> list[ToyPredictions]:
     """Load and cross-check ``inputs``; ``labels`` (method key -> display name, e.g. from
     ``config.yaml``) overrides the labels stored in the files."""
     preds = [load_predictions(p) for p in inputs]
@@ -290,8 +303,7 @@ def _masked_mean(values: np.ndarray, mask: np.ndarray, what: str) -> float:
 
 def _check_reference(hmc: ToyPredictions, methods: Sequence[ToyPredictions], dataset: str) -> None:
     if not hmc.is_hmc:
-        raise ValueError(f"{hmc.path}: passed as the HMC reference for {dataset}, "
-                         f"but it is a {hmc.method!r} run")
+        raise ValueError(f"{hmc.path}: passed as the HMC reference for {dataset}, but it is a {hmc.method!r} run")
     seen: dict[str, Path] = {}
     for m in methods:
         if m.method in seen:
@@ -300,8 +312,10 @@ def _check_reference(hmc: ToyPredictions, methods: Sequence[ToyPredictions], dat
         for name in ("x_test", "x_train"):
             a, b = getattr(hmc, name), getattr(m, name)
             if a.shape != b.shape or not np.allclose(a, b, atol=1e-5):
-                raise ValueError(f"{m.path}: {name} differs from the HMC reference {hmc.path} "
-                                 f"(shapes {b.shape} vs {a.shape}); the files are not for the same data")
+                raise ValueError(
+                    f"{m.path}: {name} differs from the HMC reference {hmc.path} "
+                    f"(shapes {b.shape} vs {a.shape}); the files are not for the same data"
+                )
 
 
 def _regression_rows(hmc: ToyPredictions, methods: Sequence[ToyPredictions]) -> dict[str, dict[str, Any]]:
@@ -319,9 +333,11 @@ def _regression_rows(hmc: ToyPredictions, methods: Sequence[ToyPredictions]) -> 
         gap_sd, gap_sd_f = _masked_mean(sd, gap, "the gap"), _masked_mean(sd_f, gap, "the gap")
         rows[m.method] = {
             **{f"w2_{name}": _masked_mean(w2, mask, f"region {name}") for name, mask in regions.items()},
-            "gap_sd": gap_sd, "hmc_gap_sd": h_gap_sd,
+            "gap_sd": gap_sd,
+            "hmc_gap_sd": h_gap_sd,
             "gap_sd_ratio": gap_sd / h_gap_sd if h_gap_sd > 0 else float("nan"),
-            "gap_sd_epistemic": gap_sd_f, "hmc_gap_sd_epistemic": h_gap_sd_f,
+            "gap_sd_epistemic": gap_sd_f,
+            "hmc_gap_sd_epistemic": h_gap_sd_f,
             "gap_sd_epistemic_ratio": gap_sd_f / h_gap_sd_f if h_gap_sd_f > 0 else float("nan"),
             "regression_source": str(m.path),
         }
@@ -335,13 +351,17 @@ def _classification_rows(hmc: ToyPredictions, methods: Sequence[ToyPredictions])
     rows = {}
     for m in methods:
         if m.probs_test.shape != hmc.probs_test.shape:
-            raise ValueError(f"{m.path}: probs_test has shape {m.probs_test.shape}, "
-                             f"the HMC reference {hmc.path} has {hmc.probs_test.shape}")
+            raise ValueError(
+                f"{m.path}: probs_test has shape {m.probs_test.shape}, "
+                f"the HMC reference {hmc.path} has {hmc.probs_test.shape}"
+            )
         kl = categorical_kl(hmc.probs_test, m.probs_test)
         entropy = predictive_entropy(m.probs_test)
         rows[m.method] = {
-            "kl_near": _masked_mean(kl, near, "near"), "kl_far": _masked_mean(kl, far, "far"),
-            "entropy_near": _masked_mean(entropy, near, "near"), "entropy_far": _masked_mean(entropy, far, "far"),
+            "kl_near": _masked_mean(kl, near, "near"),
+            "kl_far": _masked_mean(kl, far, "far"),
+            "entropy_near": _masked_mean(entropy, near, "near"),
+            "entropy_far": _masked_mean(entropy, far, "far"),
             "hmc_entropy_near": _masked_mean(h_entropy, near, "near"),
             "hmc_entropy_far": _masked_mean(h_entropy, far, "far"),
             "classification_source": str(m.path),
@@ -355,8 +375,9 @@ def _classification_rows(hmc: ToyPredictions, methods: Sequence[ToyPredictions])
 ToyInputs = tuple["Path | str | Sequence[Path | str]", "Sequence[Path | str]"]
 
 
-def _load_pair(pair: ToyInputs | None, dataset: str, labels: Mapping[str, str] | None = None
-               ) -> dict[Any, tuple[ToyPredictions, list[ToyPredictions]]] | None:
+def _load_pair(
+    pair: ToyInputs | None, dataset: str, labels: Mapping[str, str] | None = None
+) -> dict[Any, tuple[ToyPredictions, list[ToyPredictions]]] | None:
     """``{seed: (hmc, methods of that seed)}`` in the references' order, every file checked."""
     if pair is None:
         return None
@@ -379,13 +400,16 @@ def _load_pair(pair: ToyInputs | None, dataset: str, labels: Mapping[str, str] |
         if not hmc.is_hmc:
             raise ValueError(f"{hmc.path}: passed as the HMC reference for {dataset}, but it is a {hmc.method!r} run")
         if hmc.seed in by_seed:
-            raise ValueError(f"{hmc.path}: a second HMC reference for {dataset} seed {hmc.seed} "
-                             f"(also {by_seed[hmc.seed][0].path})")
+            raise ValueError(
+                f"{hmc.path}: a second HMC reference for {dataset} seed {hmc.seed} (also {by_seed[hmc.seed][0].path})"
+            )
         by_seed[hmc.seed] = (hmc, [])
     for m in methods:
         if m.seed not in by_seed:
-            raise ValueError(f"{m.path}: seed {m.seed} has no HMC reference for {dataset} "
-                             f"(references: {', '.join(f'{h.path} (seed {h.seed})' for h in references)})")
+            raise ValueError(
+                f"{m.path}: seed {m.seed} has no HMC reference for {dataset} "
+                f"(references: {', '.join(f'{h.path} (seed {h.seed})' for h in references)})"
+            )
         by_seed[m.seed][1].append(m)
     for seed, (hmc, group) in list(by_seed.items()):
         if not group:
@@ -403,19 +427,21 @@ def _check_same_scale(preds: Sequence[ToyPredictions]) -> None:
         raise ValueError(f"inputs mix scales (expected one scale): {listing}")
 
 
-def _distance_data(regression: ToyInputs | None, classification: ToyInputs | None,
-                   labels: Mapping[str, str] | None = None):
+def _distance_data(
+    regression: ToyInputs | None, classification: ToyInputs | None, labels: Mapping[str, str] | None = None
+):
     """The tidy distance frame (one row per method and seed) and, per dataset present,
     ``{seed: (hmc, methods)}``."""
     import pandas as pd
 
     if regression is None and classification is None:
         raise ValueError("write_distance_table needs the regression or the classification inputs (both are None)")
-    loaded = {"regression": _load_pair(regression, "regression", labels),
-              "classification": _load_pair(classification, "classification", labels)}
+    loaded = {
+        "regression": _load_pair(regression, "regression", labels),
+        "classification": _load_pair(classification, "classification", labels),
+    }
     present = {k: v for k, v in loaded.items() if v is not None}
-    _check_same_scale([p for by_seed in present.values() for hmc, methods in by_seed.values()
-                       for p in (hmc, *methods)])
+    _check_same_scale([p for by_seed in present.values() for hmc, methods in by_seed.values() for p in (hmc, *methods)])
 
     rows: dict[tuple[str, Any], dict[str, Any]] = {}  # (method, seed) -> row; methods in input order
     order: dict[str, int] = {}
@@ -425,8 +451,9 @@ def _distance_data(regression: ToyInputs | None, classification: ToyInputs | Non
             seeds.setdefault(seed, len(seeds))
             for m in methods:
                 order.setdefault(m.method, len(order))
-                rows.setdefault((m.method, seed), {"method": m.method, "label": m.label, "seed": seed,
-                                                   "scale": m.scale})
+                rows.setdefault(
+                    (m.method, seed), {"method": m.method, "label": m.label, "seed": seed, "scale": m.scale}
+                )
     row_builders = {"regression": _regression_rows, "classification": _classification_rows}
     for dataset, by_seed in present.items():
         for seed, (hmc, methods) in by_seed.items():
@@ -465,11 +492,14 @@ def _frame_rows(frame) -> list[dict[str, Any]]:
     return [{key: _json_value(value) for key, value in row.items()} for row in frame.to_dict("records")]
 
 
-def _dataset_record(dataset: str, by_seed: Mapping[Any, tuple[ToyPredictions, list[ToyPredictions]]]
-                    ) -> dict[str, Any]:
+def _dataset_record(dataset: str, by_seed: Mapping[Any, tuple[ToyPredictions, list[ToyPredictions]]]) -> dict[str, Any]:
     """Per seed, the HMC reference and the methods (what the caption says of them)."""
-    record: dict[str, Any] = {"groups": [{"seed": seed, "hmc": run_record(hmc), "methods": [run_record(m) for m in ms]}
-                                         for seed, (hmc, ms) in by_seed.items()]}
+    record: dict[str, Any] = {
+        "groups": [
+            {"seed": seed, "hmc": run_record(hmc), "methods": [run_record(m) for m in ms]}
+            for seed, (hmc, ms) in by_seed.items()
+        ]
+    }
     if dataset == "classification":
         hmc = next(iter(by_seed.values()))[0]
         record.update(n_grid=math.isqrt(hmc.x_test.shape[0]), n_classes=int(hmc.probs_test.shape[1]))
@@ -487,13 +517,17 @@ def distance_summary(regression: ToyInputs | None, classification: ToyInputs | N
         ValueError: see :func:`repens.report.toy.write_distance_table`.
     """
     frame, present = _distance_data(regression, classification)
-    return {"rows": _frame_rows(frame),
-            "datasets": {dataset: _dataset_record(dataset, by_seed) for dataset, by_seed in present.items()},
-            "converged_rhat_max": CONVERGED_RHAT_MAX, "converged_ess_min": CONVERGED_ESS_MIN}
+    return {
+        "rows": _frame_rows(frame),
+        "datasets": {dataset: _dataset_record(dataset, by_seed) for dataset, by_seed in present.items()},
+        "converged_rhat_max": CONVERGED_RHAT_MAX,
+        "converged_ess_min": CONVERGED_ESS_MIN,
+    }
 
 
-def write_distance_summary(regression: ToyInputs | None, classification: ToyInputs | None,
-                           out: Path | str) -> dict[str, Any]:
+def write_distance_summary(
+    regression: ToyInputs | None, classification: ToyInputs | None, out: Path | str
+) -> dict[str, Any]:
     """:func:`distance_summary` written to ``out`` (JSON; floats round-trip exactly)."""
     summary = distance_summary(regression, classification)
     write_json_atomic(out, summary, indent=1)
@@ -511,8 +545,12 @@ def _panel_arrays(p: ToyPredictions) -> dict[str, np.ndarray]:
         arrays.update(mean=mean, sd=sd)
     else:
         xs, ys = _grid_axes(p.path, p.x_test)
-        arrays.update(xs=xs, ys=ys, entropy=predictive_entropy(p.probs_test).reshape(len(ys), len(xs)),
-                      num_classes=np.array(p.probs_test.shape[1]))
+        arrays.update(
+            xs=xs,
+            ys=ys,
+            entropy=predictive_entropy(p.probs_test).reshape(len(ys), len(xs)),
+            num_classes=np.array(p.probs_test.shape[1]),
+        )
     return arrays
 
 
@@ -529,8 +567,10 @@ def figure_data(dataset: str, inputs: Sequence[Path | str]) -> dict[str, np.ndar
             inputs mix seeds/scales (messages name the files).
     """
     preds = _load_all(inputs, dataset)
-    out: dict[str, np.ndarray] = {"dataset": np.array(dataset),
-                                  "panels": np.array(json.dumps([run_record(p) for p in preds]))}
+    out: dict[str, np.ndarray] = {
+        "dataset": np.array(dataset),
+        "panels": np.array(json.dumps([run_record(p) for p in preds])),
+    }
     for i, p in enumerate(preds):
         out.update({f"{i}/{key}": value for key, value in _panel_arrays(p).items()})
     return out
@@ -565,8 +605,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def pair(hmc: list[str] | None, methods: list[str] | None):
         return None if not hmc else ([Path(h) for h in hmc], [Path(m) for m in methods or []])
 
-    write_distance_summary(pair(args.regression_hmc, args.regression),
-                           pair(args.classification_hmc, args.classification), args.out)
+    write_distance_summary(
+        pair(args.regression_hmc, args.regression), pair(args.classification_hmc, args.classification), args.out
+    )
     return 0
 
 
