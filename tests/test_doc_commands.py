@@ -324,6 +324,8 @@ class Checker:
             if not (self.copy / script).is_file():
                 return Outcome("fail", f"{script} does not exist")
             return Outcome("ok", f"not run ({script} exists)")
+        if program == "ruff":
+            return self._check_ruff(args)
         if program in ("cd", "git", "export"):
             return Outcome("ok", f"not run ({program})")
         if program in ("printf", "echo", "mkdir"):
@@ -420,6 +422,15 @@ class Checker:
                 problems.append(f"{arg} does not exist")
             i += 1
         return Outcome("fail", "; ".join(problems)) if problems else Outcome("ok", "not run (markers and paths exist)")
+
+    def _check_ruff(self, args: list[str]) -> Outcome:
+        """ruff (the lint stage of .ci/run): run in the copy with this environment's ruff."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "ruff", *args], cwd=self.copy, capture_output=True, text=True, timeout=120
+        )
+        if proc.returncode != 0:
+            return Outcome("fail", f"exit {proc.returncode} in a fresh checkout: {(proc.stdout + proc.stderr).strip()}")
+        return Outcome("ok", "run in the copy")
 
     def _run_in_copy(self, cmd: Command, words: list[str]) -> Outcome:
         """printf/echo into a file, mkdir: run in the copy, as the page has it."""
@@ -727,3 +738,14 @@ def test_checker_printf_into_a_missing_folder_fails_and_the_file_is_there_for_th
     assert outcomes[0].status == "fail" and "No such file or directory" in outcomes[0].detail
     assert (copy / "data" / "x.yaml").read_text() == "a: 1\n"
     assert outcomes[1].status == outcomes[2].status == "ok"
+
+
+def test_checker_runs_ruff_in_the_copy(checkout, tmp_path):
+    """`ruff` (the lint of .ci/run) is run in the fresh checkout: clean there, a missing path fails."""
+    pytest.importorskip("ruff")
+    commands = extract("```bash\nruff check src tests\nruff check no-such-folder\n```\n", "lint.md")
+    checker = Checker(checkout[0], tmp_path)
+    for key, cmd in enumerate(commands):
+        checker.check(key, cmd)
+    assert checker.outcomes[0].status == "ok", checker.outcomes[0]
+    assert checker.outcomes[1].status == "fail" and "no-such-folder" in checker.outcomes[1].detail, checker.outcomes[1]
