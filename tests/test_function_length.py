@@ -14,7 +14,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "repens"
 
 # "module.function" (module path relative to src/repens, dotted) -> why it is still long
 KNOWN_LONG: dict[str, str] = {
-    "config.schema_errors": "not split yet",
     "kit.pack": "not split yet",
     "kit.import_results": "not split yet",
     "kit.run": "not split yet",

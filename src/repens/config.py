@@ -689,89 +689,140 @@ def schema_errors(
     if "const" in schema and not _same(value, schema["const"]):
         errors.append((path, f"{schema['const']!r} was expected"))
     if _is_type(value, "number"):
-        for key, fails, words in (
-            ("minimum", lambda v, m: v < m, "less than the minimum of"),
-            ("maximum", lambda v, m: v > m, "greater than the maximum of"),
-            ("exclusiveMinimum", lambda v, m: v <= m, "less than or equal to the minimum of"),
-            ("exclusiveMaximum", lambda v, m: v >= m, "greater than or equal to the maximum of"),
-        ):
-            if key in schema and fails(value, schema[key]):
-                errors.append((path, f"{value!r} is {words} {schema[key]!r}"))
+        errors += _number_errors(value, schema, path)
     if isinstance(value, str):
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            errors.append((path, f"{value!r} is too short"))
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            errors.append((path, f"{value!r} is too long"))
-        if "pattern" in schema and not re.search(schema["pattern"], value):
-            errors.append((path, f"{value!r} does not match {schema['pattern']!r}"))
+        errors += _string_errors(value, schema, path)
     if isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            errors.append(
-                (path, f"{value!r} should be non-empty" if schema["minItems"] == 1 else f"{value!r} is too short")
-            )
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            errors.append((path, f"{value!r} is too long"))
-        if schema.get("uniqueItems"):
-            seen: list[Any] = []
-            for item in value:
-                if any(_same(item, s) for s in seen):
-                    errors.append((path, f"{value!r} has non-unique elements"))
-                    break
-                seen.append(item)
-        if "items" in schema:
-            for i, item in enumerate(value):
-                errors += schema_errors(item, schema["items"], root, path + (i,))
+        errors += _array_errors(value, schema, root, path)
     if isinstance(value, dict):
-        for key in schema.get("required", []):
-            if key not in value:
-                errors.append((path, f"{key!r} is a required property"))
-        if "minProperties" in schema and len(value) < schema["minProperties"]:
+        errors += _object_errors(value, schema, root, path)
+    errors += _combinator_errors(value, schema, root, path)
+    return errors
+
+
+def _number_errors(value: Any, schema: Mapping[str, Any], path: tuple) -> list[tuple[tuple, str]]:
+    """:func:`schema_errors`' bounds on a number."""
+    errors: list[tuple[tuple, str]] = []
+    for key, fails, words in (
+        ("minimum", lambda v, m: v < m, "less than the minimum of"),
+        ("maximum", lambda v, m: v > m, "greater than the maximum of"),
+        ("exclusiveMinimum", lambda v, m: v <= m, "less than or equal to the minimum of"),
+        ("exclusiveMaximum", lambda v, m: v >= m, "greater than or equal to the maximum of"),
+    ):
+        if key in schema and fails(value, schema[key]):
+            errors.append((path, f"{value!r} is {words} {schema[key]!r}"))
+    return errors
+
+
+def _string_errors(value: str, schema: Mapping[str, Any], path: tuple) -> list[tuple[tuple, str]]:
+    """:func:`schema_errors`' length and pattern checks on a string."""
+    errors: list[tuple[tuple, str]] = []
+    if "minLength" in schema and len(value) < schema["minLength"]:
+        errors.append((path, f"{value!r} is too short"))
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        errors.append((path, f"{value!r} is too long"))
+    if "pattern" in schema and not re.search(schema["pattern"], value):
+        errors.append((path, f"{value!r} does not match {schema['pattern']!r}"))
+    return errors
+
+
+def _array_errors(
+    value: list, schema: Mapping[str, Any], root: Mapping[str, Any], path: tuple
+) -> list[tuple[tuple, str]]:
+    """:func:`schema_errors`' checks on an array, its items' included."""
+    errors: list[tuple[tuple, str]] = []
+    if "minItems" in schema and len(value) < schema["minItems"]:
+        errors.append(
+            (path, f"{value!r} should be non-empty" if schema["minItems"] == 1 else f"{value!r} is too short")
+        )
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        errors.append((path, f"{value!r} is too long"))
+    if schema.get("uniqueItems"):
+        seen: list[Any] = []
+        for item in value:
+            if any(_same(item, s) for s in seen):
+                errors.append((path, f"{value!r} has non-unique elements"))
+                break
+            seen.append(item)
+    if "items" in schema:
+        for i, item in enumerate(value):
+            errors += schema_errors(item, schema["items"], root, path + (i,))
+    return errors
+
+
+def _object_errors(
+    value: dict, schema: Mapping[str, Any], root: Mapping[str, Any], path: tuple
+) -> list[tuple[tuple, str]]:
+    """:func:`schema_errors`' checks on an object, its properties' included."""
+    errors: list[tuple[tuple, str]] = []
+    for key in schema.get("required", []):
+        if key not in value:
+            errors.append((path, f"{key!r} is a required property"))
+    if "minProperties" in schema and len(value) < schema["minProperties"]:
+        errors.append(
+            (
+                path,
+                f"{value!r} should be non-empty"
+                if schema["minProperties"] == 1
+                else f"{value!r} does not have enough properties",
+            )
+        )
+    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+        errors.append((path, f"{value!r} has too many properties"))
+    props, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+    extra = []
+    for key, item in value.items():
+        matched = False
+        if key in props:
+            matched = True
+            errors += schema_errors(item, props[key], root, path + (key,))
+        for pattern, sub in patterns.items():
+            if re.search(pattern, str(key)):
+                matched = True
+                errors += schema_errors(item, sub, root, path + (key,))
+        if not matched:
+            extra.append(key)
+    errors += _additional_errors(value, extra, schema, root, path)
+    return errors
+
+
+def _additional_errors(
+    value: dict, extra: list, schema: Mapping[str, Any], root: Mapping[str, Any], path: tuple
+) -> list[tuple[tuple, str]]:
+    """:func:`schema_errors`' check of the ``extra`` keys (matched by no property or pattern)."""
+    errors: list[tuple[tuple, str]] = []
+    props, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+    additional = schema.get("additionalProperties", True)
+    if extra and additional is False:
+        if patterns and not props:
+            listed = ", ".join(repr(k) for k in extra)
+            verb = "does" if len(extra) == 1 else "do"
             errors.append(
                 (
                     path,
-                    f"{value!r} should be non-empty"
-                    if schema["minProperties"] == 1
-                    else f"{value!r} does not have enough properties",
+                    f"{listed} {verb} not match any of the regexes: {', '.join(repr(p) for p in sorted(patterns))}",
                 )
             )
-        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-            errors.append((path, f"{value!r} has too many properties"))
-        props, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
-        extra = []
-        for key, item in value.items():
-            matched = False
-            if key in props:
-                matched = True
-                errors += schema_errors(item, props[key], root, path + (key,))
-            for pattern, sub in patterns.items():
-                if re.search(pattern, str(key)):
-                    matched = True
-                    errors += schema_errors(item, sub, root, path + (key,))
-            if not matched:
-                extra.append(key)
-        additional = schema.get("additionalProperties", True)
-        if extra and additional is False:
-            if patterns and not props:
-                listed = ", ".join(repr(k) for k in extra)
-                verb = "does" if len(extra) == 1 else "do"
-                errors.append(
-                    (
-                        path,
-                        f"{listed} {verb} not match any of the regexes: {', '.join(repr(p) for p in sorted(patterns))}",
-                    )
+        else:
+            listed = ", ".join(repr(k) for k in extra)
+            errors.append(
+                (
+                    path,
+                    f"Additional properties are not allowed ({listed} "
+                    f"{'was' if len(extra) == 1 else 'were'} unexpected)",
                 )
-            else:
-                listed = ", ".join(repr(k) for k in extra)
-                errors.append(
-                    (
-                        path,
-                        f"Additional properties are not allowed ({listed} "
-                        f"{'was' if len(extra) == 1 else 'were'} unexpected)",
-                    )
-                )
-        elif extra and isinstance(additional, Mapping):
-            for key in extra:
-                errors += schema_errors(value[key], additional, root, path + (key,))
+            )
+    elif extra and isinstance(additional, Mapping):
+        for key in extra:
+            errors += schema_errors(value[key], additional, root, path + (key,))
+    return errors
+
+
+def _combinator_errors(
+    value: Any, schema: Mapping[str, Any], root: Mapping[str, Any], path: tuple
+) -> list[tuple[tuple, str]]:
+    """:func:`schema_errors`' ``allOf``, ``anyOf``, ``oneOf`` and ``not``."""
+    errors: list[tuple[tuple, str]] = []
     for sub in schema.get("allOf", []):
         errors += schema_errors(value, sub, root, path)
     for key in ("anyOf", "oneOf"):
