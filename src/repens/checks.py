@@ -16,8 +16,9 @@ The sampler's settings (two HMC chains at least, four kept draws per chain) are 
 with the rest of the config by :func:`repens.config.check_config`.
 
 Like repens.config, this module imports neither torch nor Snakemake (matplotlib only to
-parse a label holding ``$``), so a training job may read its environment through it
-(:func:`env_setting`).
+parse a label holding ``$``). The environment variables themselves (:data:`ENVIRONMENT`,
+:func:`env_setting`, :class:`CheckError`, :class:`EnvError`) live in the low module
+:mod:`repens.environment`, which a training job reads; they are re-exported here.
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repens.environment import ENVIRONMENT, CheckError, EnvError, EnvSetting, env_setting
+
 __all__ = [
     "CheckError",
     "EnvError",
     "ENVIRONMENT",
+    "EnvSetting",
     "check_config_files",
     "check_yaml_file",
     "check_labels",
@@ -51,17 +55,6 @@ __all__ = [
     "LARGEST_GPU_BYTES",
     "gib",
 ]
-
-
-class CheckError(ValueError):
-    """A setting that would fail a job later; the message is one line naming it."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
-
-
-class EnvError(CheckError):
-    """An environment variable the package reads holds a value it cannot use."""
 
 
 # ------------------------------------------------------------------ YAML files
@@ -173,112 +166,6 @@ def check_labels(config: Mapping[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------ environment
-@dataclass(frozen=True)
-class EnvSetting:
-    """An environment variable the package reads: how, and what it accepts."""
-
-    #: where it is read, for the message
-    read_by: str
-    #: value -> setting; raises ValueError with the reason for a value it cannot use
-    parse: Callable[[str], Any]
-    #: the setting when the variable is unset
-    default: Any
-    #: what it accepts, for the message
-    accepts: str
-
-
-def _seconds(value: str) -> float:
-    seconds = float(value)
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise ValueError("not a finite number >= 0")
-    return seconds
-
-
-def _flag(off: Iterable[str], on: Iterable[str], strip: bool = False) -> Callable[[str], bool]:
-    """A yes/no variable: only the spellings its reader takes as meant (``REPENS_UCI_VERIFY=False``
-    would read as on, so it is refused rather than obeyed the wrong way)."""
-    off, on = frozenset(off), frozenset(on)
-
-    def parse(value: str) -> bool:
-        value = value.strip() if strip else value
-        if value in off:
-            return False
-        if value in on:
-            return True
-        raise ValueError("not a recognised value")
-
-    return parse
-
-
-def _folder(value: str) -> str:
-    if value and not Path(value).is_dir():
-        raise ValueError("no such folder")
-    return value
-
-
-def _commit(value: str) -> str:
-    if not value or any(c.isspace() or not c.isprintable() for c in value):
-        raise ValueError("not one word (a commit id)")
-    return value
-
-
-#: every environment variable the package reads (``grep os.environ src/repens``), besides
-#: SLURM's own (SLURM_JOB_ID & co., set by the cluster, only recorded)
-ENVIRONMENT: dict[str, EnvSetting] = {
-    "REPENS_CHECKPOINT_SECONDS": EnvSetting(
-        "repens.train (TrainSettings), repens.experiments.hmc",
-        _seconds,
-        300.0,
-        "seconds between checkpoints, a number >= 0 (0: after every step)",
-    ),
-    "REPENS_CUDA_GRAPHS": EnvSetting(
-        "repens.train (TrainSettings.cuda_graphs)", _flag({"0"}, {"1", ""}), True, "0 (off) or 1 (on)"
-    ),
-    "REPENS_UCI_VERIFY": EnvSetting(
-        "repens.data.uci_files",
-        _flag({"0", "false", "no"}, {"1", "true", "yes", ""}, strip=True),
-        True,
-        "0, false or no (off); 1, true or yes (on)",
-    ),
-    "REPENS_OFFLINE": EnvSetting(
-        "repens.data.availability",
-        _flag({"", "0"}, {"1", "true", "yes"}),
-        False,
-        "1, true or yes (offline); 0 or empty (online)",
-    ),
-    "REPENS_UCI_DATA": EnvSetting(
-        "repens.experiments.uci, workflow/rules/uci_common.smk", _folder, "", "an existing folder of UCI data sets"
-    ),
-    "REPENS_GIT_COMMIT": EnvSetting(
-        "repens.provenance (outside a git checkout)", _commit, "unknown", "a commit id, one word"
-    ),
-}
-
-
-def _env_message(name: str, value: str, reason: str) -> str:
-    spec = ENVIRONMENT[name]
-    return (
-        f"environment variable {name}={value!r}: {reason} (read by {spec.read_by} as "
-        f"{spec.accepts}; unset: {spec.default!r})"
-    )
-
-
-def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
-    """The setting environment variable ``name`` (a key of :data:`ENVIRONMENT`) gives: its
-    default when unset, else its parsed value; :class:`EnvError` (one line naming the
-    variable and its value) when the value is not one it accepts."""
-    environ = os.environ if environ is None else environ
-    spec = ENVIRONMENT[name]
-    if name not in environ:
-        return spec.default
-    value = environ[name]
-    try:
-        return spec.parse(value)
-    except ValueError as err:
-        reason = str(err) if str(err).startswith(("not ", "no ")) else "not a number"
-        raise EnvError(_env_message(name, value, reason)) from None
-
-
 def check_environment(environ: Mapping[str, str] | None = None, config: Mapping[str, Any] | None = None) -> None:
     """:func:`env_setting` of every variable of :data:`ENVIRONMENT` that is set.
     ``REPENS_UCI_DATA`` is skipped where ``config`` sets ``uci_data`` (which wins over it)."""

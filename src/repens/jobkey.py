@@ -32,6 +32,7 @@ from typing import Any
 
 __all__ = [
     "RUNTIME_FIELDS",
+    "ENGINE_VERSION",
     "job_key",
     "set_aside",
     "load_keyed_json",
@@ -43,6 +44,16 @@ __all__ = [
     "write_final_record",
     "restore_final_outputs",
 ]
+
+#: The training engine's version (:mod:`repens.train`), part of every checkpoint's key and
+#: of every final key (:func:`final_key`): a checkpoint written by another version of the loop
+#: (2: the optimizer maximises ``phi`` instead of minimising ``-phi``; 3: MLP likelihood
+#: gradients written out, not by autograd, which rounds differently; 4: softmax of few classes
+#: across a transposed copy, :func:`repens.posteriors.softmax_classes`; 5: large MLP stacks
+#: in blocks of rows, :data:`repens.particles.BLOCK_BYTES`; 6: a one-output layer's bias added
+#: after its product, not inside ``baddbmm``; 7: MLP activations feature-major, (n, H, B))
+#: is not resumed.
+ENGINE_VERSION = 7
 
 #: spec fields that do not change results: display name, logging and checkpoint cadence,
 #: where the UCI data live
@@ -208,13 +219,14 @@ def _names(record: Path, outputs: Sequence[Path]) -> list[str]:
 
 def _data_files(spec: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, str]:
     """A job's data files, name -> path: its ``--input`` files, and a UCI job's dataset
-    folder (found as the runner finds it: ``uci_data``, ``$REPENS_UCI_DATA``, ``data/uci``)."""
+    folder (found as the runner finds it: ``uci_data``, ``$REPENS_UCI_DATA``, ``data/uci``; the
+    folder's name from :func:`repens.registry.uci_folders`, as ``repens.data.uci_files.UCI_FOLDERS``)."""
     files = {str(k): str(v) for k, v in dict(runtime.get("inputs") or {}).items()}
     if spec.get("experiment") == "uci":
-        from repens.data.uci_files import UCI_FOLDERS
+        from repens.registry import uci_folders
 
         root = Path(spec.get("uci_data") or os.environ.get("REPENS_UCI_DATA") or "data/uci")
-        folder = root / UCI_FOLDERS.get(str(spec.get("dataset")), str(spec.get("dataset"))) / "data"
+        folder = root / uci_folders().get(str(spec.get("dataset")), str(spec.get("dataset"))) / "data"
         files.update({f"uci/{p.name}": str(p) for p in sorted(folder.glob("*")) if p.is_file()})
     return files
 
@@ -224,8 +236,6 @@ def final_key(spec: Mapping[str, Any], runtime: Mapping[str, Any]) -> str:
     training engine's version, the device asked for and the SHA-256 of each data file
     (``runtime["inputs"]``, name -> path; a UCI job's dataset folder), so that new data or
     another engine trains again."""
-    from repens.train import ENGINE_VERSION
-
     data = {}
     for name, path in sorted(_data_files(spec, runtime).items()):
         try:

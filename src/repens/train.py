@@ -39,9 +39,9 @@ import torch
 from torch import Tensor
 
 from repens.atomic import torch_save_atomic
-from repens.checks import env_setting
+from repens.environment import env_setting
 from repens.host_memory import keep_freed_memory
-from repens.jobkey import load_keyed_checkpoint
+from repens.jobkey import ENGINE_VERSION, load_keyed_checkpoint
 from repens.optimizers import OPTIMIZERS, make_optimizer
 from repens.posteriors import Batch
 from repens.step_graph import StepGraphs, StepState, backend_for
@@ -72,15 +72,6 @@ __all__ = [
     "stop_signals",
     "stop_if_signalled",
 ]
-
-#: Part of every checkpoint's key: a checkpoint written by another version of the loop
-#: (2: the optimizer maximises ``phi`` instead of minimising ``-phi``; 3: MLP likelihood
-#: gradients written out, not by autograd, which rounds differently; 4: softmax of few classes
-#: across a transposed copy, :func:`repens.posteriors.softmax_classes`; 5: large MLP stacks
-#: in blocks of rows, :data:`repens.particles.BLOCK_BYTES`; 6: a one-output layer's bias added
-#: after its product, not inside ``baddbmm``; 7: MLP activations feature-major, (n, H, B))
-#: is not resumed.
-ENGINE_VERSION = 7
 
 
 def _finite_sum(direction: Tensor) -> Tensor:

@@ -28,8 +28,8 @@ import torch
 from torch import Tensor
 
 from repens.atomic import save_npz_atomic, write_json_atomic
-from repens.checks import env_setting
 from repens.data.toy import ToyData, make_toy
+from repens.environment import env_setting
 from repens.experiments.toy import toy_posterior
 from repens.hmc import (
     HMCSettings,
@@ -41,10 +41,9 @@ from repens.hmc import (
     summarise_diagnostics,
 )
 from repens.job import HMCJob
-from repens.jobkey import job_key
+from repens.jobkey import ENGINE_VERSION, job_key
 from repens.particles import StackedModel
 from repens.posteriors import Batch, NetworkPosterior
-from repens.train import ENGINE_VERSION
 
 log = logging.getLogger("repens.hmc")
 

@@ -1,0 +1,248 @@
+"""The package's modules import only down their layers, and no import cycle joins them.
+
+The flat modules of ``src/repens`` are meant to become layer subpackages (data and models
+below the methods, the methods below training, training below the experiments; job types
+and keys below training; config, cost, budget and the command line above the experiments;
+the reports read files only). :data:`LAYERS` gives each module (or subpackage) its layer
+today; a module may import (at any depth: inside a function too) only modules of its own
+layer or below. The reports import nothing above :data:`REPORT_MAY_IMPORT` besides
+themselves. An edge that still runs the wrong way is listed, with why, in
+:data:`KNOWN_EXCEPTIONS`; a cycle among module-level imports in :data:`KNOWN_CYCLES`.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "repens"
+
+#: module (``repens.`` left off) or subpackage (every module under it) -> layer
+LAYERS: dict[str, int] = {
+    # 0: plumbing that imports nothing of the package (or only layer 0), job keys
+    "": 0,  # repens/__init__.py: __version__
+    "__init__": 0,
+    "errors": 0,
+    "atomic": 0,
+    "registry": 0,
+    "environment": 0,
+    "jobkey": 0,  # job keys: below training and the data (it reads the UCI folders from registry)
+    # 1: data, job types, rule options, provenance
+    "data": 1,
+    "job": 1,
+    "rule_options": 1,
+    "provenance": 1,
+    # 2: networks, particles, posteriors and their parts, metrics
+    "models": 2,
+    "particles": 2,
+    "posteriors": 2,
+    "targets": 2,
+    "kernels": 2,
+    "scores": 2,
+    "distances": 2,
+    "metrics": 2,
+    "evaluation": 2,
+    # 3: the methods' steps
+    "updates": 3,
+    "step_size": 3,
+    "optimizers": 3,
+    "minibatches": 3,
+    "step_graph": 3,
+    "host_memory": 3,
+    # 4: training and sampling
+    "train": 4,
+    "fitting": 4,
+    "hmc": 4,
+    "last_good": 4,
+    "attempt": 4,
+    # 5: the experiments
+    "experiments": 5,
+    # 6: the reports (read files only; see REPORT_MAY_IMPORT)
+    "report": 6,
+    # 7: summaries and convergence verdicts of finished runs (they use the reports' readers)
+    "summaries": 7,
+    "convergence": 7,
+    # 8: the workflow's and the command line's modules
+    "config": 8,
+    "checks": 8,
+    "cost": 8,
+    "budget": 8,
+    "kit": 8,
+    "from_runs": 8,
+    "cli": 8,
+    "__main__": 8,
+}
+
+#: the reports import only modules of these layers, and each other
+REPORT_MAY_IMPORT = 1
+
+#: (importer, imported) -> why the wrong-way edge is still there
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
+    # results_page reads the config's defaults (inside its functions): the reports should be
+    # handed them by the caller (cli / the workflow) instead.
+    ("report.results_page", "config"): "results page reads config defaults",
+}
+
+#: module-level import cycles still there: each pair imports the other at load
+KNOWN_CYCLES: set[frozenset[str]] = {
+    # the tables' modules re-export their figures' functions at the bottom of the file,
+    # and the figures' modules read the tables' data types
+    frozenset({"report.synthetic", "report.synthetic_figures"}),
+    frozenset({"report.toy", "report.toy_figures"}),
+}
+
+
+def module_name(path: Path) -> str:
+    """``repens/report/claims.py`` -> ``report.claims``; ``repens/__init__.py`` -> ``""``."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The module of the package a dotted name (``repens.x.y``, ``repens`` left off) is."""
+    while name not in known and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name if name in known else None
+
+
+def imports(path: Path, known: dict[str, Path], top_level_only: bool = False) -> Iterator[str]:
+    """The package's modules ``path`` imports (``repens`` left off): at any depth, or only
+    those run at import (``top_level_only``: statements of the module body, not inside a
+    function, a class or an ``if TYPE_CHECKING``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join([*base, node.module] if node.module else base)
+                module = "repens" + ("." + module if module else "")
+            else:
+                module = node.module or ""
+            # `from repens import registry` imports the module repens.registry
+            targets = [f"{module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            if target == "repens" or target.startswith("repens."):
+                found = _resolve(target.removeprefix("repens").lstrip("."), known)
+                if found is not None and found != here:
+                    yield found
+
+
+def layer(module: str) -> int:
+    name = module
+    while True:
+        if name in LAYERS:
+            return LAYERS[name]
+        if "." not in name:
+            raise KeyError(module)
+        name = name.rsplit(".", 1)[0]
+
+
+def is_report(module: str) -> bool:
+    return module == "report" or module.startswith("report.")
+
+
+def wrong_edges() -> dict[tuple[str, str], str]:
+    known = modules()
+    found = {}
+    for name, path in known.items():
+        for target in imports(path, known):
+            if is_report(name) and not is_report(target) and layer(target) > REPORT_MAY_IMPORT:
+                found[(name, target)] = f"a report imports layer {layer(target)} (> {REPORT_MAY_IMPORT})"
+            elif layer(target) > layer(name):
+                found[(name, target)] = f"layer {layer(name)} imports layer {layer(target)}"
+    return found
+
+
+def test_every_module_has_a_layer():
+    missing = []
+    for name in modules():
+        try:
+            layer(name)
+        except KeyError:
+            missing.append(name)
+    assert not missing, f"give these modules a layer in LAYERS: {missing}"
+
+
+def test_imports_run_down_the_layers():
+    found = wrong_edges()
+    new = {edge: why for edge, why in found.items() if edge not in KNOWN_EXCEPTIONS}
+    assert not new, "imports that run up the layers:\n" + "\n".join(f"{a} -> {b}: {w}" for (a, b), w in new.items())
+
+
+def test_known_exceptions_are_still_needed():
+    found = wrong_edges()
+    stale = sorted(set(KNOWN_EXCEPTIONS) - set(found))
+    assert not stale, f"these edges are gone or now allowed: drop them from KNOWN_EXCEPTIONS: {stale}"
+
+
+def cycles() -> list[list[str]]:
+    """The strongly connected components (more than one module) of the module-level imports."""
+    known = modules()
+    graph = {name: sorted(set(imports(path, known, top_level_only=True))) for name, path in known.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    new = [c for c in cycles() if frozenset(c) not in KNOWN_CYCLES]
+    assert not new, f"module-level import cycles: {new}"
+
+
+@pytest.mark.parametrize("edge", sorted(KNOWN_EXCEPTIONS))
+def test_known_exceptions_are_declared_modules(edge):
+    known = modules()
+    assert all(name in known for name in edge), edge
+
+
+def test_the_scan_sees_imports_inside_functions():
+    known = modules()
+    assert "jobkey" in set(imports(PACKAGE / "provenance.py", known))  # imported in a function
+    assert "jobkey" not in set(imports(PACKAGE / "provenance.py", known, top_level_only=True))
+    assert "registry" in set(imports(PACKAGE / "job.py", known))  # `from repens import registry`
