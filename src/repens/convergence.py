@@ -556,6 +556,91 @@ def uci_rel_tol(metrics_path: Path | str) -> tuple[float, str]:
     return 2 * min(ratios), f"2 x min rmse se/mean over {len(ratios)} {dataset_dir.name} runs"
 
 
+def _uci_stack_parts(segs: list, rel_tol: float) -> list[tuple[bool | None, str]]:
+    """:func:`check_uci_run`'s stability and late-degradation verdicts, per stack."""
+    parts: list[tuple[bool | None, str]] = []
+    for i, seg in enumerate(segs):
+        ser = _series(seg, _UCI_SERIES)
+        label = f"stack {i + 1}/{len(segs)} " if len(segs) > 1 else ""
+        if ser is None:
+            parts.append((None, f"{label}{_UCI_SERIES} not logged"))
+            continue
+        st = stability(ser, rel_tol=rel_tol)
+        dg = degradation(ser, rel_tol=rel_tol)
+        parts.append((st["ok"], label + st["text"]))
+        if dg["ok"] is False:
+            parts.append((False, label + "late degradation: " + dg["text"]))
+    return parts
+
+
+def _uci_fit_reference(
+    path: Path, de_metrics: Path | str | None, de_log: Path | str | None, sigma: float, sources: list, parts: list
+) -> tuple[float | None, float | None, str]:
+    """:func:`check_uci_run`'s reference training RMSE ``max(noise_std, DE's)``: (r_ref,
+    r_de, its words), r_ref ``None`` (and a verdict in ``parts``) without DE's."""
+    de_path = Path(de_metrics) if de_metrics else path.parent.parent.parent / "de" / path.parent.name / "metrics.json"
+    de_segs, de_where, de_sources, _ = _history(de_path, de_log)
+    r_de = _final_train_rmse(de_segs) if de_segs else None
+    if r_de is None:
+        parts.append((None, f"fit check needs DE's training RMSE: {de_where}"))
+        return None, r_de, ""
+    sources += [s for s in de_sources if s not in sources]
+    return max(sigma, r_de), r_de, f"max(noise_std {sigma:.3g}, DE {r_de:.4g})"
+
+
+def _uci_fit_parts(
+    path: Path,
+    metrics: Mapping[str, Any],
+    segs: list,
+    de_metrics: Path | str | None,
+    de_log: Path | str | None,
+    sources: list,
+    details: dict[str, Any],
+) -> list[tuple[bool | None, str]]:
+    """:func:`check_uci_run`'s fit-quality verdict (DE's sources added to ``sources``, the
+    numbers to ``details``)."""
+    parts: list[tuple[bool | None, str]] = []
+    job = metrics.get("job") or {}
+    sigma = job.get("noise_std")
+    splits = metrics.get("splits") or []
+    n_rows = [int(s["n_train"]) for s in splits if isinstance(s, Mapping) and "n_train" in s]
+    r = _final_train_rmse(segs)
+    if sigma is None or not n_rows or r is None:
+        missing = [
+            w
+            for w, v in (
+                ("job.noise_std", sigma),
+                ("splits[].n_train", n_rows),
+                ("a finished training-RMSE history", r),
+            )
+            if not v
+        ]
+        parts.append((None, f"fit check impossible: no {', '.join(missing)}"))
+        return parts
+    n = min(n_rows)
+    sigma = float(sigma)
+    method = job.get("method") or path.parts[-3]
+    r_de = None
+    if method == "de":  # the reference fit itself: a net that cannot reach noise_std is not unconverged
+        r_ref = None
+        details.update(train_rmse=r, n_train=n, noise_std=sigma)
+        parts.append((True, f"fit: DE is the reference (train RMSE {r:.4g}, noise_std {sigma:.3g})"))
+    else:
+        r_ref, r_de, ref_text = _uci_fit_reference(path, de_metrics, de_log, sigma, sources, parts)
+    if r_ref is not None:
+        r_max = uci_fit_bound(r_ref, sigma, n)
+        fit_ok = r <= r_max
+        details.update(train_rmse=r, r_ref=r_ref, r_de=r_de, r_max=r_max, n_train=n, noise_std=sigma)
+        parts.append(
+            (
+                fit_ok,
+                f"{'under-fit: ' if not fit_ok else ''}train RMSE {r:.4g} (std units) "
+                f"{'>' if not fit_ok else '<='} bound {r_max:.4g} from {ref_text}, n={n}",
+            )
+        )
+    return parts
+
+
 def check_uci_run(
     metrics_path: Path | str,
     log: Path | str | None = None,
@@ -576,67 +661,8 @@ def check_uci_run(
     else:
         tol_text = "given"
     details: dict[str, Any] = {"history": where, "stacks": len(segs), "rel_tol": rel_tol}
-    for i, seg in enumerate(segs):
-        ser = _series(seg, _UCI_SERIES)
-        label = f"stack {i + 1}/{len(segs)} " if len(segs) > 1 else ""
-        if ser is None:
-            parts.append((None, f"{label}{_UCI_SERIES} not logged"))
-            continue
-        st = stability(ser, rel_tol=rel_tol)
-        dg = degradation(ser, rel_tol=rel_tol)
-        parts.append((st["ok"], label + st["text"]))
-        if dg["ok"] is False:
-            parts.append((False, label + "late degradation: " + dg["text"]))
-    # fit quality
-    job = metrics.get("job") or {}
-    sigma = job.get("noise_std")
-    splits = metrics.get("splits") or []
-    n_rows = [int(s["n_train"]) for s in splits if isinstance(s, Mapping) and "n_train" in s]
-    r = _final_train_rmse(segs)
-    if sigma is None or not n_rows or r is None:
-        missing = [
-            w
-            for w, v in (
-                ("job.noise_std", sigma),
-                ("splits[].n_train", n_rows),
-                ("a finished training-RMSE history", r),
-            )
-            if not v
-        ]
-        parts.append((None, f"fit check impossible: no {', '.join(missing)}"))
-    else:
-        n = min(n_rows)
-        sigma = float(sigma)
-        method = job.get("method") or path.parts[-3]
-        r_de = None
-        if method == "de":  # the reference fit itself: a net that cannot reach noise_std is not unconverged
-            r_ref = None
-            details.update(train_rmse=r, n_train=n, noise_std=sigma)
-            parts.append((True, f"fit: DE is the reference (train RMSE {r:.4g}, noise_std {sigma:.3g})"))
-        else:
-            de_path = (
-                Path(de_metrics) if de_metrics else path.parent.parent.parent / "de" / path.parent.name / "metrics.json"
-            )
-            de_segs, de_where, de_sources, _ = _history(de_path, de_log)
-            r_de = _final_train_rmse(de_segs) if de_segs else None
-            if r_de is None:
-                parts.append((None, f"fit check needs DE's training RMSE: {de_where}"))
-                r_ref = None
-            else:
-                sources += [s for s in de_sources if s not in sources]
-                r_ref = max(sigma, r_de)
-                ref_text = f"max(noise_std {sigma:.3g}, DE {r_de:.4g})"
-        if r_ref is not None:
-            r_max = uci_fit_bound(r_ref, sigma, n)
-            fit_ok = r <= r_max
-            details.update(train_rmse=r, r_ref=r_ref, r_de=r_de, r_max=r_max, n_train=n, noise_std=sigma)
-            parts.append(
-                (
-                    fit_ok,
-                    f"{'under-fit: ' if not fit_ok else ''}train RMSE {r:.4g} (std units) "
-                    f"{'>' if not fit_ok else '<='} bound {r_max:.4g} from {ref_text}, n={n}",
-                )
-            )
+    parts += _uci_stack_parts(segs, rel_tol)
+    parts += _uci_fit_parts(path, metrics, segs, de_metrics, de_log, sources, details)
     ok, text = _combine(parts)
     details["per_split_history"] = False
     return Verdict(

@@ -216,6 +216,68 @@ def _code_header(column: Column) -> str:
     return f"{paper.name}: the released code's definition" + (f" ({detail})" if detail else "")
 
 
+def _vs_paper_frame(
+    by_row: Mapping[tuple[str, str], Mapping[str, Mapping[str, Any]]],
+    code: Sequence[Column],
+    columns: list[tuple[str, str]],
+    labels: Mapping[str, str],
+) -> tuple[pd.DataFrame, list[str], set[int]]:
+    """:func:`vs_paper_table`'s cells: the frame, the rules between datasets, the seed counts."""
+    keys, cells, rules, counts = [], [], [], set()
+    for (dataset, method), metrics in by_row.items():
+        n = max(int(c["ours_seeds"]) for c in metrics.values())
+        counts.add(n)
+        line: list[Any] = [n]
+        for c in TABLE1_COLUMNS:
+            r = metrics.get(c.name)
+            line += (
+                [
+                    mean_pm_text(r["paper_mean"], r["paper_error"]),
+                    mean_pm_text(r["ours_mean"], r["ours_se"]),
+                    signed_text(r["difference_in_errors"]),
+                ]
+                if r
+                else ["–"] * 3
+            )
+        for c in code:
+            r = metrics.get(c.name)
+            line += (
+                [mean_pm_text(r["ours_mean"], r["ours_se"]), signed_text(r["difference_in_errors"])] if r else ["–"] * 2
+            )
+        rules.append("midrule" if keys and keys[-1][0] != DATASET_LABELS.get(dataset, dataset) else "")
+        keys.append((DATASET_LABELS.get(dataset, dataset), labels.get(method, method)))
+        cells.append(line)
+    index = pd.MultiIndex.from_tuples(keys) if keys else pd.MultiIndex.from_arrays([[], []])
+    frame = pd.DataFrame(cells, index=index, columns=pd.MultiIndex.from_tuples(columns), dtype=object)
+    return frame, rules, counts
+
+
+def _vs_paper_note(counts: set[int], *, scale: str, seeds: str, sizes: str) -> str:
+    """:func:`vs_paper_table`'s note: the scale, the seeds, how Δ / s.e. is computed."""
+    if 1 in counts:
+        basis = (
+            "Δ / s.e. = (ours − paper) / √(s.e. ours² + s.e. paper²); in rows with n = 1 (one seed of ours, "
+            "its spread not measured yet) the paper's s.e. alone"
+        )
+    else:
+        basis = "Δ / s.e. = (ours − paper) / √(s.e. ours² + s.e. paper²)"
+    reproduction = (
+        "Quick scale: the training is shortened (the sizes above), so a difference measures the shortened "
+        "training as much as the method: a quick-scale comparison is not a reproduction of the paper."
+        if scale == "quick"
+        else f"Scale {scale}."
+        if scale != "paper"
+        else "Paper scale: the paper's settings (Appendix G.4, G.5)."
+    )
+    return (
+        f"Scale: {scale} ({sizes}). Ours: mean ± s.e. over seeds {seeds}; n: seeds per row; with n = 1 the value "
+        f"alone. Paper: D'Angelo & Fortuin 2021, Table 1, mean ± s.e. as printed. {basis}. Accuracy in %. "
+        f"{reproduction} Columns named \"the released code's definition\" are the metric as the authors' released "
+        "code computes it, set beside the paper's value of that metric. Methods with no run of ours are left out "
+        "(the paper's values: workflow/resources/table1_paper.csv; every cell, long form: table1_vs_paper.csv)."
+    )
+
+
 def vs_paper_table(
     rows: Sequence[Mapping[str, Any]],
     labels: Mapping[str, str],
@@ -243,54 +305,8 @@ def vs_paper_table(
     columns = [("", "n")]
     columns += [(c.name, sub) for c in TABLE1_COLUMNS for sub in VS_PAPER_SUBCOLUMNS]
     columns += [(_code_header(c), sub) for c in code for sub in VS_PAPER_SUBCOLUMNS[1:]]
-    keys, cells, rules, counts = [], [], [], set()
-    for (dataset, method), metrics in by_row.items():
-        n = max(int(c["ours_seeds"]) for c in metrics.values())
-        counts.add(n)
-        line: list[Any] = [n]
-        for c in TABLE1_COLUMNS:
-            r = metrics.get(c.name)
-            line += (
-                [
-                    mean_pm_text(r["paper_mean"], r["paper_error"]),
-                    mean_pm_text(r["ours_mean"], r["ours_se"]),
-                    signed_text(r["difference_in_errors"]),
-                ]
-                if r
-                else ["–"] * 3
-            )
-        for c in code:
-            r = metrics.get(c.name)
-            line += (
-                [mean_pm_text(r["ours_mean"], r["ours_se"]), signed_text(r["difference_in_errors"])] if r else ["–"] * 2
-            )
-        rules.append("midrule" if keys and keys[-1][0] != DATASET_LABELS.get(dataset, dataset) else "")
-        keys.append((DATASET_LABELS.get(dataset, dataset), labels.get(method, method)))
-        cells.append(line)
-    index = pd.MultiIndex.from_tuples(keys) if keys else pd.MultiIndex.from_arrays([[], []])
-    frame = pd.DataFrame(cells, index=index, columns=pd.MultiIndex.from_tuples(columns), dtype=object)
-    if 1 in counts:
-        basis = (
-            "Δ / s.e. = (ours − paper) / √(s.e. ours² + s.e. paper²); in rows with n = 1 (one seed of ours, "
-            "its spread not measured yet) the paper's s.e. alone"
-        )
-    else:
-        basis = "Δ / s.e. = (ours − paper) / √(s.e. ours² + s.e. paper²)"
-    reproduction = (
-        "Quick scale: the training is shortened (the sizes above), so a difference measures the shortened "
-        "training as much as the method: a quick-scale comparison is not a reproduction of the paper."
-        if scale == "quick"
-        else f"Scale {scale}."
-        if scale != "paper"
-        else "Paper scale: the paper's settings (Appendix G.4, G.5)."
-    )
-    note = (
-        f"Scale: {scale} ({sizes}). Ours: mean ± s.e. over seeds {seeds}; n: seeds per row; with n = 1 the value "
-        f"alone. Paper: D'Angelo & Fortuin 2021, Table 1, mean ± s.e. as printed. {basis}. Accuracy in %. "
-        f"{reproduction} Columns named \"the released code's definition\" are the metric as the authors' released "
-        "code computes it, set beside the paper's value of that metric. Methods with no run of ours are left out "
-        "(the paper's values: workflow/resources/table1_paper.csv; every cell, long form: table1_vs_paper.csv)."
-    )
+    frame, rules, counts = _vs_paper_frame(by_row, code, columns, labels)
+    note = _vs_paper_note(counts, scale=scale, seeds=seeds, sizes=sizes)
     title = "Table 1 beside the paper's values" + (
         " (quick scale: not a reproduction)" if scale == "quick" else f" (scale: {scale})"
     )
@@ -302,6 +318,79 @@ def vs_paper_table(
         rules=rules,
         csv_na_rep="nan",
         source="repens.report.image.write_table1",
+    )
+
+
+def _table1_sizes(records: Sequence[Mapping[str, Any]], datasets: Sequence[str]) -> str:
+    """:func:`write_table1`'s particles and steps per dataset run (``no runs`` for none)."""
+    return (
+        ", ".join(
+            f"{DATASET_LABELS.get(d, d)}: {_values(r['particles'] for r in records if r['dataset'] == d)} particles, "
+            f"{_values(r['steps'] for r in records if r['dataset'] == d)} steps"
+            for d in datasets
+            if any(r["dataset"] == d for r in records)
+        )
+        or "no runs"
+    )
+
+
+def _table1_caption_note(
+    datasets: Sequence[str], *, scale: str, seeds: str, sizes: str, single: bool
+) -> tuple[str, str]:
+    """:func:`write_table1`'s LaTeX caption and its note for the HTML and PNG."""
+    spread = (
+        " Rows with n = 1 show no $\\pm$: one seed, so our seed-to-seed spread is not measured yet." if single else ""
+    )
+    ood = ", ".join(f"{DATASET_LABELS.get(d, d)} vs {OOD_LABELS.get(d, '?')}" for d in datasets)
+    caption = (
+        "BNN image classification (Table 1 of D'Angelo & Fortuin 2021, reproduced). Mean $\\pm$ standard "
+        f"error over seeds {seeds}; n: seeds per row.{spread} Best value per dataset in "
+        f"bold. OOD sets: {ood}. "
+        "AUROC(H) and AUROC(MD): OOD detection by predictive entropy and by model disagreement; "
+        "$H_o/H_t$, $MD_o/MD_t$: OOD over test means. ECE: 15 equal-width bins of the top-label "
+        f"confidence. Accuracy in %. Rows below the rule are methods the paper does not report. "
+        f"Scale: {scale} ({sizes})."
+    )
+    note = (
+        f"mean ± s.e. over seeds; n: seeds per row; bold: best per dataset; scale {scale}; seeds {seeds}; "
+        f"{sizes}; ECE: 15 equal-width top-label bins"
+        + ("; n = 1: one seed, no ± (our seed-to-seed spread not measured yet)" if single else "")
+    )
+    return caption, note
+
+
+def _write_vs_paper(
+    records: Sequence[Mapping[str, Any]],
+    ref: Any,
+    datasets: Sequence[str],
+    methods: Sequence[str],
+    labels: Mapping[str, str],
+    scale_seeds_sizes: tuple[str, str, str],
+    out_vs_paper: Path,
+    out_vs_paper_html: Path | None,
+) -> None:
+    """:func:`write_table1`'s comparison with the paper's values (CSV, HTML)."""
+    scale, seeds, sizes = scale_seeds_sizes
+    vs_paper = vs_paper_rows(records, ref, datasets, methods)
+    vs_columns = [
+        "dataset",
+        "method",
+        "label",
+        "metric",
+        "ours_mean",
+        "ours_se",
+        "ours_seeds",
+        "paper_mean",
+        "paper_error",
+        "difference",
+        "difference_in_errors",
+        "error_basis",
+    ]
+    long = pd.DataFrame(with_labels(vs_paper, labels), columns=vs_columns)
+    write_table(
+        vs_paper_table(vs_paper, labels, long, scale=scale, seeds=seeds, sizes=sizes),
+        out_html=out_vs_paper_html,
+        out_csv=out_vs_paper,
     )
 
 
@@ -335,33 +424,8 @@ def write_table1(
     seeds = _seed_list(r["seed"] for r in records)
     counts = pd.Series([(r["dataset"], r["method"]) for r in records], dtype=object).value_counts()
     single = bool((counts == 1).any())
-    spread = (
-        " Rows with n = 1 show no $\\pm$: one seed, so our seed-to-seed spread is not measured yet." if single else ""
-    )
-    sizes = (
-        ", ".join(
-            f"{DATASET_LABELS.get(d, d)}: {_values(r['particles'] for r in records if r['dataset'] == d)} particles, "
-            f"{_values(r['steps'] for r in records if r['dataset'] == d)} steps"
-            for d in datasets
-            if any(r["dataset"] == d for r in records)
-        )
-        or "no runs"
-    )
-    ood = ", ".join(f"{DATASET_LABELS.get(d, d)} vs {OOD_LABELS.get(d, '?')}" for d in datasets)
-    caption = (
-        "BNN image classification (Table 1 of D'Angelo & Fortuin 2021, reproduced). Mean $\\pm$ standard "
-        f"error over seeds {seeds}; n: seeds per row.{spread} Best value per dataset in "
-        f"bold. OOD sets: {ood}. "
-        "AUROC(H) and AUROC(MD): OOD detection by predictive entropy and by model disagreement; "
-        "$H_o/H_t$, $MD_o/MD_t$: OOD over test means. ECE: 15 equal-width bins of the top-label "
-        f"confidence. Accuracy in %. Rows below the rule are methods the paper does not report. "
-        f"Scale: {scale} ({sizes})."
-    )
-    note = (
-        f"mean ± s.e. over seeds; n: seeds per row; bold: best per dataset; scale {scale}; seeds {seeds}; "
-        f"{sizes}; ECE: 15 equal-width top-label bins"
-        + ("; n = 1: one seed, no ± (our seed-to-seed spread not measured yet)" if single else "")
-    )
+    sizes = _table1_sizes(records, datasets)
+    caption, note = _table1_caption_note(datasets, scale=scale, seeds=seeds, sizes=sizes, single=single)
     table = mean_se_table(
         blocks,
         TABLE1_COLUMNS,
@@ -376,24 +440,6 @@ def write_table1(
         tabcolsep="4pt",
     )
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv, out_png=out_png)
-    vs_paper = vs_paper_rows(records, ref, datasets, [r[0] for r in rows])
-    vs_columns = [
-        "dataset",
-        "method",
-        "label",
-        "metric",
-        "ours_mean",
-        "ours_se",
-        "ours_seeds",
-        "paper_mean",
-        "paper_error",
-        "difference",
-        "difference_in_errors",
-        "error_basis",
-    ]
-    long = pd.DataFrame(with_labels(vs_paper, labels), columns=vs_columns)
-    write_table(
-        vs_paper_table(vs_paper, labels, long, scale=scale, seeds=seeds, sizes=sizes),
-        out_html=out_vs_paper_html,
-        out_csv=out_vs_paper,
+    _write_vs_paper(
+        records, ref, datasets, [r[0] for r in rows], labels, (scale, seeds, sizes), out_vs_paper, out_vs_paper_html
     )
