@@ -238,6 +238,57 @@ def _vs_seeds_line(metrics: Mapping[str, Mapping[str, Any]]) -> list[Any]:
     return line + ["yes" if first["like_for_like"] else "no", first.get("seed_what") or ""]
 
 
+def _vs_seeds_grouped(
+    rows: Sequence[Mapping[str, Any]], datasets: Sequence[str], methods: Sequence[str]
+) -> tuple[dict[tuple[str, str, str, str], dict[str, Mapping[str, Any]]], list[tuple[str, str, str, str]]]:
+    """:func:`vs_seeds_table`'s rows with a run of ours by (dataset, method, seed paper, seed
+    method), then metric; and those keys in the order of ``datasets`` and ``methods``."""
+    grouped: dict[tuple[str, str, str, str], dict[str, Mapping[str, Any]]] = {}
+    for r in rows:
+        if not r["ours_splits"]:
+            continue
+        metric = "nll" if r["metric"] == "nll_inferred" else r["metric"]
+        key = (r["dataset"], r["method"], _seed_paper(r["seed_source"]), r["seed_method"])
+        grouped.setdefault(key, {})[metric] = r
+    order_d = {d: i for i, d in enumerate(datasets)}
+    order_m = {m: i for i, m in enumerate(methods)}
+    keys = sorted(
+        grouped,
+        key=lambda k: (order_d.get(k[0], len(order_d)), k[0], order_m.get(k[1], len(order_m)), k[1], k[2], k[3]),
+    )
+    return grouped, keys
+
+
+def _seed_label(paper: str, seed_method: str, metrics: Mapping[str, Mapping[str, Any]]) -> str:
+    """:func:`vs_seeds_table`'s name of a seed paper's value: paper, method, tables."""
+    tables = dict.fromkeys(
+        SEED_TABLES.get(source, source) for source in sorted({r["seed_source"] for r in metrics.values()})
+    )
+    if any(r["metric"] == "nll_inferred" for r in metrics.values()):
+        tables["metric unnamed, read as NLL"] = None
+    return f"{paper}: {SEED_METHODS.get(seed_method, seed_method)} ({'; '.join(tables)})"
+
+
+def _vs_seeds_note(scale: str, inferred: bool) -> str:
+    """:func:`vs_seeds_table`'s note: what the columns are."""
+    reproduction = (
+        "Quick scale: fewer splits and shortened training, so a difference measures the shortcut as "
+        "much as the method: a quick-scale comparison is not a reproduction. "
+        if scale == "quick"
+        else ""
+    )
+    return (
+        f"Scale: {scale}. Rows: dataset, our method, and the seed paper's value set beside it. Ours: mean ± s.e. "
+        "over splits (splits: how many); seed paper: mean ± s.e. as printed. Δ / s.e. = (ours − seed) / "
+        "√(s.e. ours² + s.e. seed²); within error bars: the two mean ± s.e. intervals overlap (widened by half a "
+        "unit of the seed's last printed digit). Like for like: the seed's model and protocol are ours (no: a "
+        "difference is no evidence either way). "
+        + ("The poster does not name its metric: read as a Gaussian NLL (docs/uci.md). " if inferred else "")
+        + reproduction
+        + "Rows without a run of ours are left out (every row, long form: table2_vs_seeds.csv)."
+    )
+
+
 def vs_seeds_table(
     rows: Sequence[Mapping[str, Any]],
     labels: Mapping[str, str],
@@ -255,19 +306,7 @@ def vs_seeds_table(
 
     ``rows``: :func:`compare_with_seeds`; ``csv_frame``: the long frame the CSV keeps.
     Rows without a run of ours are left out."""
-    grouped: dict[tuple[str, str, str, str], dict[str, Mapping[str, Any]]] = {}
-    for r in rows:
-        if not r["ours_splits"]:
-            continue
-        metric = "nll" if r["metric"] == "nll_inferred" else r["metric"]
-        key = (r["dataset"], r["method"], _seed_paper(r["seed_source"]), r["seed_method"])
-        grouped.setdefault(key, {})[metric] = r
-    order_d = {d: i for i, d in enumerate(datasets)}
-    order_m = {m: i for i, m in enumerate(methods)}
-    keys = sorted(
-        grouped,
-        key=lambda k: (order_d.get(k[0], len(order_d)), k[0], order_m.get(k[1], len(order_m)), k[1], k[2], k[3]),
-    )
+    grouped, keys = _vs_seeds_grouped(rows, datasets, methods)
     columns = [("", "splits")] + [(header, sub) for _, header, _ in SEED_METRICS for sub in VS_SEEDS_SUBCOLUMNS]
     columns += [("", "like for like"), ("", "the seed's value")]
     index, cells, rules, inferred = [], [], [], False
@@ -278,31 +317,10 @@ def vs_seeds_table(
         inferred = inferred or any(r["metric"] == "nll_inferred" for r in metrics.values())
         label = DATASET_LABELS.get(dataset, dataset)
         rules.append("midrule" if index and index[-1][0] != label else "")
-        tables = dict.fromkeys(
-            SEED_TABLES.get(source, source) for source in sorted({r["seed_source"] for r in metrics.values()})
-        )
-        if any(r["metric"] == "nll_inferred" for r in metrics.values()):
-            tables["metric unnamed, read as NLL"] = None
-        seed_label = f"{paper}: {SEED_METHODS.get(seed_method, seed_method)} ({'; '.join(tables)})"
-        index.append((label, labels.get(method, method), seed_label))
+        index.append((label, labels.get(method, method), _seed_label(paper, seed_method, metrics)))
     idx = pd.MultiIndex.from_tuples(index) if index else pd.MultiIndex.from_arrays([[], [], []])
     frame = pd.DataFrame(cells, index=idx, columns=pd.MultiIndex.from_tuples(columns), dtype=object)
-    reproduction = (
-        "Quick scale: fewer splits and shortened training, so a difference measures the shortcut as "
-        "much as the method: a quick-scale comparison is not a reproduction. "
-        if scale == "quick"
-        else ""
-    )
-    note = (
-        f"Scale: {scale}. Rows: dataset, our method, and the seed paper's value set beside it. Ours: mean ± s.e. "
-        "over splits (splits: how many); seed paper: mean ± s.e. as printed. Δ / s.e. = (ours − seed) / "
-        "√(s.e. ours² + s.e. seed²); within error bars: the two mean ± s.e. intervals overlap (widened by half a "
-        "unit of the seed's last printed digit). Like for like: the seed's model and protocol are ours (no: a "
-        "difference is no evidence either way). "
-        + ("The poster does not name its metric: read as a Gaussian NLL (docs/uci.md). " if inferred else "")
-        + reproduction
-        + "Rows without a run of ours are left out (every row, long form: table2_vs_seeds.csv)."
-    )
+    note = _vs_seeds_note(scale, inferred)
     return Table(
         cells=frame,
         csv=csv_frame,
@@ -311,6 +329,53 @@ def vs_seeds_table(
         rules=rules,
         csv_na_rep="nan",
         source="repens.report.uci.write_uci_tables",
+    )
+
+
+def _uci_table(blocks: Any, scale: str) -> Table:
+    """:func:`write_uci_tables`' Table 2 itself (mean ± s.e. over splits)."""
+    caption = (
+        "UCI regression, original units: test RMSE of the ensemble mean; NLL under Pearce et al.'s "
+        "predictive $\\mathcal{N}(m, s^2_{\\mathrm{model}} + \\sigma^2)$ and under the members' equal-weight "
+        "mixture; $\\|r\\|/\\|d\\|$: the repulsion's norm over the drift's, averaged over training "
+        f"(0: no repulsion). Mean $\\pm$ s.e. over splits (scale: {scale})."
+    )
+    return mean_se_table(
+        blocks,
+        UCI_COLUMNS,
+        title=f"Table 2: UCI regression (scale: {scale})",
+        caption=caption,
+        label="tab:uci",
+        source="repens.report.uci.write_uci_tables",
+        size="small",
+        note="mean ± s.e. over splits; bold: best per dataset; results/uci/<dataset>/<method>/",
+    )
+
+
+def _write_vs_de(
+    records: Sequence[Mapping[str, Any]],
+    datasets: Sequence[str],
+    methods: Sequence[str],
+    labels: Mapping[str, str],
+    out_vs_de: Path,
+    out_vs_de_html: Path | None,
+) -> None:
+    """:func:`write_uci_tables`' each method against the deep ensemble on the same splits."""
+    order = {(d, m): (i, j) for i, d in enumerate(datasets) for j, m in enumerate(methods)}
+    vs_de = sorted(
+        (r for r in paired_differences(records) if (r["dataset"], r["method"]) in order),
+        key=lambda r: order[r["dataset"], r["method"]],
+    )
+    vs_de = with_labels(vs_de, labels)
+    write_table(
+        plain_table(
+            pd.DataFrame(vs_de),
+            title="Table 2: each method minus the deep ensemble, split by split",
+            note="diff: mean over splits of (method - DE) on the same split, ± its s.e.; "
+            "differs: |diff| > 2 s.e.; repulsion_ratio_mean: ||r||/||d|| over training",
+        ),
+        out_html=out_vs_de_html,
+        out_csv=out_vs_de,
     )
 
 
@@ -338,22 +403,7 @@ def write_uci_tables(
         blocks=[(d, DATASET_LABELS.get(d, d)) for d in datasets],
         rows=[(m, labels.get(m, m), False) for m in methods],
     )
-    caption = (
-        "UCI regression, original units: test RMSE of the ensemble mean; NLL under Pearce et al.'s "
-        "predictive $\\mathcal{N}(m, s^2_{\\mathrm{model}} + \\sigma^2)$ and under the members' equal-weight "
-        "mixture; $\\|r\\|/\\|d\\|$: the repulsion's norm over the drift's, averaged over training "
-        f"(0: no repulsion). Mean $\\pm$ s.e. over splits (scale: {scale})."
-    )
-    table = mean_se_table(
-        blocks,
-        UCI_COLUMNS,
-        title=f"Table 2: UCI regression (scale: {scale})",
-        caption=caption,
-        label="tab:uci",
-        source="repens.report.uci.write_uci_tables",
-        size="small",
-        note="mean ± s.e. over splits; bold: best per dataset; results/uci/<dataset>/<method>/",
-    )
+    table = _uci_table(blocks, scale)
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
     compared = compare_with_seeds(records, read_seeds(seeds_file))
     write_table(
@@ -369,19 +419,4 @@ def write_uci_tables(
         out_csv=out_seeds,
     )
     if out_vs_de is not None:
-        order = {(d, m): (i, j) for i, d in enumerate(datasets) for j, m in enumerate(methods)}
-        vs_de = sorted(
-            (r for r in paired_differences(records) if (r["dataset"], r["method"]) in order),
-            key=lambda r: order[r["dataset"], r["method"]],
-        )
-        vs_de = with_labels(vs_de, labels)
-        write_table(
-            plain_table(
-                pd.DataFrame(vs_de),
-                title="Table 2: each method minus the deep ensemble, split by split",
-                note="diff: mean over splits of (method - DE) on the same split, ± its s.e.; "
-                "differs: |diff| > 2 s.e.; repulsion_ratio_mean: ||r||/||d|| over training",
-            ),
-            out_html=out_vs_de_html,
-            out_csv=out_vs_de,
-        )
+        _write_vs_de(records, datasets, methods, labels, out_vs_de, out_vs_de_html)
