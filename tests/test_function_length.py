@@ -14,23 +14,12 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "repens"
 
 # "module.function" (module path relative to src/repens, dotted) -> why it is still long
 KNOWN_LONG: dict[str, str] = {
-    "kit.pack": "not split yet",
-    "kit.import_results": "not split yet",
-    "kit.run": "not split yet",
-    "report.image.write_table1": "not split yet",
-    "convergence.check_uci_run": "not split yet",
-    "report.image.vs_paper_table": "not split yet",
-    "report.uci.vs_seeds_table": "not split yet",
-    "report.toy_figures.plot_regression_panels_from": "not split yet",
     "cli._budget": "not split yet",
-    "report.uci.write_uci_tables": "not split yet",
-    "kit.export_jobs": "not split yet",
     "experiments.uci.train_splits": "not split yet",
     "attempt.job_lock": "not split yet",
     "fitting.burn_in": "not split yet",
     "experiments.uci.run_uci": "not split yet",
     "summaries.toy.load_predictions": "not split yet",
-    "kit.run_jobs": "not split yet",
     "hmc.leapfrog": "not split yet",
 }
 

@@ -395,42 +395,9 @@ def export_jobs(
     directory = Path(directory)
     where = dict(directory=directory, snakefile=snakefile, config=config, configfile=configfile)
     blocks = _dry_run(targets, ["--forceall"] if forceall else [], **where)
-    jobs, others = [], {}
-    for block in blocks:
-        argv = repens_argv(block.get("shellcmd", ""))
-        if argv is None or command_of(argv) not in TRAIN_COMMANDS or not block.get("output"):
-            if argv is None or command_of(argv) not in PREP_COMMANDS:
-                others[block["rule"]] = others.get(block["rule"], 0) + 1
-            continue
-        job = _job_record(block, argv)
-        if include and not any(fnmatch.fnmatch(job["id"], g) for g in include):
-            continue
-        if any(fnmatch.fnmatch(job["id"], g) for g in exclude):
-            continue
-        jobs.append((int(block.get("jobid", 0) or 0), job))
-    jobs_sorted = [job for _, job in sorted(jobs, key=lambda item: item[0])]
+    jobs_sorted, others = _train_jobs(blocks, include, exclude)
     inputs = sorted({p for job in jobs_sorted for p in job["inputs"]})
-    prepare = []
-    if inputs:
-        for block in _dry_run(inputs, ["--force"], **where):
-            argv = repens_argv(block.get("shellcmd", ""))
-            if argv is None or command_of(argv) not in PREP_COMMANDS:
-                continue
-            outputs = _files(block.get("output"))
-            logs = _files(block.get("log"))
-            dataset = _option(argv, "--dataset")
-            prepare.append(
-                {
-                    "rule": block["rule"],
-                    "command": command_of(argv),
-                    "argv": argv,
-                    "outputs": outputs,
-                    "log": logs[0] if logs else None,
-                    "wildcards": _wildcards(block.get("wildcards")),
-                    "dataset": dataset,
-                    "archives": _archives(dataset) if command_of(argv) == "prepare-images" else [],
-                }
-            )
+    prepare = _prepare_steps(inputs, where) if inputs else []
     made = {p for step in prepare for p in step["outputs"]}
     data = {
         "kit": KIT_FORMAT,
@@ -445,6 +412,52 @@ def export_jobs(
     if stage is not None:
         data["staged"] = [str(p) for p in stage_raw(prepare, Path(stage), directory)]
     return data
+
+
+def _train_jobs(
+    blocks: list[dict[str, Any]], include: Sequence[str], exclude: Sequence[str]
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """:func:`export_jobs`' training jobs among a dry run's ``blocks`` (in Snakemake's job
+    order, filtered by ``include`` / ``exclude``), and the count by rule of the other jobs."""
+    jobs, others = [], {}
+    for block in blocks:
+        argv = repens_argv(block.get("shellcmd", ""))
+        if argv is None or command_of(argv) not in TRAIN_COMMANDS or not block.get("output"):
+            if argv is None or command_of(argv) not in PREP_COMMANDS:
+                others[block["rule"]] = others.get(block["rule"], 0) + 1
+            continue
+        job = _job_record(block, argv)
+        if include and not any(fnmatch.fnmatch(job["id"], g) for g in include):
+            continue
+        if any(fnmatch.fnmatch(job["id"], g) for g in exclude):
+            continue
+        jobs.append((int(block.get("jobid", 0) or 0), job))
+    return [job for _, job in sorted(jobs, key=lambda item: item[0])], others
+
+
+def _prepare_steps(inputs: list[str], where: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`export_jobs`' steps that make ``inputs`` (the data-preparing commands)."""
+    prepare = []
+    for block in _dry_run(inputs, ["--force"], **where):
+        argv = repens_argv(block.get("shellcmd", ""))
+        if argv is None or command_of(argv) not in PREP_COMMANDS:
+            continue
+        outputs = _files(block.get("output"))
+        logs = _files(block.get("log"))
+        dataset = _option(argv, "--dataset")
+        prepare.append(
+            {
+                "rule": block["rule"],
+                "command": command_of(argv),
+                "argv": argv,
+                "outputs": outputs,
+                "log": logs[0] if logs else None,
+                "wildcards": _wildcards(block.get("wildcards")),
+                "dataset": dataset,
+                "archives": _archives(dataset) if command_of(argv) == "prepare-images" else [],
+            }
+        )
+    return prepare
 
 
 # -- the runner (GPU node; standard library only) -----------------------------------------
@@ -903,21 +916,7 @@ class _Runner:
     def run(self) -> int:
         self.stop_leftovers()
         tasks, status = self.plan()
-        counts = {s: sum(1 for v in status.values() if v == s) for s in set(status.values())}
-        self.say(
-            f"{len(self.data['jobs'])} job(s) in the file; "
-            + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-            + f"; {sum(t.kind == 'prepare' for t in tasks)} data step(s) and "
-            f"{sum(len(t.jobs) for t in tasks)} job(s) to run"
-            + (
-                f" ({sum(len(t.members) for t in tasks)} of them in {sum(bool(t.members) for t in tasks)} seed "
-                "stack(s))"
-                if any(t.members for t in tasks)
-                else ""
-            )
-            + f", {self.parallel} at a time"
-            + (f", deadline {self.deadline:g} s" if self.deadline else "")
-        )
+        self.announce(tasks, status)
         previous = {}
         for signum in (signal.SIGTERM, signal.SIGINT):
 
@@ -934,56 +933,12 @@ class _Runner:
                 now = time.monotonic()
                 if self.stop_reason is None and self.deadline is not None and now - self.t0 >= self.deadline:
                     self.stop_reason = "deadline"
-                if self.stop_reason is not None and term_sent is None:
-                    term_sent, kill_at = now, now + self.grace
-                    if running:
-                        self.say(
-                            f"{self.stop_reason}: SIGTERM to {len(running)} running task(s); they checkpoint "
-                            f"and exit (up to {self.grace:g} s)"
-                        )
-                    for task in running:
-                        task.proc.send_signal(signal.SIGTERM)
-                if kill_at is not None and now >= kill_at:
-                    for task in running:
-                        self.say(
-                            f"SIGKILL {task.key}"
-                            + (f" (a stack of {len(task.members)} seeds)" if task.members else "")
-                            + f": no exit {self.grace:g} s after SIGTERM"
-                        )
-                        task.proc.kill()
-                    kill_at = float("inf")
-                for task in list(running):
-                    if self.reap(task):
-                        running.remove(task)
-                        book = self.state["jobs" if task.kind == "job" else "prepare"]
-                        for key in task.jobs or [task.key]:
-                            finished[key] = book[key]["status"]
-                for task in list(pending):  # a job whose data step failed cannot run
-                    failed = [n for n in task.needs if finished.get(n) in ("failed", "interrupted")]
-                    if failed:
-                        pending.remove(task)
-                        for key in task.jobs:
-                            status[key] = "blocked"
-                        self.say(f"blocked {task.key}: its data step {', '.join(failed)} did not finish")
+                term_sent, kill_at = self.stop_running(running, now, term_sent, kill_at)
+                self.reap_finished(running, finished)
+                self.block_failed(pending, status, finished)
                 left = None if self.deadline is None else self.deadline - (now - self.t0)
-                while (
-                    self.stop_reason is None and len(running) < self.parallel and (left is None or left > self.min_run)
-                ):
-                    ready = next((t for t in pending if all(finished.get(n) == "done" for n in t.needs)), None)
-                    if ready is None:
-                        break
-                    pending.remove(ready)
-                    self.start(ready)
-                    running.append(ready)
-                if self.stop_reason is not None and not running:
-                    break
-                if (
-                    not running
-                    and pending
-                    and not any(all(finished.get(n) == "done" for n in t.needs) for t in pending)
-                ):
-                    break  # nothing can start (their data steps are still missing)
-                if self.stop_reason is None and left is not None and left <= self.min_run and not running:
+                self.start_ready(pending, running, finished, left)
+                if self.nothing_to_wait_for(pending, running, finished, left):
                     break
                 time.sleep(0.2)
         finally:
@@ -994,6 +949,86 @@ class _Runner:
             self.state["calls"].append(self.call)
             self.save()
         return self.summary()
+
+    def announce(self, tasks: list, status: dict[str, str]) -> None:
+        """:meth:`run`'s first line: the jobs, their status and what is to run."""
+        counts = {s: sum(1 for v in status.values() if v == s) for s in set(status.values())}
+        self.say(
+            f"{len(self.data['jobs'])} job(s) in the file; "
+            + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            + f"; {sum(t.kind == 'prepare' for t in tasks)} data step(s) and "
+            f"{sum(len(t.jobs) for t in tasks)} job(s) to run"
+            + (
+                f" ({sum(len(t.members) for t in tasks)} of them in {sum(bool(t.members) for t in tasks)} seed "
+                "stack(s))"
+                if any(t.members for t in tasks)
+                else ""
+            )
+            + f", {self.parallel} at a time"
+            + (f", deadline {self.deadline:g} s" if self.deadline else "")
+        )
+
+    def stop_running(self, running: list, now: float, term_sent: Any, kill_at: Any) -> tuple[Any, Any]:
+        """Once stopped, SIGTERM to the running tasks, and SIGKILL ``grace`` seconds later;
+        the new (``term_sent``, ``kill_at``)."""
+        if self.stop_reason is not None and term_sent is None:
+            term_sent, kill_at = now, now + self.grace
+            if running:
+                self.say(
+                    f"{self.stop_reason}: SIGTERM to {len(running)} running task(s); they checkpoint "
+                    f"and exit (up to {self.grace:g} s)"
+                )
+            for task in running:
+                task.proc.send_signal(signal.SIGTERM)
+        if kill_at is not None and now >= kill_at:
+            for task in running:
+                self.say(
+                    f"SIGKILL {task.key}"
+                    + (f" (a stack of {len(task.members)} seeds)" if task.members else "")
+                    + f": no exit {self.grace:g} s after SIGTERM"
+                )
+                task.proc.kill()
+            kill_at = float("inf")
+        return term_sent, kill_at
+
+    def reap_finished(self, running: list, finished: dict[str, str]) -> None:
+        """Take the tasks that ended off ``running``, their jobs' status into ``finished``."""
+        for task in list(running):
+            if self.reap(task):
+                running.remove(task)
+                book = self.state["jobs" if task.kind == "job" else "prepare"]
+                for key in task.jobs or [task.key]:
+                    finished[key] = book[key]["status"]
+
+    def block_failed(self, pending: list, status: dict[str, str], finished: dict[str, str]) -> None:
+        """Drop the pending tasks whose data step failed: they cannot run."""
+        for task in list(pending):  # a job whose data step failed cannot run
+            failed = [n for n in task.needs if finished.get(n) in ("failed", "interrupted")]
+            if failed:
+                pending.remove(task)
+                for key in task.jobs:
+                    status[key] = "blocked"
+                self.say(f"blocked {task.key}: its data step {', '.join(failed)} did not finish")
+
+    def start_ready(self, pending: list, running: list, finished: dict[str, str], left: float | None) -> None:
+        """Start the pending tasks whose data steps are done, up to ``parallel`` running."""
+        while self.stop_reason is None and len(running) < self.parallel and (left is None or left > self.min_run):
+            ready = next((t for t in pending if all(finished.get(n) == "done" for n in t.needs)), None)
+            if ready is None:
+                break
+            pending.remove(ready)
+            self.start(ready)
+            running.append(ready)
+
+    def nothing_to_wait_for(self, pending: list, running: list, finished: dict[str, str], left: float | None) -> bool:
+        """Whether :meth:`run` is over: stopped and nothing running, or nothing can start."""
+        if self.stop_reason is not None and not running:
+            return True
+        if not running and pending and not any(all(finished.get(n) == "done" for n in t.needs) for t in pending):
+            return True  # nothing can start (their data steps are still missing)
+        if self.stop_reason is None and left is not None and left <= self.min_run and not running:
+            return True
+        return False
 
     def summary(self) -> int:
         jobs = [j for j in self.data["jobs"] if not self.only or any(fnmatch.fnmatch(j["id"], g) for g in self.only)]
@@ -1052,24 +1087,22 @@ def run_jobs(
     how it ended is kept in ``state`` (default ``results/run-jobs.json``). ``launcher``: the
     command a task's arguments follow (default ``python -m repens``, this interpreter).
 
-    ``stack_seeds``: the image ``train`` jobs to run that differ only in their seed (the
-    same spec but ``seed``, the same command line but ``--spec`` / ``--out``) run as one
-    ``python -m repens train-stack`` per group (:func:`stack_groups`), a task of its own
-    for ``parallel``, the deadline, SIGTERM and ``grace``. Each seed stays a job: its own
-    outputs, state record and ``benchmark.tsv`` (the stack's wall and CPU time split evenly
-    across its seeds, its peak memory for each), and its own log (the stack's output goes to
-    its first seed's log and is copied to the others' when the stack ends), so the skip and
-    resume logic, :func:`pack` and :func:`import_results` treat each seed as before. A
-    group whose seeds are partly finished stacks only the rest. The stack checkpoints to
-    ``<first seed's out>.stack.ckpt``, keyed by its seeds: a stack of another seed set
-    (some of its seeds finished or failed meanwhile, ``only`` changed) starts afresh (the
-    old checkpoint set aside), as does a job run once stacked and then without
-    ``stack_seeds`` (its ``train`` reads ``<out>.ckpt``), and the other way round. Other
-    jobs, and groups of one, run as ``train`` as without it.
+    ``stack_seeds``: the image ``train`` jobs to run that differ only in their seed (the same spec but
+    ``seed``, the same command line but ``--spec`` / ``--out``) run as one ``python -m repens train-stack``
+    per group (:func:`stack_groups`), a task of its own for ``parallel``, the deadline, SIGTERM and ``grace``.
+    Each seed stays a job: its own outputs, state record and ``benchmark.tsv`` (the stack's wall and CPU time
+    split evenly across its seeds, its peak memory for each), and its own log (the stack's output goes to its
+    first seed's log and is copied to the others' when the stack ends), so the skip and resume logic,
+    :func:`pack` and :func:`import_results` treat each seed as before. A group whose seeds are partly finished
+    stacks only the rest. The stack checkpoints to ``<first seed's out>.stack.ckpt``, keyed by its seeds: a
+    stack of another seed set (some of its seeds finished or failed meanwhile, ``only`` changed) starts afresh
+    (the old checkpoint set aside), as does a job run once stacked and then without ``stack_seeds`` (its
+    ``train`` reads ``<out>.ckpt``), and the other way round. Other jobs, and groups of one, run as ``train``
+    as without it.
 
     Returns 0 when every job is finished, 75 when some remain (call again), 1 when a job
     failed."""
-    runner = _Runner(
+    return _Runner(
         jobs_file,
         parallel=parallel,
         deadline=deadline,
@@ -1085,8 +1118,7 @@ def run_jobs(
         out=out or sys.stdout,
         launcher=launcher,
         stack_seeds=stack_seeds,
-    )
-    return runner.run()
+    ).run()
 
 
 # -- pack (GPU node; standard library only) -------------------------------------------------
@@ -1188,6 +1220,34 @@ def pack(
     out = Path(str(out).removesuffix(".tar.gz"))
     # room for the manifest (a few KiB a job) and the tar and gzip framing
     limit = int(max_files) * int(max_bytes) - 64 * 1024 - 4096 * len(data["jobs"])
+    chosen, left = _choose_for_pack(data, book, directory, limit, checkpoints=checkpoints, only_new=only_new)
+    manifest = _pack_manifest(data, book, jobs_file, chosen, left)
+    paths = _write_pack(out, manifest, chosen, directory, max_bytes)
+    if len(paths) > max_files:  # cannot happen: jobs were counted at their uncompressed size
+        raise KitError(f"the pack needs {len(paths)} files, more than --max-files {max_files}")
+    done_ids = [job["id"] for job, status, _ in chosen if status in ("done", "present")]
+    book["packs"].append({"at": _now(), "out": str(out), "files": [p.name for p in paths], "jobs": done_ids})
+    write_json(state_path, book)
+    size = sum(p.stat().st_size for p in paths)
+    print(
+        f"packed {len(done_ids)} finished job(s) ({sum(len(f) for _, _, f in chosen)} files) into "
+        f"{len(paths)} file(s), {size / MIB:.1f} MiB: {', '.join(str(p) for p in paths)}",
+        file=stream,
+    )
+    if left:
+        print(
+            f"left for a later pack (no room): {len(left)} job(s): {', '.join(left)}; "
+            "`pack --only-new` packs them next",
+            file=stream,
+        )
+    return paths
+
+
+def _choose_for_pack(
+    data: dict[str, Any], book: dict[str, Any], directory: Path, limit: int, *, checkpoints: bool, only_new: bool
+) -> tuple[list[tuple[dict[str, Any], str, list[str]]], list[str]]:
+    """:func:`pack`'s choice: (job, status, files) of the jobs that fit in ``limit`` bytes
+    (then the logs of the data steps), and the ids of those left for a later pack."""
     packed_before = {job_id for p in book["packs"] for job_id in p.get("jobs", [])}
     chosen, left, used = [], [], 0
     for job in data["jobs"]:
@@ -1213,7 +1273,14 @@ def pack(
     for step in data.get("prepare", []):
         if step.get("log") and (directory / step["log"]).is_file():
             chosen.append(({"id": step["outputs"][0], "kind": "prepare"}, "log", [step["log"]]))
-    manifest = {
+    return chosen, left
+
+
+def _pack_manifest(
+    data: dict[str, Any], book: dict[str, Any], jobs_file: Path | str, chosen: list, left: list[str]
+) -> dict[str, Any]:
+    """The manifest.json of a pack of ``chosen``."""
+    return {
         "kit": KIT_FORMAT,
         "created": _now(),
         "host": platform.node(),
@@ -1233,6 +1300,11 @@ def pack(
         "calls": book["calls"],
         "left": left,
     }
+
+
+def _write_pack(out: Path, manifest: dict[str, Any], chosen: list, directory: Path, max_bytes: int) -> list[Path]:
+    """Write the manifest and the files of ``chosen`` to ``<out>.tar.gz`` (or its parts);
+    the files written."""
     out.parent.mkdir(parents=True, exist_ok=True)
     for old in out.parent.glob(out.name + ".tar.gz*"):
         old.unlink()
@@ -1256,23 +1328,6 @@ def pack(
         single = Path(str(out) + ".tar.gz")
         os.replace(paths[0], single)
         paths = [single]
-    if len(paths) > max_files:  # cannot happen: jobs were counted at their uncompressed size
-        raise KitError(f"the pack needs {len(paths)} files, more than --max-files {max_files}")
-    done_ids = [job["id"] for job, status, _ in chosen if status in ("done", "present")]
-    book["packs"].append({"at": _now(), "out": str(out), "files": [p.name for p in paths], "jobs": done_ids})
-    write_json(state_path, book)
-    size = sum(p.stat().st_size for p in paths)
-    print(
-        f"packed {len(done_ids)} finished job(s) ({sum(len(f) for _, _, f in chosen)} files) into "
-        f"{len(paths)} file(s), {size / MIB:.1f} MiB: {', '.join(str(p) for p in paths)}",
-        file=stream,
-    )
-    if left:
-        print(
-            f"left for a later pack (no room): {len(left)} job(s): {', '.join(left)}; "
-            "`pack --only-new` packs them next",
-            file=stream,
-        )
     return paths
 
 
@@ -1399,61 +1454,14 @@ def import_results(
         where = dict(directory=directory, snakefile=snakefile, config=config, configfile=configfile)
         finished = [job for job in manifest["jobs"] if job["status"] in ("done", "present")]
         if verify and finished:
-            planned = {}
-            for block in _dry_run([job["outputs"][0] for job in finished], ["--force"], **where):
-                argv = repens_argv(block.get("shellcmd", ""))
-                if argv is not None and block.get("output"):
-                    planned[_files(block["output"])[0]] = _option(argv, "--spec")
-            wrong = [job["id"] for job in finished if planned.get(job["outputs"][0]) != job["spec"]]
-            if wrong:
-                raise KitError(
-                    f"{len(wrong)} job(s) of the pack are not what Snakemake would run here now (another config or "
-                    f"code?): {', '.join(wrong[:5])}{' ...' if len(wrong) > 5 else ''}; the export used --config "
-                    f"{' '.join(exported.get('config') or []) or '(none)'}; nothing was imported"
-                )
-        inputs = sorted({p for job in finished for p in job.get("inputs") or []})
-        missing = [p for p in inputs if not (directory / p).exists()]
-        if missing and prepare:
-            print(f"preparing {len(missing)} input(s) with Snakemake: {', '.join(missing)}", file=stream, flush=True)
-            _snakemake([f"-c{cores}", *missing], "preparing the inputs", **where)
-            missing = [p for p in missing if not (directory / p).exists()]
-        if missing:
-            raise KitError(
-                f"inputs missing here: {', '.join(missing)}; make them first (snakemake -c1 "
-                f"{' '.join(missing)}), then import again; nothing was imported"
-            )
-        newest = max([(directory / p).stat().st_mtime for p in inputs] + [0.0])
-        stamp = max(time.time(), newest + 1.0)
-        moved, finished_files = [], set()
-        for job in finished:
-            finished_files.update(job["files"])
-        node_logs = set(manifest.get("logs") or [])  # the node's data steps: a log here is this machine's
-        for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-            rel = path.relative_to(staging).as_posix()
-            dest = directory / rel
-            if rel in node_logs and dest.exists():
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, dest)
-            if rel in finished_files:
-                os.utime(dest, (stamp, stamp))
-            moved.append(rel)
+            _verify_pack(finished, exported, where)
+        inputs = _prepare_inputs(finished, directory, where, prepare=prepare, cores=cores, stream=stream)
+        moved = _move_into_place(staging, directory, manifest, finished, inputs)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     outputs = [p for job in finished for p in job["outputs"]]
     if metadata and finished:
-        # (Snakemake cleans what it has and then fails naming the files it had no record of)
-        _snakemake(
-            ["--cleanup-metadata", *outputs],
-            "dropping old metadata",
-            ok="because the metadata was not present",
-            **where,
-        )
-        _snakemake(
-            [f"-c{cores}", "--touch", "--force", *[job["outputs"][0] for job in finished]],
-            "recording metadata",
-            **where,
-        )
+        _record_metadata(finished, outputs, where, cores=cores)
     print(
         f"imported {len(finished)} finished job(s), {len(moved)} file(s), into {directory}"
         + ("; Snakemake takes them as built" if metadata else ""),
@@ -1466,6 +1474,82 @@ def import_results(
             file=stream,
         )
     return {"jobs": [job["id"] for job in finished], "files": moved, "config": config, "configfile": configfile}
+
+
+def _verify_pack(finished: list[dict[str, Any]], exported: dict[str, Any], where: dict[str, Any]) -> None:
+    """:func:`import_results`' check that each job's spec is what Snakemake would pass now."""
+    planned = {}
+    for block in _dry_run([job["outputs"][0] for job in finished], ["--force"], **where):
+        argv = repens_argv(block.get("shellcmd", ""))
+        if argv is not None and block.get("output"):
+            planned[_files(block["output"])[0]] = _option(argv, "--spec")
+    wrong = [job["id"] for job in finished if planned.get(job["outputs"][0]) != job["spec"]]
+    if wrong:
+        raise KitError(
+            f"{len(wrong)} job(s) of the pack are not what Snakemake would run here now (another config or "
+            f"code?): {', '.join(wrong[:5])}{' ...' if len(wrong) > 5 else ''}; the export used --config "
+            f"{' '.join(exported.get('config') or []) or '(none)'}; nothing was imported"
+        )
+
+
+def _prepare_inputs(
+    finished: list[dict[str, Any]], directory: Path, where: dict[str, Any], *, prepare: bool, cores: int, stream: Any
+) -> list[str]:
+    """:func:`import_results`' inputs of the ``finished`` jobs, the missing ones made by
+    Snakemake (``prepare``); raises if some are still missing."""
+    inputs = sorted({p for job in finished for p in job.get("inputs") or []})
+    missing = [p for p in inputs if not (directory / p).exists()]
+    if missing and prepare:
+        print(f"preparing {len(missing)} input(s) with Snakemake: {', '.join(missing)}", file=stream, flush=True)
+        _snakemake([f"-c{cores}", *missing], "preparing the inputs", **where)
+        missing = [p for p in missing if not (directory / p).exists()]
+    if missing:
+        raise KitError(
+            f"inputs missing here: {', '.join(missing)}; make them first (snakemake -c1 "
+            f"{' '.join(missing)}), then import again; nothing was imported"
+        )
+    return inputs
+
+
+def _move_into_place(
+    staging: Path, directory: Path, manifest: dict[str, Any], finished: list[dict[str, Any]], inputs: list[str]
+) -> list[str]:
+    """:func:`import_results`' move of the unpacked files into ``directory``, the results
+    dated after every input; the files moved."""
+    newest = max([(directory / p).stat().st_mtime for p in inputs] + [0.0])
+    stamp = max(time.time(), newest + 1.0)
+    moved, finished_files = [], set()
+    for job in finished:
+        finished_files.update(job["files"])
+    node_logs = set(manifest.get("logs") or [])  # the node's data steps: a log here is this machine's
+    for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+        rel = path.relative_to(staging).as_posix()
+        dest = directory / rel
+        if rel in node_logs and dest.exists():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, dest)
+        if rel in finished_files:
+            os.utime(dest, (stamp, stamp))
+        moved.append(rel)
+    return moved
+
+
+def _record_metadata(finished: list[dict[str, Any]], outputs: list[str], where: dict[str, Any], *, cores: int) -> None:
+    """:func:`import_results`' Snakemake metadata of the imported outputs: old records
+    dropped, new ones written."""
+    # (Snakemake cleans what it has and then fails naming the files it had no record of)
+    _snakemake(
+        ["--cleanup-metadata", *outputs],
+        "dropping old metadata",
+        ok="because the metadata was not present",
+        **where,
+    )
+    _snakemake(
+        [f"-c{cores}", "--touch", "--force", *[job["outputs"][0] for job in finished]],
+        "recording metadata",
+        **where,
+    )
 
 
 def describe_export(data: dict[str, Any]) -> str:

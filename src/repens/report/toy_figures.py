@@ -242,47 +242,21 @@ def _regression_legend(fig, y: float = 0.03) -> None:
     )
 
 
-def plot_regression_panels_from(
-    data: Path | str | Mapping[str, np.ndarray],
+def _draw_regression_figure(
+    preds: Sequence[ToyPanel],
+    extra: Sequence[str | None],
+    footer: str,
+    xx: np.ndarray,
+    truth: np.ndarray,
+    limits: tuple[float, float, float, float],
     out_png: Path | str,
     out_pdf: Path | str,
-    labels: Mapping[str, str] | None = None,
 ) -> None:
-    """Draw Figure 1 from the figure file of :mod:`repens.summaries.toy` (``data``): the 1-D
-    regression predictive of each input, one panel per input.
-
-    Panels follow the input order in a grid of up to four columns, each titled with
-    the file's label. A panel shows the predictive mean (line), shaded bands of
-    +-1, 2 and 3 standard deviations of the predictive mixture (sd including the
-    observation noise), the training points and the true function ``x sin x``
-    (thin dashed). All panels share the y-limits, chosen over the training span (both
-    clusters and the gap between them): the data and HMC's mean +- 2 sd there; the
-    extrapolating tails beyond are clipped (the footer says so). The suptitle names the paper
-    figure; the footer gives scale, seed and the settings read from the jobs
-    (particles and steps, and the HMC block); where methods' settings differ they
-    go into the panel titles instead. Lines and points are drawn with seaborn in
-    the report theme (:func:`repens.report.style.figure_style`, local to the figure).
-
-    Raises:
-        ValueError: the figure file is malformed or for the other dataset.
-    """
+    """:func:`plot_regression_panels_from`'s figure: the panels in their grid, with the
+    shared limits ``(x_lo, x_hi, y_lo, y_hi)``, the legend and the footer, written."""
     import seaborn as sns
 
-    preds = read_figure_data(data, "regression", labels)
-    footer, extra = _settings_summary([p.run for p in preds])
-    x_lo = min(float(p.x_test.min()) for p in preds)
-    x_hi = max(float(p.x_test.max()) for p in preds)
-    xx = np.linspace(x_lo, x_hi, 400)
-    truth = xx * np.sin(xx)
-    y_lo, y_hi = _regression_ylim(preds, truth, xx)
-    span_lo, span_hi = _training_span(preds)
-    reference = "HMC's" if any(p.run.is_hmc for p in preds) else "each panel's"
-    footer += (
-        f"\ny-axis: the data and {reference} mean $\\pm${_YLIM_SDS:g} sd over the training span "
-        f"$x \\in [{span_lo:.1f}, {span_hi:.1f}]$ (both clusters and the gap); the bands beyond it, "
-        "where the predictive extrapolates, are clipped"
-    )
-
+    x_lo, x_hi, y_lo, y_hi = limits
     title_lines = 2 if any(extra) else 1
     footer_lines = footer.count("\n") + 1
     with figure_style():
@@ -314,6 +288,48 @@ def plot_regression_panels_from(
             out_pdf,
             len(preds),
         )
+
+
+def plot_regression_panels_from(
+    data: Path | str | Mapping[str, np.ndarray],
+    out_png: Path | str,
+    out_pdf: Path | str,
+    labels: Mapping[str, str] | None = None,
+) -> None:
+    """Draw Figure 1 from the figure file of :mod:`repens.summaries.toy` (``data``): the 1-D
+    regression predictive of each input, one panel per input.
+
+    Panels follow the input order in a grid of up to four columns, each titled with
+    the file's label. A panel shows the predictive mean (line), shaded bands of
+    +-1, 2 and 3 standard deviations of the predictive mixture (sd including the
+    observation noise), the training points and the true function ``x sin x``
+    (thin dashed). All panels share the y-limits, chosen over the training span (both
+    clusters and the gap between them): the data and HMC's mean +- 2 sd there; the
+    extrapolating tails beyond are clipped (the footer says so). The suptitle names the paper
+    figure; the footer gives scale, seed and the settings read from the jobs
+    (particles and steps, and the HMC block); where methods' settings differ they
+    go into the panel titles instead. Lines and points are drawn with seaborn in
+    the report theme (:func:`repens.report.style.figure_style`, local to the figure).
+
+    Raises:
+        ValueError: the figure file is malformed or for the other dataset.
+    """
+    preds = read_figure_data(data, "regression", labels)
+    footer, extra = _settings_summary([p.run for p in preds])
+    x_lo = min(float(p.x_test.min()) for p in preds)
+    x_hi = max(float(p.x_test.max()) for p in preds)
+    xx = np.linspace(x_lo, x_hi, 400)
+    truth = xx * np.sin(xx)
+    y_lo, y_hi = _regression_ylim(preds, truth, xx)
+    span_lo, span_hi = _training_span(preds)
+    reference = "HMC's" if any(p.run.is_hmc for p in preds) else "each panel's"
+    footer += (
+        f"\ny-axis: the data and {reference} mean $\\pm${_YLIM_SDS:g} sd over the training span "
+        f"$x \\in [{span_lo:.1f}, {span_hi:.1f}]$ (both clusters and the gap); the bands beyond it, "
+        "where the predictive extrapolates, are clipped"
+    )
+
+    _draw_regression_figure(preds, extra, footer, xx, truth, (x_lo, x_hi, y_lo, y_hi), out_png, out_pdf)
 
 
 def _draw_entropy(ax, p: ToyPanel, vmax: float, class_colors: Sequence) -> Any:
