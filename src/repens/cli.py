@@ -431,18 +431,7 @@ def _claims_page(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from repens.budget import (
-        BudgetError,
-        budget,
-        device_name,
-        format_budget,
-        load_config,
-        plan,
-        read_timings,
-        time_stage,
-        timing_rows,
-        write_timings,
-    )
+    from repens.budget import BudgetError, format_budget, load_config, plan, timing_rows, write_timings
 
     def names(value: str | None) -> list[str] | None:
         return [v for v in value.split(",") if v] if value else None
@@ -457,44 +446,9 @@ def _budget(args: argparse.Namespace) -> int:
             f"{len(seeds)} seed(s) {list(seeds)} = {sum(len(c.seeds) for c in cells)} jobs"
         ]
         steps_timed: dict[tuple, int] = {}
-        if args.timings:
-            timing, device = read_timings(args.timings)
-            unit = "CPU-hours" if device.lower().startswith("cpu") else "GPU-hours"
-            header.append(
-                "step times: read from the file; counted: training steps only "
-                "(not start-up, data loading or evaluation)"
-            )
-        else:
-            device, unit = device_name(args.device)
-            header.append(
-                f"step times: measured here, the marginal step ({args.warmup} warm-up step(s), then a "
-                "short run and one "
-                + (f"{args.steps} step(s)" if args.steps else f"about {args.seconds:g} s")
-                + " longer: each run's set-up, eager warm-up steps and graph capture cancel)"
-                + " per (dataset, method, stage), one job on the device; counted: training steps only "
-                "(not start-up, data loading or evaluation)"
-            )
-
-            def timing(dataset, method, stage):
-                print(
-                    f"timing {dataset}/{method} ({stage.name}: {stage.members} members, batch "
-                    f"{stage.spec.get('batch_size')}) ...",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                seconds, steps = time_stage(stage, args.device, args.steps, args.warmup, args.seconds)
-                steps_timed[(dataset, method, stage.name)] = steps
-                return seconds
-
-        # the timed loops' progress lines and warnings are not the budget's output; the level
-        # comes back afterwards (main() may run again in this process, e.g. in the tests)
-        repens_log = logging.getLogger("repens")
-        level = repens_log.level
-        repens_log.setLevel(logging.ERROR)
-        try:
-            rows = budget(cells, timing)
-        finally:
-            repens_log.setLevel(level)
+        timing, device, unit, how = _budget_timing(args, steps_timed)
+        header.append(how)
+        rows = _budget_rows(cells, timing)
         print(format_budget(rows, device, unit, header))
         if args.save_timings:
             write_timings(args.save_timings, {**timing_rows(rows, cells, device, steps_timed), "unit": unit})
@@ -502,6 +456,59 @@ def _budget(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2
     return 0
+
+
+def _budget_timing(args: argparse.Namespace, steps_timed: dict[tuple, int]) -> tuple[Callable, str, str, str]:
+    """``budget``'s step times: read from ``--timings`` or measured here (the steps each
+    measurement ran go into ``steps_timed``); (timing, device, unit, the header line)."""
+    from repens.budget import device_name, read_timings, time_stage
+
+    if args.timings:
+        timing, device = read_timings(args.timings)
+        unit = "CPU-hours" if device.lower().startswith("cpu") else "GPU-hours"
+        return (
+            timing,
+            device,
+            unit,
+            "step times: read from the file; counted: training steps only (not start-up, data loading or evaluation)",
+        )
+    device, unit = device_name(args.device)
+    how = (
+        f"step times: measured here, the marginal step ({args.warmup} warm-up step(s), then a "
+        "short run and one "
+        + (f"{args.steps} step(s)" if args.steps else f"about {args.seconds:g} s")
+        + " longer: each run's set-up, eager warm-up steps and graph capture cancel)"
+        + " per (dataset, method, stage), one job on the device; counted: training steps only "
+        "(not start-up, data loading or evaluation)"
+    )
+
+    def timing(dataset, method, stage):
+        print(
+            f"timing {dataset}/{method} ({stage.name}: {stage.members} members, batch "
+            f"{stage.spec.get('batch_size')}) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        seconds, steps = time_stage(stage, args.device, args.steps, args.warmup, args.seconds)
+        steps_timed[(dataset, method, stage.name)] = steps
+        return seconds
+
+    return timing, device, unit, how
+
+
+def _budget_rows(cells: list, timing: Callable) -> list:
+    """``budget``'s rows, the ``repens`` log quiet meanwhile."""
+    from repens.budget import budget
+
+    # the timed loops' progress lines and warnings are not the budget's output; the level
+    # comes back afterwards (main() may run again in this process, e.g. in the tests)
+    repens_log = logging.getLogger("repens")
+    level = repens_log.level
+    repens_log.setLevel(logging.ERROR)
+    try:
+        return budget(cells, timing)
+    finally:
+        repens_log.setLevel(level)
 
 
 def _kit(run):
