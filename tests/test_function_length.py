@@ -14,10 +14,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "repens"
 
 # "module.function" (module path relative to src/repens, dotted) -> why it is still long
 KNOWN_LONG: dict[str, str] = {
-    "experiments.uci.train_splits": "not split yet",
-    "attempt.job_lock": "not split yet",
-    "fitting.burn_in": "not split yet",
-    "experiments.uci.run_uci": "not split yet",
     "summaries.toy.load_predictions": "not split yet",
     "hmc.leapfrog": "not split yet",
 }

@@ -97,27 +97,9 @@ def _read_holder(path: Path) -> tuple[dict, float] | None:
     return (holder if isinstance(holder, dict) else {}), age
 
 
-@contextmanager
-def job_lock(
-    out: Path | str,
-    log: logging.Logger,
-    *,
-    refresh_seconds: float = REFRESH_SECONDS,
-    stale_seconds: float = STALE_SECONDS,
-) -> Iterator[Path]:
-    """Hold ``<out>.lock`` while the block runs (see the module docstring).
-
-    Raises:
-        JobBusy: another attempt that is still alive holds the lock (one line naming it).
-    """
-    out = Path(out)
-    path = out.with_name(out.name + ".lock")
-    me = {
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+def _take_lock(path: Path, me: dict, log: logging.Logger, stale_seconds: float) -> None:
+    """:func:`job_lock`'s taking of the lock file ``path`` for ``me`` (a gone holder's taken
+    over); raises :class:`JobBusy` where another attempt holds it or keeps taking it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(3):
         try:
@@ -146,6 +128,30 @@ def job_lock(
         break
     else:
         raise JobBusy(f"could not take the lock {path}: other attempts keep taking it")
+
+
+@contextmanager
+def job_lock(
+    out: Path | str,
+    log: logging.Logger,
+    *,
+    refresh_seconds: float = REFRESH_SECONDS,
+    stale_seconds: float = STALE_SECONDS,
+) -> Iterator[Path]:
+    """Hold ``<out>.lock`` while the block runs (see the module docstring).
+
+    Raises:
+        JobBusy: another attempt that is still alive holds the lock (one line naming it).
+    """
+    out = Path(out)
+    path = out.with_name(out.name + ".lock")
+    me = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    _take_lock(path, me, log, stale_seconds)
 
     stop = threading.Event()
 

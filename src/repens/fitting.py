@@ -181,19 +181,33 @@ def burn_in(
         checkpoint_key=key,
     )
     if done is not None:
-        torch_save_atomic(
-            {
-                "key": key,
-                "step": n,
-                "params": state.params,
-                "generator": generator.get_state(),
-                **({"sampler": sampler_state()} if sampler_state is not None else {}),
-            },
-            done,
-        )
-        if running.exists():
-            running.unlink()
+        _keep_burn_in(done, running, key, n, state.params, generator, sampler_state)
     return state.params, rest
+
+
+def _keep_burn_in(
+    done: Path,
+    running: Path,
+    key: str,
+    n: int,
+    params: torch.Tensor,
+    generator: torch.Generator,
+    sampler_state: Callable[[], dict] | None,
+) -> None:
+    """:func:`burn_in`'s final state (particles, random stream, minibatch sampler) kept in
+    ``done``, its running checkpoint removed."""
+    torch_save_atomic(
+        {
+            "key": key,
+            "step": n,
+            "params": params,
+            "generator": generator.get_state(),
+            **({"sampler": sampler_state()} if sampler_state is not None else {}),
+        },
+        done,
+    )
+    if running.exists():
+        running.unlink()
 
 
 def curvature_step(

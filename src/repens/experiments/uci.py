@@ -178,6 +178,36 @@ def _steps_per_epoch(job: UCIJob, n_train: int) -> int:
     return math.ceil(n_train / min(job.batch_size, n_train))
 
 
+def _split_results(
+    posterior: Any, state: Any, ks: list[int], splits: list[UCISplit], steps: int
+) -> list[dict[str, Any]]:
+    """:func:`train_splits`' test metrics of each split's trained members (original units)."""
+    results = []
+    for g, (k, split, members) in enumerate(zip(ks, splits, state.params)):
+        with torch.no_grad():
+            f = posterior.predict(members, split.x_test).squeeze(-1).double().numpy()  # (S, T)
+        means = f * split.y_std + split.y_mean
+        noise = posterior.noise_std * split.y_std
+        pearce = ensemble_gaussian_metrics(means, noise, split.y_test_raw) if means.shape[0] > 1 else {}
+        mixture = mixture_metrics(means, noise, split.y_test_raw)
+        ratios = [r[g] for _, r in state.repulsion]
+        results.append(
+            {
+                "split": k,
+                "steps": steps,
+                "n_train": int(split.x_train.shape[0]),
+                "n_test": int(split.x_test.shape[0]),
+                "rmse": mixture["rmse"],
+                "nll": pearce.get("nll", math.nan),
+                "nll_mixture": mixture["nll"],
+                # ||repulsion|| / ||drift|| over training: mean of the log steps and last
+                "repulsion_ratio_mean": float(np.mean(ratios)) if ratios else 0.0,
+                "repulsion_ratio_last": float(ratios[-1]) if ratios else 0.0,
+            }
+        )
+    return results
+
+
 def train_splits(
     job: UCIJob, splits: list[UCISplit], ks: list[int], info: dict[str, int], checkpoint: Path | None = None
 ) -> list[dict[str, Any]]:
@@ -223,30 +253,35 @@ def train_splits(
         on_log=progress,
         checkpoint_key=job.key("splits", ks),
     )
-    results = []
-    for g, (k, split, members) in enumerate(zip(ks, splits, state.params)):
-        with torch.no_grad():
-            f = posterior.predict(members, split.x_test).squeeze(-1).double().numpy()  # (S, T)
-        means = f * split.y_std + split.y_mean
-        noise = posterior.noise_std * split.y_std
-        pearce = ensemble_gaussian_metrics(means, noise, split.y_test_raw) if means.shape[0] > 1 else {}
-        mixture = mixture_metrics(means, noise, split.y_test_raw)
-        ratios = [r[g] for _, r in state.repulsion]
-        results.append(
-            {
-                "split": k,
-                "steps": steps,
-                "n_train": int(split.x_train.shape[0]),
-                "n_test": int(split.x_test.shape[0]),
-                "rmse": mixture["rmse"],
-                "nll": pearce.get("nll", math.nan),
-                "nll_mixture": mixture["nll"],
-                # ||repulsion|| / ||drift|| over training: mean of the log steps and last
-                "repulsion_ratio_mean": float(np.mean(ratios)) if ratios else 0.0,
-                "repulsion_ratio_last": float(ratios[-1]) if ratios else 0.0,
-            }
+    return _split_results(posterior, state, ks, splits, steps)
+
+
+def _saved_splits(out: Path, key: str, ks: list[int]) -> dict[int, dict[str, Any]]:
+    """:func:`run_uci`'s split results saved before under ``key`` (others set aside)."""
+    done: dict[int, dict[str, Any]] = {}
+    for k in ks:
+        saved = load_keyed_json(
+            out.parent / f"split{k}.json",
+            key,
+            log,
+            then=f"training split {k} again",
+            what="split result",
+            required=("metrics",),
         )
-    return results
+        if saved is not None:
+            done[k] = saved["metrics"]
+    return done
+
+
+def _summary(job: UCIJob, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`run_uci`'s output: the job, the split results, each metric per split, mean and s.e."""
+    summary: dict[str, Any] = {"job": job.to_spec(), "splits": results}
+    for name in METRICS:
+        values = np.array([r.get(name, math.nan) for r in results], dtype=np.float64)
+        summary[name] = values.tolist()
+        summary[f"{name}_mean"] = float(values.mean())
+        summary[f"{name}_se"] = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
+    return summary
 
 
 def run_uci(job: UCIJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
@@ -276,18 +311,7 @@ def run_uci(job: UCIJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
         "job %s; data %s/%s, %d of %d splits", json.dumps(job.spec, sort_keys=True), root, folder, n, info["n_splits"]
     )
     ks = list(range(n))
-    done: dict[int, dict[str, Any]] = {}
-    for k in ks:
-        saved = load_keyed_json(
-            out.parent / f"split{k}.json",
-            key,
-            log,
-            then=f"training split {k} again",
-            what="split result",
-            required=("metrics",),
-        )
-        if saved is not None:
-            done[k] = saved["metrics"]
+    done = _saved_splits(out, key, ks)
     if len(done) == n:
         log.info("all %d splits done before (%s/split*.json), reused", n, out.parent)
         results = [done[k] for k in ks]
@@ -299,12 +323,7 @@ def run_uci(job: UCIJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
             log.info("split %d: test rmse %.4g, nll %.4g", k, metrics["rmse"], metrics["nll"])
             write_json_atomic(out.parent / f"split{k}.json", {"key": key, "metrics": metrics}, indent=1, sort_keys=True)
         remove_checkpoints(checkpoint)
-    summary: dict[str, Any] = {"job": job.to_spec(), "splits": results}
-    for name in METRICS:
-        values = np.array([r.get(name, math.nan) for r in results], dtype=np.float64)
-        summary[name] = values.tolist()
-        summary[f"{name}_mean"] = float(values.mean())
-        summary[f"{name}_se"] = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
+    summary = _summary(job, results)
     write_json_atomic(out, summary, indent=1, sort_keys=True)
     log.info(
         "wrote %s: rmse %.4g +- %.2g, nll %.4g +- %.2g",
