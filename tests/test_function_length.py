@@ -14,7 +14,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "repens"
 
 # "module.function" (module path relative to src/repens, dotted) -> why it is still long
 KNOWN_LONG: dict[str, str] = {
-    "summaries.toy.load_predictions": "not split yet",
     "hmc.leapfrog": "not split yet",
 }
 

@@ -135,6 +135,37 @@ def _grid_axes(path: Path, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return xs, ys
 
 
+def _checked_job(path: Path, arrays: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], str]:
+    """:func:`load_predictions`' job spec and dataset, the file's arrays checked for them."""
+    for key in _COMMON_KEYS:
+        if key not in arrays:
+            raise DataFileError(path, f"missing array {key!r}; has {sorted(arrays)}")
+    try:
+        job = json.loads(str(arrays["job"][()]))
+    except (json.JSONDecodeError, TypeError, IndexError) as err:
+        raise DataFileError(path, f"'job' is not a JSON job spec ({err})") from err
+    if not isinstance(job, dict):
+        raise DataFileError(path, "'job' is not a JSON object")
+    dataset = job.get("dataset")
+    if dataset not in DATASETS:
+        raise DataFileError(path, f"job 'dataset' is {dataset!r}, expected one of {list(DATASETS)}")
+    for key in _DATASET_KEYS[dataset]:
+        if key not in arrays:
+            raise DataFileError(path, f"missing array {key!r} (required for {dataset}); has {sorted(arrays)}")
+    return job, dataset
+
+
+def _check_shapes(path: Path, dataset: str, x_train: np.ndarray, x_test: np.ndarray, y_train: np.ndarray) -> None:
+    """:func:`load_predictions`' check of the training and test inputs' shapes."""
+    d = 1 if dataset == "regression" else 2
+    if x_train.ndim != 2 or x_train.shape[1] != d or x_train.shape[0] < 1:
+        raise DataFileError(path, f"'x_train' must have shape (N, {d}), got {x_train.shape}")
+    if y_train.shape != (x_train.shape[0],):
+        raise DataFileError(path, f"'y_train' must have shape ({x_train.shape[0]},), got {y_train.shape}")
+    if x_test.ndim != 2 or x_test.shape[1] != d or x_test.shape[0] < 2:
+        raise DataFileError(path, f"'x_test' must have shape (T, {d}), got {x_test.shape}")
+
+
 def load_predictions(path: Path | str) -> ToyPredictions:
     """Read a toy prediction file and check its format.
 
@@ -153,34 +184,14 @@ def load_predictions(path: Path | str) -> ToyPredictions:
     """
     path = Path(path)
     arrays = read_npz(path, "prediction")
-    for key in _COMMON_KEYS:
-        if key not in arrays:
-            raise DataFileError(path, f"missing array {key!r}; has {sorted(arrays)}")
-    try:
-        job = json.loads(str(arrays["job"][()]))
-    except (json.JSONDecodeError, TypeError, IndexError) as err:
-        raise DataFileError(path, f"'job' is not a JSON job spec ({err})") from err
-    if not isinstance(job, dict):
-        raise DataFileError(path, "'job' is not a JSON object")
-    dataset = job.get("dataset")
-    if dataset not in DATASETS:
-        raise DataFileError(path, f"job 'dataset' is {dataset!r}, expected one of {list(DATASETS)}")
-    for key in _DATASET_KEYS[dataset]:
-        if key not in arrays:
-            raise DataFileError(path, f"missing array {key!r} (required for {dataset}); has {sorted(arrays)}")
+    job, dataset = _checked_job(path, arrays)
 
     method = job.get("method") or ("hmc" if "hmc" in job else path.parent.parent.name)
     label = str(arrays["label"][()]) or LABELS.get(method, method)
     x_train = np.asarray(arrays["x_train"], dtype=np.float64)
     x_test = np.asarray(arrays["x_test"], dtype=np.float64)
     y_train = np.asarray(arrays["y_train"])
-    d = 1 if dataset == "regression" else 2
-    if x_train.ndim != 2 or x_train.shape[1] != d or x_train.shape[0] < 1:
-        raise DataFileError(path, f"'x_train' must have shape (N, {d}), got {x_train.shape}")
-    if y_train.shape != (x_train.shape[0],):
-        raise DataFileError(path, f"'y_train' must have shape ({x_train.shape[0]},), got {y_train.shape}")
-    if x_test.ndim != 2 or x_test.shape[1] != d or x_test.shape[0] < 2:
-        raise DataFileError(path, f"'x_test' must have shape (T, {d}), got {x_test.shape}")
+    _check_shapes(path, dataset, x_train, x_test, y_train)
     fields = (_regression_fields if dataset == "regression" else _classification_fields)(path, arrays, x_test, y_train)
     converged = None
     if "converged" in arrays:
