@@ -82,9 +82,9 @@ REPORT_MAY_IMPORT = 1
 
 #: (importer, imported) -> why the wrong-way edge is still there
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # results_page reads the config's defaults (inside its functions): the reports should be
-    # handed them by the caller (cli / the workflow) instead.
-    ("report.results_page", "config"): "results page reads config defaults",
+    # results_page takes the seeds of each experiment from repens.config.experiment_seeds
+    # (inside a function); the caller (cli / the workflow) should hand them in.
+    ("report.results_page", "config"): "results page reads config.experiment_seeds",
 }
 
 #: module-level import cycles still there: each pair imports the other at load
