@@ -349,19 +349,31 @@ def leapfrog(
             q_new = torch.where(((k < steps) & ~bad).unsqueeze(-1), torch.addcmul(q, eps_inv_mass, p), q)
             logp_new, grad_new = value_and_grad(q_new)
         # some chain done or not finite: per-chain masks
-        finite = torch.isfinite(logp_new) & torch.isfinite(grad_new.sum(-1))
-        active = (k < steps) & ~bad
-        bad = bad | (active & ~finite)
-        active = active & finite  # a chain that met a non-finite density stays at its last finite point
-        q = torch.where(active.unsqueeze(-1), q_new, q)
-        logp = torch.where(active, logp_new, logp)
-        grad = torch.where(active.unsqueeze(-1), grad_new, grad)
+        q, logp, grad, bad, active = _masked_move(k, steps, bad, (q, logp, grad), (q_new, logp_new, grad_new))
         if turned is not None:
             turned = _u_turns(turned, k, q, q0, p, eps, grad, inv_mass, active)
         # a full momentum step, or a half one after the chain's last position step
         half = torch.where(k == steps - 1, 0.5, 1.0).unsqueeze(-1)
         p = torch.where(active.unsqueeze(-1), p + half * eps * grad, p)
     return q, p, logp, grad, bad, turned
+
+
+def _masked_move(
+    k: int, steps: Tensor, bad: Tensor, old: tuple[Tensor, Tensor, Tensor], new: tuple[Tensor, Tensor, Tensor]
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`leapfrog`'s position step ``k`` under per-chain masks: the chains still
+    integrating and finite at ``new`` (q, logp, grad) move there, the others keep ``old``.
+    Returns (q, logp, grad, bad, active)."""
+    q, logp, grad = old
+    q_new, logp_new, grad_new = new
+    finite = torch.isfinite(logp_new) & torch.isfinite(grad_new.sum(-1))
+    active = (k < steps) & ~bad
+    bad = bad | (active & ~finite)
+    active = active & finite  # a chain that met a non-finite density stays at its last finite point
+    q = torch.where(active.unsqueeze(-1), q_new, q)
+    logp = torch.where(active, logp_new, logp)
+    grad = torch.where(active.unsqueeze(-1), grad_new, grad)
+    return q, logp, grad, bad, active
 
 
 def _u_turns(
