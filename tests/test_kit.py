@@ -565,6 +565,25 @@ def test_a_partly_finished_group_stacks_only_the_rest(node):
 
 
 @pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
+def test_a_job_interrupted_alone_resumes_alone_while_the_rest_stack(node):
+    jobs = [node.image_job("de", seed, ticks=40) for seed in (1, 2, 3)]  # one stack key
+    node.jobs(jobs)
+    rc, out = node.run(deadline=1.0, grace=10, only=[jobs[0]["id"]])  # seed 1 alone, stopped
+    assert rc == 75, out
+    tick = int((node.dir / (jobs[0]["id"] + ".ckpt")).read_text())
+    assert 0 < tick < 40
+    rc, out = node.run(stack_seeds=True)
+    assert rc == 0, out
+    starts = _starts(node)[1:]
+    assert sorted((_command(e["argv"]), tuple(e["outs"])) for e in starts) == [
+        ("train", (jobs[0]["id"],)),
+        ("train-stack", (jobs[1]["id"], jobs[2]["id"])),
+    ]
+    assert json.loads((node.dir / jobs[0]["id"]).read_text())["resumed_at"] == tick
+    assert f"resumed at tick {tick}" in (node.dir / jobs[0]["log"]).read_text()
+
+
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_a_stack_left_running_by_a_killed_runner_is_stopped_once_and_resumed(node, tmp_path):
     jobs = [node.image_job("de", seed, ticks=60) for seed in (1, 2)]
     node.jobs(jobs)

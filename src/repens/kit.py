@@ -754,10 +754,11 @@ class _Runner:
         checkpoint (``<first out>.stack.ckpt``) is found again by the next call; the group
         takes the place of its first task (one that resumes comes first)."""
         index = {job["id"]: i for i, job in enumerate(self.data["jobs"])}
-        in_file = sorted(tasks, key=lambda t: index[t.key])
-        groups = stack_groups([self.by_id[t.key] for t in in_file], [t.argv for t in in_file])
         place = {t.key: n for n, t in enumerate(tasks)}
-        merged: list[tuple[int, _Task]] = []
+        alone = {t.key for t in tasks if self._resumes_alone(t)}
+        merged: list[tuple[int, _Task]] = [(place[t.key], t) for t in tasks if t.key in alone]
+        in_file = sorted((t for t in tasks if t.key not in alone), key=lambda t: index[t.key])
+        groups = stack_groups([self.by_id[t.key] for t in in_file], [t.argv for t in in_file])
         for group in groups:
             members = [in_file[i] for i in group]
             if len(members) == 1:
@@ -774,6 +775,18 @@ class _Runner:
             )
             merged.append((min(place[t.key] for t in members), task))
         return [task for _, task in sorted(merged, key=lambda item: item[0])]
+
+    def _resumes_alone(self, task: _Task) -> bool:
+        """Whether ``task`` (a ``train`` job) has a checkpoint of its own, ``<out>.ckpt``, and no
+        stack checkpoint ``<out>.stack.ckpt``: it then runs alone and resumes, rather than
+        start afresh inside a stack (its seed's steps so far would be lost)."""
+        out = _option(task.argv, "--out")
+        if out is None:
+            return False
+        out_path = self.directory / out
+        own = out_path.with_name(out_path.name + ".ckpt")
+        stacked = out_path.with_name(out_path.name + ".stack.ckpt")
+        return own.exists() and not stacked.exists()
 
     def _prepare_argv(self, step: dict[str, Any]) -> list[str]:
         argv = list(step["argv"])
@@ -1097,7 +1110,8 @@ def run_jobs(
     stacks only the rest. The stack checkpoints to ``<first seed's out>.stack.ckpt``, keyed by its seeds: a
     stack of another seed set (some of its seeds finished or failed meanwhile, ``only`` changed) starts afresh
     (the old checkpoint set aside), as does a job run once stacked and then without ``stack_seeds`` (its
-    ``train`` reads ``<out>.ckpt``), and the other way round. Other jobs, and groups of one, run as ``train``
+    ``train`` reads ``<out>.ckpt``). A job interrupted as a ``train`` (its ``<out>.ckpt``, no
+    ``<out>.stack.ckpt``) stays out of the stacks and resumes alone. Other jobs, and groups of one, run as ``train``
     as without it.
 
     Returns 0 when every job is finished, 75 when some remain (call again), 1 when a job

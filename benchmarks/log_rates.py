@@ -1,0 +1,72 @@
+"""Training speed read back from job logs: per call of a job (a `run-jobs` segment of its
+log), the steps it ran, the seconds from the step's capture (or start) to its last logged
+step or SIGTERM, and steps per second. For runs on machines that are gone, whose logs came
+back (`run-jobs` packs them).
+
+    python benchmarks/log_rates.py logs/image/fashionmnist/*/seed38.log
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+from pathlib import Path
+
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+STEP = re.compile(r"INFO step (\d+)/(\d+)")
+RESUMED = re.compile(r"resumed from .* at step (\d+)/")
+SIGTERM = re.compile(r"SIGTERM at step (\d+)")
+
+
+def _time(line: str) -> dt.datetime | None:
+    m = STAMP.match(line)
+    return dt.datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f") if m else None
+
+
+def segments(text: str) -> list[list[str]]:
+    """The log split at each `== repens run-jobs` header (one call each)."""
+    out: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("== repens run-jobs"):
+            out.append([line])
+        elif out:
+            out[-1].append(line)
+    return out
+
+
+def rate(segment: list[str]) -> dict | None:
+    """Steps, seconds and steps/s of one call, timed from its first timestamped line."""
+    stamped = [(t, line) for line in segment if (t := _time(line)) is not None]
+    if not stamped:
+        return None
+    start = stamped[0][0]
+    first = next((int(m[1]) for _, line in stamped if (m := RESUMED.search(line))), 0)
+    last, end = None, None
+    for t, line in stamped:
+        m = SIGTERM.search(line) or STEP.search(line)
+        if m:
+            last, end = int(m[1]), t
+    if last is None or end <= start:
+        return None
+    seconds = (end - start).total_seconds()
+    kind = "train-stack" if " train-stack " in segment[0] else "train"
+    return {"kind": kind, "from": first, "to": last, "seconds": seconds, "steps_per_s": (last - first) / seconds}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("logs", nargs="+", type=Path)
+    args = p.parse_args()
+    print(f"{'log':<48} {'call':<12} {'steps':>13} {'seconds':>8} {'steps/s':>8}")
+    for path in args.logs:
+        for segment in segments(path.read_text()):
+            r = rate(segment)
+            if r:
+                name = "/".join(path.parts[-2:])
+                steps = f"{r['from']}-{r['to']}"
+                print(f"{name:<48} {r['kind']:<12} {steps:>13} {r['seconds']:>8.1f} {r['steps_per_s']:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()
