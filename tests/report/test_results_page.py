@@ -102,11 +102,12 @@ def test_publish_replaces_what_was_kept_and_refuses_an_empty_rebuild(tmp_path):
     assert (reference / "results" / "synthetic" / "metrics.csv").exists()  # kept as it was
 
 
-def _job(reference: Path, rel: str, torch: str = "2.14.1", cpu_s: float = 3600.0) -> None:
+def _job(reference: Path, rel: str, torch: str = "2.14.1", cpu_s: float = 3600.0, device: str = "cpu") -> None:
     path = reference / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"provenance": {"torch": torch, "cpu": "Some CPU", "git_commit": "abcdef0123"}}))
-    (path.parent / "benchmark.tsv").write_text(f"s\tcpu_time\n100.0\t{cpu_s}\n")
+    prov = {"torch": torch, "cpu": "Some CPU", "device": device, "git_commit": "abcdef0123"}
+    path.write_text(json.dumps({"provenance": prov}))
+    (path.parent / "benchmark.tsv").write_text(f"s\tcpu_time\n180.0\t{cpu_s}\n")
 
 
 def test_inventory_counts_runs_against_the_paper_grid():
@@ -116,13 +117,16 @@ def test_inventory_counts_runs_against_the_paper_grid():
     with tempfile.TemporaryDirectory() as tmp:
         reference = Path(tmp)
         _job(reference, "image/fashionmnist/de/seed38/metrics.json")
-        _job(reference, "image/fashionmnist/svgd/seed38/metrics.json", cpu_s=7200.0)
+        _job(reference, "image/fashionmnist/svgd/seed38/metrics.json", cpu_s=7200.0, device="cpu (x86_64)")
+        _job(reference, "image/fashionmnist/kde-wgd/seed38/metrics.json", cpu_s=150.0, device="Some GPU")
         rows = {(r["experiment"], r["dataset"]): r for r in inventory(reference, config)}
     image = config["experiments"]["image"]
     fm = rows[("image", "fashionmnist")]
-    assert fm["runs"] == 2 and fm["grid"] == len(image["methods"]) * len(config["seeds"])
-    assert fm["methods"] == ["de", "svgd"] and fm["seeds"] == [38]
+    assert fm["runs"] == 3 and fm["grid"] == len(image["methods"]) * len(config["seeds"])
+    assert fm["methods"] == ["de", "kde-wgd", "svgd"] and fm["seeds"] == [38]
     assert fm["cpu_hours"] == pytest.approx(3.0) and fm["torch"] == ["2.14.1"] and fm["commits"] == ["abcdef0"]
+    # a GPU run: its wall time in GPU-hours (not its host's CPU time), its GPU as the machine
+    assert fm["gpu_hours"] == pytest.approx(180.0 / 3600) and fm["cpu"] == ["Some CPU", "Some GPU"]
     assert rows[("image", "cifar10")]["runs"] == 0 and "GPU" in rows[("image", "cifar10")]["why"]
     toy = rows[("toy", "regression")]
     assert toy["grid"] == (len(config["experiments"]["toy"]["methods"]) + 1) * len(

@@ -294,6 +294,12 @@ def _machine(path: Path) -> dict[str, str]:
     return {"cpu": cpu} if cpu and not _provenance(path).get("cpu") else {}
 
 
+def _gpu(prov: Mapping[str, Any]) -> str | None:
+    """The GPU a run trained on (its provenance's ``device``), None for a CPU run."""
+    device = str(prov.get("device") or "")
+    return None if not device or device.lower().startswith(("cpu", "unknown")) else device
+
+
 def _benchmark(path: Path) -> dict[str, float]:
     bench = path.parent / "benchmark.tsv"
     if not bench.is_file():
@@ -331,6 +337,7 @@ def inventory(
             mine = [p for p in held if p.parts[-4] == dataset]
             provs = [{**_provenance(p), **_machine(p)} for p in mine]
             bench = [_benchmark(p) for p in mine]
+            on_gpu = [_gpu(prov) is not None for prov in provs]
             rows.append(
                 {
                     "experiment": experiment,
@@ -340,9 +347,10 @@ def inventory(
                     "methods": sorted({p.parts[-3] for p in mine}),
                     "seeds": sorted({int(p.parts[-2][4:]) for p in mine}),
                     "torch": sorted({str(p.get("torch")) for p in provs}),
-                    "cpu": sorted({str(p.get("cpu") or p.get("device")) for p in provs}),
+                    "cpu": sorted({_gpu(p) or str(p.get("cpu") or p.get("device")) for p in provs}),
                     "commits": sorted({str(p.get("git_commit", "?"))[:7] for p in provs}),
-                    "cpu_hours": sum(b.get("cpu_time", 0.0) for b in bench) / 3600,
+                    "cpu_hours": sum(b.get("cpu_time", 0.0) for b, g in zip(bench, on_gpu) if not g) / 3600,
+                    "gpu_hours": sum(b.get("s", 0.0) for b, g in zip(bench, on_gpu) if g) / 3600,
                     "why": NOT_RUN_WHY.get((experiment, dataset), ""),
                 }
             )
@@ -585,7 +593,10 @@ def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str
         "## What the tables rest on",
         "",
         f"The runs listed in [`runs.json`]({link / RUNS}) (the tree's runs when the tables were last built); "
-        "runs the campaign has committed since then join at the next `python -m repens reference publish`.",
+        "runs the campaign has committed since then join at the next `python -m repens reference publish`. "
+        "CPU-hours: the CPU time of the runs trained on a CPU; GPU-hours: the wall time of those trained on "
+        "a GPU; both over every call of a job, interrupted ones included. Machine: the CPU, or the GPU a run "
+        "trained on.",
         "",
     ]
     lines += _markdown(
@@ -595,6 +606,7 @@ def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str
             "runs held / at the paper's settings",
             "seeds",
             "CPU-hours",
+            "GPU-hours",
             "torch",
             "machine",
             "commit",
@@ -606,6 +618,7 @@ def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str
                 f"{r['runs']} / {r['grid']}",
                 ", ".join(map(str, r["seeds"])) or "-",
                 f"{r['cpu_hours']:.1f}",
+                f"{r['gpu_hours']:.2f}",
                 ", ".join(r["torch"]) or "-",
                 ", ".join(r["cpu"]) or "-",
                 ", ".join(r["commits"]) or "-",
