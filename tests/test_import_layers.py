@@ -81,19 +81,10 @@ LAYERS: dict[str, int] = {
 REPORT_MAY_IMPORT = 1
 
 #: (importer, imported) -> why the wrong-way edge is still there
-KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # results_page takes the seeds of each experiment from repens.config.experiment_seeds
-    # (inside a function); the caller (cli / the workflow) should hand them in.
-    ("report.results_page", "config"): "results page reads config.experiment_seeds",
-}
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 #: module-level import cycles still there: each pair imports the other at load
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # the tables' modules re-export their figures' functions at the bottom of the file,
-    # and the figures' modules read the tables' data types
-    frozenset({"report.synthetic", "report.synthetic_figures"}),
-    frozenset({"report.toy", "report.toy_figures"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def module_name(path: Path) -> str:

@@ -19,6 +19,7 @@ from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predi
 from repens.metrics import covariance_relative_errors, mean_error, mean_pairwise_distance
 from repens.report import claims as cl
 from repens.report import synthetic as synthetic_rep
+from repens.report import synthetic_figures, toy_figures
 from repens.report import toy as toy_rep
 from repens.summaries import synthetic as syn
 from repens.summaries import toy as toy_steps
@@ -129,7 +130,7 @@ def test_synthetic_figure_file_holds_the_exact_samples_and_the_density(tmp_path)
     logp = make_target("funnel").log_prob(grid).numpy().reshape(data["mesh_x"].shape)
     np.testing.assert_array_equal(data["logp"], logp)
     assert data["levels"][-1] == pytest.approx(logp.max() - 0.125)
-    synthetic_rep.plot_target_panels_from("funnel", out, paths, tmp_path / "f.png", tmp_path / "f.pdf")
+    synthetic_figures.plot_target_panels_from("funnel", out, paths, tmp_path / "f.png", tmp_path / "f.pdf")
     from_runs.plot_target_panels("funnel", paths, tmp_path / "g.png", tmp_path / "g.pdf")
     assert (tmp_path / "f.pdf").read_bytes() == (tmp_path / "g.pdf").read_bytes()
 
@@ -208,6 +209,6 @@ def test_toy_figure_files_hold_the_predictive(tmp_path):
         n = math.isqrt(h["x_test"].shape[0])
         np.testing.assert_array_equal(data["0/entropy"], predictive_entropy(h["probs_test"]).reshape(n, n))
         assert json.loads(str(data["panels"]))[0]["method"] == "hmc"
-    toy_rep.plot_classification_panels_from(out, tmp_path / "c.png", tmp_path / "c.pdf")
+    toy_figures.plot_classification_panels_from(out, tmp_path / "c.png", tmp_path / "c.pdf")
     from_runs.plot_classification_panels(list(cls.values()), tmp_path / "d.png", tmp_path / "d.pdf")
     assert (tmp_path / "c.pdf").read_bytes() == (tmp_path / "d.pdf").read_bytes()

@@ -384,7 +384,9 @@ def _reference(args: argparse.Namespace) -> int:
     import yaml
 
     config = yaml.safe_load(Path(args.configfile).read_text())
-    results_page.write_page(args.reference, config, args.out)
+    from repens.config import paper_seeds
+
+    results_page.write_page(args.reference, config, paper_seeds(config), args.out)
     print(f"wrote {args.out}")
     return 0
 

@@ -164,6 +164,12 @@ def experiment_seeds(config: Mapping[str, Any], experiment: str) -> list[int]:
     return list(seeds)
 
 
+def paper_seeds(config: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Each experiment's seeds at the paper's scale (:func:`experiment_seeds`)."""
+    paper = {**config, "scale": "paper"}
+    return {experiment: experiment_seeds(paper, experiment) for experiment in config["experiments"]}
+
+
 def method_options(job: Job | Mapping[str, Any]) -> dict[str, Any]:
     """The options of a job (or a resolved job's dict) that its update rule accepts
     (keyword arguments): :meth:`repens.job.Job.rule_options`.

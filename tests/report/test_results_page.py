@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from repens.config import paper_seeds
 from repens.report import results_page
 from repens.report.results_page import check, inventory, publish, write_page
 
@@ -119,7 +120,7 @@ def test_inventory_counts_runs_against_the_paper_grid():
         _job(reference, "image/fashionmnist/de/seed38/metrics.json")
         _job(reference, "image/fashionmnist/svgd/seed38/metrics.json", cpu_s=7200.0, device="cpu (x86_64)")
         _job(reference, "image/fashionmnist/kde-wgd/seed38/metrics.json", cpu_s=150.0, device="Some GPU")
-        rows = {(r["experiment"], r["dataset"]): r for r in inventory(reference, config)}
+        rows = {(r["experiment"], r["dataset"]): r for r in inventory(reference, config, paper_seeds(config))}
     image = config["experiments"]["image"]
     fm = rows[("image", "fashionmnist")]
     assert fm["runs"] == 3 and fm["grid"] == len(image["methods"]) * len(config["seeds"])
@@ -141,7 +142,7 @@ def test_page_shows_each_cell_beside_the_paper_and_what_is_not_run(tmp_path):
     _table1_vs_paper(reference / "results" / "table1_vs_paper.csv")
     (reference / "results" / "claims.md").write_text("# Claim scorecard\n\n2 claims: ...\n\n## Verdict rule\n")
     out = tmp_path / "docs" / "results.md"
-    text = write_page(reference, config, out)
+    text = write_page(reference, config, paper_seeds(config), out)
     assert out.read_text() == text
     assert "| fashionmnist | Deep ensemble | 1 | 0.961 vs 0.958 ± 0.001 (+3.0) |" in text
     assert "one seed of ours, its spread not measured yet" in text
@@ -149,7 +150,7 @@ def test_page_shows_each_cell_beside_the_paper_and_what_is_not_run(tmp_path):
     assert "image / cifar10: " in text and "needs a GPU" in text
     assert "### Verdict rule" in text  # the scorecard's headings sit below the page's
     assert "Figures 1 and 3" in text and "Not run at the paper's settings yet" in text
-    assert write_page(reference, config, out) == text  # the same tree, the same page
+    assert write_page(reference, config, paper_seeds(config), out) == text  # the same tree, the same page
 
 
 def _campaign():
@@ -193,11 +194,8 @@ def test_publish_lists_the_runs_the_tables_rest_on_and_check_sees_them_change(tm
     runs = results_page.published_runs(reference)
     assert list(runs) == ["image/fashionmnist/de/seed38/metrics.json"]
     assert results_page.tree_runs(reference) == [f"image/fashionmnist/de/seed{s}/metrics.json" for s in (38, 39)]
-    assert [
-        r["runs"]
-        for r in inventory(reference, yaml.safe_load((ROOT / "config.yaml").read_text()))
-        if r["dataset"] == "fashionmnist"
-    ] == [1]
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    assert [r["runs"] for r in inventory(reference, cfg, paper_seeds(cfg)) if r["dataset"] == "fashionmnist"] == [1]
     assert check(results, reference) == []
     _job(reference, "image/fashionmnist/de/seed38/metrics.json", torch="other")
     assert check(results, reference) == [

@@ -420,7 +420,7 @@ def test_an_unconverged_hmc_reference_is_flagged_in_the_distance_table_and_figur
     frame = pd.read_csv(out["csv"])
     assert list(frame["hmc_converged"]) == [0]
     assert "not converged" in out["tex"].read_text() and "NOT converged" in out["html"].read_text()
-    footer, _ = rep._settings_summary([steps.load_predictions(hmc), steps.load_predictions(de)])
+    footer, _ = rep.settings_summary([steps.load_predictions(hmc), steps.load_predictions(de)])
     assert "HMC: " in footer and "not converged" in footer
     # a file from before the flag: judged by the thresholds its job enforced
     job = json.loads(str(arrays["job"]))

@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace) -> None:
     elif args.command == "toy-table":
         from repens.report.toy import write_distance_table_from as write
     elif args.command == "synthetic-figure":
-        from repens.report.synthetic import plot_target_panels_from
+        from repens.report.synthetic_figures import plot_target_panels_from
 
         plot_target_panels_from(
             args.target,
@@ -77,7 +77,7 @@ def _run(args: argparse.Namespace) -> None:
         )
         return
     else:
-        from repens.report.toy import plot_classification_panels_from, plot_regression_panels_from
+        from repens.report.toy_figures import plot_classification_panels_from, plot_regression_panels_from
 
         plot = {"regression": plot_regression_panels_from, "classification": plot_classification_panels_from}
         plot[args.dataset](args.data, Path(args.out_png), Path(args.out_pdf), labels=labels)

@@ -314,18 +314,19 @@ def _benchmark(path: Path) -> dict[str, float]:
 
 
 def inventory(
-    reference: Path | str, config: Mapping[str, Any], runs: Sequence[str] | None = None
+    reference: Path | str,
+    config: Mapping[str, Any],
+    seeds: Mapping[str, Sequence[int]],
+    runs: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Per (experiment, dataset): the runs (default: the published ones, else every run in
-    the tree) against the grid the config runs at paper scale, with their seeds,
+    the tree) against the grid the config runs at paper scale (``seeds``: each
+    experiment's seeds there, :func:`repens.config.paper_seeds`), with their seeds,
     software, machines and time."""
-    from repens.config import experiment_seeds
-
     reference = Path(reference)
     if runs is None:
         published = published_runs(reference)
         runs = sorted(published) if published is not None else tree_runs(reference)
-    paper = {**config, "scale": "paper"}
     rows = []
     for experiment in ("image", "uci", "synthetic", "toy"):
         exp = config["experiments"][experiment]
@@ -333,7 +334,7 @@ def inventory(
         held = _job_files(reference, experiment, runs)
         for dataset in datasets:
             methods = list(exp["methods"]) + (["hmc"] if experiment == "toy" else [])
-            seeds = experiment_seeds(paper, experiment)
+            grid_seeds = list(seeds[experiment])
             mine = [p for p in held if p.parts[-4] == dataset]
             provs = [{**_provenance(p), **_machine(p)} for p in mine]
             bench = [_benchmark(p) for p in mine]
@@ -343,7 +344,7 @@ def inventory(
                     "experiment": experiment,
                     "dataset": dataset,
                     "runs": len(mine),
-                    "grid": len(methods) * len(seeds),
+                    "grid": len(methods) * len(grid_seeds),
                     "methods": sorted({p.parts[-3] for p in mine}),
                     "seeds": sorted({int(p.parts[-2][4:]) for p in mine}),
                     "torch": sorted({str(p.get("torch")) for p in provs}),
@@ -570,8 +571,11 @@ def _section_lines(section: Any, kept: Path, link: Path) -> list[str]:
     return lines
 
 
-def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str) -> str:
-    """The results page, from the reference tree alone (links relative to ``out``)."""
+def write_page(
+    reference: Path | str, config: Mapping[str, Any], seeds: Mapping[str, Sequence[int]], out: Path | str
+) -> str:
+    """The results page, from the reference tree alone (links relative to ``out``; ``seeds``:
+    as :func:`inventory`)."""
     import os
 
     from repens.atomic import write_text_atomic
@@ -579,7 +583,7 @@ def write_page(reference: Path | str, config: Mapping[str, Any], out: Path | str
     reference, out = Path(reference), Path(out)
     kept = reference / "results"
     link = Path(os.path.relpath(kept, out.parent))
-    inv = inventory(reference, config)
+    inv = inventory(reference, config, seeds)
     lines = [
         "# Paper-scale results",
         "",

@@ -8,8 +8,7 @@ the files of the pipeline step :mod:`repens.summaries.synthetic`; this module re
 
 * :func:`write_metrics_table_from`: CSV + booktabs LaTeX + HTML table of the metrics file
   (through :mod:`repens.report.tables`).
-* :func:`plot_target_panels_from` (:mod:`repens.report.synthetic_figures`, re-exported
-  here): one joint plot per method, left to right in input
+* :func:`repens.report.synthetic_figures.plot_target_panels_from`: one joint plot per method, left to right in input
   order (the paper's layout: SVGD, kde-WGD, sge-WGD, ssge-WGD): target
   log-density contours, particles (blue) and the one-dimensional marginals as
   KDEs of exact target samples (red) and of the particles (blue).
@@ -46,8 +45,6 @@ __all__ = [
     "metrics_table",
     "write_metrics_table_from",
     "load_runs",
-    "read_figure_data",
-    "plot_target_panels_from",
 ]
 
 #: Fallback display labels of the method keys, used only for a method that neither the
@@ -430,7 +427,3 @@ def write_metrics_table_from(
     )
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
     log.info("wrote %s and %s (%d rows)", out_csv, out_tex, len(frame))
-
-
-# the figures (their module imports this one's runs)
-from repens.report.synthetic_figures import plot_target_panels_from, read_figure_data  # noqa: E402

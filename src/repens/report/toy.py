@@ -38,12 +38,11 @@ __all__ = [
     "CLASSIFICATION_COLUMNS",
     "ToyRun",
     "run_record",
+    "settings_summary",
     "read_distance_summary",
     "distance_frame_from",
     "distance_table",
     "write_distance_table_from",
-    "plot_regression_panels_from",
-    "plot_classification_panels_from",
 ]
 
 DATASETS = registry.datasets_of("toy")
@@ -179,7 +178,7 @@ def _settings_detail(preds: Sequence[ToyRun]) -> tuple[list[str], list[str | Non
     return parts, extra
 
 
-def _settings_summary(preds: Sequence[ToyRun]) -> tuple[str, list[str | None]]:
+def settings_summary(preds: Sequence[ToyRun]) -> tuple[str, list[str | None]]:
     """Figure footer (scale, seed, settings; per-method settings go into the titles) and title extras."""
     parts, extra = _settings_detail(preds)
     if any(extra):
@@ -449,7 +448,3 @@ def write_distance_table_from(
     table = distance_table(frame, _present(data, labels), data["converged_rhat_max"], data["converged_ess_min"])
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
     log.info("wrote %s and %s (%d methods, %d rows)", out_csv, out_tex, frame["method"].nunique(), len(frame))
-
-
-# the figures (their module imports this one's settings helpers)
-from repens.report.toy_figures import plot_classification_panels_from, plot_regression_panels_from  # noqa: E402

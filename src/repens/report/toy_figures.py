@@ -25,7 +25,7 @@ from repens.errors import DataFileError
 from repens.report.figures import save_png_pdf
 from repens.report.files import read_npz
 from repens.report.style import PALETTE, figure_style
-from repens.report.toy import DATASETS, ToyRun, _settings_summary, run_from_record
+from repens.report.toy import DATASETS, ToyRun, run_from_record, settings_summary
 
 log = logging.getLogger("repens.report")
 
@@ -315,7 +315,7 @@ def plot_regression_panels_from(
         ValueError: the figure file is malformed or for the other dataset.
     """
     preds = read_figure_data(data, "regression", labels)
-    footer, extra = _settings_summary([p.run for p in preds])
+    footer, extra = settings_summary([p.run for p in preds])
     x_lo = min(float(p.x_test.min()) for p in preds)
     x_hi = max(float(p.x_test.max()) for p in preds)
     xx = np.linspace(x_lo, x_hi, 400)
@@ -394,7 +394,7 @@ def plot_classification_panels_from(
     import seaborn as sns
 
     preds = read_figure_data(data, "classification", labels)
-    footer, extra = _settings_summary([p.run for p in preds])
+    footer, extra = settings_summary([p.run for p in preds])
     num_classes = max(p.num_classes for p in preds)
     class_colors = sns.color_palette(_CLASS_PALETTE)
 
