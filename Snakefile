@@ -17,7 +17,7 @@ min_version("8.0")
 sys.path.insert(0, f"{workflow.basedir}/src")
 from snakemake.exceptions import WorkflowError
 
-from repens.checks import CheckError, check_config_files
+from repens.pipeline.checks import CheckError, check_config_files
 
 # a YAML mistake in config.yaml (syntax, a key written twice): one line naming file:line:column
 try:

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from repens.kernels import RBF, kernel_grad_sum, squared_distances  # noqa: E402
+from repens.models.kernels import RBF, kernel_grad_sum, squared_distances  # noqa: E402
 
 
 def plain_gemm(x: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Step throughput of the particle engine against an earlier engine (a script, not a test).
 
-For each configuration it times ``repens.train.train`` (the real loop: update rule,
+For each configuration it times ``repens.training.train.train`` (the real loop: update rule,
 finiteness check, optimizer, Langevin noise) for every method, in this checkout and in
 the engine of ``--baseline`` (default: the commit before the engine work), each in its
 own subprocess with that revision's ``src`` first on ``sys.path``; the two alternate for
@@ -10,7 +10,7 @@ own subprocess with that revision's ``src`` first on ``sys.path``; the two alter
   baseline trains one split at a time; this engine stacks ``--splits`` splits (20, the
   standard number) into one problem. Each draws its batches as its UCI training does:
   the baseline a fresh random batch every step, this engine in epochs (one permutation
-  per split and epoch, ``repens.minibatches.EpochSampler``, Pearce et al.'s protocol).
+  per split and epoch, ``repens.methods.minibatches.EpochSampler``, Pearce et al.'s protocol).
   Throughput is splits x steps / s. Also a hand-written step of the same arithmetic (explicit batched matmuls, backward by hand,
   Adam in place; DE; batches in epochs as the engine's), timed in the current process, as
   the limit for a small network.
@@ -78,15 +78,15 @@ def _setup(config: dict, method: str, sets: int, device: str = "cpu"):
     on ``device`` (the run's generator too, as a GPU run has it)."""
     import torch
 
-    from repens.kernels import RBF
-    from repens.models import mlp
-    from repens.particles import StackedModel
-    from repens.posteriors import NetworkPosterior
-    from repens.updates import StepContext, make_update
+    from repens.models.kernels import RBF
+    from repens.models.networks import mlp
+    from repens.models.particles import StackedModel
+    from repens.models.posteriors import NetworkPosterior
+    from repens.methods.updates import StepContext, make_update
 
     g = torch.Generator(device=device).manual_seed(0)
     if config.get("resnet"):
-        from repens.models import resnet
+        from repens.models.networks import resnet
 
         model = StackedModel(resnet(depth=32, width=16, norm="group").to(device))
         x = torch.randn(config["batch"] * 4, 3, 32, 32, generator=g, device=device)
@@ -110,7 +110,7 @@ def _setup(config: dict, method: str, sets: int, device: str = "cpu"):
     if sets > 1:
         init = init.view(sets, n, -1)
     batch = min(config["batch"], rows)
-    # UCI training's sampler (repens.minibatches.EpochSampler) where the engine has it, else
+    # UCI training's sampler (repens.methods.minibatches.EpochSampler) where the engine has it, else
     # a fresh random batch each step, as the baseline's training drew them
     next_batch = (_epoch_sampler(x, y, batch) if config.get("epochs") else None) or _per_step_sampler(x, y, rows, batch, sets)
     anchors = init.clone() if rule == "anchored" else None
@@ -119,10 +119,10 @@ def _setup(config: dict, method: str, sets: int, device: str = "cpu"):
 
 def _per_step_sampler(x, y, rows: int, batch: int, sets: int):
     """A fresh random batch each step (per split for a stack): the samplers of
-    ``repens.minibatches`` written out, since the baseline engine has no such module."""
+    ``repens.methods.minibatches`` written out, since the baseline engine has no such module."""
     import torch
 
-    from repens.posteriors import Batch
+    from repens.models.posteriors import Batch
 
     if sets > 1:
         set_rows = torch.arange(sets).unsqueeze(-1)
@@ -142,7 +142,7 @@ def _epoch_sampler(x, y, batch: int):
     draws its batches since Pearce et al.'s protocol), or None in an engine without it
     (the baseline, whose UCI training drew a fresh random batch every step)."""
     try:
-        from repens.minibatches import EpochSampler
+        from repens.methods.minibatches import EpochSampler
     except ImportError:
         return None
     return EpochSampler(x, y, batch)
@@ -150,7 +150,7 @@ def _epoch_sampler(x, y, batch: int):
 
 def _time_method(config: dict, method: str, sets: int, steps: int) -> float:
     """Seconds per step of the real training loop (after one warm-up call)."""
-    from repens.train import TrainSettings, TrainState, train
+    from repens.training.train import TrainSettings, TrainState, train
 
     post, update, init, anchors, next_batch, context, g = _setup(config, method, sets)
     settings = TrainSettings(steps=max(1, steps // 10), lr=1e-4, log_every=10**9)
@@ -253,7 +253,7 @@ def hand_written_de_step(config: dict, sets: int, steps: int, threads: int) -> f
     batched matmuls forward and backward, closed-form prior gradient, Adam in place."""
     import torch
 
-    from repens.host_memory import keep_freed_memory
+    from repens.training.host_memory import keep_freed_memory
 
     keep_freed_memory()  # as the engine's loop does: the limit is not page faults
     torch.set_num_threads(threads)
@@ -309,7 +309,7 @@ def _baseline_src(rev: str, tmp: str) -> str:
     return str(Path(tmp) / "src")
 
 
-#: glibc settings equal to repens.host_memory.keep_freed_memory, for a baseline run with them
+#: glibc settings equal to repens.training.host_memory.keep_freed_memory, for a baseline run with them
 _TUNED_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_max=0"
 
 

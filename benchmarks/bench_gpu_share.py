@@ -1,9 +1,9 @@
 """Throughput of k Table 1 training jobs sharing one device (a script, not a test).
 
 For each k of ``--jobs`` (default 1, 2, 4, 8) it starts k processes, each the training
-loop of one image job as the pipeline resolves it (``repens.budget.StageRun``: the job's
+loop of one image job as the pipeline resolves it (``repens.pipeline.budget.StageRun``: the job's
 network, particles, batch size and update rule from config.yaml via
-``repens.config.resolve_job``, on random images of the data set's shape), lets every
+``repens.pipeline.config.resolve_job``, on random images of the data set's shape), lets every
 process build its stack and take ``--warmup`` steps, then releases them together and
 times ``--steps`` steps in each. Per k it prints the total steps/s of all k jobs, one
 job's steps/s, the total against k = 1 (the gain from sharing), and each job's peak
@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 def stage_of(args) -> dict:
     """The spec of the stage the jobs train (the pipeline's job, ``--set`` applied)."""
-    from repens.budget import job_stages, load_config
-    from repens.config import experiment_seeds, resolve_job
+    from repens.pipeline.budget import job_stages, load_config
+    from repens.pipeline.config import experiment_seeds, resolve_job
 
     config = load_config(args.configfile, args.scale)
     spec = resolve_job(config, "image", args.dataset, args.method, experiment_seeds(config, "image")[0])
@@ -62,7 +62,7 @@ def child(args) -> int:
     """One job: build, warm up, say ready, wait for the go, time the steps, report."""
     import torch
 
-    from repens.budget import Stage, StageRun
+    from repens.pipeline.budget import Stage, StageRun
 
     torch.set_num_threads(args.threads)
     import logging
@@ -136,7 +136,7 @@ def main() -> int:
 
     import torch
 
-    from repens.budget import device_name
+    from repens.pipeline.budget import device_name
 
     torch.set_num_threads(args.threads)  # as each job: the device line names its threads
     stage = stage_of(args)

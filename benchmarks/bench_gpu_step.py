@@ -1,10 +1,10 @@
 """The training step on a GPU, eager against replayed from a CUDA graph (a script, not a test).
 
 For each configuration of ``bench_engine.py`` (UCI with its splits stacked, the toy, the
-FashionMNIST MLP, the ResNet32) and each method it times ``repens.train.train`` on the
+FashionMNIST MLP, the ResNet32) and each method it times ``repens.training.train.train`` on the
 device, everything on it (data, particles, the run's generator), twice: with the step
 eager (``TrainSettings(cuda_graphs=False)``) and replayed from a captured graph
-(:mod:`repens.step_graph`; only for the rules that declare themselves graph-safe). Both
+(:mod:`repens.training.step_graph`; only for the rules that declare themselves graph-safe). Both
 check finiteness every 50 steps, the GPU default. It prints the device, its fp32 GEMM rate
 (TF32 off) measured in the run, steps/s of both and their ratio, the peak GPU memory, and
 the DE step's FLOPs as a share of the GEMM rate (MLPs). Timing alternates eager and graph
@@ -39,11 +39,11 @@ def time_train(config: dict, method: str, sets: int, steps: int, graphs: bool, d
     T(10)) / steps`` between two runs after a first one (each run of ``train`` makes its own
     graphs: the difference cancels its eager warm-up steps and its captures), its peak device
     memory, and whether the step was replayed from a graph (a graph-safe rule whose capture
-    neither failed nor replayed anything but the eager step: ``repens.step_graph`` warns when
+    neither failed nor replayed anything but the eager step: ``repens.training.step_graph`` warns when
     it falls back to eager steps)."""
     import torch
 
-    from repens.train import TrainSettings, TrainState, train
+    from repens.training.train import TrainSettings, TrainState, train
 
     fallbacks = _Fallbacks()
     logging.getLogger("repens.step_graph").addHandler(fallbacks)

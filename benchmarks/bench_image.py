@@ -54,16 +54,16 @@ def build_step(config_name: str, method: str, mode: str, device: str):
     import yaml
     from torch.func import functional_call
 
-    from repens.config import method_options
+    from repens.pipeline.config import method_options
     from repens.experiments.image import resolve_device
     try:
-        from repens.fitting import kernel_from_job
-    except ImportError:  # an engine from before repens.fitting
+        from repens.training.fitting import kernel_from_job
+    except ImportError:  # an engine from before repens.training.fitting
         from repens.experiments.synthetic import kernel_from_job
-    from repens.models import build_model
-    from repens.particles import StackedModel
-    from repens.posteriors import Batch, NetworkPosterior
-    from repens.updates import StepContext, make_update
+    from repens.models.networks import build_model
+    from repens.models.particles import StackedModel
+    from repens.models.posteriors import Batch, NetworkPosterior
+    from repens.methods.updates import StepContext, make_update
 
     class LoopedModel(StackedModel):
         """The same network evaluated one member at a time (the baseline)."""

@@ -61,7 +61,7 @@ def small_spec() -> str:
     sys.path.insert(0, str(ROOT / "src"))
     import yaml
 
-    from repens.config import resolve_job
+    from repens.pipeline.config import resolve_job
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     return json.dumps(dict(resolve_job(config, "synthetic", "gaussian", "svgd", 42), steps=5, particles=10))

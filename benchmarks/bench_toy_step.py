@@ -8,10 +8,10 @@ process, one thread:
 * the rate of those GEMMs (batched, with the engine's layouts, and as one 3200 x 50 x 50
   GEMM) against the machine's SGEMM rate as ``bench_engine.py`` measures it;
 * the likelihood gradient taken apart layer by layer, in the order the engine runs it
-  (``repens.particles``: forward, then per layer the weight gradient, the bias gradient,
+  (``repens.models.particles``: forward, then per layer the weight gradient, the bias gradient,
   the input gradient and the ReLU mask);
 * the training loop with the update replaced by a fixed direction (Adam, the finiteness
-  check, the batch sampler, the loop), and the whole step of ``repens.train.train``;
+  check, the batch sampler, the loop), and the whole step of ``repens.training.train.train``;
 * the same likelihood gradient written by hand with feature-major activations (n, H, B),
   the layout the engine does not use, against the engine's, in rounds;
 * what a step 3x faster than ``--baseline-ms`` would leave for everything but the GEMMs.
@@ -50,10 +50,10 @@ def main() -> None:
     import torch
 
     import bench_engine
-    from repens.host_memory import keep_freed_memory
-    from repens.particles import _layer, _outer_or_matmul
-    from repens.train import TrainSettings, TrainState, train
-    from repens.updates import Update
+    from repens.training.host_memory import keep_freed_memory
+    from repens.models.particles import _layer, _outer_or_matmul
+    from repens.training.train import TrainSettings, TrainState, train
+    from repens.methods.updates import Update
 
     torch.set_num_threads(1)
     keep_freed_memory()
@@ -85,7 +85,7 @@ def main() -> None:
         times[key] = times.get(key, 0.0) + t1 - t0
         return t1
 
-    def gradient() -> None:  # repens.particles._mlp_backward, with a lap per piece
+    def gradient() -> None:  # repens.models.particles._mlp_backward, with a lap per piece
         t0 = time.perf_counter()
         outputs, inputs = model.forward_saving_inputs(params, batch.x)
         t0 = lap("forward (GEMM 50x50 inside)", t0)
@@ -146,7 +146,7 @@ def main() -> None:
     loop_us = (time.perf_counter() - t0) / steps * 1e6
     step_us = bench_engine._time_method(config, "de", 1, steps) * 1e6  # the step bench_engine.py times
     print(f"training loop around a fixed direction (Adam, checks, batches): {loop_us:.1f} us a step")
-    print(f"whole DE step (repens.train.train): {step_us:.1f} us")
+    print(f"whole DE step (repens.training.train.train): {step_us:.1f} us")
     if args.baseline_ms:
         budget = args.baseline_ms * 1e3 / 3
         print(f"a 3x step: {budget:.0f} us; minus the three GEMMs ({gemm_us:.0f}) leaves {budget - gemm_us:.0f} us "

@@ -4,7 +4,7 @@ step does, measured here on the CPU, and stated assumptions about the GPU (a scr
 a test; no GPU is needed or used).
 
 Measured, per method, for one training step at the paper's sizes (MLP 784-100-100-100-10,
-50 particles, batch 256), on the GPU's code paths (:func:`repens.kernels.gpu_paths`):
+50 particles, batch 256), on the GPU's code paths (:func:`repens.models.kernels.gpu_paths`):
 
 * FLOPs (``torch.utils.flop_counter.FlopCounterMode``: the matmuls, which are all but a few
   percent of the work) and
@@ -53,16 +53,16 @@ METHODS = ["de", "svgd", "fsvgd", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", 
 
 def count_step(method: str, sets: int, particles: int, model: str = "image") -> tuple[float, int]:
     """(FLOPs, kernels) of one step: a 3-step run minus a 2-step run. ``model``: ``image``,
-    the network an image job builds (``repens.models.build_model``: a Flatten before the
+    the network an image job builds (``repens.models.networks.build_model``: a Flatten before the
     MLP, so the step runs through vmap), or ``mlp``, the bare MLP of the engine's fast path."""
     import torch
 
-    import repens.models as models
+    import repens.models.networks as models
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode
 
-    from repens.kernels import gpu_paths
-    from repens.train import TrainSettings, TrainState, train
+    from repens.models.kernels import gpu_paths
+    from repens.training.train import TrainSettings, TrainState, train
 
     class Kernels(TorchDispatchMode):
         def __init__(self):
@@ -78,7 +78,7 @@ def count_step(method: str, sets: int, particles: int, model: str = "image") -> 
     config = {**bench_engine.CONFIGS["fashionmnist"], "particles": particles, "rows": 2048}
     out = []
     bare = models.mlp
-    if model == "image":  # bench_engine builds the MLP through repens.models.mlp at call time
+    if model == "image":  # bench_engine builds the MLP through repens.models.networks.mlp at call time
         models.mlp = lambda *a, **k: torch.nn.Sequential(torch.nn.Flatten(), bare(*a, **k))
     try:
         for steps in (2, 3):

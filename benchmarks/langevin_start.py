@@ -30,10 +30,10 @@ import yaml
 
 from repens.data.uci import UCI_FOLDERS, dataset_info, load_split
 from repens.experiments.uci import ensemble_gaussian_metrics, uci_posterior
-from repens.minibatches import EpochSampler
-from repens.optimizers import make_optimizer
-from repens.posteriors import Batch
-from repens.step_size import hessian_vector_product, top_curvature
+from repens.methods.minibatches import EpochSampler
+from repens.methods.optimizers import make_optimizer
+from repens.models.posteriors import Batch
+from repens.methods.step_size import hessian_vector_product, top_curvature
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("de", "ula", "burnin-ula", "burnin-pula")

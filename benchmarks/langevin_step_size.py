@@ -4,7 +4,7 @@ For the G.2 toy regression (``experiments.toy``, ``paper`` scale) and UCI datase
 (``experiments.uci``, split 0 by default) it prints:
 
 * ``L``: the largest eigenvalue of the Hessian of ``V = -log p(D|w) - log p(w)`` at the initial
-  particles (prior draws), by power iteration (:func:`repens.fitting.curvature_step`, as a job
+  particles (prior draws), by power iteration (:func:`repens.training.fitting.curvature_step`, as a job
   with ``step_size: curvature`` computes it), and the step ``eta = c / L``;
 * a ULA run (DLE, SGD at ``eta``) for the problem's step budget (toy: the config's ``steps``;
   UCI: Pearce et al.'s epochs x ceil(N / batch)): the ensemble-mean train RMSE, the mean
@@ -38,17 +38,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from repens.config import resolve_job  # noqa: E402
+from repens.pipeline.config import resolve_job  # noqa: E402
 from repens.data.toy import make_toy  # noqa: E402
 from repens.data.uci import UCI_FOLDERS, dataset_info, load_split  # noqa: E402
 from repens.experiments.toy import toy_posterior  # noqa: E402
 from repens.experiments.uci import uci_posterior  # noqa: E402
-from repens.fitting import curvature_step, kernel_from_job  # noqa: E402
-from repens.minibatches import batch_sampler, stacked_batch_sampler  # noqa: E402
-from repens.posteriors import Batch  # noqa: E402
-from repens.step_size import DEFAULT_FRACTION, langevin_step_size, relaxation_steps  # noqa: E402
-from repens.train import TrainSettings, TrainState, train  # noqa: E402
-from repens.updates import StepContext, grad_log_likelihood, grad_log_prior, make_update, mmd_force  # noqa: E402
+from repens.training.fitting import curvature_step, kernel_from_job  # noqa: E402
+from repens.methods.minibatches import batch_sampler, stacked_batch_sampler  # noqa: E402
+from repens.models.posteriors import Batch  # noqa: E402
+from repens.methods.step_size import DEFAULT_FRACTION, langevin_step_size, relaxation_steps  # noqa: E402
+from repens.training.train import TrainSettings, TrainState, train  # noqa: E402
+from repens.methods.updates import StepContext, grad_log_likelihood, grad_log_prior, make_update, mmd_force  # noqa: E402
 
 #: Pearce et al. (2020), Table 4: epochs of the UCI protocol (batch sizes as in config.yaml)
 PEARCE_EPOCHS = {"boston": 3000, "concrete": 2000, "energy": 2000, "kin8nm": 2000, "naval": 1000, "power": 1000,

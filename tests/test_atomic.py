@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from repens import atomic
-from repens.atomic import (
+from repens.core import atomic
+from repens.core.atomic import (
     WriteError,
     save_npz_atomic,
     torch_save_atomic,

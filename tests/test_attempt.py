@@ -1,4 +1,4 @@
-"""One attempt at a job (repens.attempt): the lock that stops a duplicate from training
+"""One attempt at a job (repens.training.attempt): the lock that stops a duplicate from training
 over a running job, the log kept across attempts, the check of a granted GPU."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from repens import cli
-from repens.attempt import GpuUnusable, JobBusy, check_granted_gpu, granted_gpus, job_lock
-from repens.config import resolve_job
+from repens.pipeline.config import resolve_job
+from repens.training.attempt import GpuUnusable, JobBusy, check_granted_gpu, granted_gpus, job_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -25,7 +25,7 @@ LOG = logging.getLogger("test.attempt")
 
 HOLD = """
 import sys, time, logging
-from repens.attempt import job_lock
+from repens.training.attempt import job_lock
 with job_lock(sys.argv[1], logging.getLogger("x"), refresh_seconds=0.05):
     print("held", flush=True)
     time.sleep(60)

@@ -1,4 +1,4 @@
-"""repens.budget and `python -m repens budget`: Table 1's device-hours before a run.
+"""repens.pipeline.budget and `python -m repens budget`: Table 1's device-hours before a run.
 
 The arithmetic runs on an injected timing; the step timer runs the real training loop on
 tiny stacks on the CPU (no figure of its speed is asserted: that is the benchmarks')."""
@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import yaml
 
-from repens import budget as budget_mod
-from repens.budget import BudgetError, Stage, budget, job_stages, load_config, plan, read_timings, time_stage
 from repens.cli import main
-from repens.config import resolve_job
+from repens.pipeline import budget as budget_mod
+from repens.pipeline.budget import BudgetError, Stage, budget, job_stages, load_config, plan, read_timings, time_stage
+from repens.pipeline.config import resolve_job
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -418,7 +418,7 @@ BAD_CONFIGS = {
 
 @pytest.mark.parametrize("name", sorted(BAD_CONFIGS))
 def test_config_checks_without_jsonschema_name_the_same_key(name, tmp_path, monkeypatch):
-    """A GPU node has no jsonschema: load_config falls back on repens.config.schema_errors,
+    """A GPU node has no jsonschema: load_config falls back on repens.pipeline.config.schema_errors,
     whose line is jsonschema's (with jsonschema, when this machine has it)."""
     mutate, expected = BAD_CONFIGS[name]
     config = paper()
@@ -439,7 +439,7 @@ def test_config_checks_without_jsonschema_name_the_same_key(name, tmp_path, monk
 
 
 def test_the_real_configs_pass_without_jsonschema(monkeypatch):
-    from repens.config import schema_errors
+    from repens.pipeline.config import schema_errors
 
     schema = yaml.safe_load(budget_mod.SCHEMA.read_text())
     monkeypatch.setitem(sys.modules, "jsonschema", None)

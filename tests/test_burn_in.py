@@ -1,4 +1,4 @@
-"""A deep-ensemble burn-in before a Langevin rule (repens.fitting.burn_in): the sampler that
+"""A deep-ensemble burn-in before a Langevin rule (repens.training.fitting.burn_in): the sampler that
 follows still samples a Gaussian within ULA's stated bias, the burn-in resumes from its
 final state after a kill, and its settings are checked."""
 
@@ -10,11 +10,11 @@ import math
 import pytest
 import torch
 
-import repens.fitting as fitting
-from repens.fitting import burn_in_files, fit_particles, remove_checkpoints
-from repens.job import Job, SpecError
-from repens.step_size import DEFAULT_FRACTION, relaxation_steps, ula_variance_inflation
-from repens.train import TrainSettings
+import repens.training.fitting as fitting
+from repens.jobs.job import Job, SpecError
+from repens.methods.step_size import DEFAULT_FRACTION, relaxation_steps, ula_variance_inflation
+from repens.training.fitting import burn_in_files, fit_particles, remove_checkpoints
+from repens.training.train import TrainSettings
 from test_langevin import CURVATURES, Quadratic, _network_job, _network_problem
 
 

@@ -10,13 +10,13 @@ registered with the graph (a draw from the global stream is replayed with the sa
 at the Python level (a ``TorchFunctionMode``: ``.cpu()``, ``.tolist()``, ``.numpy()``, which
 dispatch nothing for a tensor already on the CPU) and names each offending op with the line
 of ``src/repens`` that ran it. :class:`RecordingBackend` stands in for the CUDA backend of
-:mod:`repens.step_graph`: ``train()`` goes through its warm-up, capture and check, and the
-op trace is taken where the CUDA backend would capture. Inside :func:`repens.kernels.gpu_paths`
+:mod:`repens.training.step_graph`: ``train()`` goes through its warm-up, capture and check, and the
+op trace is taken where the CUDA backend would capture. Inside :func:`repens.models.kernels.gpu_paths`
 the CPU runs the GPU's code paths (no host-side branches), so the trace is the GPU step's.
 Every method of config.yaml is run as the image experiment builds it (:func:`fit_particles`
 with the job resolved from config.yaml, the image MLP and a tiny ResNet).
 
-The fallback of a capture that fails (:class:`repens.step_graph.CudaGraphBackend` with its CUDA
+The fallback of a capture that fails (:class:`repens.training.step_graph.CudaGraphBackend` with its CUDA
 calls stood in for by :class:`FakeCuda`) is checked at the end: the stream and the memory pool
 come back, the run goes on eagerly with the eager run's results and one warning.
 """
@@ -33,17 +33,17 @@ import yaml
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import repens.train
-from repens.config import resolve_job
+import repens.training.train
 from repens.experiments.image import _batches
-from repens.fitting import fit_particles, kernel_from_job, train_settings
-from repens.job import ImageJob
-from repens.kernels import gpu_paths
-from repens.models import build_model
-from repens.particles import StackedModel
-from repens.posteriors import Batch, NetworkPosterior
-from repens.step_graph import CudaCalls, CudaGraphBackend, EagerBackend
-from repens.updates import StepContext, make_update
+from repens.jobs.job import ImageJob
+from repens.methods.updates import StepContext, make_update
+from repens.models.kernels import gpu_paths
+from repens.models.networks import build_model
+from repens.models.particles import StackedModel
+from repens.models.posteriors import Batch, NetworkPosterior
+from repens.pipeline.config import resolve_job
+from repens.training.fitting import fit_particles, kernel_from_job, train_settings
+from repens.training.step_graph import CudaCalls, CudaGraphBackend, EagerBackend
 
 aten = torch.ops.aten
 ROOT = Path(__file__).resolve().parents[1]
@@ -300,7 +300,7 @@ def _image_run(method: str, network: str, steps: int = 6, particles: int = 4, **
 def recording(monkeypatch):
     """train() captures its step through a :class:`RecordingBackend` on the CPU."""
     backend = RecordingBackend()
-    monkeypatch.setattr(repens.train, "backend_for", lambda device: backend)
+    monkeypatch.setattr(repens.training.train, "backend_for", lambda device: backend)
     return backend
 
 
@@ -427,10 +427,10 @@ class FakeGraph:
 
 
 class FakeCuda(CudaCalls):
-    """:class:`repens.step_graph.CudaCalls` on the CPU: named streams, the pools the allocator
+    """:class:`repens.training.step_graph.CudaCalls` on the CPU: named streams, the pools the allocator
     sends blocks to (``routing``), graphs that fail at their end (``fail_at_end``). A capture
     runs the step on the CPU (there is nothing to record it): the state it moves is put back
-    by :class:`repens.step_graph.StepGraphs` when the capture fails."""
+    by :class:`repens.training.step_graph.StepGraphs` when the capture fails."""
 
     def __init__(self, fail_at_end: bool = False) -> None:
         self.default = self.current = FakeStream("default")
@@ -467,7 +467,7 @@ class FakeCuda(CudaCalls):
 
 
 def _job_through(monkeypatch, backend, method: str = "drle", steps: int = 9):
-    monkeypatch.setattr(repens.train, "backend_for", lambda device: backend)
+    monkeypatch.setattr(repens.training.train, "backend_for", lambda device: backend)
     return _image_run(method, "mlp", steps=steps)
 
 

@@ -1,4 +1,4 @@
-"""repens.checks and the sampler checks of repens.config: every bad setting stops the
+"""repens.pipeline.checks and the sampler checks of repens.pipeline.config: every bad setting stops the
 workflow before any job starts, in one line naming the key, the file and line, or the
 variable.
 
@@ -21,7 +21,7 @@ import jsonschema
 import pytest
 import yaml
 
-from repens.checks import (
+from repens.pipeline.checks import (
     ENVIRONMENT,
     LARGEST_GPU_BYTES,
     CheckError,
@@ -41,7 +41,7 @@ from repens.checks import (
     missing_cluster_clients,
     parameter_count,
 )
-from repens.config import (
+from repens.pipeline.config import (
     HMC_MIN_CHAINS,
     ConfigError,
     check_config,
@@ -113,8 +113,8 @@ def test_hmc_setting_source_follows_the_layers():
 
 
 def test_hmc_defaults_the_check_assumes_are_the_samplers():
-    from repens.config import _HMC_DEFAULTS
-    from repens.hmc import HMCSettings
+    from repens.pipeline.config import _HMC_DEFAULTS
+    from repens.training.hmc import HMCSettings
 
     defaults = HMCSettings()
     assert _HMC_DEFAULTS == {key: getattr(defaults, key) for key in _HMC_DEFAULTS}
@@ -209,7 +209,7 @@ def test_memory_bound_passes_the_shipped_config_and_bounds_a_measured_job():
     ],
 )
 def test_parameter_count_is_the_models(spec):
-    from repens.models import build_model, mlp
+    from repens.models.networks import build_model, mlp
 
     if spec["experiment"] == "image":
         shape = (1, 28, 28) if spec["dataset"] == "fashionmnist" else (3, 32, 32)
@@ -278,7 +278,7 @@ def test_every_variable_the_package_reads_is_checked():
 
 def test_train_settings_name_a_bad_checkpoint_variable(monkeypatch):
     """REPENS_CHECKPOINT_SECONDS=abc was a traceback inside the job naming no variable."""
-    from repens.train import TrainSettings
+    from repens.training.train import TrainSettings
 
     monkeypatch.setenv("REPENS_CHECKPOINT_SECONDS", "abc")
     with pytest.raises(EnvError, match="REPENS_CHECKPOINT_SECONDS='abc'"):

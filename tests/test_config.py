@@ -1,4 +1,4 @@
-"""config.yaml, its JSON schema and repens.config: checked before any job runs."""
+"""config.yaml, its JSON schema and repens.pipeline.config: checked before any job runs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from repens.config import (
+from repens.pipeline.config import (
     EXPERIMENTS,
     SEED_RANGE,
     ConfigError,
@@ -22,7 +22,7 @@ from repens.config import (
     method_label,
     resolve_job,
 )
-from repens.config import load_schema as repens_load_schema
+from repens.pipeline.config import load_schema as repens_load_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config.yaml"
@@ -375,7 +375,7 @@ def test_shipped_config_matches_appendix_g4_g5():
 
 
 def test_dataset_method_settings_layer_and_report_datasets():
-    from repens.config import report_datasets
+    from repens.pipeline.config import report_datasets
 
     config = load_config()
     exp = config["experiments"]["image"]
@@ -458,7 +458,7 @@ def test_experiment_capabilities_match_the_runners():
     from repens.data.toy import TOY_DATASETS
     from repens.data.uci import UCI_FOLDERS
     from repens.experiments import RUNNERS
-    from repens.targets import TARGETS
+    from repens.models.targets import TARGETS
 
     assert set(EXPERIMENTS) == set(RUNNERS)
     assert EXPERIMENTS["synthetic"].datasets == set(TARGETS)
@@ -523,8 +523,8 @@ def test_langevin_methods_run_as_ula_with_a_measured_mmd_weight():
 def test_hmc_reference_settings():
     """The paper-scale reference is checked at Vehtari et al. (2021)'s thresholds; every
     key of the hmc blocks is a field of HMCSettings; a learnt (null) trajectory length passes."""
-    from repens.config import resolve_hmc_job
-    from repens.hmc import HMCSettings
+    from repens.pipeline.config import resolve_hmc_job
+    from repens.training.hmc import HMCSettings
 
     config = load_config()
     for scale in ("paper", "quick"):
@@ -541,7 +541,7 @@ def test_hmc_reference_settings():
 def test_dataset_hmc_patch_reaches_only_the_hmc_job():
     """``datasets.<name>.hmc`` patches that dataset's HMC reference, after the experiment's
     hmc block and before the quick one; training jobs never see it (their keys stay put)."""
-    from repens.config import resolve_hmc_job
+    from repens.pipeline.config import resolve_hmc_job
 
     config = load_config()
     toy = config["experiments"]["toy"]

@@ -1,4 +1,4 @@
-"""repens.convergence: verdicts on hand-made histories and on committed reference runs."""
+"""repens.summaries.converged: verdicts on hand-made histories and on committed reference runs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from repens import convergence as cv
+from repens.summaries import converged as cv
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "reference"
@@ -199,7 +199,7 @@ def test_uci_fit_bound():
 
 
 def test_hmc_reference_delegates(tmp_path):
-    from repens.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX
+    from repens.training.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX
 
     good = tmp_path / "good" / "diagnostics.json"
     bad = tmp_path / "bad" / "diagnostics.json"

@@ -1,4 +1,4 @@
-"""Hand cases of repens.distances."""
+"""Hand cases of repens.evaluation.distances."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from repens.distances import categorical_kl, gaussian_kl, gaussian_w2, mixture_moments, predictive_entropy
+from repens.evaluation.distances import categorical_kl, gaussian_kl, gaussian_w2, mixture_moments, predictive_entropy
 
 
 def test_gaussian_w2_hand_cases():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from repens.evaluation import (
+from repens.evaluation.predictive import (
     accuracy,
     classification_metrics,
     ensemble_summary,
@@ -67,7 +67,7 @@ def test_classification_metrics_ratios():
 
 
 def test_aupr_by_hand():
-    from repens.evaluation import ood_aupr
+    from repens.evaluation.predictive import ood_aupr
 
     # ranked by score: 0.8 (OOD), 0.4 (test), 0.35 (OOD), 0.1 (test): precision at the two
     # recalls 1/2 and 1 is 1 and 2/3 -> AP = 1/2 * 1 + 1/2 * 2/3 = 5/6
@@ -78,7 +78,7 @@ def test_aupr_by_hand():
 
 
 def test_fpr_at_95_tpr_by_hand():
-    from repens.evaluation import fpr_at_tpr
+    from repens.evaluation.predictive import fpr_at_tpr
 
     # 20 OOD scores 1..20, test scores 0.5, 1.5, 2.5, 3.5: flagging 19 of 20 OOD (95 %) needs
     # threshold 2, which flags the test inputs 2.5 and 3.5 -> FPR 1/2
@@ -90,7 +90,7 @@ def test_fpr_at_95_tpr_by_hand():
 
 
 def test_brier_by_hand():
-    from repens.evaluation import brier_score
+    from repens.evaluation.predictive import brier_score
 
     probs = torch.tensor([[1.0, 0.0], [0.5, 0.5], [0.2, 0.8]])
     labels = torch.tensor([0, 0, 0])
@@ -100,7 +100,7 @@ def test_brier_by_hand():
 
 
 def test_mutual_information_by_hand():
-    from repens.evaluation import mutual_information
+    from repens.evaluation.predictive import mutual_information
 
     # two certain members that disagree: H(mean) = log 2, members' entropies 0 -> MI = log 2;
     # agreeing members: MI 0 whatever their entropy
@@ -113,7 +113,7 @@ def test_classification_metrics_new_keys():
     ood = torch.tensor([[[1.0, 0.0], [0.6, 0.4]], [[0.0, 1.0], [0.4, 0.6]]])  # disagree
     tp, tmd = ensemble_summary(test)
     op, omd = ensemble_summary(ood)
-    from repens.evaluation import mutual_information
+    from repens.evaluation.predictive import mutual_information
 
     m = classification_metrics(
         tp, tmd, torch.tensor([0, 1]), op, omd, mutual_information(test), mutual_information(ood)
@@ -127,7 +127,7 @@ def test_classification_metrics_new_keys():
 def test_code_metrics_follow_the_released_definitions():
     """nll_code is -log of the mean true-class probability (<= the mean NLL, Jensen);
     member_std is the members' unbiased sd averaged over classes."""
-    from repens.evaluation import member_std, nll_of_mean
+    from repens.evaluation.predictive import member_std, nll_of_mean
 
     probs = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]], dtype=torch.float64)
     labels = torch.tensor([0, 1, 1])

@@ -16,7 +16,8 @@ import torch
 from repens.data.toy import make_toy
 from repens.experiments.hmc import run_hmc, value_and_grad
 from repens.experiments.toy import toy_posterior
-from repens.hmc import (
+from repens.models.posteriors import Batch
+from repens.training.hmc import (
     HMCDiagnosticsError,
     HMCSettings,
     adaptation_windows,
@@ -33,8 +34,7 @@ from repens.hmc import (
     sample_hmc,
     van_der_corput,
 )
-from repens.posteriors import Batch
-from repens.train import Interrupted
+from repens.training.train import Interrupted
 
 
 # ----------------------------------------------------------------------------- targets
@@ -549,7 +549,7 @@ def test_run_hmc_failed_diagnostics_leave_no_predictions(tmp_path):
 
 
 def test_failed_run_keeps_checkpoint_for_looser_thresholds(tmp_path, monkeypatch):
-    import repens.hmc
+    import repens.training.hmc
 
     job = {
         "experiment": "hmc",
@@ -568,7 +568,7 @@ def test_failed_run_keeps_checkpoint_for_looser_thresholds(tmp_path, monkeypatch
     def no_sampling(*args, **kwargs):
         raise AssertionError("the draws should come from the checkpoint")
 
-    monkeypatch.setattr(repens.hmc, "leapfrog", no_sampling)
+    monkeypatch.setattr(repens.training.hmc, "leapfrog", no_sampling)
     looser = {**job, "hmc": {**job["hmc"], "ess_min": 0.0}}
     run_hmc(looser, out, ckpt)
     assert out.exists() and not ckpt.exists()
@@ -601,7 +601,7 @@ def test_convergence_is_judged_at_the_paper_thresholds_whatever_the_job_enforces
     """A quick-scale reference with R-hat 1.50 and bulk ESS 10 passes its relaxed check
     (rhat_max 1000, ess_min 0) but is reported not converged, never passed; a reference
     meeting R-hat <= 1.01 and ESS >= 400 is converged."""
-    from repens.hmc import convergence
+    from repens.training.hmc import convergence
 
     quick = HMCSettings.from_dict({"rhat_max": 1000, "ess_min": 0})
     bad = {"rhat_max": 1.50, "ess_min": 10.0}
@@ -626,11 +626,11 @@ def test_convergence_is_judged_at_the_paper_thresholds_whatever_the_job_enforces
 
 
 def test_convergence_thresholds_are_config_yamls_paper_scale_ones():
-    """repens.hmc's thresholds of convergence are those config.yaml sets for the paper
+    """repens.training.hmc's thresholds of convergence are those config.yaml sets for the paper
     scale (experiments.toy.hmc, and any dataset's hmc block), so they cannot drift apart."""
     import yaml
 
-    from repens.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX
+    from repens.training.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX
 
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
     toy = config["experiments"]["toy"]

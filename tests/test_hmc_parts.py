@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from repens.hmc import (
+from repens.training.hmc import (
     HMCSettings,
     _Chains,
     _fresh_state,

@@ -14,12 +14,12 @@ import pytest
 SCRIPT = textwrap.dedent("""
     import json, resource, sys, torch
     splits, batch_size, hidden = (int(a) for a in sys.argv[1:4])
-    from repens.models import mlp
-    from repens.particles import StackedModel
-    from repens.posteriors import Batch, NetworkPosterior
-    from repens.kernels import RBF
-    from repens.train import TrainSettings, TrainState, train
-    from repens.updates import StepContext, make_update
+    from repens.models.networks import mlp
+    from repens.models.particles import StackedModel
+    from repens.models.posteriors import Batch, NetworkPosterior
+    from repens.models.kernels import RBF
+    from repens.training.train import TrainSettings, TrainState, train
+    from repens.methods.updates import StepContext, make_update
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent("""
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         run(steps)
         faults.append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / steps)
-    from repens.host_memory import keep_freed_memory
+    from repens.training.host_memory import keep_freed_memory
     print(json.dumps({"faults_per_step": faults, "set": keep_freed_memory()}))
 """)
 
@@ -53,7 +53,7 @@ def _run_script(script, *args):
 # posix_memalign grows the heap over the first few calls before a freed block fits.
 ALLOCATE = textwrap.dedent("""
     import json, resource, sys, torch
-    from repens.host_memory import keep_freed_memory
+    from repens.training.host_memory import keep_freed_memory
     taken = keep_freed_memory() if sys.argv[1] == "on" else False
     floats, repeats = int(sys.argv[2]), 10
     for _ in range(30):

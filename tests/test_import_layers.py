@@ -1,13 +1,13 @@
 """The package's modules import only down their layers, and no import cycle joins them.
 
-The flat modules of ``src/repens`` are meant to become layer subpackages (data and models
-below the methods, the methods below training, training below the experiments; job types
-and keys below training; config, cost, budget and the command line above the experiments;
-the reports read files only). :data:`LAYERS` gives each module (or subpackage) its layer
-today; a module may import (at any depth: inside a function too) only modules of its own
-layer or below. The reports import nothing above :data:`REPORT_MAY_IMPORT` besides
-themselves. An edge that still runs the wrong way is listed, with why, in
-:data:`KNOWN_EXCEPTIONS`; a cycle among module-level imports in :data:`KNOWN_CYCLES`.
+``src/repens`` is made of layer subpackages (data and models below the methods, the methods
+below training, training below the experiments; job types and keys below training; the
+pipeline's modules and the command line above the experiments; the reports read files
+only). :data:`LAYERS` gives each subpackage (or top-level module) its layer; a module may
+import (at any depth: inside a function too) only modules of its own layer or below. The
+reports import nothing above :data:`REPORT_MAY_IMPORT` besides themselves. An edge that
+still runs the wrong way is listed, with why, in :data:`KNOWN_EXCEPTIONS`; a cycle among
+module-level imports in :data:`KNOWN_CYCLES`.
 """
 
 from __future__ import annotations
@@ -21,58 +21,31 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "repens"
 
-#: module (``repens.`` left off) or subpackage (every module under it) -> layer
+#: subpackage (every module under it) or module (``repens.`` left off) -> layer
 LAYERS: dict[str, int] = {
-    # 0: plumbing that imports nothing of the package (or only layer 0), job keys
+    # 0: plumbing that imports nothing else of the package: errors, atomic writes, the
+    # registry of names, environment variables, job keys
     "": 0,  # repens/__init__.py: __version__
     "__init__": 0,
-    "errors": 0,
-    "atomic": 0,
-    "registry": 0,
-    "environment": 0,
-    "jobkey": 0,  # job keys: below training and the data (it reads the UCI folders from registry)
-    # 1: data, job types, rule options, provenance
+    "core": 0,
+    # 1: data sets, job types, the rules' options, provenance
     "data": 1,
-    "job": 1,
-    "rule_options": 1,
-    "provenance": 1,
-    # 2: networks, particles, posteriors and their parts, metrics
+    "jobs": 1,
+    # 2: networks, particles, targets, posteriors and their kernels and scores; metrics
     "models": 2,
-    "particles": 2,
-    "posteriors": 2,
-    "targets": 2,
-    "kernels": 2,
-    "scores": 2,
-    "distances": 2,
-    "metrics": 2,
     "evaluation": 2,
     # 3: the methods' steps
-    "updates": 3,
-    "step_size": 3,
-    "optimizers": 3,
-    "minibatches": 3,
-    "step_graph": 3,
-    "host_memory": 3,
+    "methods": 3,
     # 4: training and sampling
-    "train": 4,
-    "fitting": 4,
-    "hmc": 4,
-    "last_good": 4,
-    "attempt": 4,
+    "training": 4,
     # 5: the experiments
     "experiments": 5,
     # 6: the reports (read files only; see REPORT_MAY_IMPORT)
     "report": 6,
     # 7: summaries and convergence verdicts of finished runs (they use the reports' readers)
     "summaries": 7,
-    "convergence": 7,
-    # 8: the workflow's and the command line's modules
-    "config": 8,
-    "checks": 8,
-    "cost": 8,
-    "budget": 8,
-    "kit": 8,
-    "from_runs": 8,
+    # 8: the workflow's side and the command line
+    "pipeline": 8,
     "cli": 8,
     "__main__": 8,
 }
@@ -125,7 +98,7 @@ def imports(path: Path, known: dict[str, Path], top_level_only: bool = False) ->
                 module = "repens" + ("." + module if module else "")
             else:
                 module = node.module or ""
-            # `from repens import registry` imports the module repens.registry
+            # `from repens import registry` imports the module repens.core.registry
             targets = [f"{module}.{alias.name}" for alias in node.names]
         else:
             continue
@@ -234,6 +207,6 @@ def test_known_exceptions_are_declared_modules(edge):
 
 def test_the_scan_sees_imports_inside_functions():
     known = modules()
-    assert "jobkey" in set(imports(PACKAGE / "provenance.py", known))  # imported in a function
-    assert "jobkey" not in set(imports(PACKAGE / "provenance.py", known, top_level_only=True))
-    assert "registry" in set(imports(PACKAGE / "job.py", known))  # `from repens import registry`
+    assert "core.jobkey" in set(imports(PACKAGE / "jobs" / "provenance.py", known))  # imported in a function
+    assert "core.jobkey" not in set(imports(PACKAGE / "jobs" / "provenance.py", known, top_level_only=True))
+    assert "core.registry" in set(imports(PACKAGE / "jobs" / "job.py", known))  # `from repens.core import registry`

@@ -25,16 +25,16 @@ import torch
 import yaml
 
 from repens import cli
-from repens.atomic import CHECKSUM_TAG, save_npz_atomic, torch_save_atomic, write_json_atomic
-from repens.config import resolve_job
+from repens.core.atomic import CHECKSUM_TAG, save_npz_atomic, torch_save_atomic, write_json_atomic
+from repens.core.jobkey import final_key, final_record_path, load_keyed_json
 from repens.experiments import RUNNERS
-from repens.hmc import HMCSettings, sample_hmc
-from repens.jobkey import final_key, final_record_path, load_keyed_json
-from repens.kernels import RBF
-from repens.posteriors import TargetPosterior
-from repens.targets import Gaussian
-from repens.train import TrainSettings, TrainState, train
-from repens.updates import StepContext, make_update
+from repens.methods.updates import StepContext, make_update
+from repens.models.kernels import RBF
+from repens.models.posteriors import TargetPosterior
+from repens.models.targets import Gaussian
+from repens.pipeline.config import resolve_job
+from repens.training.hmc import HMCSettings, sample_hmc
+from repens.training.train import TrainSettings, TrainState, train
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -72,7 +72,7 @@ def killed_run(ckpt: Path, monkeypatch=None):
     start, g, ctx = setup()
     clean = train(TrainState(start), update, lambda b, a: ctx, SETTINGS, g).params
     if monkeypatch is not None:
-        import repens.train as train_mod
+        import repens.training.train as train_mod
 
         monkeypatch.setattr(train_mod, "torch_save_atomic", lambda obj, path: torch.save(obj, path))
     start, g, ctx = setup()

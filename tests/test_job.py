@@ -1,4 +1,4 @@
-"""repens.job: a job's typed settings, tied to the config schema and to resolve_job."""
+"""repens.jobs.job: a job's typed settings, tied to the config schema and to resolve_job."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Literal, Union, get_args, get_origin
 import pytest
 import yaml
 
-from repens.config import EXPERIMENTS, METHOD_KEYS, load_schema, method_options, resolve_hmc_job, resolve_job
-from repens.job import (
+from repens.core.jobkey import job_key
+from repens.jobs.job import (
     JOB_TYPES,
     NOT_SETTINGS,
     RULE_FIELDS,
@@ -33,8 +33,8 @@ from repens.job import (
     default_of,
     settings_of,
 )
-from repens.jobkey import job_key
-from repens.rule_options import ESTIMATOR_OPTIONS, RULE_OPTIONS
+from repens.jobs.rule_options import ESTIMATOR_OPTIONS, RULE_OPTIONS
+from repens.pipeline.config import EXPERIMENTS, METHOD_KEYS, load_schema, method_options, resolve_hmc_job, resolve_job
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(ROOT / "workflow" / "schemas" / "config.schema.yaml")
@@ -183,7 +183,7 @@ def test_defaults_agree_with_the_schema():
 
 def test_hmc_block_is_hmc_settings():
     from repens.experiments.hmc import _DTYPES
-    from repens.hmc import HMCSettings
+    from repens.training.hmc import HMCSettings
 
     assert set(DEFS["hmc"]["properties"]) == {f.name for f in dataclasses.fields(HMCSettings)}
     assert set(get_args(_hints(HMCJob)["dtype"])) == set(_DTYPES)
@@ -191,7 +191,7 @@ def test_hmc_block_is_hmc_settings():
 
 
 def test_network_choices_are_the_builders():
-    from repens.models import MODELS
+    from repens.models.networks import MODELS
 
     assert set(get_args(_hints(ImageNetwork)["model"])) == set(MODELS)
 
@@ -404,6 +404,6 @@ def test_networks_from_jobs_and_dicts():
 
 
 def test_curvature_fraction_default_is_the_step_size_rules():
-    from repens.step_size import DEFAULT_FRACTION
+    from repens.methods.step_size import DEFAULT_FRACTION
 
     assert default_of(Job, "curvature_fraction") == DEFAULT_FRACTION

@@ -3,14 +3,14 @@ import math
 import pytest
 import torch
 
-from repens import kernels
-from repens.kernels import RBF, kernel_grad_sum, median_bandwidth, squared_distances
+from repens.models import kernels
+from repens.models.kernels import RBF, kernel_grad_sum, median_bandwidth, squared_distances
 
 
 @pytest.fixture(params=["gemm", "differences"])
 def distance_path(request, monkeypatch):
     """Run a test on the CPU's GEMM formula (with its recomputation of cancelling pairs) and
-    on the differences it takes for small problems (:data:`repens.kernels.SMALL_PAIRS_WORK`)."""
+    on the differences it takes for small problems (:data:`repens.models.kernels.SMALL_PAIRS_WORK`)."""
     monkeypatch.setattr(kernels, "SMALL_PAIRS_WORK", 0 if request.param == "gemm" else 1 << 62)
     return request.param
 
@@ -144,7 +144,7 @@ def test_single_particle_bandwidth_is_one():
 def test_difference_distances_of_the_gpu_path_agree_with_the_cpu_path(monkeypatch):
     """The GPU computes distances by differences (no host round-trip); checked here on the CPU."""
     monkeypatch.setattr(kernels, "SMALL_PAIRS_WORK", 0)  # squared_distances: the GEMM formula
-    from repens.kernels import difference_distances
+    from repens.models.kernels import difference_distances
 
     g = torch.Generator().manual_seed(8)
     centre = torch.randn(1, 20_000, generator=g) * 3

@@ -1,4 +1,4 @@
-"""The job kit (repens.kit): a target's training jobs on an offline GPU node without Snakemake.
+"""The job kit (repens.pipeline.kit): a target's training jobs on an offline GPU node without Snakemake.
 
 The runner's behaviour (deadline, resume, skip, parallelism, failures, data steps) is tested
 with a stand-in for ``python -m repens`` (a script that "trains" in ticks, checkpoints on
@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repens import kit
-from repens.kit import KitError, command_of, pack, parse_dry_run, read_pack, repens_argv, run_jobs
+from repens.pipeline import kit
+from repens.pipeline.kit import KitError, command_of, pack, parse_dry_run, read_pack, repens_argv, run_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -403,7 +403,7 @@ def test_sigterm_to_the_runner_stops_its_jobs_cleanly(node, tmp_path):
     job = node.job("a", ticks=200)
     node.jobs([job])
     script = (
-        f"import sys; from repens.kit import run_jobs; "
+        f"import sys; from repens.pipeline.kit import run_jobs; "
         f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, "
         f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))"
     )
@@ -430,7 +430,7 @@ def test_a_job_left_running_by_a_killed_runner_is_stopped_before_it_runs_again(n
     job = node.job("a", ticks=60)
     node.jobs([job])
     script = (
-        f"import sys; from repens.kit import run_jobs; "
+        f"import sys; from repens.pipeline.kit import run_jobs; "
         f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, "
         f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))"
     )
@@ -588,7 +588,7 @@ def test_a_stack_left_running_by_a_killed_runner_is_stopped_once_and_resumed(nod
     jobs = [node.image_job("de", seed, ticks=60) for seed in (1, 2)]
     node.jobs(jobs)
     script = (
-        f"import sys; from repens.kit import run_jobs; "
+        f"import sys; from repens.pipeline.kit import run_jobs; "
         f"sys.exit(run_jobs({str(node.dir / 'jobs.json')!r}, directory={str(node.dir)!r}, stack_seeds=True, "
         f"launcher=[sys.executable, {str(tmp_path / 'fake_repens.py')!r}]))"
     )
@@ -667,7 +667,7 @@ def test_stack_seeds_with_the_real_train_stack_equals_the_seeds_run_one_by_one(t
     its own ``train`` job run by run-jobs without it (one thread, as the rule runs them)."""
     import numpy as np
 
-    from repens.config import resolve_job
+    from repens.pipeline.config import resolve_job
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     rng = np.random.default_rng(0)
@@ -881,7 +881,7 @@ def test_a_pack_member_outside_the_directory_is_refused(tmp_path):
 
 
 def test_the_runner_and_pack_import_neither_snakemake_nor_jsonschema_nor_torch(node, tmp_path):
-    """`python -m repens run-jobs` / `pack` themselves: the standard library and repens.kit only."""
+    """`python -m repens run-jobs` / `pack` themselves: the standard library and repens.pipeline.kit only."""
     _finished(node)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     for argv in (
@@ -1035,8 +1035,8 @@ def tiny_config(mirror: Path) -> dict:
     reason="no shared copy of FashionMNIST/MNIST",
 )
 def test_table1_on_a_node_without_snakemake_and_back(tmp_path):
-    from repens.config import resolve_job
-    from repens.jobkey import RUNTIME_FIELDS
+    from repens.core.jobkey import RUNTIME_FIELDS
+    from repens.pipeline.config import resolve_job
 
     mirror = tmp_path / "mirror"
     for name in ("FashionMNIST", "MNIST"):

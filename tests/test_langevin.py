@@ -1,4 +1,4 @@
-"""DLE / DRLE sample what they claim: ULA at the curvature step (repens.step_size) has the
+"""DLE / DRLE sample what they claim: ULA at the curvature step (repens.methods.step_size) has the
 target's covariance within 10 % in every direction; the curvature estimate is right; the
 Adam-preconditioned variant fails the same test."""
 
@@ -10,12 +10,7 @@ import math
 import pytest
 import torch
 
-from repens.fitting import curvature_step, fit_particles
-from repens.kernels import RBF
-from repens.models import mlp
-from repens.particles import StackedModel
-from repens.posteriors import Batch, NetworkPosterior
-from repens.step_size import (
+from repens.methods.step_size import (
     DEFAULT_FRACTION,
     curvature_step_size,
     fraction_for_inflation,
@@ -26,8 +21,13 @@ from repens.step_size import (
     top_curvature,
     ula_variance_inflation,
 )
-from repens.train import TrainSettings, TrainState, train
-from repens.updates import StepContext, make_update
+from repens.methods.updates import StepContext, make_update
+from repens.models.kernels import RBF
+from repens.models.networks import mlp
+from repens.models.particles import StackedModel
+from repens.models.posteriors import Batch, NetworkPosterior
+from repens.training.fitting import curvature_step, fit_particles
+from repens.training.train import TrainSettings, TrainState, train
 
 #: curvatures (precisions) of the anisotropic Gaussian: stiffest 100, softest 1
 CURVATURES = (1.0, 10.0, 100.0)
@@ -195,7 +195,7 @@ def test_adam_preconditioned_langevin_fails_the_same_test():
 
 # ------------------------------------------------------------------ wiring
 def _network_job(**settings):
-    from repens.job import Job
+    from repens.jobs.job import Job
 
     return Job.from_spec(
         {
@@ -251,7 +251,7 @@ def test_fit_particles_caps_lr_at_the_curvature_step(caplog):
         seen["lr"] = settings.lr
         return state
 
-    import repens.fitting as fitting
+    import repens.training.fitting as fitting
 
     original = fitting.train
     fitting.train = spy
@@ -296,8 +296,8 @@ def test_adam_langevin_warns(caplog):
 
 def test_adam_noise_scale_is_the_documented_expression_bit_for_bit():
     """langevin_noise_std works in place; its value is exactly sqrt(2 lr T / (sqrt(v_hat) + eps))."""
-    from repens.optimizers import DirectAdam
-    from repens.updates import langevin_noise_std
+    from repens.methods.optimizers import DirectAdam
+    from repens.methods.updates import langevin_noise_std
 
     g = torch.Generator().manual_seed(1)
     p = torch.randn(3, 4, 17, generator=g).requires_grad_(True)

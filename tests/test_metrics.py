@@ -1,4 +1,4 @@
-"""Tests of repens.metrics against hand-computed values."""
+"""Tests of repens.evaluation.metrics against hand-computed values."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from repens.metrics import (
+from repens.evaluation.metrics import (
     covariance_relative_errors,
     energy_distance,
     mean_error,

@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from repens.models import build_model, resnet
-from repens.particles import StackedModel
+from repens.models.networks import build_model, resnet
+from repens.models.particles import StackedModel
 
 
 def test_resnet32_size_and_depth():

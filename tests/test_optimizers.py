@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from repens.optimizers import DirectAdam, DirectSGD, make_optimizer
+from repens.methods.optimizers import DirectAdam, DirectSGD, make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,7 +106,7 @@ def test_make_optimizer_names():
 _NO_DYNAMO = """
 import sys
 import torch
-from repens.optimizers import make_optimizer
+from repens.methods.optimizers import make_optimizer
 
 for name in ("adam", "sgd"):
     params = torch.zeros(4, 6, requires_grad=True)
@@ -146,7 +146,7 @@ runpy.run_module("repens", run_name="__main__")
 
 
 def test_a_training_job_does_not_import_torch_dynamo(tmp_path):
-    from repens.config import resolve_job
+    from repens.pipeline.config import resolve_job
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     spec = dict(resolve_job(config, "synthetic", "gaussian", "svgd", 42), steps=3, particles=10)

@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from repens.models import mlp
-from repens.particles import StackedModel
+from repens.models.networks import mlp
+from repens.models.particles import StackedModel
 
 
 def test_stacked_forward_equals_each_member_run_alone():
@@ -138,7 +138,7 @@ def test_mlp_stack_backward_by_hand_equals_autograd_for_stacks_of_sets(widths):
     cover each branch of the backward (one input feature: fused multiply-add forward;
     at most 16 inputs: the transposed weight-gradient product; one output: the outer
     product by broadcasting)."""
-    from repens.particles import _mlp_forward
+    from repens.models.particles import _mlp_forward
 
     inputs, hidden, outputs = widths
     model = StackedModel(mlp(inputs, hidden, outputs))
@@ -152,8 +152,8 @@ def test_mlp_stack_backward_by_hand_equals_autograd_for_stacks_of_sets(widths):
 
 
 def test_row_blocks_cover_the_rows_within_the_budget(monkeypatch):
-    from repens import particles
-    from repens.particles import _row_blocks
+    from repens.models import particles
+    from repens.models.particles import _row_blocks
 
     model = StackedModel(mlp(3, [8, 6], 2))
     params = torch.zeros(2, 5, model.dim)  # float32: a row of the widest activation is 2 * 5 * 8 * 4 = 320 bytes
@@ -173,7 +173,7 @@ def test_mlp_rows_in_blocks_give_the_values_and_gradients_of_one_block(monkeypat
     """A stack too large for one block runs its rows in blocks (``BLOCK_BYTES``): outputs,
     the autograd node's gradient and the written-out pullback equal those of the whole
     stack at once, up to float64 rounding (the blocks' weight gradients are summed)."""
-    from repens import particles
+    from repens.models import particles
 
     model = StackedModel(mlp(4, [7, 5], 2, output_bias=False))
     g = torch.Generator().manual_seed(8)

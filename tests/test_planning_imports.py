@@ -52,14 +52,14 @@ def loaded_after_import(modules: list[str]) -> set[str]:
 
 def test_the_workflow_imports_modules_of_the_package():
     modules = workflow_modules()
-    assert "repens.config" in modules and "repens.checks" in modules, modules
+    assert "repens.pipeline.config" in modules and "repens.pipeline.checks" in modules, modules
     assert "repens.data.uci_files" in modules, modules  # the UCI names the rules use
 
 
 def test_planning_imports_no_torch():
     modules = workflow_modules()
     loaded = loaded_after_import(modules)
-    assert "repens.config" in loaded  # the imports ran
+    assert "repens.pipeline.config" in loaded  # the imports ran
     assert "torch" not in loaded, f"importing {', '.join(modules)} imports torch"
 
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from repens import cli
-from repens.config import resolve_job
-from repens.jobkey import job_key
-from repens.provenance import collect, describe, git_state, read, sidecar_path, stamp, write_sidecar
+from repens.core.jobkey import job_key
+from repens.jobs.provenance import collect, describe, git_state, read, sidecar_path, stamp, write_sidecar
+from repens.pipeline.config import resolve_job
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,7 +106,7 @@ def test_train_stamps_and_table_row_is_traced(tmp_path, capsys):
 def test_snakemake_style_log_is_found(tmp_path):
     """A job whose stderr goes to its log (``> log 2>&1``) records that log."""
     log = tmp_path / "job.log"
-    code = "from repens.provenance import collect; import json, sys; print(json.dumps(collect()), file=sys.stdout)"
+    code = "from repens.jobs.provenance import collect; import json, sys; print(json.dumps(collect()), file=sys.stdout)"
     with open(log, "w") as err:
         result = subprocess.run(
             [sys.executable, "-c", code],

@@ -1,4 +1,4 @@
-"""repens.registry: the update rules, estimators, spaces and data sets, declared once; the
+"""repens.core.registry: the update rules, estimators, spaces and data sets, declared once; the
 schema, the jobs, the option checks and the method groups read them from there."""
 
 from __future__ import annotations
@@ -11,11 +11,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repens import registry
-from repens.config import EXPERIMENTS, ConfigError, check_config, check_schema, load_schema, method_groups, resolve_job
-from repens.job import Job, SpecError
-from repens.registry import register_rule, unregister_rule
-from repens.rule_options import ESTIMATOR_OPTIONS, FUNCTION_SPACE, RULE_OPTIONS, options_of
+from repens.core import registry
+from repens.core.registry import register_rule, unregister_rule
+from repens.jobs.job import Job, SpecError
+from repens.jobs.rule_options import ESTIMATOR_OPTIONS, FUNCTION_SPACE, RULE_OPTIONS, options_of
+from repens.pipeline.config import (
+    EXPERIMENTS,
+    ConfigError,
+    check_config,
+    check_schema,
+    load_schema,
+    method_groups,
+    resolve_job,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_PATH = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -120,7 +128,7 @@ def test_a_registered_rule_joins_its_method_group(toy_rule):
 
 def test_a_registered_rule_is_an_update_rule(toy_rule):
     pytest.importorskip("torch")
-    from repens.updates import UPDATE_RULES, make_update, resolve_rule
+    from repens.methods.updates import UPDATE_RULES, make_update, resolve_rule
 
     assert UPDATE_RULES["toyrule"] is toy_rule and resolve_rule("toyrule") == "toyrule"
     assert make_update("toyrule", temperature=2.0).keywords == {"temperature": 2.0}
@@ -190,7 +198,7 @@ def test_the_image_data_sets_are_the_registrys():
 def test_the_runners_datasets_are_the_registrys():
     pytest.importorskip("torch")
     from repens.data.toy import TOY_DATASETS
-    from repens.targets import TARGETS
+    from repens.models.targets import TARGETS
 
     assert set(TOY_DATASETS) == set(registry.datasets_of("toy"))
     assert set(TARGETS) == set(registry.datasets_of("synthetic"))
@@ -280,8 +288,9 @@ def test_non_repulsive_rules_stay_out_of_the_groups():
 # ------------------------------------------------------------------ planning stays light
 def test_the_registry_imports_neither_torch_nor_numpy():
     code = (
-        f"import sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import repens.registry, repens.rule_options, "
-        "repens.job, repens.config, repens.data.uci_files; print(' '.join(sys.modules))"
+        f"import sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import repens.core.registry, "
+        "repens.jobs.rule_options, repens.jobs.job, repens.pipeline.config, repens.data.uci_files; "
+        "print(' '.join(sys.modules))"
     )
     loaded = set(
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -291,7 +300,7 @@ def test_the_registry_imports_neither_torch_nor_numpy():
 
 def test_a_rule_is_registered_once():
     with pytest.raises(ValueError, match="registered already"):
-        register_rule("svgd", "repens.updates:svgd")
+        register_rule("svgd", "repens.methods.updates:svgd")
     with pytest.raises(ValueError, match="needs its function"):
         register_rule("half", "x:y", function_space="fhalf")
     assert "half" not in registry.RULES

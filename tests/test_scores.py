@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from repens.kernels import RBF, squared_distances
-from repens.scores import kde_score, sge_score, ssge_score
+from repens.models.kernels import RBF, squared_distances
+from repens.models.scores import kde_score, sge_score, ssge_score
 
 MEAN = torch.tensor([0.5, -1.0], dtype=torch.float64)
 COV = torch.tensor([[1.0, 0.4], [0.4, 0.8]], dtype=torch.float64)
@@ -133,8 +133,8 @@ def test_ssge_weights_by_inverse_equal_those_by_every_eigenpair(eta):
     """The GPU's SSGE weights (an inverse, no host-side check) against ``eigh``'s, in float64:
     the two round differently by at most about eps * cond(K + eta I)^2, and the condition
     number is at most (M + eta) / eta (an RBF Gram matrix's eigenvalues lie in [0, M])."""
-    from repens.kernels import RBF
-    from repens.scores import all_eigenpairs_weights
+    from repens.models.kernels import RBF
+    from repens.models.scores import all_eigenpairs_weights
 
     g = torch.Generator().manual_seed(3)
     x, query = torch.randn(20, 4, generator=g, dtype=torch.float64), torch.randn(7, 4, generator=g, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""The graph-replayed training step (repens.step_graph), on the CPU: its bookkeeping runs
+"""The graph-replayed training step (repens.training.step_graph), on the CPU: its bookkeeping runs
 with :class:`EagerBackend`, whose "replay" runs the step again, so a run through it must
 equal the plain loop bit for bit (the CUDA capture itself needs a GPU)."""
 
@@ -7,13 +7,13 @@ import logging
 import pytest
 import torch
 
-import repens.train
-from repens.kernels import RBF
-from repens.minibatches import EpochSampler
-from repens.posteriors import Batch
-from repens.step_graph import EagerBackend, StepGraphs, StepState, backend_for
-from repens.train import NonFiniteError, TrainSettings, TrainState, train
-from repens.updates import StepContext, Update, graph_safe, make_update
+import repens.training.train
+from repens.methods.minibatches import EpochSampler
+from repens.methods.updates import StepContext, Update, graph_safe, make_update
+from repens.models.kernels import RBF
+from repens.models.posteriors import Batch
+from repens.training.step_graph import EagerBackend, StepGraphs, StepState, backend_for
+from repens.training.train import NonFiniteError, TrainSettings, TrainState, train
 from test_train import _crash_at, _network_problem
 
 
@@ -206,7 +206,7 @@ def graphs_on_the_cpu(monkeypatch):
         made.append(CountingBackend())
         return made[-1]
 
-    monkeypatch.setattr(repens.train, "backend_for", backend)
+    monkeypatch.setattr(repens.training.train, "backend_for", backend)
     return made
 
 

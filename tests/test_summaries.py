@@ -14,16 +14,16 @@ import pandas as pd
 import pytest
 import torch
 
-from repens import from_runs
-from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
-from repens.metrics import covariance_relative_errors, mean_error, mean_pairwise_distance
+from repens.evaluation.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
+from repens.evaluation.metrics import covariance_relative_errors, mean_error, mean_pairwise_distance
+from repens.models.targets import make_target
+from repens.pipeline import from_runs
 from repens.report import claims as cl
 from repens.report import synthetic as synthetic_rep
 from repens.report import synthetic_figures, toy_figures
 from repens.report import toy as toy_rep
 from repens.summaries import synthetic as syn
 from repens.summaries import toy as toy_steps
-from repens.targets import make_target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "report"))
 import test_toy_report as toy_fixtures  # noqa: E402

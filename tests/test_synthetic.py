@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from repens.config import resolve_job
 from repens.experiments.synthetic import run_synthetic
-from repens.targets import Gaussian
+from repens.models.targets import Gaussian
+from repens.pipeline.config import resolve_job
 
 ROOT = Path(__file__).resolve().parents[1]
 

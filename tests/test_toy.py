@@ -9,7 +9,6 @@ import pytest
 import torch
 import yaml
 
-from repens.config import ConfigError, check_config, resolve_hmc_job, resolve_job
 from repens.data.toy import (
     REGRESSION_CLUSTERS,
     classification_2d,
@@ -18,6 +17,7 @@ from repens.data.toy import (
     ring_means,
 )
 from repens.experiments.toy import run_toy
+from repens.pipeline.config import ConfigError, check_config, resolve_hmc_job, resolve_job
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())

@@ -7,11 +7,11 @@ import signal
 import pytest
 import torch
 
-from repens.kernels import RBF
-from repens.posteriors import TargetPosterior
-from repens.targets import Gaussian
-from repens.train import Interrupted, NonFiniteError, TrainSettings, TrainState, train
-from repens.updates import StepContext, make_update
+from repens.methods.updates import StepContext, make_update
+from repens.models.kernels import RBF
+from repens.models.posteriors import TargetPosterior
+from repens.models.targets import Gaussian
+from repens.training.train import Interrupted, NonFiniteError, TrainSettings, TrainState, train
 
 
 def setup(seed=0):
@@ -113,7 +113,7 @@ def test_same_seed_same_result():
 
 
 def test_langevin_noise_is_preconditioned_like_adam():
-    from repens.updates import langevin_noise_std
+    from repens.methods.updates import langevin_noise_std
 
     params = torch.zeros(3, requires_grad=True)
     adam = torch.optim.Adam([params], lr=0.01)
@@ -275,7 +275,7 @@ def test_ctrl_c_outside_training_is_one_line_and_exit_130(monkeypatch, capsys):
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_direction_is_finite_finds_one_bad_entry(bad):
-    from repens.train import direction_is_finite
+    from repens.training.train import direction_is_finite
 
     direction = torch.full((4, 1000), 3e38)  # finite, but the sum overflows: still finite
     assert direction_is_finite(direction)
@@ -288,7 +288,7 @@ def test_direction_is_finite_finds_one_bad_entry(bad):
 
 @pytest.mark.parametrize("name", ["adam", "sgd"])
 def test_optimizer_ascends_phi(name):
-    from repens.train import make_optimizer
+    from repens.training.train import make_optimizer
 
     params = torch.zeros(2, 3, requires_grad=True)
     opt = make_optimizer(name, params, 0.1)
@@ -351,9 +351,9 @@ def test_deferred_check_at_the_last_step():
 
 # ----------------------------------------------------- epochs, lr decay, repulsion diagnostic
 def _network_problem(sets=3, n=4, rows=10, seed=0):
-    from repens.models import mlp
-    from repens.particles import StackedModel
-    from repens.posteriors import NetworkPosterior
+    from repens.models.networks import mlp
+    from repens.models.particles import StackedModel
+    from repens.models.posteriors import NetworkPosterior
 
     g = torch.Generator().manual_seed(seed)
     post = NetworkPosterior(StackedModel(mlp(2, [5], 1)), "gaussian", num_train=rows, noise_std=0.5)
@@ -364,7 +364,7 @@ def _network_problem(sets=3, n=4, rows=10, seed=0):
 
 
 def test_epoch_sampler_visits_every_row_once_an_epoch_per_split():
-    from repens.minibatches import EpochSampler
+    from repens.methods.minibatches import EpochSampler
 
     x = torch.arange(2 * 10 * 1, dtype=torch.float64).view(2, 10, 1)
     y = torch.arange(20, dtype=torch.float64).view(2, 10)
@@ -381,7 +381,7 @@ def test_epoch_sampler_visits_every_row_once_an_epoch_per_split():
 
 
 def test_gather_rows_equals_advanced_indexing():
-    from repens.minibatches import gather_rows
+    from repens.methods.minibatches import gather_rows
 
     g = torch.Generator().manual_seed(3)
     x, y = torch.randn(3, 7, 2, 4, generator=g), torch.randn(3, 7, generator=g)
@@ -393,7 +393,7 @@ def test_gather_rows_equals_advanced_indexing():
 
 
 def test_learning_rate_decays_per_epoch_staircase():
-    from repens.train import learning_rate
+    from repens.training.train import learning_rate
 
     settings = TrainSettings(steps=30, lr=0.1, lr_decay=0.5, lr_decay_steps=4)
     assert [learning_rate(settings, s) for s in (0, 3, 4, 7, 8, 12)] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.0125]
@@ -405,7 +405,7 @@ def test_learning_rate_decays_per_epoch_staircase():
 def test_sgd_step_uses_the_decayed_rate():
     """With SGD the move of step t is exactly lr_t * phi: a constant direction shows the schedule."""
     start = torch.zeros(1, 1, dtype=torch.float64)
-    ones = lambda p, c: __import__("repens.updates", fromlist=["Update"]).Update(torch.ones_like(p))  # noqa: E731
+    ones = lambda p, c: __import__("repens.methods.updates", fromlist=["Update"]).Update(torch.ones_like(p))  # noqa: E731
     settings = TrainSettings(steps=6, lr=1.0, optimizer="sgd", lr_decay=0.5, lr_decay_steps=2)
     out = train(TrainState(start), ones, lambda b, a: None, settings, torch.Generator()).params
     assert float(out) == 1 + 1 + 0.5 + 0.5 + 0.25 + 0.25
@@ -415,8 +415,8 @@ def test_sgd_step_uses_the_decayed_rate():
 def test_resume_with_epochs_and_decay_equals_uninterrupted_run(tmp_path, rule, options):
     """The epoch sampler's permutation and position and the decayed rate survive a kill
     mid-epoch: the resumed run equals the uninterrupted one bit for bit."""
-    from repens.kernels import RBF
-    from repens.minibatches import EpochSampler
+    from repens.methods.minibatches import EpochSampler
+    from repens.models.kernels import RBF
 
     post, x, y, start = _network_problem()
     settings = TrainSettings(steps=23, lr=0.01, lr_decay=0.9, lr_decay_steps=3, checkpoint_seconds=0.0, log_every=5)
@@ -453,16 +453,16 @@ def test_resume_with_epochs_and_decay_equals_uninterrupted_run(tmp_path, rule, o
 
 
 def test_logged_ratios_keep_six_significant_digits_not_six_decimals():
-    from repens.train import significant
+    from repens.training.train import significant
 
     assert significant(3.21987654e-9) == 3.21988e-9  # six decimals made this 0: "no repulsion at all"
     assert significant(0.123456789) == 0.123457 and significant(0.0) == 0.0 and significant(12.5) == 12.5
 
 
 def test_repulsion_ratio_is_absent_without_repulsion_and_zero_for_one_particle():
-    from repens.kernels import RBF
-    from repens.posteriors import Batch
-    from repens.updates import repulsion_ratio
+    from repens.methods.updates import repulsion_ratio
+    from repens.models.kernels import RBF
+    from repens.models.posteriors import Batch
 
     post, x, y, start = _network_problem(sets=2, n=1)
     ctx = StepContext(post, RBF(), torch.Generator().manual_seed(0), Batch(x, y))

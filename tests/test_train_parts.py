@@ -7,10 +7,11 @@ import signal
 import pytest
 import torch
 
-from repens.kernels import RBF
-from repens.posteriors import TargetPosterior
-from repens.targets import Gaussian
-from repens.train import (
+from repens.methods.updates import StepContext, Update, make_update
+from repens.models.kernels import RBF
+from repens.models.posteriors import TargetPosterior
+from repens.models.targets import Gaussian
+from repens.training.train import (
     Checkpointer,
     Every,
     FiniteGuard,
@@ -29,7 +30,6 @@ from repens.train import (
     stop_signals,
     train,
 )
-from repens.updates import StepContext, Update, make_update
 
 
 def setup(seed=0, rule="svgd", **options):

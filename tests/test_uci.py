@@ -12,7 +12,6 @@ import pytest
 import torch
 import yaml
 
-from repens.config import resolve_job
 from repens.data.uci import (
     UCI_FOLDERS,
     DataFileError,
@@ -23,9 +22,10 @@ from repens.data.uci import (
     load_split,
 )
 from repens.experiments.uci import ensemble_gaussian_metrics, layer_prior_stds, mixture_metrics, run_uci, uci_posterior
-from repens.models import mlp
-from repens.particles import StackedModel
-from repens.posteriors import NetworkPosterior
+from repens.models.networks import mlp
+from repens.models.particles import StackedModel
+from repens.models.posteriors import NetworkPosterior
+from repens.pipeline.config import resolve_job
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -322,3 +322,18 @@ def test_shared_copy_matches_the_registry(tmp_path):
     with pytest.raises(DataFileError) as err:
         load_split(tmp_path, "yacht", 0)
     assert str(err.value).startswith(f"{data}: SHA-256") and "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="no local copy of the UCI splits")
+def test_the_registry_sizes_are_those_of_the_files():
+    """The rows, features, splits and hidden units the registry declares (the memory
+    estimates read them) are those of the standard distribution's files."""
+    from repens.core import registry
+    from repens.data.uci import dataset_info
+
+    for name, folder in registry.uci_folders().items():
+        declared = registry.dataset(name)
+        info = dataset_info(SHARED, folder)
+        split = load_split(SHARED, folder, 0)
+        found = (info["rows"], split.x_train.shape[1], info["n_splits"], info["n_hidden"])
+        assert found == (declared.rows, declared.features, declared.splits, declared.hidden), name

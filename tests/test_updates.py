@@ -5,14 +5,7 @@ import math
 import pytest
 import torch
 
-from repens.kernels import RBF
-from repens.models import mlp
-from repens.particles import StackedModel
-from repens.posteriors import Batch, NetworkPosterior, TargetPosterior
-from repens.scores import ssge_score
-from repens.targets import Gaussian
-from repens.train import TrainSettings, TrainState, train
-from repens.updates import (
+from repens.methods.updates import (
     UPDATE_RULES,
     StepContext,
     anchored,
@@ -26,6 +19,13 @@ from repens.updates import (
     svgd,
     wgd,
 )
+from repens.models.kernels import RBF
+from repens.models.networks import mlp
+from repens.models.particles import StackedModel
+from repens.models.posteriors import Batch, NetworkPosterior, TargetPosterior
+from repens.models.scores import ssge_score
+from repens.models.targets import Gaussian
+from repens.training.train import TrainSettings, TrainState, train
 
 TARGET = Gaussian()
 
@@ -315,7 +315,7 @@ def test_closed_form_prior_gradient_equals_autograd(std):
 def test_written_out_likelihood_gradient_equals_autograd(likelihood, sets):
     """The MLP posterior's likelihood gradient without autograd (closed-form output
     gradient, written-out backward) against autograd through the log-likelihood."""
-    from repens.updates import _grad
+    from repens.methods.updates import _grad
 
     outputs = 1 if likelihood == "gaussian" else 4
     model = StackedModel(mlp(3, [6, 5], outputs))
@@ -337,7 +337,7 @@ def test_written_out_likelihood_gradient_equals_autograd(likelihood, sets):
 
 
 def test_networks_other_than_mlps_pull_the_output_gradient_back_by_autograd():
-    from repens.updates import _grad
+    from repens.methods.updates import _grad
 
     net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1)).double()
     post = NetworkPosterior(StackedModel(net), "gaussian", num_train=10, noise_std=0.4)
@@ -395,13 +395,13 @@ def test_a_stack_of_sets_updates_each_set_as_if_alone(name, monkeypatch):
 
 
 def test_declared_rule_options_are_the_rules_keyword_arguments():
-    """repens.rule_options (what config.yaml may set, checked without torch) must say what
+    """repens.jobs.rule_options (what config.yaml may set, checked without torch) must say what
     the rule functions, the score estimators and the function prior take."""
     import inspect
 
-    from repens.rule_options import ESTIMATOR_OPTIONS, FUNCTION_PRIOR_OPTIONS, FUNCTION_SPACE, RULE_OPTIONS
-    from repens.scores import SCORE_ESTIMATORS
-    from repens.updates import FUNCTION_SPACE_RULES
+    from repens.jobs.rule_options import ESTIMATOR_OPTIONS, FUNCTION_PRIOR_OPTIONS, FUNCTION_SPACE, RULE_OPTIONS
+    from repens.methods.updates import FUNCTION_SPACE_RULES
+    from repens.models.scores import SCORE_ESTIMATORS
 
     def keywords(fn, skip):
         params = inspect.signature(fn).parameters.values()
@@ -442,7 +442,7 @@ def test_svgd_direction_is_eq_6_term_by_term():
 def test_softmax_of_few_classes_equals_torchs_to_float_rounding(classes):
     """The transposed route (fewer than 16 classes) gives softmax and log-softmax over the
     last dimension to a few float32 ulps, rows summing to 1, and keeps autograd."""
-    from repens.posteriors import log_softmax_classes, softmax_classes
+    from repens.models.posteriors import log_softmax_classes, softmax_classes
 
     g = torch.Generator().manual_seed(classes)
     logits = (4 * torch.randn(3, 17, classes, generator=g)).requires_grad_()
@@ -464,7 +464,7 @@ def test_softmax_of_few_classes_equals_torchs_to_float_rounding(classes):
 def test_prior_gradient_added_in_place_rounds_as_the_separate_sum(prior_std):
     """add_grad_log_prior (one addcdiv pass) gives bit for bit likelihood + grad_log_prior
     at scale 1, and the same to float rounding at another scale (Langevin's temperature)."""
-    from repens.updates import StepContext, add_grad_log_prior, grad_log_prior
+    from repens.methods.updates import StepContext, add_grad_log_prior, grad_log_prior
 
     g = torch.Generator().manual_seed(5)
     model = StackedModel(mlp(2, [7], 1))

@@ -2,7 +2,7 @@
 
 The Snakemake rules call these commands; everything also runs without Snakemake.
 
-* ``train --spec JSON --out FILE``: one training job (spec from ``repens.config.resolve_job``).
+* ``train --spec JSON --out FILE``: one training job (spec from ``repens.pipeline.config.resolve_job``).
 * ``train-stack --spec JSON --out FILE [--spec JSON --out FILE ...]``: one image method's seeds
   trained as one stack, each seed's files as ``train`` writes them (:func:`repens.experiments.image.run_image_stack`).
 * ``hmc --spec JSON --out FILE``: the HMC reference of a toy problem (``resolve_hmc_job``).
@@ -21,12 +21,12 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
   claim's evidence figure embedded.
 * ``budget [--scale paper] [--timings F | --save-timings F]``: device-hours of Table 1's
   jobs per dataset x method on this device (step times timed here or read), before any
-  run (:mod:`repens.budget`).
+  run (:mod:`repens.pipeline.budget`).
 * ``where FILE [--dataset D --method M --metric KEY]``: where a result or a table row came
-  from (commit, versions, device, job spec, log; :mod:`repens.provenance`).
+  from (commit, versions, device, job spec, log; :mod:`repens.jobs.provenance`).
 * ``export-jobs TARGETS --out jobs.json``, ``run-jobs jobs.json --parallel K --deadline S``,
   ``pack jobs.json --out PREFIX``, ``import-results PREFIX.tar.gz*``: a target's training jobs
-  on an offline GPU node without Snakemake (:mod:`repens.kit`).
+  on an offline GPU node without Snakemake (:mod:`repens.pipeline.kit`).
 
 ``train`` and ``hmc`` stamp their result files with the provenance; every table command
 writes ``<csv>.provenance.json`` beside its CSV. Every table is written through
@@ -58,7 +58,7 @@ def _setup_logging(path: str | None) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from repens.job import Job, SpecError
+    from repens.jobs.job import Job, SpecError
 
     try:  # an unknown experiment or setting, or a value of the wrong type: one line naming it
         job = Job.from_spec({**json.loads(args.spec), **_runtime_fields(args.runtime)})
@@ -67,7 +67,7 @@ def _train(args: argparse.Namespace) -> int:
     out = Path(args.out)
     checkpoint = Path(args.checkpoint) if args.checkpoint else out.with_name(out.name + ".ckpt")
     runtime = _runtime(args)
-    from repens.attempt import GpuUnusable, JobBusy, check_granted_gpu, job_lock
+    from repens.training.attempt import GpuUnusable, JobBusy, check_granted_gpu, job_lock
 
     try:  # a duplicate of a running attempt, or a GPU granted but not usable: one line, nothing touched
         with job_lock(out, logging.getLogger("repens.train")):
@@ -80,9 +80,9 @@ def _train(args: argparse.Namespace) -> int:
 
 def _train_locked(job, out: Path, checkpoint: Path, runtime: dict, log_file: str | None) -> int:
     """``train`` while holding the job's lock: restore a finished job, else train it."""
+    from repens.core.jobkey import final_key, final_record_path, restore_final_outputs, write_final_record
     from repens.experiments import RUNNERS
-    from repens.jobkey import final_key, final_record_path, restore_final_outputs, write_final_record
-    from repens.train import Interrupted, NonFiniteError
+    from repens.training.train import Interrupted, NonFiniteError
 
     # a job that finished before (Snakemake may delete outputs it took as incomplete): restored, not retrained
     outputs = [out.with_name("predictions.npz"), out] if job.experiment == "image" else [out]  # out: last
@@ -104,9 +104,9 @@ def _train_locked(job, out: Path, checkpoint: Path, runtime: dict, log_file: str
 
 def _runtime_fields(text: str | None) -> dict:
     """``--runtime JSON``: the fields of a job that do not change its result
-    (:data:`repens.jobkey.RUNTIME_FIELDS`), given apart from ``--spec`` so that the
+    (:data:`repens.core.jobkey.RUNTIME_FIELDS`), given apart from ``--spec`` so that the
     workflow does not track them; any other field is refused in one line."""
-    from repens.jobkey import RUNTIME_FIELDS
+    from repens.core.jobkey import RUNTIME_FIELDS
 
     if not text:
         return {}
@@ -142,8 +142,8 @@ def _train_stack(args: argparse.Namespace) -> int:
     """``train-stack``: one method's seeds of one image data set trained as one stack
     (:func:`repens.experiments.image.run_image_stack`), each seed's files stamped as ``train`` stamps them."""
     from repens.experiments.image import run_image_stack, stack_settings
-    from repens.job import ImageJob, Job, SpecError
-    from repens.train import Interrupted, NonFiniteError
+    from repens.jobs.job import ImageJob, Job, SpecError
+    from repens.training.train import Interrupted, NonFiniteError
 
     try:  # jobs that are not one image method's seeds: one line naming the difference
         runtime_fields = _runtime_fields(args.runtime)
@@ -160,7 +160,7 @@ def _train_stack(args: argparse.Namespace) -> int:
     runtime = _runtime(args)
     from contextlib import ExitStack
 
-    from repens.attempt import GpuUnusable, JobBusy, check_granted_gpu, job_lock
+    from repens.training.attempt import GpuUnusable, JobBusy, check_granted_gpu, job_lock
 
     try:
         with ExitStack() as locks:  # each seed's lock, as its own train job would hold it
@@ -184,7 +184,7 @@ def _train_stack(args: argparse.Namespace) -> int:
 
 def _stamp(paths: list[Path], job: dict, log_file: str | None) -> None:
     """Record the provenance in a finished job's result files (never fails the job)."""
-    from repens.provenance import collect, stamp
+    from repens.jobs.provenance import collect, stamp
 
     prov = collect(job, log_file=log_file)
     for path in paths:
@@ -197,23 +197,23 @@ def _path(value: str | None) -> Path | None:
 
 
 def _sidecar(out_csv: str, inputs: list[str]) -> None:
-    from repens.provenance import write_sidecar
+    from repens.jobs.provenance import write_sidecar
 
     write_sidecar(out_csv, inputs)
 
 
 def _where(args: argparse.Namespace) -> int:
-    from repens.provenance import describe
+    from repens.jobs.provenance import describe
 
     print(describe(args.file, dataset=args.dataset, method=args.method, metric=args.metric))
     return 0
 
 
 def _hmc(args: argparse.Namespace) -> int:
-    from repens.attempt import JobBusy, job_lock
     from repens.experiments.hmc import run_hmc
-    from repens.hmc import HMCDiagnosticsError
-    from repens.train import Interrupted
+    from repens.training.attempt import JobBusy, job_lock
+    from repens.training.hmc import HMCDiagnosticsError
+    from repens.training.train import Interrupted
 
     try:
         out = Path(args.out)
@@ -270,7 +270,7 @@ def _image_table(args: argparse.Namespace) -> int:
 
 
 def _synthetic_table(args: argparse.Namespace) -> int:
-    from repens.from_runs import write_metrics_table
+    from repens.pipeline.from_runs import write_metrics_table
 
     write_metrics_table(
         [Path(p) for p in args.inputs],
@@ -284,7 +284,7 @@ def _synthetic_table(args: argparse.Namespace) -> int:
 
 
 def _synthetic_figure(args: argparse.Namespace) -> int:
-    from repens.from_runs import plot_target_panels
+    from repens.pipeline.from_runs import plot_target_panels
 
     plot_target_panels(
         args.target,
@@ -297,7 +297,7 @@ def _synthetic_figure(args: argparse.Namespace) -> int:
 
 
 def _toy_figure(args: argparse.Namespace) -> int:
-    from repens.from_runs import plot_classification_panels, plot_regression_panels
+    from repens.pipeline.from_runs import plot_classification_panels, plot_regression_panels
 
     plot = {"regression": plot_regression_panels, "classification": plot_classification_panels}[args.dataset]
     plot([Path(p) for p in args.inputs], Path(args.out_png), Path(args.out_pdf), labels=json.loads(args.labels))
@@ -305,7 +305,7 @@ def _toy_figure(args: argparse.Namespace) -> int:
 
 
 def _toy_table(args: argparse.Namespace) -> int:
-    from repens.from_runs import write_distance_table
+    from repens.pipeline.from_runs import write_distance_table
 
     def pair(hmc: list[str] | None, methods: list[str] | None):
         return None if not hmc else ([Path(h) for h in hmc], [Path(m) for m in methods or []])
@@ -384,7 +384,7 @@ def _reference(args: argparse.Namespace) -> int:
     import yaml
 
     config = yaml.safe_load(Path(args.configfile).read_text())
-    from repens.config import paper_seeds
+    from repens.pipeline.config import paper_seeds
 
     results_page.write_page(args.reference, config, paper_seeds(config), args.out)
     print(f"wrote {args.out}")
@@ -392,7 +392,7 @@ def _reference(args: argparse.Namespace) -> int:
 
 
 def _claims(args: argparse.Namespace) -> int:
-    from repens.provenance import sidecar_path
+    from repens.jobs.provenance import sidecar_path
     from repens.report.claims import write_scorecard
 
     files = {
@@ -433,7 +433,7 @@ def _claims_page(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from repens.budget import BudgetError, format_budget, load_config, plan, timing_rows, write_timings
+    from repens.pipeline.budget import BudgetError, format_budget, load_config, plan, timing_rows, write_timings
 
     def names(value: str | None) -> list[str] | None:
         return [v for v in value.split(",") if v] if value else None
@@ -463,7 +463,7 @@ def _budget(args: argparse.Namespace) -> int:
 def _budget_timing(args: argparse.Namespace, steps_timed: dict[tuple, int]) -> tuple[Callable, str, str, str]:
     """``budget``'s step times: read from ``--timings`` or measured here (the steps each
     measurement ran go into ``steps_timed``); (timing, device, unit, the header line)."""
-    from repens.budget import device_name, read_timings, time_stage
+    from repens.pipeline.budget import device_name, read_timings, time_stage
 
     if args.timings:
         timing, device = read_timings(args.timings)
@@ -500,7 +500,7 @@ def _budget_timing(args: argparse.Namespace, steps_timed: dict[tuple, int]) -> t
 
 def _budget_rows(cells: list, timing: Callable) -> list:
     """``budget``'s rows, the ``repens`` log quiet meanwhile."""
-    from repens.budget import budget
+    from repens.pipeline.budget import budget
 
     # the timed loops' progress lines and warnings are not the budget's output; the level
     # comes back afterwards (main() may run again in this process, e.g. in the tests)
@@ -514,10 +514,10 @@ def _budget_rows(cells: list, timing: Callable) -> list:
 
 
 def _kit(run):
-    """A kit command (:mod:`repens.kit`): its KitError as one line, exit 2."""
+    """A kit command (:mod:`repens.pipeline.kit`): its KitError as one line, exit 2."""
 
     def handler(args: argparse.Namespace) -> int:
-        from repens.kit import KitError
+        from repens.pipeline.kit import KitError
 
         try:
             return run(args)
@@ -530,7 +530,7 @@ def _kit(run):
 
 @_kit
 def _export_jobs(args: argparse.Namespace) -> int:
-    from repens.kit import describe_export, export_jobs, write_json
+    from repens.pipeline.kit import describe_export, export_jobs, write_json
 
     data = export_jobs(
         args.targets,
@@ -551,7 +551,7 @@ def _export_jobs(args: argparse.Namespace) -> int:
 
 @_kit
 def _run_jobs(args: argparse.Namespace) -> int:
-    from repens.kit import run_jobs
+    from repens.pipeline.kit import run_jobs
 
     return run_jobs(
         args.jobs,
@@ -572,7 +572,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
 
 @_kit
 def _pack(args: argparse.Namespace) -> int:
-    from repens.kit import MIB, pack
+    from repens.pipeline.kit import MIB, pack
 
     pack(
         args.jobs,
@@ -589,7 +589,7 @@ def _pack(args: argparse.Namespace) -> int:
 
 @_kit
 def _import_results(args: argparse.Namespace) -> int:
-    from repens.kit import import_results
+    from repens.pipeline.kit import import_results
 
     import_results(
         args.parts,
@@ -621,11 +621,11 @@ def _outputs(p: argparse.ArgumentParser, *outputs: str | tuple[str, str]) -> Non
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_job)")
+    p.add_argument("--spec", required=True, help="the job as JSON (see repens.pipeline.config.resolve_job)")
     p.add_argument(
         "--runtime",
         help="the job's fields that do not change its result, as JSON "
-        "(repens.jobkey.RUNTIME_FIELDS: log_every, checkpoint_seconds, uci_data)",
+        "(repens.core.jobkey.RUNTIME_FIELDS: log_every, checkpoint_seconds, uci_data)",
     )
     p.add_argument("--out", required=True, help="results file to write")
     p.add_argument("--checkpoint", help="checkpoint file (default: OUT.ckpt)")
@@ -653,7 +653,7 @@ def _train_stack_args(p: argparse.ArgumentParser) -> None:
 
 
 def _hmc_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--spec", required=True, help="the job as JSON (see repens.config.resolve_hmc_job)")
+    p.add_argument("--spec", required=True, help="the job as JSON (see repens.pipeline.config.resolve_hmc_job)")
     p.add_argument("--out", required=True, help="predictions file to write (.npz)")
 
 
@@ -688,7 +688,9 @@ def _synthetic_figure_args(p: argparse.ArgumentParser) -> None:
 
 
 def _toy_figure_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", required=True, choices=["regression", "classification"])
+    from repens.core import registry
+
+    p.add_argument("--dataset", required=True, choices=registry.datasets_of("toy"))
     _outputs(p, "png", "pdf")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument("inputs", nargs="+", help="prediction files (.npz), one per panel, in order")
@@ -732,7 +734,7 @@ def _claims_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
     p.add_argument(
         "--groups",
-        help="JSON: the method groups the claims compare (repens.config.method_groups of "
+        help="JSON: the method groups the claims compare (repens.pipeline.config.method_groups of "
         "the config; default: the repository config's)",
     )
     for name, what in (
@@ -993,7 +995,7 @@ def _start(args: argparse.Namespace) -> None:
     """Logging, the attempts log, where a cluster job ran, torch's threads."""
     _setup_logging(args.log)
     if args.attempts:
-        from repens.attempt import keep_attempt_log
+        from repens.training.attempt import keep_attempt_log
 
         keep_attempt_log(args.attempts, args.command)
     if os.environ.get("SLURM_JOB_ID"):  # a cluster job: record where it ran
@@ -1019,9 +1021,9 @@ def _start(args: argparse.Namespace) -> None:
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the command's handler. A missing or malformed data file (2) or a write that
     failed, e.g. disk full (74, EX_IOERR): one line naming the file, no traceback."""
-    from repens.atomic import WriteError
-    from repens.checks import EnvError
+    from repens.core.atomic import WriteError
     from repens.data.errors import DataError, one_line
+    from repens.pipeline.checks import EnvError
 
     try:
         return args.func(args)

@@ -1,4 +1,4 @@
-"""repens.data.availability and repens.cost: what the workflow checks before any job."""
+"""repens.data.availability and repens.pipeline.cost: what the workflow checks before any job."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repens.config import resolve_job
-from repens.cost import image_cost_notice, image_cpu_seconds
 from repens.data import availability as av
 from repens.data.images import IMAGE_DATASETS
-from repens.job import ImageJob, SpecError
+from repens.jobs.job import ImageJob, SpecError
+from repens.pipeline.config import resolve_job
+from repens.pipeline.cost import image_cost_notice, image_cpu_seconds
 
 
 def _touch(path):

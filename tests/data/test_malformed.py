@@ -418,7 +418,7 @@ def _config() -> dict:
 
 def test_cli_train_on_a_truncated_npz(tmp_path):
     """An image training job (what rule train_image runs) whose prepared .npz is cut short."""
-    from repens.config import resolve_job
+    from repens.pipeline.config import resolve_job
 
     job = resolve_job(_config(), "image", "fashionmnist", "de", 1)
     job.update(particles=2, steps=2, hidden=[4], batch_size=4)
@@ -463,7 +463,7 @@ def test_cli_prepare_images_with_a_missing_mirror(tmp_path):
 
 def test_cli_uci_train_on_data_with_na(tmp_path, monkeypatch):
     """A UCI training job (what rule train_uci runs) on a data.txt holding NA."""
-    from repens.config import resolve_job
+    from repens.pipeline.config import resolve_job
 
     job = resolve_job(_config(), "uci", "boston", "de", 1)
     monkeypatch.setenv("REPENS_UCI_VERIFY", "0")  # a stand-in: the NA is found, not a checksum

@@ -14,11 +14,11 @@ import pytest
 import torch
 import yaml
 
-from repens import fitting as synthetic_mod
-from repens.config import resolve_job
 from repens.experiments.image import load_image_data, run_image
-from repens.train import NonFiniteError
-from repens.updates import Update
+from repens.methods.updates import Update
+from repens.pipeline.config import resolve_job
+from repens.training import fitting as synthetic_mod
+from repens.training.train import NonFiniteError
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -200,8 +200,8 @@ def test_sigkill_and_rerun_gives_identical_metrics(tiny_sets, tmp_path):
 
 def test_member_nll_equals_each_member_alone():
     from repens.experiments.image import member_nll, predict_summary
-    from repens.models import build_model
-    from repens.particles import StackedModel
+    from repens.models.networks import build_model
+    from repens.models.particles import StackedModel
 
     model = StackedModel(build_model({"model": "mlp", "hidden": [6]}, (1, 4, 4), 10))
     params = model.sample_gaussian(3, 1.0, torch.Generator().manual_seed(0))

@@ -14,7 +14,7 @@ loop kernel of its own (a multiply, then an add), which on an Intel Xeon (AVX-51
 otherwise than MKL's GEMM (fused multiply-adds; on an AMD EPYC the two agreed): SSGE's
 (n, n) @ (n, n) products here (n = 3, the function prior of kde-fwgd and ssge-fwgd) came out
 up to 6e-8 apart, and the particles an ulp apart after a few steps. So such products of a
-stack run seed by seed (repens.kernels.set_matmul, and the kernels' matmul-adds). A stacked
+stack run seed by seed (repens.models.kernels.set_matmul, and the kernels' matmul-adds). A stacked
 seed's particles, metrics and predictions then equal its one-seed job's bit for bit, and the
 tests assert equality. (With several threads neither is invariant: MKL partitions one GEMM's sums by
 thread, so even a one-seed job differs between 1 and 2 threads, by the same few ulps per step
@@ -34,12 +34,12 @@ import yaml
 
 import repens.experiments.image as image
 from repens.cli import main
-from repens.config import resolve_job
+from repens.core.jobkey import job_key
 from repens.experiments.image import SeedStackAdam, SeedStackSGD, run_image, run_image_stack, stack_checkpoint
-from repens.job import SpecError
-from repens.jobkey import job_key
-from repens.optimizers import make_optimizer
-from repens.train import Interrupted
+from repens.jobs.job import SpecError
+from repens.methods.optimizers import make_optimizer
+from repens.pipeline.config import resolve_job
+from repens.training.train import Interrupted
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -283,8 +283,8 @@ def test_stacked_score_estimators_give_each_set_its_own(estimator, n, d):
     products: bmm's loop kernel, which rounded otherwise than MKL's GEMM on an Intel Xeon);
     d = 16 puts kernel_grad_sum's (3, 3) @ (3, 16) under bmm's GEMM threshold too; n = 1 makes
     its product a rank-1 update; n = 10 is a stack bmm multiplies by GEMMs."""
-    from repens.kernels import RBF, set_matmul
-    from repens.scores import kde_score, sge_score, ssge_score
+    from repens.models.kernels import RBF, set_matmul
+    from repens.models.scores import kde_score, sge_score, ssge_score
 
     kernel = RBF()
     score = {

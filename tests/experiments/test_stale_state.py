@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import yaml
 
-import repens.fitting as synthetic_mod
-from repens.config import resolve_job
+import repens.training.fitting as synthetic_mod
+from repens.core.jobkey import job_key
 from repens.experiments.image import run_image
 from repens.experiments.synthetic import run_synthetic
 from repens.experiments.uci import run_uci
-from repens.jobkey import job_key
+from repens.pipeline.config import resolve_job
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))

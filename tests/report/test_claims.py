@@ -892,12 +892,12 @@ def test_summary_names_the_unconverged_runs():
 
 
 def test_default_groups_are_the_repository_configs():
-    """The groups the scorecard falls back on are those repens.config derives from config.yaml."""
+    """The groups the scorecard falls back on are those repens.pipeline.config derives from config.yaml."""
     import dataclasses
 
     import yaml
 
-    from repens.config import method_groups
+    from repens.pipeline.config import method_groups
     from repens.report.evidence import DEFAULT_GROUPS
 
     config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
@@ -911,7 +911,7 @@ def test_a_method_added_to_the_config_joins_the_claims_of_its_group(tmp_path):
 
     import yaml
 
-    from repens.config import method_groups
+    from repens.pipeline.config import method_groups
 
     config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
     config["methods"]["mmd-wgd"] = {"rule": "wgd", "estimator": "kde", "bandwidth": 2.0, "label": "new WGD"}

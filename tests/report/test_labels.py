@@ -19,13 +19,13 @@ import test_image_report as image_fixtures
 import test_toy_report as toy_fixtures
 import torch
 
-from repens import from_runs
+from repens.models.targets import make_target
+from repens.pipeline import from_runs
 from repens.report import figures as figures_rep
 from repens.report import image as image_rep
 from repens.report import tables as tables_rep
 from repens.report import uci as uci_rep
 from repens.summaries import synthetic as synthetic_steps
-from repens.targets import make_target
 
 LABEL = "Zeta (our new one)"
 ROOT = Path(__file__).resolve().parents[2]

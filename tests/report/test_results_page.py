@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from repens.config import paper_seeds
+from repens.pipeline.config import paper_seeds
 from repens.report import results_page
 from repens.report.results_page import check, inventory, publish, write_page
 

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from repens import from_runs
+from repens.models.targets import make_target
+from repens.pipeline import from_runs
 from repens.report import synthetic as rep
 from repens.report.tables import Cell, Column, column_notation, format_cell
 from repens.summaries import synthetic as steps
-from repens.targets import make_target
 
 METHODS = ["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"]
 

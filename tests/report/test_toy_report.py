@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from repens import from_runs
 from repens.data.toy import classification_2d, regression_1d, ring_means
+from repens.pipeline import from_runs
 from repens.report import toy as rep
 from repens.report import toy_figures as figures
 from repens.summaries import toy as steps
@@ -405,7 +405,7 @@ def test_regression_figure_y_range_follows_the_training_span_not_the_tails(tmp_p
 
 
 def test_an_unconverged_hmc_reference_is_flagged_in_the_distance_table_and_figure(tmp_path):
-    """An HMC file that records converged = False (a quick-scale smoke test, repens.hmc.
+    """An HMC file that records converged = False (a quick-scale smoke test, repens.training.hmc.
     convergence), or an older one whose job enforced relaxed thresholds, is flagged: the
     CSV's hmc_converged is 0 (the scorecard then scores nothing against it), the table's
     title and note and the figure's footer say it is not converged."""

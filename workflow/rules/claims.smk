@@ -9,7 +9,7 @@
 # say "not run". With claims_build_table1: false, Table 1 is read the same way (a
 # paper-scale scorecard on a machine without a GPU).
 #
-# Whether the runs behind each Table 1 / Table 2 row converged (repens.convergence, from
+# Whether the runs behind each Table 1 / Table 2 row converged (repens.summaries.converged, from
 # each run's metrics.json and training log) is results/convergence.csv, written by the
 # cheap localrule check_convergence (the step repens.summaries.convergence) over the runs
 # present after those tables are built;
@@ -26,8 +26,8 @@
 # (repens.report.verdicts), reading the tables (repens.report.evidence), the claims
 # themselves (repens.report.claim_list) and the scorecard's files (repens.report.claims).
 
-# aggregate rules copy their outputs to results/last_good/ (repens.last_good)
-from repens.last_good import shell as keep_last_good
+# aggregate rules copy their outputs to results/last_good/ (repens.training.last_good)
+from repens.training.last_good import shell as keep_last_good
 
 CLAIMS_OUTPUTS = [
     "results/claims.csv",

@@ -25,7 +25,7 @@ SRC = str(Path(workflow.basedir) / "src")
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from repens.config import (
+from repens.pipeline.config import (
     ConfigError,
     check_config,
     check_data_folders,
@@ -36,7 +36,7 @@ from repens.config import (
     resolve_hmc_job,
     resolve_job,
 )
-from repens.jobkey import RUNTIME_FIELDS
+from repens.core.jobkey import RUNTIME_FIELDS
 from repens.report.results_page import published_runs, tree_runs
 
 # The config is checked before any job runs, each mistake in one line naming the key:
@@ -110,9 +110,9 @@ def first_seed_files(experiment, dataset, filename):
 def job_spec(experiment):
     """Params function of ``experiment``'s training rule: the job as JSON, for ``--spec``.
 
-    The job (repens.config.resolve_job) comes from the wildcards ``dataset`` (or
+    The job (repens.pipeline.config.resolve_job) comes from the wildcards ``dataset`` (or
     ``target``), ``method`` and ``seed``, without the fields that do not change a result
-    (repens.jobkey.RUNTIME_FIELDS: logging and checkpoint cadence, where the data live).
+    (repens.core.jobkey.RUNTIME_FIELDS: logging and checkpoint cadence, where the data live).
     As a param, the spec makes Snakemake rerun exactly the jobs whose settings or scale
     changed; the runtime fields go to ``--runtime`` (job_runtime), untracked.
     """
@@ -180,7 +180,7 @@ def method_labels():
 
 
 def method_groups_json():
-    """The method groups the claims compare (repens.config.method_groups), as JSON."""
+    """The method groups the claims compare (repens.pipeline.config.method_groups), as JSON."""
     return json.dumps(dataclasses.asdict(method_groups(config)))
 
 

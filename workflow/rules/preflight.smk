@@ -1,12 +1,12 @@
 # Checks that stop a bad setting before any job starts, each in one line naming it
-# (repens.checks).
+# (repens.pipeline.checks).
 #
 # At load, after the rules are defined, in dry runs too: the YAML of config.yaml and of
 # every --configfile (a key written twice; a syntax error is Snakemake's to report,
 # before this runs), the method labels (mathtext the figures can draw), the environment
 # variables the package reads, and the folders the rules write into (`results` or `logs`
 # a regular file). The config's values, the sampler's
-# included, are checked in common.smk (schema, repens.config.check_config).
+# included, are checked in common.smk (schema, repens.pipeline.config.check_config).
 #
 # Once the jobs are planned and before the first one starts (a real run; `snakemake -n`
 # skips them): the cluster's clients where a cluster executor runs the jobs, the memory
@@ -15,7 +15,7 @@
 # A run that would fail on a setting or missing data stops here with the fix, not hours
 # later in a log.
 
-from repens.checks import (
+from repens.pipeline.checks import (
     LARGEST_GPU_BYTES,
     CheckError,
     check_config_files,
@@ -28,14 +28,14 @@ from repens.checks import (
     memory_estimate,
     missing_cluster_clients,
 )
-from repens.config import hmc_setting_source, setting_source
+from repens.pipeline.config import hmc_setting_source, setting_source
 from repens.data.availability import (
     lacking_image_data,
     lacking_message,
     lacking_uci_data,
     offline,
 )
-from repens.cost import image_cost_notice
+from repens.pipeline.cost import image_cost_notice
 
 STEP_SECONDS = Path(workflow.basedir) / "workflow" / "resources" / "step_seconds.yaml"
 
@@ -118,11 +118,11 @@ def _gpu_memory():
 
 
 def check_planned_memory():
-    """Each planned training or sampling job fits in what it can have (repens.checks.
+    """Each planned training or sampling job fits in what it can have (repens.pipeline.checks.
     memory_estimate): on this machine (a local run) its memory; under a cluster executor
     its ``mem_mb`` at the last attempt (rules grow it with the attempt, so
     ``mem_mb x (retries + 1)``); on a GPU that GPU's memory too (a cluster's GPU is not
-    known before the job starts: the largest there is, repens.checks.LARGEST_GPU_BYTES).
+    known before the job starts: the largest there is, repens.pipeline.checks.LARGEST_GPU_BYTES).
     """
     jobs = sorted(
         (job for name in MEMORY_RULES for job in _planned(name)),

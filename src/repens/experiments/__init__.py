@@ -14,7 +14,7 @@ from repens.experiments.toy import run_toy
 from repens.experiments.uci import run_uci
 
 #: ``runner(job, out, checkpoint, **runtime)``: ``job`` is the experiment's
-#: :class:`repens.job.Job` (or its spec, which the runner reads with ``from_spec``);
+#: :class:`repens.jobs.job.Job` (or its spec, which the runner reads with ``from_spec``);
 #: runtime keywords (``inputs``, ``device``) come from the command line and are passed
 #: only when given.
 Runner = Callable[..., None]

@@ -2,12 +2,12 @@
 
 The gold standard that Figures 1 and 3 compare the ensembles with: the same network,
 prior and likelihood as the method runs, sampled by many HMC chains moved together
-(:func:`repens.hmc.sample_hmc`) on the full training set. Writes the predictive on the
+(:func:`repens.training.hmc.sample_hmc`) on the full training set. Writes the predictive on the
 test inputs in the format the method runs and the plotting code share (see
 :func:`run_hmc`).
 
 Every leapfrog step of all chains is one batched full-data gradient of the MLP stack
-(:meth:`~repens.posteriors.NetworkPosterior.grad_log_likelihood`'s written-out backward,
+(:meth:`~repens.models.posteriors.NetworkPosterior.grad_log_likelihood`'s written-out backward,
 no autograd), with the network in the job's ``dtype`` (float32 by default: about twice
 as fast as float64 here) and the prior term, the sampler state and the energies in
 float64. Measured costs are in ``config.yaml`` (``experiments.toy.hmc``).
@@ -27,11 +27,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from repens.atomic import save_npz_atomic, write_json_atomic
+from repens.core.atomic import save_npz_atomic, write_json_atomic
+from repens.core.environment import env_setting
+from repens.core.jobkey import ENGINE_VERSION, job_key
 from repens.data.toy import ToyData, make_toy
-from repens.environment import env_setting
 from repens.experiments.toy import toy_posterior
-from repens.hmc import (
+from repens.jobs.job import HMCJob
+from repens.models.particles import StackedModel
+from repens.models.posteriors import Batch, NetworkPosterior
+from repens.training.hmc import (
     HMCSettings,
     ValueAndGrad,
     check_diagnostics,
@@ -40,10 +44,6 @@ from repens.hmc import (
     sample_hmc,
     summarise_diagnostics,
 )
-from repens.job import HMCJob
-from repens.jobkey import ENGINE_VERSION, job_key
-from repens.particles import StackedModel
-from repens.posteriors import Batch, NetworkPosterior
 
 log = logging.getLogger("repens.hmc")
 
@@ -146,11 +146,11 @@ def _log_density_summary(draw_logp: Tensor) -> dict[str, Any]:
 def run_hmc(job: HMCJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
     """HMC reference posterior of a toy BNN job; predictions on ``x_test`` to ``out`` (.npz).
 
-    ``job``: an :class:`~repens.job.HMCJob` or its spec (made into one, so a misspelled key is
+    ``job``: an :class:`~repens.jobs.job.HMCJob` or its spec (made into one, so a misspelled key is
     an error naming it). Its settings: ``dataset`` ("regression" | "classification"), ``seed`` (data, initial
     points and sampler), ``scale`` (recorded only), ``prior_std`` (1.0),
     ``noise_std`` (regression, 0.5), ``hidden`` ([50, 50]), ``hmc`` (fields of
-    :class:`~repens.hmc.HMCSettings`; missing keys take the defaults),
+    :class:`~repens.training.hmc.HMCSettings`; missing keys take the defaults),
     ``dtype`` of the network ("float32", the default, or "float64"; the sampler is
     float64 either way) and ``threads`` (torch intra-op threads while running, default 1:
     the batched gradients of these small networks gain little from a second thread and
@@ -159,7 +159,7 @@ def run_hmc(job: HMCJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
     Chains start from prior draws. First ``out.with_name("diagnostics.json")`` is
     written (settings, rank-normalised R-hat and bulk / tail ESS of the predictive,
     per-chain step size, acceptance, divergences, trajectory length, gradient calls,
-    wall time), then the diagnostics are checked (:class:`~repens.hmc.HMCDiagnosticsError`
+    wall time), then the diagnostics are checked (:class:`~repens.training.hmc.HMCDiagnosticsError`
     on failure, so a bad run leaves the diagnostics but no predictions), then ``out`` with
 
     * ``x_train`` (N, d) float32, ``y_train`` (N,) float32 targets or int64 labels,
@@ -170,15 +170,15 @@ def run_hmc(job: HMCJob | Mapping[str, Any], out: Path, checkpoint: Path | None 
     * classification: ``probs_test`` (T, C) float32, mean over samples of softmax(f_s(x));
     * ``job``: 0-d string array, ``json.dumps(job, sort_keys=True)``; ``label``: "HMC";
     * ``converged``: 0-d bool, the diagnostics at the paper-scale thresholds
-      (:func:`repens.hmc.convergence`; False for a quick-scale smoke test).
+      (:func:`repens.training.hmc.convergence`; False for a quick-scale smoke test).
 
     The diagnostics file records, besides the figures, ``converged`` and ``status`` (at the
-    paper-scale thresholds :data:`repens.hmc.CONVERGED_RHAT_MAX` /
-    :data:`~repens.hmc.CONVERGED_ESS_MIN`, always), ``accepted`` (the job's own check),
+    paper-scale thresholds :data:`repens.training.hmc.CONVERGED_RHAT_MAX` /
+    :data:`~repens.training.hmc.CONVERGED_ESS_MIN`, always), ``accepted`` (the job's own check),
     ``passed`` (both: never true for an unconverged reference), ``thresholds`` and
     ``job_thresholds``.
 
-    ``checkpoint`` (optional) holds the sampler state (see :func:`~repens.hmc.sample_hmc`),
+    ``checkpoint`` (optional) holds the sampler state (see :func:`~repens.training.hmc.sample_hmc`),
     written every ``REPENS_CHECKPOINT_SECONDS`` (default 300) and on SIGTERM / SIGINT:
     a killed run resumes where it stopped, bit-identically. It is removed after a passed
     check and kept after a failed one: its key leaves out ``hmc.rhat_max`` /

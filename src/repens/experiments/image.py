@@ -8,7 +8,7 @@ One job trains one method's particles with one seed and writes
   ``ood_probs``, ``ood_md``), the mutual information (``test_mi``, ``ood_mi``), enough
   to recompute every metric, and ``job``;
 * ``metrics.json`` (the path ``out``): the Table 1 metrics
-  (:func:`repens.evaluation.classification_metrics`), the job, the device, wall time
+  (:func:`repens.evaluation.predictive.classification_metrics`), the job, the device, wall time
   and training speed.
 
 The metrics file is written last and atomically: it exists only for a finished run.
@@ -16,7 +16,7 @@ Hyper-deep ensembles (Wenzel et al. 2020, as in G.4/G.5) first run a random sear
 the L2 strength on a validation split carved from the training set (all candidates
 trained at once as one stack), then train the ensemble with the five best strengths.
 The search's result (``l2_search.json``) and checkpoint (``<checkpoint>.search``) carry
-the job's key (:func:`repens.jobkey.job_key`): a rerun under other settings (say, a
+the job's key (:func:`repens.core.jobkey.job_key`): a rerun under other settings (say, a
 new ``l2_range``) sets them aside and searches again.
 
 Several seeds of one method train as one stack with :func:`run_image_stack`
@@ -44,18 +44,18 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
-from repens.atomic import save_npz_atomic, write_json_atomic
+from repens.core.atomic import save_npz_atomic, write_json_atomic
+from repens.core.jobkey import load_keyed_json
 from repens.data.images import load_arrays
-from repens.evaluation import classification_metrics, ensemble_summary, member_std, mutual_information
-from repens.fitting import fit_particles, kernel_from_job, train_settings
-from repens.job import ImageJob, SpecError
-from repens.jobkey import load_keyed_json
-from repens.models import build_model
-from repens.optimizers import DirectAdam, DirectSGD
-from repens.particles import StackedModel
-from repens.posteriors import Batch, NetworkPosterior
-from repens.train import TrainState, train
-from repens.updates import StepContext, Update, add_langevin_noise, langevin_noise_std, make_update
+from repens.evaluation.predictive import classification_metrics, ensemble_summary, member_std, mutual_information
+from repens.jobs.job import ImageJob, SpecError
+from repens.methods.optimizers import DirectAdam, DirectSGD, fused_adam, fused_sgd
+from repens.methods.updates import StepContext, Update, add_langevin_noise, langevin_noise_std, make_update
+from repens.models.networks import build_model
+from repens.models.particles import StackedModel
+from repens.models.posteriors import Batch, NetworkPosterior
+from repens.training.fitting import fit_particles, kernel_from_job, train_settings
+from repens.training.train import TrainState, train
 
 log = logging.getLogger("repens.image")
 
@@ -370,7 +370,7 @@ def run_image(
     """Train one method with one seed on an image data set and write predictions and metrics.
 
     Args:
-        job: the job (:class:`repens.job.ImageJob`) or its spec (``repens.config.resolve_job``).
+        job: the job (:class:`repens.jobs.job.ImageJob`) or its spec (``repens.pipeline.config.resolve_job``).
         out: the metrics JSON; ``predictions.npz`` goes beside it.
         checkpoint: checkpoint file (a hyper-DE search uses ``<checkpoint>.search``).
         inputs: ``train`` (the data set's ``.npz``) and ``ood`` (the OOD set's).
@@ -444,7 +444,7 @@ class SeedStreams:
     sampler), then any prior draws of the update (:class:`SeedStackPosterior`), then any
     Langevin noise (:meth:`add_langevin_noise`). The streams are independent, so drawing
     seed after seed keeps each seed's order. Their states are the sampler's state, which
-    :func:`repens.train.train` checkpoints and resumes with the run."""
+    :func:`repens.training.train.train` checkpoints and resumes with the run."""
 
     def __init__(self, generators: list[torch.Generator], x: Tensor, y: Tensor, batch_size: int) -> None:
         self.generators = list(generators)
@@ -469,7 +469,7 @@ class SeedStreams:
 
     def prior_draws(self, model: StackedModel, per_seed: int, std: float | Tensor) -> Tensor:
         """``per_seed`` prior draws from each seed's stream, (G * per_seed, D), as
-        :meth:`repens.posteriors.NetworkPosterior.sample_prior` draws them (``std``: a
+        :meth:`repens.models.posteriors.NetworkPosterior.sample_prior` draws them (``std``: a
         number, or one (n, 1) or (D,) tensor per seed, (G, ...))."""
         self._check_not_capturing()
         rows = []
@@ -483,7 +483,7 @@ class SeedStreams:
     def add_langevin_noise(
         self, params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator, temperature: float
     ) -> None:  # noqa: ARG002 (the stack's own streams)
-        """:func:`repens.updates.add_langevin_noise` with each seed's noise (n, D) from its stream."""
+        """:func:`repens.methods.updates.add_langevin_noise` with each seed's noise (n, D) from its stream."""
         self._check_not_capturing()
         noise = torch.stack(
             [torch.randn(params.shape[1:], generator=g, dtype=params.dtype, device=g.device) for g in self.generators]
@@ -499,7 +499,7 @@ class SeedStreams:
 
 
 class SeedStackAdam(DirectAdam):
-    """:class:`repens.optimizers.DirectAdam` over a stack of seeds (G, n, D) whose fused
+    """:class:`repens.methods.optimizers.DirectAdam` over a stack of seeds (G, n, D) whose fused
     kernel gets each seed's block as a tensor of its own (one call, G tensors): the kernel
     runs each tensor's vectorised loop and its scalar tail (the last ``n D mod 16`` entries
     on AVX-512, rounded otherwise: measured) as on the seed's own (n, D) particles, where
@@ -519,59 +519,36 @@ class SeedStackAdam(DirectAdam):
 
     def _fused_step(self) -> None:
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
             for p in group["params"]:
                 state = self.state[p]
                 state["step"].add_(1)
-                torch._fused_adam_(
+                fused_adam(
                     list(p.unbind(0)),
                     list(p.grad.unbind(0)),
                     list(state["exp_avg"].unbind(0)),
                     list(state["exp_avg_sq"].unbind(0)),
-                    [],
                     [state["step"]] * p.shape[0],
-                    amsgrad=False,
-                    lr=group["lr"],
-                    beta1=beta1,
-                    beta2=beta2,
-                    weight_decay=group["weight_decay"],
-                    eps=group["eps"],
-                    maximize=group["maximize"],
-                    grad_scale=None,
-                    found_inf=None,
+                    group,
                 )
 
 
 class SeedStackSGD(DirectSGD):
-    """:class:`repens.optimizers.DirectSGD` over a stack of seeds, each seed's block a tensor
+    """:class:`repens.methods.optimizers.DirectSGD` over a stack of seeds, each seed's block a tensor
     of its own in the fused kernel (see :class:`SeedStackAdam`)."""
 
     def _fused_step(self) -> None:
         for group in self.param_groups:
             blocks = [block for p in group["params"] for block in p.unbind(0)]
             grads = [block for p in group["params"] for block in p.grad.unbind(0)]
-            torch._fused_sgd_(
-                blocks,
-                grads,
-                [],
-                weight_decay=group["weight_decay"],
-                momentum=0.0,
-                lr=group["lr"],
-                dampening=group["dampening"],
-                nesterov=group["nesterov"],
-                maximize=group["maximize"],
-                is_first_step=False,
-                grad_scale=None,
-                found_inf=None,
-            )
+            fused_sgd(blocks, grads, group)
 
 
-#: the optimizers of a stack of seeds, by :class:`repens.job.Job`'s ``optimizer``
+#: the optimizers of a stack of seeds, by :class:`repens.jobs.job.Job`'s ``optimizer``
 SEED_STACK_OPTIMIZERS = {"adam": SeedStackAdam, "sgd": SeedStackSGD}
 
 
 def seed_stack_optimizer(name: str, params: Tensor, lr: float) -> torch.optim.Optimizer:
-    """:func:`repens.optimizers.make_optimizer` for a stack of seeds (:data:`SEED_STACK_OPTIMIZERS`)."""
+    """:func:`repens.methods.optimizers.make_optimizer` for a stack of seeds (:data:`SEED_STACK_OPTIMIZERS`)."""
     if name not in SEED_STACK_OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; known: {sorted(SEED_STACK_OPTIMIZERS)}")
     return SEED_STACK_OPTIMIZERS[name]([params], lr=lr)
@@ -629,7 +606,7 @@ def _fit_seed_stack(
     on_log,
     device: torch.device,
 ) -> Tensor:
-    """:func:`repens.fitting.fit_particles` for a stack of seeds (params (G, n, D)): the job's
+    """:func:`repens.training.fitting.fit_particles` for a stack of seeds (params (G, n, D)): the job's
     rule, kernel and settings, the seeds' own streams for every draw. The loop's own
     generator is never drawn from (checked at the end: a draw there would have broken the
     equality with the one-seed jobs)."""
@@ -662,7 +639,7 @@ def _fit_seed_stack(
 
 def stack_settings(jobs: list[ImageJob]) -> None:
     """Refuse jobs that are not one method's seeds: every setting but ``seed`` equal, the
-    seeds distinct (a :class:`repens.job.SpecError` naming the first difference)."""
+    seeds distinct (a :class:`repens.jobs.job.SpecError` naming the first difference)."""
     first = jobs[0]
     names = sorted(first.setting_names() - {"seed"})
     for job in jobs[1:]:
@@ -706,7 +683,7 @@ def run_image_stack(
     (checkpoints ``<out>.ckpt``).
 
     Args:
-        jobs: the seeds' jobs (:class:`repens.job.ImageJob` or specs), equal but for ``seed``.
+        jobs: the seeds' jobs (:class:`repens.jobs.job.ImageJob` or specs), equal but for ``seed``.
         outs: each seed's metrics JSON, in the order of ``jobs``.
         checkpoint: the stack's checkpoint (default :func:`stack_checkpoint`), keyed by the
             job and the seeds: a stack of other seeds or settings sets it aside.

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from repens.atomic import save_npz_atomic
-from repens.fitting import fit_particles, train_settings
-from repens.job import SyntheticJob
-from repens.posteriors import TargetPosterior
-from repens.targets import make_target
+from repens.core.atomic import save_npz_atomic
+from repens.jobs.job import SyntheticJob
+from repens.models.posteriors import TargetPosterior
+from repens.models.targets import make_target
+from repens.training.fitting import fit_particles, train_settings
 
 log = logging.getLogger("repens.synthetic")
 
@@ -30,7 +30,7 @@ def initial_particles(job: SyntheticJob, generator: torch.Generator) -> torch.Te
 def run_synthetic(job: SyntheticJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
     """Train one method on one synthetic target and save the particles to ``out`` (.npz).
 
-    ``job``: a :class:`repens.job.SyntheticJob` or its spec. The file holds ``particles``
+    ``job``: a :class:`repens.jobs.job.SyntheticJob` or its spec. The file holds ``particles``
     (n, 2), ``initial`` (n, 2) and ``job`` (the JSON spec, including the scale), so plots
     and tables never need the config.
     """

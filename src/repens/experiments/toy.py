@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from repens.atomic import save_npz_atomic
+from repens.core.atomic import save_npz_atomic
 from repens.data.toy import ToyData, make_toy
-from repens.fitting import fit_particles, train_settings
-from repens.job import ToyJob, ToyNetwork
-from repens.minibatches import batch_sampler
-from repens.models import mlp
-from repens.particles import StackedModel
-from repens.posteriors import Batch, NetworkPosterior
+from repens.jobs.job import ToyJob, ToyNetwork
+from repens.methods.minibatches import batch_sampler
+from repens.models.networks import mlp
+from repens.models.particles import StackedModel
+from repens.models.posteriors import Batch, NetworkPosterior
+from repens.training.fitting import fit_particles, train_settings
 
 log = logging.getLogger("repens.toy")
 
@@ -39,7 +39,7 @@ def toy_posterior(
     network: ToyNetwork | Mapping[str, Any], data: ToyData, dtype: torch.dtype = torch.float32
 ) -> NetworkPosterior:
     """MLP (``hidden`` ReLU layers) with N(0, prior_std^2 I) on all weights, Gaussian (sd
-    ``noise_std``) or softmax likelihood: :class:`repens.job.ToyNetwork` (a toy or HMC job is
+    ``noise_std``) or softmax likelihood: :class:`repens.jobs.job.ToyNetwork` (a toy or HMC job is
     one; from a dict, its keys), shared with the HMC job."""
     network = ToyNetwork.pick(network)
     net = mlp(data.x_train.shape[-1], list(network.hidden), data.num_outputs).to(dtype)
@@ -72,7 +72,7 @@ def toy_predictions(posterior: NetworkPosterior, params: torch.Tensor, data: Toy
 
 def run_toy(job: ToyJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
     """Train one method on one toy data set (G.2 / G.3) and save its predictions to ``out``
-    (``job``: a :class:`repens.job.ToyJob` or its spec)."""
+    (``job``: a :class:`repens.jobs.job.ToyJob` or its spec)."""
     job = ToyJob.of(job)
     data = make_toy(job.dataset, job.seed)
     posterior = toy_posterior(job, data)

@@ -14,15 +14,15 @@ homoscedastic noise sd on the standardized targets):
 * NLL of the members' equal-weight mixture ``1/S sum_s N(y | m_s, sigma^2)``
   (:func:`mixture_metrics`), ``nll_mixture``: with Pearce's sigma^2 = 1e-7 (energy,
   naval, yacht) a few members cannot cover a test point and it runs to 1e3-1e4;
-* the repulsion diagnostic ``||repulsion|| / ||drift||`` (:func:`repens.updates.repulsion_ratio`),
+* the repulsion diagnostic ``||repulsion|| / ||drift||`` (:func:`repens.methods.updates.repulsion_ratio`),
   its mean over the log steps and its last value.
 
 Training follows Pearce et al.'s protocol (their Table 4 in ``config.yaml``): shuffled
-epochs (:class:`repens.minibatches.EpochSampler`), the learning rate decayed per epoch
+epochs (:class:`repens.methods.minibatches.EpochSampler`), the learning rate decayed per epoch
 (``lr_decay``), Adam.
 
 When the stack is done, each split's result is written to ``<out dir>/split<K>.json``
-(with the job's key, :func:`repens.jobkey.job_key`); a rerun of the same settings
+(with the job's key, :func:`repens.core.jobkey.job_key`); a rerun of the same settings
 reuses them, and a killed stack resumes from its checkpoint (keyed likewise), so a
 killed job loses at most the last checkpoint interval. Results and checkpoints made
 under other settings are set aside (``<name>.stale``) and redone.
@@ -44,15 +44,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from repens.atomic import write_json_atomic
+from repens.core.atomic import write_json_atomic
+from repens.core.jobkey import load_keyed_json
 from repens.data.uci import UCI_FOLDERS, UCISplit, dataset_info, load_split
-from repens.fitting import fit_particles, remove_checkpoints, train_settings
-from repens.job import UCIJob, UCINetwork
-from repens.jobkey import load_keyed_json
-from repens.minibatches import EpochSampler
-from repens.models import mlp
-from repens.particles import StackedModel
-from repens.posteriors import NetworkPosterior
+from repens.jobs.job import UCIJob, UCINetwork
+from repens.methods.minibatches import EpochSampler
+from repens.models.networks import mlp
+from repens.models.particles import StackedModel
+from repens.models.posteriors import NetworkPosterior
+from repens.training.fitting import fit_particles, remove_checkpoints, train_settings
 
 log = logging.getLogger("repens.uci")
 
@@ -99,7 +99,7 @@ def uci_posterior(network: UCINetwork | Mapping[str, Any], split: UCISplit, hidd
     """One-hidden-layer ReLU MLP (``hidden`` units unless the network sets ``hidden``; an
     output bias unless ``output_bias`` is false), Gaussian
     likelihood with sd ``noise_std`` on standardized targets, prior from ``prior_bias_var``
-    (:func:`layer_prior_stds`) or isotropic ``prior_std`` (:class:`repens.job.UCINetwork`:
+    (:func:`layer_prior_stds`) or isotropic ``prior_std`` (:class:`repens.jobs.job.UCINetwork`:
     a UCI job is one; from a dict, its keys)."""
     network = UCINetwork.pick(network)
     widths = list(network.hidden or [hidden])
@@ -286,7 +286,7 @@ def _summary(job: UCIJob, results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_uci(job: UCIJob | Mapping[str, Any], out: Path, checkpoint: Path | None = None) -> None:
     """Train one method on the first ``splits`` (default all) splits of one UCI dataset
-    (``job``: a :class:`repens.job.UCIJob` or its spec).
+    (``job``: a :class:`repens.jobs.job.UCIJob` or its spec).
 
     The splits train as one stack (:func:`train_splits`), checkpointed as one; each
     split's result is then written to ``<out dir>/split<K>.json`` with the job's key. A

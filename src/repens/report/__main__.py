@@ -7,7 +7,7 @@ the toys, from the files the pipeline steps of :mod:`repens.summaries` wrote.
 * ``toy-figure --dataset regression --data <npz> --out-png ... --out-pdf ...``
 
 The runs (``RUN``, ``INPUT``) are the result files the step read: a table names them in its
-provenance sidecar (:func:`repens.provenance.write_sidecar`), a synthetic figure draws
+provenance sidecar (:func:`repens.jobs.provenance.write_sidecar`), a synthetic figure draws
 their particles. ``--labels``: ``config.yaml``'s display names as JSON. A malformed or
 missing file is one line, ``error: <path>: ...``, exit 2.
 """
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from repens.errors import DataError, one_line
+from repens.core.errors import DataError, one_line
 
 
 def _table_args(sub, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> None:
         plot[args.dataset](args.data, Path(args.out_png), Path(args.out_pdf), labels=labels)
         return
     write(args.summary, Path(args.out_csv), Path(args.out_tex), labels=labels, out_html=html)
-    from repens.provenance import write_sidecar
+    from repens.jobs.provenance import write_sidecar
 
     write_sidecar(args.out_csv, args.inputs)
 

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repens.atomic import write_bytes_atomic
-from repens.errors import DataFileError
+from repens.core.atomic import write_bytes_atomic
+from repens.core.errors import DataFileError
 from repens.report.files import ResultFileMissing
 from repens.report.style import VERDICT_COLOURS, figure_style
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from repens import registry
+from repens.core import registry
 from repens.report.evidence import (  # noqa: F401
     DEFAULT_GROUPS,
     Evidence,

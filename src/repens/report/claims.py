@@ -13,11 +13,11 @@ It reads tables only (never trains):
 * ``results/table2_uci.csv`` (Table 2: :mod:`repens.report.uci`), when present,
 * the transcribed values of the papers: ``workflow/resources/table1_paper.csv`` and
   ``workflow/resources/table2_seeds.csv``,
-* ``results/convergence.csv`` (:mod:`repens.summaries.convergence`: the :mod:`repens.convergence`
+* ``results/convergence.csv`` (:mod:`repens.summaries.convergence`: the :mod:`repens.summaries.converged`
   verdict of each Table 1 / Table 2 run, from its ``metrics.json`` and training log), when given.
 
 The scale of a table (``quick`` or ``paper``) comes from its ``scale`` column, else from
-its provenance sidecar ``<csv>.provenance.json`` (:mod:`repens.provenance`).
+its provenance sidecar ``<csv>.provenance.json`` (:mod:`repens.jobs.provenance`).
 
 **The verdict rule** (:func:`compare`, :func:`combine`). Every claim is a set of
 comparisons between two quantities, each a mean with a standard error (over seeds, or
@@ -377,7 +377,7 @@ def write_scorecard(
     rows, claims first."""
     import pandas as pd
 
-    from repens.atomic import write_text_atomic
+    from repens.core.atomic import write_text_atomic
     from repens.report.tables import plain_table, write_table
 
     evidence = Evidence(files, labels, groups)
@@ -473,7 +473,7 @@ def write_scorecard_html(claims_csv: Path | str, out_html: Path | str, figures: 
     figures in ``figures`` (one ``<claim id>.png`` each)."""
     import pandas as pd
 
-    from repens.atomic import write_text_atomic
+    from repens.core.atomic import write_text_atomic
 
     def read(path: Path) -> pd.DataFrame:
         if not path.is_file():

@@ -11,8 +11,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from repens import registry
-from repens.errors import DataFileError
+from repens.core import registry
+from repens.core.errors import DataFileError
 from repens.report.files import read_json
 from repens.report.verdicts import (
     EXACT,
@@ -104,7 +104,7 @@ METRIC_LABELS = {
 DATASET_LABELS = {d: registry.dataset_label(d, short=True) for d in registry.datasets_of("image") if registry.ood_of(d)}
 
 
-#: the method groups the claims compare (config.yaml keys), as ``repens.config.method_groups``
+#: the method groups the claims compare (config.yaml keys), as ``repens.pipeline.config.method_groups``
 #: derives them from the repository's config.yaml (a test keeps the two equal); the scorecard
 #: takes the groups of the config it is built for (``Evidence(groups=...)``, the CLI's
 #: ``--groups``), so a method added to the config joins its group
@@ -226,7 +226,7 @@ class Evidence:
         mine = [r for r in rows if r.get("method") == method]
         if not mine:
             return Estimate.absent(label, f"{self.paths['toy']}: no {method} row")
-        # never scored against an unconverged HMC reference (repens.hmc.convergence; the
+        # never scored against an unconverged HMC reference (repens.training.hmc.convergence; the
         # column is absent from tables written before it existed)
         if any(str(r.get("hmc_converged", "")).strip() in ("0", "False") for r in mine):
             return Estimate.absent(
@@ -339,7 +339,7 @@ def _verdict_value(text: Any) -> bool | None:
 
 
 def _first_part(reason: str) -> str:
-    """The first clause of a :class:`repens.convergence.Verdict` reason (its failing check
+    """The first clause of a :class:`repens.summaries.converged.Verdict` reason (its failing check
     comes first), so the scorecard's reason stays one short line."""
     return reason.split("; ")[0].split(" [")[0].strip() or "no reason recorded"
 

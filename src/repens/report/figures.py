@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from repens.atomic import save_figure_atomic
+from repens.core.atomic import save_figure_atomic
 
 __all__ = ["save_figure", "save_png_pdf"]
 

@@ -4,7 +4,7 @@ Every reader of a result file (``metrics.json``, ``predictions.npz``, ``particle
 an HMC run's ``diagnostics.json``) goes through :func:`read_npz` or :func:`read_json`:
 a file that is truncated, corrupt (an ``.npz`` member that fails its CRC-32, a
 ``BadZipFile``, JSON that does not parse) or lacks what the table needs raises
-:class:`repens.errors.DataFileError` (a ``ValueError``), whose message is one line
+:class:`repens.core.errors.DataFileError` (a ``ValueError``), whose message is one line
 naming the file; ``python -m repens`` prints it as ``error: <path>: ...`` and exits 2. A
 missing file raises :class:`ResultFileMissing` (a ``FileNotFoundError``), also one line.
 """
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from repens.errors import DataError, DataFileError, one_line
+from repens.core.errors import DataError, DataFileError, one_line
 
 __all__ = ["ResultFileMissing", "read_npz", "read_json"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from repens import registry
-from repens.errors import DataFileError
+from repens.core import registry
+from repens.core.errors import DataFileError
 from repens.report.files import read_json
 from repens.report.tables import (
     Column,
@@ -53,7 +53,7 @@ TABLE1_COLUMNS = [
 ]
 
 #: four of the paper's columns as the authors' released code computes them
-#: (repens.evaluation: ``*_code``), each with the paper's column it stands beside
+#: (repens.evaluation.predictive: ``*_code``), each with the paper's column it stands beside
 CODE_COLUMNS = [
     Column("nll_code", "NLL (code)", "min", 3, plain="NLL (code: -log mean p)"),
     Column("ece_code", "ECE (code)", "min", 3, plain="ECE (code: 30 bins)"),
@@ -77,7 +77,7 @@ EXTRA_COLUMNS = [
     *CODE_COLUMNS,
 ]
 
-#: each image data set's label, and the label of its OOD set (repens.registry, which config.yaml's `ood:` follows)
+#: each image data set's label, and the label of its OOD set (repens.core.registry, which config.yaml's `ood:` follows)
 DATASET_LABELS = {d: registry.dataset_label(d) for d in registry.image_datasets()}
 OOD_LABELS = {d: registry.ood_label(d) for d in registry.datasets_of("image") if registry.ood_of(d)}
 

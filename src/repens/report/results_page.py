@@ -6,7 +6,7 @@ every paper-scale run: per job its result file (``metrics.json``, ``particles.np
 ``predictions.npz``, an HMC run's ``diagnostics.json``), ``benchmark.tsv`` (wall and CPU
 time), ``campaign.json`` (the machine and what ran beside it) and, under
 ``reference/logs/``, its log. Every result file carries its provenance (commit, Python,
-torch and snakemake versions, device and CPU, job key: :mod:`repens.provenance`).
+torch and snakemake versions, device and CPU, job key: :mod:`repens.jobs.provenance`).
 
 * :func:`publish` copies what a rebuild from the tree built (``snakemake -c2 rebuild
   --config scale=paper from_reference=true``: tables with their provenance sidecars,
@@ -273,7 +273,7 @@ def _job_files(reference: Path, experiment: str, runs: Sequence[str]) -> list[Pa
 
 def _provenance(path: Path) -> dict[str, Any]:
     """The provenance stamped in a result file ({} if none); a corrupt file: one line naming it."""
-    from repens.errors import DataFileError
+    from repens.core.errors import DataFileError
     from repens.report.files import read_json, read_npz
 
     if path.suffix == ".json":
@@ -321,7 +321,7 @@ def inventory(
 ) -> list[dict[str, Any]]:
     """Per (experiment, dataset): the runs (default: the published ones, else every run in
     the tree) against the grid the config runs at paper scale (``seeds``: each
-    experiment's seeds there, :func:`repens.config.paper_seeds`), with their seeds,
+    experiment's seeds there, :func:`repens.pipeline.config.paper_seeds`), with their seeds,
     software, machines and time."""
     reference = Path(reference)
     if runs is None:
@@ -571,39 +571,9 @@ def _section_lines(section: Any, kept: Path, link: Path) -> list[str]:
     return lines
 
 
-def write_page(
-    reference: Path | str, config: Mapping[str, Any], seeds: Mapping[str, Sequence[int]], out: Path | str
-) -> str:
-    """The results page, from the reference tree alone (links relative to ``out``; ``seeds``:
-    as :func:`inventory`)."""
-    import os
-
-    from repens.atomic import write_text_atomic
-
-    reference, out = Path(reference), Path(out)
-    kept = reference / "results"
-    link = Path(os.path.relpath(kept, out.parent))
-    inv = inventory(reference, config, seeds)
-    lines = [
-        "# Paper-scale results",
-        "",
-        "Generated from the reference tree (`reference/`) by `python -m repens reference page`; do not edit. "
-        "Every number below comes from a run at the paper's settings whose files are committed under "
-        "`reference/`; `snakemake -c2 rebuild --config scale=paper from_reference=true` rebuilds every table "
-        'and figure from them without training (README, "Paper-scale results"). A claim counts as reproduced '
-        "only at the paper's settings, over its seeds, with error bars: a cell with one seed is compared "
-        "with the paper's mean ± s.e. but has no spread of its own yet.",
-        "",
-        "## What the tables rest on",
-        "",
-        f"The runs listed in [`runs.json`]({link / RUNS}) (the tree's runs when the tables were last built); "
-        "runs the campaign has committed since then join at the next `python -m repens reference publish`. "
-        "CPU-hours: the CPU time of the runs trained on a CPU; GPU-hours: the wall time of those trained on "
-        "a GPU; both over every call of a job, interrupted ones included. Machine: the CPU, or the GPU a run "
-        "trained on.",
-        "",
-    ]
-    lines += _markdown(
+def _inventory_table(inv: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The page's table of what the tables rest on (:func:`inventory`'s rows)."""
+    return _markdown(
         [
             "experiment",
             "dataset",
@@ -630,6 +600,41 @@ def write_page(
             for r in inv
         ],
     )
+
+
+def write_page(
+    reference: Path | str, config: Mapping[str, Any], seeds: Mapping[str, Sequence[int]], out: Path | str
+) -> str:
+    """The results page, from the reference tree alone (links relative to ``out``; ``seeds``:
+    as :func:`inventory`)."""
+    import os
+
+    from repens.core.atomic import write_text_atomic
+
+    reference, out = Path(reference), Path(out)
+    kept = reference / "results"
+    link = Path(os.path.relpath(kept, out.parent))
+    inv = inventory(reference, config, seeds)
+    lines = [
+        "# Paper-scale results",
+        "",
+        "Generated from the reference tree (`reference/`) by `python -m repens reference page`; do not edit. "
+        "Every number below comes from a run at the paper's settings whose files are committed under "
+        "`reference/`; `snakemake -c2 rebuild --config scale=paper from_reference=true` rebuilds every table "
+        'and figure from them without training (README, "Paper-scale results"). A claim counts as reproduced '
+        "only at the paper's settings, over its seeds, with error bars: a cell with one seed is compared "
+        "with the paper's mean ± s.e. but has no spread of its own yet.",
+        "",
+        "## What the tables rest on",
+        "",
+        f"The runs listed in [`runs.json`]({link / RUNS}) (the tree's runs when the tables were last built); "
+        "runs the campaign has committed since then join at the next `python -m repens reference publish`. "
+        "CPU-hours: the CPU time of the runs trained on a CPU; GPU-hours: the wall time of those trained on "
+        "a GPU; both over every call of a job, interrupted ones included. Machine: the CPU, or the GPU a run "
+        "trained on.",
+        "",
+    ]
+    lines += _inventory_table(inv)
     lines += _not_run_lines(inv)
     for section in SECTIONS:
         lines += _section_lines(section, kept, link)

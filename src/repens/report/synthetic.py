@@ -12,7 +12,7 @@ the files of the pipeline step :mod:`repens.summaries.synthetic`; this module re
   order (the paper's layout: SVGD, kde-WGD, sge-WGD, ssge-WGD): target
   log-density contours, particles (blue) and the one-dimensional marginals as
   KDEs of exact target samples (red) and of the particles (blue).
-* the same from the runs alone, the step run in the same process: :mod:`repens.from_runs`
+* the same from the runs alone, the step run in the same process: :mod:`repens.pipeline.from_runs`
   (``python -m repens synthetic-table``, ``synthetic-figure``).
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from repens.errors import DataFileError
+from repens.core.errors import DataFileError
 from repens.report.files import read_json
 from repens.report.files import read_npz as _read_npz
 

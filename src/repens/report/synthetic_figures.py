@@ -6,7 +6,7 @@ particles and the figure file of the pipeline step :mod:`repens.summaries.synthe
   order (the paper's layout: SVGD, kde-WGD, sge-WGD, ssge-WGD): target log-density
   contours, particles (blue) and the one-dimensional marginals as KDEs of exact target
   samples (red) and of the particles (blue).
-* the same from the runs alone, the step run in the same process: :mod:`repens.from_runs`
+* the same from the runs alone, the step run in the same process: :mod:`repens.pipeline.from_runs`
   (``python -m repens synthetic-figure``).
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from repens.errors import DataFileError
+from repens.core.errors import DataFileError
 from repens.report.figures import save_png_pdf
 from repens.report.style import PALETTE, figure_style
 from repens.report.synthetic import PAPER_FIGURES, TARGET_TITLES, Run, load_runs, read_npz

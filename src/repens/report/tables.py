@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from repens.atomic import save_figure_atomic, write_text_atomic
+from repens.core.atomic import save_figure_atomic, write_text_atomic
 
 __all__ = [
     "Column",

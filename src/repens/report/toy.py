@@ -10,7 +10,7 @@ module reads and formats them. Figures 1 and 3 are drawn by :mod:`repens.report.
   classification), CSV, booktabs LaTeX and HTML through :mod:`repens.report.tables`,
   from ``results/toy/distances.json``;
 * the same from the prediction files, the step run in the same process:
-  :mod:`repens.from_runs` (``python -m repens toy-table``).
+  :mod:`repens.pipeline.from_runs` (``python -m repens toy-table``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from repens import registry
-from repens.errors import DataFileError
+from repens.core import registry
+from repens.core.errors import DataFileError
 from repens.report.files import read_json
 
 log = logging.getLogger("repens.report")
@@ -419,7 +419,7 @@ def write_distance_table_from(
     (see :data:`COLUMNS`, NaN where a dataset is absent):
 
     * regression, with the predictive at x summarised by the Gaussian with the
-      mixture's mean and sd (:func:`repens.distances.mixture_moments`):
+      mixture's mean and sd (:func:`repens.evaluation.distances.mixture_moments`):
       ``w2_data``, ``w2_gap``, ``w2_outside``: mean over the test points of a
       region (:func:`repens.summaries.toy.regression_regions`) of ``W2(method, HMC) =
       sqrt((m - m_HMC)^2 + (s - s_HMC)^2)``; ``gap_sd`` / ``hmc_gap_sd``: mean total
@@ -428,7 +428,7 @@ def write_distance_table_from(
       ``gap_sd_epistemic_ratio``: the same for the sd of f alone (no noise; the
       sharper test of in-between uncertainty, since the noise floor is shared);
     * classification: ``kl_near`` / ``kl_far``: mean over grid points of
-      ``KL(p_HMC || p_method)`` (:func:`repens.distances.categorical_kl`) within
+      ``KL(p_HMC || p_method)`` (:func:`repens.evaluation.distances.categorical_kl`) within
       :data:`NEAR_RADIUS` of a training point / farther; ``entropy_near`` /
       ``entropy_far`` and ``hmc_entropy_near`` / ``hmc_entropy_far``: mean
       predictive entropies (nats);

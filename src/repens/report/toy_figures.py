@@ -6,7 +6,7 @@ the data and the predictive's mean and sd (regression) or entropy (classificatio
   +-1/2/3 sd bands of the predictive mixture, training points, ``x sin x``).
 * :func:`plot_classification_panels_from`: Figure 3, predictive entropy over the grid.
 * the same from the prediction files, the step run in the same process:
-  :mod:`repens.from_runs` (``python -m repens toy-figure``).
+  :mod:`repens.pipeline.from_runs` (``python -m repens toy-figure``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from repens.errors import DataFileError
+from repens.core.errors import DataFileError
 from repens.report.figures import save_png_pdf
 from repens.report.files import read_npz
 from repens.report.style import PALETTE, figure_style

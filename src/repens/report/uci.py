@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from repens import registry
-from repens.errors import DataFileError
+from repens.core import registry
+from repens.core.errors import DataFileError
 from repens.report.files import read_json
 from repens.report.tables import (
     Column,
@@ -54,7 +54,7 @@ UCI_COLUMNS = [
     Column("repulsion_ratio_mean", r"$\|r\|/\|d\|$", better=None, digits=3, plain="repulsion/drift"),
 ]
 
-#: each UCI data set's label (repens.registry)
+#: each UCI data set's label (repens.core.registry)
 DATASET_LABELS = {d: registry.dataset_label(d) for d in registry.uci_datasets()}
 
 

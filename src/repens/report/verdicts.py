@@ -50,7 +50,7 @@ class Estimate:
     the last digit a paper printed (0.005 for "0.07 ± 0.00"): the interval is widened by
     it and the error taken as at least it, so a value printed as 0.00 ± 0.00 reads as
     "below 0.005", not as exact. ``converged`` / ``convergence``: whether the runs behind
-    it converged (:mod:`repens.convergence`, read from ``results/convergence.csv``: True,
+    it converged (:mod:`repens.summaries.converged`, read from ``results/convergence.csv``: True,
     False, or None when unknown) and the one-line reason; ``convergence`` is empty where
     no check applies (a printed value, a constant, or no convergence table given).
     """

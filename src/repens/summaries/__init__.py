@@ -1,7 +1,7 @@
 """Pipeline steps that compute what a table or figure shows and write it to a small file.
 
-Each module here reads the jobs' result files, computes (with :mod:`repens.targets`,
-:mod:`repens.metrics`, :mod:`repens.distances`) and writes its numbers under
+Each module here reads the jobs' result files, computes (with :mod:`repens.models.targets`,
+:mod:`repens.evaluation.metrics`, :mod:`repens.evaluation.distances`) and writes its numbers under
 ``results/``; :mod:`repens.report` reads those files and only formats and draws. Run
 each as ``python -m repens.summaries.<experiment> <command> ...`` (the workflow rules do).
 

@@ -1,7 +1,7 @@
 """Whether the runs behind each Table 1 / Table 2 row converged: a pipeline step (rule
 ``check_convergence``) writing ``results/convergence.csv``, which the claim scorecard
 (:mod:`repens.report.claims`) reads: a comparison resting on an unconverged run is
-inconclusive. The verdicts are :mod:`repens.convergence`'s, from each run's
+inconclusive. The verdicts are :mod:`repens.summaries.converged`'s, from each run's
 ``metrics.json`` and training log.
 
 ``python -m repens.summaries.convergence convergence --out results/convergence.csv
@@ -23,14 +23,14 @@ CONVERGENCE_COLUMNS = ("experiment", "dataset", "method", "seed", "converged", "
 
 
 def convergence_rows(results: Path | str = "results", log_root: Path | str | None = None) -> list[dict[str, str]]:
-    """The convergence verdict (:mod:`repens.convergence`) of every Table 1 and Table 2 run
+    """The convergence verdict (:mod:`repens.summaries.converged`) of every Table 1 and Table 2 run
     present under ``results`` (``<results>/{image,uci}/<dataset>/<method>/seed<N>/metrics.json``).
 
     Each run's log is ``<log_root>/<provenance.log>`` when ``log_root`` is given and that
     file exists (a rebuild from the reference tree: its logs stay in ``reference/logs/``,
-    never restored), else the one :mod:`repens.convergence` finds beside ``results``
+    never restored), else the one :mod:`repens.summaries.converged` finds beside ``results``
     (``logs/...``). A UCI run's fit check reads the deep ensemble's log the same way."""
-    from repens.convergence import check_image_run, check_uci_run
+    from repens.summaries.converged import check_image_run, check_uci_run
 
     results = Path(results)
 
@@ -77,7 +77,7 @@ def write_convergence(
     (:meth:`repens.report.evidence.Evidence.convergence`)."""
     import io
 
-    from repens.atomic import write_text_atomic
+    from repens.core.atomic import write_text_atomic
 
     rows = convergence_rows(results, log_root)
     buffer = io.StringIO()

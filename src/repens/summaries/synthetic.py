@@ -14,7 +14,7 @@ A pipeline step (rules ``summarize_synthetic``, ``plot_gaussian``, ``plot_funnel
 
 Everything random (the exact reference samples, the i.i.d. baseline draws) uses fixed
 ``torch.Generator`` seeds, so the files are reproducible. Metric definitions are
-documented in :mod:`repens.metrics`.
+documented in :mod:`repens.evaluation.metrics`.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from repens.atomic import save_npz_atomic, write_json_atomic
-from repens.errors import DataError, one_line
-from repens.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
+from repens.core.atomic import save_npz_atomic, write_json_atomic
+from repens.core.errors import DataError, one_line
+from repens.evaluation.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
+from repens.models.targets import make_target
 from repens.report.synthetic import METRIC_KEYS, Run, load_run
-from repens.targets import make_target
 
 log = logging.getLogger("repens.summaries")
 
@@ -168,7 +168,7 @@ def compute_metrics(
 ) -> dict[str, Any]:
     """Sample-quality metrics of a particle set against the exact target.
 
-    Metrics (see :mod:`repens.metrics` for the estimators):
+    Metrics (see :mod:`repens.evaluation.metrics` for the estimators):
 
     * ``mean_error``: ``||mean(particles) - E[target]||_2``.
     * ``cov_rel_err_xx`` / ``cov_rel_err_yy``: ``|hat S_ii - S_ii| / |S_ii|`` with

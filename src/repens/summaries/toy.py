@@ -25,7 +25,7 @@ Commands (``python -m repens.summaries.toy ...``):
   :func:`figure_data`, per panel the inputs, the data and the predictive's mean and sd
   (regression) or entropy (classification); :mod:`repens.report.toy_figures` draws it.
 
-Distances are defined in :mod:`repens.distances`.
+Distances are defined in :mod:`repens.evaluation.distances`.
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from repens.atomic import save_npz_atomic, write_json_atomic
+from repens.core.atomic import save_npz_atomic, write_json_atomic
+from repens.core.errors import DataError, DataFileError, one_line
 from repens.data.toy import REGRESSION_CLUSTERS
-from repens.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
-from repens.errors import DataError, DataFileError, one_line
-from repens.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX, HMCSettings
+from repens.evaluation.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
 from repens.report.files import read_npz
 from repens.report.synthetic import LABELS
 from repens.report.toy import CLASSIFICATION_COLUMNS, COLUMNS, DATASETS, NEAR_RADIUS, REGRESSION_COLUMNS, run_record
+from repens.training.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX, HMCSettings
 
 log = logging.getLogger("repens.summaries")
 
@@ -89,7 +89,7 @@ class ToyPredictions:
     f_test: np.ndarray | None = None  # regression: (S, T) float64
     noise_std: float | None = None  # regression
     probs_test: np.ndarray | None = None  # classification: (T, C) float64
-    #: an HMC reference: converged at the paper-scale thresholds (repens.hmc.convergence);
+    #: an HMC reference: converged at the paper-scale thresholds (repens.training.hmc.convergence);
     #: None for a method's file
     converged: bool | None = None
 
@@ -245,7 +245,7 @@ def _classification_fields(
 def _converged_by_job(job: Mapping[str, Any]) -> bool:
     """An HMC file written before it recorded ``converged``: its predictions exist only if
     the job's own check passed, so it is converged when that check was at least as strict
-    as the paper-scale thresholds (:data:`repens.hmc.CONVERGED_RHAT_MAX`, ``_ESS_MIN``)."""
+    as the paper-scale thresholds (:data:`repens.training.hmc.CONVERGED_RHAT_MAX`, ``_ESS_MIN``)."""
     try:
         settings = HMCSettings.from_dict(job.get("hmc"))
     except (TypeError, ValueError):

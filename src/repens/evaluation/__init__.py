@@ -1,0 +1,1 @@
+"""Metrics of trained ensembles and distances between samples."""

@@ -1,0 +1,1 @@
+"""The methods' steps: update rules, step sizes, optimizers, minibatches."""
