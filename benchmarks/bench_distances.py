@@ -79,8 +79,10 @@ def main() -> None:
     base = statistics.median(times["plain GEMM"])
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"time of one ({n}, {n}) matrix, d={d}, {args.threads} thread(s): {name:>10} {med * 1e3:8.2f} ms"
-              f"  ({med / base:.2f}x plain)")
+        print(
+            f"time of one ({n}, {n}) matrix, d={d}, {args.threads} thread(s): {name:>10} {med * 1e3:8.2f} ms"
+            f"  ({med / base:.2f}x plain)"
+        )
 
 
 if __name__ == "__main__":

@@ -11,9 +11,9 @@ own subprocess with that revision's ``src`` first on ``sys.path``; the two alter
   standard number) into one problem. Each draws its batches as its UCI training does:
   the baseline a fresh random batch every step, this engine in epochs (one permutation
   per split and epoch, ``repens.methods.minibatches.EpochSampler``, Pearce et al.'s protocol).
-  Throughput is splits x steps / s. Also a hand-written step of the same arithmetic (explicit batched matmuls, backward by hand,
-  Adam in place; DE; batches in epochs as the engine's), timed in the current process, as
-  the limit for a small network.
+  Throughput is splits x steps / s. Also a hand-written step of the same arithmetic
+  (explicit batched matmuls, backward by hand, Adam in place; DE; batches in epochs as the
+  engine's), timed in the current process, as the limit for a small network.
 * ``protein``: the largest UCI stack, as Table 2 trains it: 5 members, MLP 9-100-1, 41,157
   training rows, batch 8192, the 5 standard splits stacked (``--splits`` does not apply).
   Its activations (82 MB a layer for the stack) are far above the cache and glibc's mmap
@@ -61,13 +61,37 @@ METHODS = {
 }
 
 CONFIGS = {
-    "uci": {"inputs": 13, "hidden": [50], "outputs": 1, "rows": 455, "particles": 5, "batch": 64, "steps": 300,
-            "epochs": True},
-    "protein": {"inputs": 9, "hidden": [100], "outputs": 1, "rows": 41157, "particles": 5, "batch": 8192,
-                "steps": 20, "epochs": True, "splits": 5},
+    "uci": {
+        "inputs": 13,
+        "hidden": [50],
+        "outputs": 1,
+        "rows": 455,
+        "particles": 5,
+        "batch": 64,
+        "steps": 300,
+        "epochs": True,
+    },
+    "protein": {
+        "inputs": 9,
+        "hidden": [100],
+        "outputs": 1,
+        "rows": 41157,
+        "particles": 5,
+        "batch": 8192,
+        "steps": 20,
+        "epochs": True,
+        "splits": 5,
+    },
     "toy": {"inputs": 1, "hidden": [50, 50], "outputs": 1, "rows": 90, "particles": 50, "batch": 64, "steps": 100},
-    "fashionmnist": {"inputs": 784, "hidden": [100, 100, 100], "outputs": 10, "rows": 60000, "particles": 50,
-                     "batch": 256, "steps": 3},
+    "fashionmnist": {
+        "inputs": 784,
+        "hidden": [100, 100, 100],
+        "outputs": 10,
+        "rows": 60000,
+        "particles": 50,
+        "batch": 256,
+        "steps": 3,
+    },
     "resnet32": {"resnet": True, "particles": 20, "batch": 128, "steps": 1, "rows": 50000, "outputs": 10},
 }
 
@@ -78,11 +102,11 @@ def _setup(config: dict, method: str, sets: int, device: str = "cpu"):
     on ``device`` (the run's generator too, as a GPU run has it)."""
     import torch
 
+    from repens.methods.updates import StepContext, make_update
     from repens.models.kernels import RBF
     from repens.models.networks import mlp
     from repens.models.particles import StackedModel
     from repens.models.posteriors import NetworkPosterior
-    from repens.methods.updates import StepContext, make_update
 
     g = torch.Generator(device=device).manual_seed(0)
     if config.get("resnet"):
@@ -97,8 +121,11 @@ def _setup(config: dict, method: str, sets: int, device: str = "cpu"):
     likelihood = "gaussian" if config["outputs"] == 1 else "categorical"
     rows = x.shape[-2] if not config.get("resnet") else x.shape[0]
     y_shape = x.shape[:-1] if not config.get("resnet") else (rows,)
-    y = torch.randn(*y_shape, generator=g, device=device) if likelihood == "gaussian" else torch.randint(
-        0, config["outputs"], y_shape, generator=g, device=device)
+    y = (
+        torch.randn(*y_shape, generator=g, device=device)
+        if likelihood == "gaussian"
+        else torch.randint(0, config["outputs"], y_shape, generator=g, device=device)
+    )
     post = NetworkPosterior(model, likelihood, num_train=config["rows"], prior_std=1.0, noise_std=0.3)
     spec = dict(METHODS[method])
     rule, space = spec.pop("rule"), spec.pop("space", "weight")
@@ -112,7 +139,9 @@ def _setup(config: dict, method: str, sets: int, device: str = "cpu"):
     batch = min(config["batch"], rows)
     # UCI training's sampler (repens.methods.minibatches.EpochSampler) where the engine has it, else
     # a fresh random batch each step, as the baseline's training drew them
-    next_batch = (_epoch_sampler(x, y, batch) if config.get("epochs") else None) or _per_step_sampler(x, y, rows, batch, sets)
+    next_batch = (_epoch_sampler(x, y, batch) if config.get("epochs") else None) or _per_step_sampler(
+        x, y, rows, batch, sets
+    )
     anchors = init.clone() if rule == "anchored" else None
     return post, update, init, anchors, next_batch, lambda b, a: StepContext(post, RBF(), g, b, a), g
 
@@ -131,9 +160,11 @@ def _per_step_sampler(x, y, rows: int, batch: int, sets: int):
             idx = torch.stack([torch.randperm(rows, generator=gen, device=gen.device)[:batch] for _ in range(sets)])
             return Batch(x[set_rows.to(idx.device), idx], y[set_rows.to(idx.device), idx])
     else:
+
         def next_batch(gen):
             idx = torch.randperm(rows, generator=gen, device=gen.device)[:batch]
             return Batch(x[idx], y[idx])
+
     return next_batch
 
 
@@ -162,11 +193,60 @@ def _time_method(config: dict, method: str, sets: int, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+#: the package's modules in its layer subpackages -> where an engine of the flat layout
+#: (before the subpackages) kept them; only the modules this benchmark imports
+FLAT_LAYOUT = {
+    "methods.updates": "updates",
+    "methods.minibatches": "minibatches",
+    "models.kernels": "kernels",
+    "models.networks": "models",
+    "models.particles": "particles",
+    "models.posteriors": "posteriors",
+    "training.train": "train",
+    "training.host_memory": "host_memory",
+}
+
+
+def alias_flat_layout(src: str) -> None:
+    """Let ``import repens.<subpackage>.<module>`` load ``repens.<module>`` of an engine of
+    the flat layout (``src`` has no ``repens/core``), so one worker times either engine."""
+    import importlib
+    import importlib.abc
+    import importlib.util
+    import types
+
+    if (Path(src) / "repens" / "core").is_dir():
+        return
+
+    class FlatFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith("repens.") and name[len("repens.") :] in FLAT_LAYOUT:
+                return importlib.util.spec_from_loader(name, self)
+            return None
+
+        def create_module(self, spec):
+            return importlib.import_module("repens." + FLAT_LAYOUT[spec.name[len("repens.") :]])
+
+        def exec_module(self, module) -> None:
+            pass
+
+    for new in FLAT_LAYOUT:
+        package = "repens." + new.rpartition(".")[0]
+        try:  # the flat engine's module of that name (repens.models) becomes a package too
+            module = importlib.import_module(package)
+        except ImportError:
+            module = sys.modules[package] = types.ModuleType(package)
+        if not hasattr(module, "__path__"):
+            module.__path__ = []
+    sys.meta_path.insert(0, FlatFinder())
+
+
 def worker(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
     sys.path.insert(0, args.src)
+    alias_flat_layout(args.src)
     out = {}
     for name in args.configs:
         config = CONFIGS[name]
@@ -226,8 +306,7 @@ def mlp_dim(config: dict) -> int:
 #: (an (n, D) x (D, n) or (n, n) x (n, D) product): squared distances 1, the kernel-gradient
 #: sum 1, SVGD's direction 1 (it folds the kernel gradient in), SGE / SSGE's solve 1; DRLE's
 #: distances and kernel gradients are over particles and n prior draws together (4 + 2)
-_EXTRA_GEMMS = {"de": 0, "anchored": 0, "dle": 0, "drle": 6, "svgd": 2, "kde-wgd": 2, "sge-wgd": 3,
-                "ssge-wgd": 3}
+_EXTRA_GEMMS = {"de": 0, "anchored": 0, "dle": 0, "drle": 6, "svgd": 2, "kde-wgd": 2, "sge-wgd": 3, "ssge-wgd": 3}
 
 
 def flop_bound_vs_de(config: dict, method: str) -> tuple[float, str]:
@@ -258,7 +337,13 @@ def hand_written_de_step(config: dict, sets: int, steps: int, threads: int) -> f
     keep_freed_memory()  # as the engine's loop does: the limit is not page faults
     torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(0)
-    n, d, h, b, rows = config["particles"] * sets, config["inputs"], config["hidden"][0], config["batch"], config["rows"]
+    n, d, h, b, rows = (
+        config["particles"] * sets,
+        config["inputs"],
+        config["hidden"][0],
+        config["batch"],
+        config["rows"],
+    )
     x = torch.randn(sets, rows, d, generator=g)
     y = torch.randn(sets, rows, generator=g)
     w1, b1 = torch.randn(n, d, h, generator=g), torch.zeros(n, 1, h)
@@ -275,7 +360,7 @@ def hand_written_de_step(config: dict, sets: int, steps: int, threads: int) -> f
         if epoch["position"] >= rows:  # batches in epochs, as the engine's UCI training draws them
             epoch["order"] = torch.stack([torch.randperm(rows, generator=g) for _ in range(sets)])
             epoch["position"] = 0
-        idx = epoch["order"][:, epoch["position"]:epoch["position"] + b]
+        idx = epoch["order"][:, epoch["position"] : epoch["position"] + b]
         epoch["position"] += b
         xb = x[set_rows, idx].repeat_interleave(config["particles"], 0)  # (n, b, d)
         yb = y[set_rows, idx].repeat_interleave(config["particles"], 0).unsqueeze(-1)
@@ -313,10 +398,25 @@ def _baseline_src(rev: str, tmp: str) -> str:
 _TUNED_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_max=0"
 
 
-def _run_worker(src: str, configs: list[str], methods: list[str], stack: bool, args, tuned_malloc: bool = False) -> dict:
-    cmd = [sys.executable, __file__, "--worker", "--src", src, "--threads", str(args.threads),
-           *(["--steps", str(args.steps)] if args.steps else []),
-           "--splits", str(args.splits), "--configs", *configs, "--methods", *methods]
+def _run_worker(
+    src: str, configs: list[str], methods: list[str], stack: bool, args, tuned_malloc: bool = False
+) -> dict:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--src",
+        src,
+        "--threads",
+        str(args.threads),
+        *(["--steps", str(args.steps)] if args.steps else []),
+        "--splits",
+        str(args.splits),
+        "--configs",
+        *configs,
+        "--methods",
+        *methods,
+    ]
     if stack:
         cmd.append("--stack")
     env = {**os.environ, "PYTHONPATH": src}
@@ -338,9 +438,12 @@ def main() -> None:
     p.add_argument("--splits", type=int, default=20, help="UCI splits stacked by this engine")
     p.add_argument("--steps", type=int, help="timed steps per method (default: each configuration's own)")
     p.add_argument("--json", help="also write the figures here")
-    p.add_argument("--baseline-malloc", action="store_true",
-                   help="also time the baseline with glibc keeping freed memory (GLIBC_TUNABLES), "
-                        "as this engine does itself: how much of the speed-up the allocator is")
+    p.add_argument(
+        "--baseline-malloc",
+        action="store_true",
+        help="also time the baseline with glibc keeping freed memory (GLIBC_TUNABLES), "
+        "as this engine does itself: how much of the speed-up the allocator is",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--stack", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--src", help=argparse.SUPPRESS)
@@ -362,11 +465,15 @@ def main() -> None:
                 runs["baseline_malloc"].append(_run_worker(old_src, args.configs, args.methods, False, args, True))
             runs["current"].append(_run_worker(new_src, args.configs, args.methods, True, args))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    med = {which: {c: {m: statistics.median(run[c][m] for run in rs) for m in args.methods} for c in args.configs}
-           for which, rs in runs.items()}
+    med = {
+        which: {c: {m: statistics.median(run[c][m] for run in rs) for m in args.methods} for c in args.configs}
+        for which, rs in runs.items()
+    }
     rate = gemm_rate(args.threads)
-    print(f"device: CPU ({args.threads} thread(s)), torch {torch.__version__}; "
-          f"SGEMM 2048^3: {rate:.1f} GFLOP/s (the limit a step is compared with)")
+    print(
+        f"device: CPU ({args.threads} thread(s)), torch {torch.__version__}; "
+        f"SGEMM 2048^3: {rate:.1f} GFLOP/s (the limit a step is compared with)"
+    )
     print(f"baseline engine: {args.baseline}; medians of {args.rounds} alternating rounds\n")
     report: dict = {"gemm_gflops": rate, "baseline": args.baseline, "configs": {}}
     for c in args.configs:
@@ -376,13 +483,20 @@ def main() -> None:
         unit = "splits x steps/s" if uci else "steps/s"
         print(f"== {c}" + (f" ({sets} splits stacked here, one split at a time in the baseline)" if uci else ""))
         tuned = "baseline_malloc" in med
-        print(f"{'method':>10} {'baseline ' + unit:>24} {'current ' + unit:>24} {'speed-up':>9}"
-              + (f" {'vs tuned-malloc baseline':>25}" if tuned else "") + f" {'x DE':>6}  FLOP bound (extra work)")
+        print(
+            f"{'method':>10} {'baseline ' + unit:>24} {'current ' + unit:>24} {'speed-up':>9}"
+            + (f" {'vs tuned-malloc baseline':>25}" if tuned else "")
+            + f" {'x DE':>6}  FLOP bound (extra work)"
+        )
         rows = {}
         for m in args.methods:
             old, new = 1 / med["baseline"][c][m], sets / med["current"][c][m]
-            rows[m] = {"baseline": old, "current": new, "speedup": new / old,
-                       "vs_de": med["current"][c][m] / med["current"][c]["de"] if "de" in args.methods else None}
+            rows[m] = {
+                "baseline": old,
+                "current": new,
+                "speedup": new / old,
+                "vs_de": med["current"][c][m] / med["current"][c]["de"] if "de" in args.methods else None,
+            }
             vs = f"{rows[m]['vs_de']:.2f}" if rows[m]["vs_de"] is not None else "-"
             line = f"{m:>10} {old:>24.1f} {new:>24.1f} {new / old:>8.1f}x"
             if tuned:
@@ -396,14 +510,18 @@ def main() -> None:
         if not config.get("resnet") and "de" in args.methods:
             flops = mlp_de_flops(config) * sets
             share = flops / med["current"][c]["de"] / 1e9 / rate
-            print(f"DE step: {flops / 1e6:.1f} MFLOP, {share:.1%} of the SGEMM rate "
-                  f"(baseline {flops / sets / med['baseline'][c]['de'] / 1e9 / rate:.1%})")
+            print(
+                f"DE step: {flops / 1e6:.1f} MFLOP, {share:.1%} of the SGEMM rate "
+                f"(baseline {flops / sets / med['baseline'][c]['de'] / 1e9 / rate:.1%})"
+            )
             rows["de_gemm_share"] = share
         if uci and "de" in args.methods:
             one = _run_worker(new_src, [c], ["de"], False, args)[c]["de"]
             hand = hand_written_de_step(config, 1, config["steps"], args.threads)
-            print(f"one split, DE: engine {one * 1e3:.3f} ms/step, hand-written batched matmuls "
-                  f"{hand * 1e3:.3f} ms/step: {one / hand:.2f}x the hand-written step")
+            print(
+                f"one split, DE: engine {one * 1e3:.3f} ms/step, hand-written batched matmuls "
+                f"{hand * 1e3:.3f} ms/step: {one / hand:.2f}x the hand-written step"
+            )
             rows["single_split_vs_hand_written"] = one / hand
         report["configs"][c] = rows
         print()

@@ -83,15 +83,38 @@ def child(args) -> int:
         peak_mb = torch.cuda.max_memory_allocated(run.device) / 2**20
     else:
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"start": start, "end": end, "seconds": seconds, "steps": args.steps, "peak_mb": peak_mb,
-                      "pid": os.getpid()}), flush=True)
+    print(
+        json.dumps(
+            {
+                "start": start,
+                "end": end,
+                "seconds": seconds,
+                "steps": args.steps,
+                "peak_mb": peak_mb,
+                "pid": os.getpid(),
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 
 def together(k: int, stage: dict, args) -> list[dict]:
     """k child processes released at once; their reports."""
-    cmd = [sys.executable, __file__, "--child", json.dumps(stage), "--device", args.device, "--steps",
-           str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        json.dumps(stage),
+        "--device",
+        args.device,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--threads",
+        str(args.threads),
+    ]
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(k)]
     try:
         for p in procs:
@@ -121,8 +144,13 @@ def main() -> int:
     parser.add_argument("--dataset", default="fashionmnist")
     parser.add_argument("--method", default="de")
     parser.add_argument("--stage", default="train", help="train, or search (hyper-DE's L2 search stack)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="change a setting of the job's spec (JSON value), e.g. particles=4")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a setting of the job's spec (JSON value), e.g. particles=4",
+    )
     parser.add_argument("--jobs", default="1,2,4,8", help="numbers of jobs sharing the device")
     parser.add_argument("--steps", type=int, default=200, help="timed steps per job")
     parser.add_argument("--warmup", type=int, default=5)
@@ -143,11 +171,15 @@ def main() -> int:
     device, _ = device_name(args.device)
     spec = stage["spec"]
     print(f"device: {device}")
-    print(f"job: {args.dataset}/{args.method} ({stage['name']}) at scale={spec['scale']}: {spec['particles']} members, "
-          f"batch {spec['batch_size']}, model {spec['model']}" + (f" (set: {', '.join(args.set)})" if args.set else ""))
-    print(f"{args.warmup} warm-up steps, then {args.steps} timed steps in each job, all released at once; "
-          f"{args.threads} CPU thread(s) per job; CUDA_MPS_PIPE_DIRECTORY="
-          f"{os.environ.get('CUDA_MPS_PIPE_DIRECTORY', '(unset)')}")
+    print(
+        f"job: {args.dataset}/{args.method} ({stage['name']}) at scale={spec['scale']}: {spec['particles']} members, "
+        f"batch {spec['batch_size']}, model {spec['model']}" + (f" (set: {', '.join(args.set)})" if args.set else "")
+    )
+    print(
+        f"{args.warmup} warm-up steps, then {args.steps} timed steps in each job, all released at once; "
+        f"{args.threads} CPU thread(s) per job; CUDA_MPS_PIPE_DIRECTORY="
+        f"{os.environ.get('CUDA_MPS_PIPE_DIRECTORY', '(unset)')}"
+    )
     header = f"{'jobs':>4s} {'total steps/s':>14s} {'per job':>9s} {'x first row':>12s} {'peak MB/job':>12s}"
     print(header)
     figures = []
@@ -159,9 +191,20 @@ def main() -> int:
         per_job = statistics.median(r["steps"] / r["seconds"] for r in reports)
         peak = max(r["peak_mb"] for r in reports)
         base = total if base is None else base
-        figures.append({"jobs": k, "total_steps_per_s": total, "per_job_steps_per_s": per_job,
-                        "total_vs_first": total / base, "peak_mb_per_job": peak, "device": device,
-                        "dataset": args.dataset, "method": args.method, "stage": stage["name"], "set": args.set})
+        figures.append(
+            {
+                "jobs": k,
+                "total_steps_per_s": total,
+                "per_job_steps_per_s": per_job,
+                "total_vs_first": total / base,
+                "peak_mb_per_job": peak,
+                "device": device,
+                "dataset": args.dataset,
+                "method": args.method,
+                "stage": stage["name"],
+                "set": args.set,
+            }
+        )
         print(f"{k:4d} {total:14.2f} {per_job:9.2f} {total / base:12.2f} {peak:12.0f}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))

@@ -118,17 +118,31 @@ def main() -> None:
                         replayed &= used
             eager = statistics.median(times[False])
             graph = statistics.median(times[True]) if times[True] else None
-            row = {"config": config_name, "method": method, "sets": sets, "eager_s": eager, "graph_s": graph,
-                   "replayed": replayed, "peak_bytes": peaks}
+            row = {
+                "config": config_name,
+                "method": method,
+                "sets": sets,
+                "eager_s": eager,
+                "graph_s": graph,
+                "replayed": replayed,
+                "peak_bytes": peaks,
+            }
             if method == "de" and not config.get("resnet"):
                 flops = bench_engine.mlp_de_flops(config) * sets
                 row["de_share_of_gemm"] = flops / min(eager, graph or eager) / 1e9 / rate
             rows.append(row)
             speed = f"{sets / eager:10.1f}" + (f" {sets / graph:10.1f} {eager / graph:5.2f}x" if graph else "")
-            note = "" if replayed or device != "cuda" else "  (graph column eager: a rule not graph-safe, or a capture that fell back; see the warnings)"
+            note = (
+                ""
+                if replayed or device != "cuda"
+                else "  (graph column eager: a rule not graph-safe, or a capture that fell back; see the warnings)"
+            )
             share = f"  DE {row['de_share_of_gemm']:.1%} of GEMM" if "de_share_of_gemm" in row else ""
-            print(f"{config_name:13s} {method:10s} sets x steps/s eager{'/graph' if device == 'cuda' else ''}: "
-                  f"{speed}{share}{note}", flush=True)
+            print(
+                f"{config_name:13s} {method:10s} sets x steps/s eager{'/graph' if device == 'cuda' else ''}: "
+                f"{speed}{share}{note}",
+                flush=True,
+            )
     if args.json:
         Path(args.json).write_text(json.dumps({"device": name, "gemm_gflops": rate, "rows": rows}, indent=1))
 

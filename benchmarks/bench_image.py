@@ -39,13 +39,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_engine  # noqa: E402  (its FLOP count and GEMM rate; it imports no torch at load)
 
 CONFIGS = {
-    "fashionmnist": {"model": "mlp", "hidden": [100, 100, 100], "shape": (1, 28, 28), "particles": 50,
-                     "batch_size": 256, "prior_std": 1.0, "init": "prior"},
-    "cifar10": {"model": "resnet", "depth": 32, "width": 16, "norm": "group", "shape": (3, 32, 32),
-                "particles": 20, "batch_size": 128, "prior_std": 0.1 ** 0.5, "init": "he"},
+    "fashionmnist": {
+        "model": "mlp",
+        "hidden": [100, 100, 100],
+        "shape": (1, 28, 28),
+        "particles": 50,
+        "batch_size": 256,
+        "prior_std": 1.0,
+        "init": "prior",
+    },
+    "cifar10": {
+        "model": "resnet",
+        "depth": 32,
+        "width": 16,
+        "norm": "group",
+        "shape": (3, 32, 32),
+        "particles": 20,
+        "batch_size": 128,
+        "prior_std": 0.1**0.5,
+        "init": "he",
+    },
 }
-METHODS = ["de", "svgd", "fsvgd", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd",
-           "anchored", "dle", "drle"]
+METHODS = [
+    "de",
+    "svgd",
+    "fsvgd",
+    "kde-wgd",
+    "sge-wgd",
+    "ssge-wgd",
+    "kde-fwgd",
+    "sge-fwgd",
+    "ssge-fwgd",
+    "anchored",
+    "dle",
+    "drle",
+]
 
 
 def build_step(config_name: str, method: str, mode: str, device: str):
@@ -54,23 +82,21 @@ def build_step(config_name: str, method: str, mode: str, device: str):
     import yaml
     from torch.func import functional_call
 
-    from repens.pipeline.config import method_options
     from repens.experiments.image import resolve_device
-    try:
-        from repens.training.fitting import kernel_from_job
-    except ImportError:  # an engine from before repens.training.fitting
-        from repens.experiments.synthetic import kernel_from_job
+    from repens.methods.updates import StepContext, make_update
     from repens.models.networks import build_model
     from repens.models.particles import StackedModel
     from repens.models.posteriors import Batch, NetworkPosterior
-    from repens.methods.updates import StepContext, make_update
+    from repens.pipeline.config import method_options
+    from repens.training.fitting import kernel_from_job
 
     class LoopedModel(StackedModel):
         """The same network evaluated one member at a time (the baseline)."""
 
         def forward(self, params, x):
-            return torch.stack([functional_call(self.module, {**self.unflatten(r), **self.buffers}, (x,))
-                                for r in params])
+            return torch.stack(
+                [functional_call(self.module, {**self.unflatten(r), **self.buffers}, (x,)) for r in params]
+            )
 
         __call__ = forward
 
@@ -132,15 +158,25 @@ def measure(config_name: str, method: str, mode: str, steps: int, warmup: int, d
         peak_mb = torch.cuda.max_memory_allocated() / 2**20
     else:
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"config": config_name, "method": method, "mode": mode, "seconds_per_step": seconds,
-            "steps_per_s": 1.0 / seconds, "peak_mb": peak_mb, "device": str(dev),
-            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            "threads": torch.get_num_threads(), "parameters": dim,
-            "particles": CONFIGS[config_name]["particles"], "batch_size": CONFIGS[config_name]["batch_size"]}
+    return {
+        "config": config_name,
+        "method": method,
+        "mode": mode,
+        "seconds_per_step": seconds,
+        "steps_per_s": 1.0 / seconds,
+        "peak_mb": peak_mb,
+        "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        "parameters": dim,
+        "particles": CONFIGS[config_name]["particles"],
+        "batch_size": CONFIGS[config_name]["batch_size"],
+    }
 
 
-def interleaved_times(config_name: str, methods: list[str], modes: tuple[str, ...], steps: int, rounds: int,
-                      device: str) -> dict[tuple[str, str], float]:
+def interleaved_times(
+    config_name: str, methods: list[str], modes: tuple[str, ...], steps: int, rounds: int, device: str
+) -> dict[tuple[str, str], float]:
     """Median seconds per step of every (method, mode), measured round-robin in one
     process (``rounds`` rounds of ``steps`` steps each), so a machine whose load drifts
     affects all of them alike and the ratios stay fair."""
@@ -167,8 +203,15 @@ def mlp_de_step_flops(config_name: str) -> float | None:
     config = CONFIGS[config_name]
     if config["model"] != "mlp":
         return None
-    return bench_engine.mlp_de_flops({"inputs": math.prod(config["shape"]), "hidden": config["hidden"], "outputs": 10,
-                                      "particles": config["particles"], "batch": config["batch_size"]})
+    return bench_engine.mlp_de_flops(
+        {
+            "inputs": math.prod(config["shape"]),
+            "hidden": config["hidden"],
+            "outputs": 10,
+            "particles": config["particles"],
+            "batch": config["batch_size"],
+        }
+    )
 
 
 def _child(args) -> int:
@@ -206,8 +249,22 @@ def main() -> int:
         print(f"{config}: peak memory, each (method, mode) alone in a subprocess", flush=True)
         for method in args.methods.split(","):
             for mode in modes:
-                cmd = [sys.executable, __file__, "--child", config, method, mode, "--steps", "1",
-                       "--warmup", str(args.warmup), "--threads", str(args.threads), "--device", args.device]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    config,
+                    method,
+                    mode,
+                    "--steps",
+                    "1",
+                    "--warmup",
+                    str(args.warmup),
+                    "--threads",
+                    str(args.threads),
+                    "--device",
+                    args.device,
+                ]
                 out = subprocess.run(cmd, capture_output=True, text=True)
                 if out.returncode:
                     print(out.stderr, file=sys.stderr)
@@ -226,8 +283,10 @@ def main() -> int:
     from repens.experiments.image import resolve_device
 
     rate = bench_engine.gemm_rate(torch.get_num_threads(), resolve_device(args.device))
-    print(f"device: {rows[0]['device_name']}, torch threads: {rows[0]['threads']}; "
-          f"fp32 GEMM (TF32 off): {rate:,.0f} GFLOP/s, measured in this run")
+    print(
+        f"device: {rows[0]['device_name']}, torch threads: {rows[0]['threads']}; "
+        f"fp32 GEMM (TF32 off): {rate:,.0f} GFLOP/s, measured in this run"
+    )
     header = f"{'config':13s} {'method':10s} {'steps/s':>9s} {'peak MB':>8s} {'x DE time':>10s}"
     header += "" if args.no_loop else f" {'loop st/s':>10s} {'batched/loop':>13s}"
     print(header)

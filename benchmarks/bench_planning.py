@@ -73,8 +73,9 @@ def plan(checkout: Path) -> tuple[float, float, str]:
 
 def job(checkout: Path, spec: str, out: Path) -> tuple[float, float, str]:
     env = {**os.environ, "PYTHONPATH": str(checkout / "src")}
-    return run([sys.executable, "-m", "repens", "--threads", "1", "train", "--spec", spec, "--out", str(out)],
-               checkout, env)
+    return run(
+        [sys.executable, "-m", "repens", "--threads", "1", "train", "--spec", spec, "--out", str(out)], checkout, env
+    )
 
 
 def job_list(output: str, checkout: Path) -> list[str]:
@@ -90,8 +91,10 @@ def job_list(output: str, checkout: Path) -> list[str]:
 
 def summary(name: str, values: list[tuple[float, float]]) -> str:
     cpu, wall = [v[0] for v in values], [v[1] for v in values]
-    return (f"{name:30s} CPU median {statistics.median(cpu):5.2f} s (min {min(cpu):5.2f}, max {max(cpu):5.2f})"
-            f"   wall median {statistics.median(wall):5.2f} s")
+    return (
+        f"{name:30s} CPU median {statistics.median(cpu):5.2f} s (min {min(cpu):5.2f}, max {max(cpu):5.2f})"
+        f"   wall median {statistics.median(wall):5.2f} s"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", default="HEAD", help="the commit measured (default HEAD)")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    before_hash, after_hash = (subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", c], check=True,
-                                              capture_output=True, text=True).stdout.strip()
-                               for c in (args.before, args.after))
+    before_hash, after_hash = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", c], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        for c in (args.before, args.after)
+    )
     spec = small_spec()
     with tempfile.TemporaryDirectory(prefix="bench-planning-") as tmp:
         trees = {"before": clone(before_hash, Path(tmp) / "before"), "after": clone(after_hash, Path(tmp) / "after")}
@@ -117,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
                 out.parent.mkdir()
                 cpu, wall, _ = job(tree, spec, out)
                 times[f"job {name}"].append((cpu, wall))
-        print(f"before = {before_hash}, after = {after_hash}; {args.repeats} rounds, the two alternating; "
-              f"python {sys.version.split()[0]}")
+        print(
+            f"before = {before_hash}, after = {after_hash}; {args.repeats} rounds, the two alternating; "
+            f"python {sys.version.split()[0]}"
+        )
         print(f"planning: snakemake {' '.join(PLAN)}")
         for name in trees:
             print(summary(f"  {name}", times[f"plan {name}"]))
@@ -127,10 +135,29 @@ def main(argv: list[str] | None = None) -> int:
             print(summary(f"  {name}", times[f"job {name}"]))
         same_jobs = job_list(outputs["before"], trees["before"]) == job_list(outputs["after"], trees["after"])
         print(f"planned jobs identical: {same_jobs} ({len(job_list(outputs['after'], trees['after']))} jobs)")
-        uci = {name: job_list(run([sys.executable, "-m", "snakemake", "-n", "all", "results/table2_uci.tex",
-                                   "--config", "scale=paper"], tree)[2], tree) for name, tree in trees.items()}
-        print(f"planned jobs with Table 2 (all results/table2_uci.tex) identical: {uci['before'] == uci['after']} "
-              f"({len(uci['after'])} jobs)")
+        uci = {
+            name: job_list(
+                run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "snakemake",
+                        "-n",
+                        "all",
+                        "results/table2_uci.tex",
+                        "--config",
+                        "scale=paper",
+                    ],
+                    tree,
+                )[2],
+                tree,
+            )
+            for name, tree in trees.items()
+        }
+        print(
+            f"planned jobs with Table 2 (all results/table2_uci.tex) identical: {uci['before'] == uci['after']} "
+            f"({len(uci['after'])} jobs)"
+        )
         import numpy as np
 
         def particles(name: str) -> dict:
@@ -140,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         first, second = particles("before"), particles("after")
         compared = sorted(set(first) - {"provenance"})  # provenance: the commit, which differs
         identical = first.keys() == second.keys() and all(
-            np.asarray(first[k]).tobytes() == np.asarray(second[k]).tobytes() for k in compared)
+            np.asarray(first[k]).tobytes() == np.asarray(second[k]).tobytes() for k in compared
+        )
         print(f"job outputs bit-identical: {identical} ({', '.join(compared)}; provenance names the commit)")
     return 0
 

@@ -43,17 +43,21 @@ def _per_call_us(fn, calls: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=400)
-    parser.add_argument("--baseline-ms", type=float, default=None,
-                        help="the baseline engine's toy DE step (from bench_engine.py), for the 3x budget")
+    parser.add_argument(
+        "--baseline-ms",
+        type=float,
+        default=None,
+        help="the baseline engine's toy DE step (from bench_engine.py), for the 3x budget",
+    )
     args = parser.parse_args()
 
+    import bench_engine
     import torch
 
-    import bench_engine
-    from repens.training.host_memory import keep_freed_memory
-    from repens.models.particles import _layer, _outer_or_matmul
-    from repens.training.train import TrainSettings, TrainState, train
     from repens.methods.updates import Update
+    from repens.models.particles import _layer, _outer_or_matmul
+    from repens.training.host_memory import keep_freed_memory
+    from repens.training.train import TrainSettings, TrainState, train
 
     torch.set_num_threads(1)
     keep_freed_memory()
@@ -69,10 +73,12 @@ def main() -> None:
     sgemm = bench_engine.gemm_rate(1)
     print(f"GEMM rates, one thread (GFLOP/s); SGEMM 2048: {sgemm:.1f}")
     batched_us = []
-    for name, fn in [("forward h W^T (batched)", lambda: torch.bmm(act, weight.mT)),
-                     ("input gradient g W (batched)", lambda: torch.bmm(act, weight)),
-                     ("weight gradient g^T h (batched)", lambda: torch.bmm(act.mT, act)),
-                     ("one 3200 x 50 x 50 GEMM", lambda: torch.mm(act.view(-1, width), weight[0]))]:
+    for name, fn in [
+        ("forward h W^T (batched)", lambda: torch.bmm(act, weight.mT)),
+        ("input gradient g W (batched)", lambda: torch.bmm(act, weight)),
+        ("weight gradient g^T h (batched)", lambda: torch.bmm(act.mT, act)),
+        ("one 3200 x 50 x 50 GEMM", lambda: torch.mm(act.view(-1, width), weight[0])),
+    ]:
         us = _per_call_us(fn, args.calls)
         batched_us.append(us)
         rate = flops / us / 1e3
@@ -132,8 +138,11 @@ def main() -> None:
     engine = lambda: post.grad_log_likelihood(params, batch)  # noqa: E731
     err = float((feature_major() - engine()).abs().max() / engine().abs().max())
     rounds = [(_per_call_us(engine, args.calls), _per_call_us(feature_major, args.calls)) for _ in range(3)]
-    print("likelihood gradient, engine vs the same written feature-major (us, 3 rounds): "
-          + ", ".join(f"{a:.0f} vs {b:.0f}" for a, b in rounds) + f"; max difference {err:.1e} of the largest entry")
+    print(
+        "likelihood gradient, engine vs the same written feature-major (us, 3 rounds): "
+        + ", ".join(f"{a:.0f} vs {b:.0f}" for a, b in rounds)
+        + f"; max difference {err:.1e} of the largest entry"
+    )
 
     direction = update(params, context(batch, anchors)).direction.clone()
     state = TrainState(init, anchors)
@@ -149,8 +158,10 @@ def main() -> None:
     print(f"whole DE step (repens.training.train.train): {step_us:.1f} us")
     if args.baseline_ms:
         budget = args.baseline_ms * 1e3 / 3
-        print(f"a 3x step: {budget:.0f} us; minus the three GEMMs ({gemm_us:.0f}) leaves {budget - gemm_us:.0f} us "
-              f"for what now takes {step_us - gemm_us:.0f} us")
+        print(
+            f"a 3x step: {budget:.0f} us; minus the three GEMMs ({gemm_us:.0f}) leaves {budget - gemm_us:.0f} us "
+            f"for what now takes {step_us - gemm_us:.0f} us"
+        )
 
 
 def _feature_major_gradient(post, params, batch):

@@ -31,11 +31,7 @@ SKIP_PARTS = ("seconds", "time")
 
 def _clean(value):
     if isinstance(value, dict):
-        return {
-            k: _clean(v)
-            for k, v in value.items()
-            if k not in SKIP_KEYS and not any(p in k for p in SKIP_PARTS)
-        }
+        return {k: _clean(v) for k, v in value.items() if k not in SKIP_KEYS and not any(p in k for p in SKIP_PARTS)}
     if isinstance(value, list):
         return [_clean(v) for v in value]
     return value

@@ -41,14 +41,52 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_engine  # noqa: E402
 
 #: aten ops that only make a new view of a tensor's metadata: no kernel
-METADATA_OPS = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "as_strided", "unsqueeze",
-                "squeeze", "select", "slice", "alias", "detach", "unbind", "split", "split_with_sizes", "narrow",
-                "diagonal", "view_as", "_reshape_alias", "lift_fresh", "empty", "empty_like", "empty_strided",
-                "resolve_conj", "resolve_neg", "_to_copy_noop"}
+METADATA_OPS = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "t",
+    "transpose",
+    "permute",
+    "expand",
+    "as_strided",
+    "unsqueeze",
+    "squeeze",
+    "select",
+    "slice",
+    "alias",
+    "detach",
+    "unbind",
+    "split",
+    "split_with_sizes",
+    "narrow",
+    "diagonal",
+    "view_as",
+    "_reshape_alias",
+    "lift_fresh",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "resolve_conj",
+    "resolve_neg",
+    "_to_copy_noop",
+}
 
 #: Table 1's rows: the paper's methods, then anchored, DLE and DRLE (hyper-DE: a DE step, below)
-METHODS = ["de", "svgd", "fsvgd", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd",
-           "anchored", "dle", "drle"]
+METHODS = [
+    "de",
+    "svgd",
+    "fsvgd",
+    "kde-wgd",
+    "sge-wgd",
+    "ssge-wgd",
+    "kde-fwgd",
+    "sge-fwgd",
+    "ssge-fwgd",
+    "anchored",
+    "dle",
+    "drle",
+]
 
 
 def count_step(method: str, sets: int, particles: int, model: str = "image") -> tuple[float, int]:
@@ -56,11 +94,10 @@ def count_step(method: str, sets: int, particles: int, model: str = "image") -> 
     the network an image job builds (``repens.models.networks.build_model``: a Flatten before the
     MLP, so the step runs through vmap), or ``mlp``, the bare MLP of the engine's fast path."""
     import torch
-
-    import repens.models.networks as models
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode
 
+    import repens.models.networks as models
     from repens.models.kernels import gpu_paths
     from repens.training.train import TrainSettings, TrainState, train
 
@@ -103,19 +140,27 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--sets", type=int, default=5, help="seeds stacked as one job in the stacked column")
     p.add_argument("--jobs", type=int, default=4, help="eager jobs sharing the GPU in the shared column")
-    p.add_argument("--model", choices=["image", "mlp"], default="image",
-                   help="image: the network an image job builds (Flatten + MLP, through vmap); mlp: the bare MLP")
+    p.add_argument(
+        "--model",
+        choices=["image", "mlp"],
+        default="image",
+        help="image: the network an image job builds (Flatten + MLP, through vmap); mlp: the bare MLP",
+    )
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(1)
     rate = args.peak * 1e12 * args.efficiency
-    print(f"assumed: fp32 {args.peak} TFLOP/s x {args.efficiency} = {rate / 1e12:.1f} TFLOP/s sustained; "
-          f"eager launch {args.launch_us} us/kernel on the host; {args.kernel_us} us/kernel in a graph; "
-          f"{args.steps:,} steps x {args.seeds} seeds; model {args.model}; torch {torch.__version__}")
-    head = (f"{'method':<10} {'GFLOP/step':>10} {'kernels':>7} {'GPU ms':>7} {'eager ms':>8} {'graph ms':>8} "
-            f"{f'x{args.sets} stacked ms/seed':>20}   minutes for {args.seeds} seeds: eager / {args.jobs} eager "
-            f"shared / graph / stacked graph")
+    print(
+        f"assumed: fp32 {args.peak} TFLOP/s x {args.efficiency} = {rate / 1e12:.1f} TFLOP/s sustained; "
+        f"eager launch {args.launch_us} us/kernel on the host; {args.kernel_us} us/kernel in a graph; "
+        f"{args.steps:,} steps x {args.seeds} seeds; model {args.model}; torch {torch.__version__}"
+    )
+    head = (
+        f"{'method':<10} {'GFLOP/step':>10} {'kernels':>7} {'GPU ms':>7} {'eager ms':>8} {'graph ms':>8} "
+        f"{f'x{args.sets} stacked ms/seed':>20}   minutes for {args.seeds} seeds: eager / {args.jobs} eager "
+        f"shared / graph / stacked graph"
+    )
     print(head)
     totals, flop_total = [0.0, 0.0, 0.0, 0.0], 0.0
     # DE, hyper-DE's ensemble (a DE step) and its search (20 members, 10,000 steps), the rest
@@ -128,8 +173,11 @@ def main() -> None:
             # the image network stacks seeds by a vmap over them (repens.experiments.image), which
             # batches each kernel: the seed's kernels with sets x its FLOPs (assumed, not counted:
             # the engine's own stacking, counted for the bare MLP, serves MLPs without a Flatten)
-            stacked = ((one[0] * args.sets, one[1]) if args.model == "image"
-                       else count_step(method, args.sets, particles, args.model))
+            stacked = (
+                (one[0] * args.sets, one[1])
+                if args.model == "image"
+                else count_step(method, args.sets, particles, args.model)
+            )
             counted[method, particles] = (one, stacked)
         (flops, kernels), (flops_s, kernels_s) = counted[method, particles]
         gpu = flops / rate
@@ -141,11 +189,15 @@ def main() -> None:
         totals = [a + b for a, b in zip(totals, mins)]
         flop_total += flops * steps * args.seeds
         name = method if particles == 50 else f"{method} x{particles}"
-        print(f"{name:<10} {flops / 1e9:>10.2f} {kernels:>7d} {gpu * 1e3:>7.3f} {eager * 1e3:>8.3f} {graph * 1e3:>8.3f} "
-              f"{stacked * 1e3:>20.3f}   " + " / ".join(f"{m:.1f}" for m in mins))
-    print(f"block ({len(jobs)} jobs a seed, {args.seeds} seeds, {flop_total:.2e} FLOP): eager {totals[0]:.0f} min, "
-          f"{args.jobs} eager jobs sharing {totals[1]:.0f} min, graphs {totals[2]:.0f} min, graphs with {args.sets} "
-          f"seeds stacked {totals[3]:.0f} min; the FLOPs alone at the sustained rate {flop_total / rate / 60:.1f} min")
+        print(
+            f"{name:<10} {flops / 1e9:>10.2f} {kernels:>7d} {gpu * 1e3:>7.3f} {eager * 1e3:>8.3f} {graph * 1e3:>8.3f} "
+            f"{stacked * 1e3:>20.3f}   " + " / ".join(f"{m:.1f}" for m in mins)
+        )
+    print(
+        f"block ({len(jobs)} jobs a seed, {args.seeds} seeds, {flop_total:.2e} FLOP): eager {totals[0]:.0f} min, "
+        f"{args.jobs} eager jobs sharing {totals[1]:.0f} min, graphs {totals[2]:.0f} min, graphs with {args.sets} "
+        f"seeds stacked {totals[3]:.0f} min; the FLOPs alone at the sustained rate {flop_total / rate / 60:.1f} min"
+    )
 
 
 if __name__ == "__main__":

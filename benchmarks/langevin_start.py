@@ -32,8 +32,8 @@ from repens.data.uci import UCI_FOLDERS, dataset_info, load_split
 from repens.experiments.uci import ensemble_gaussian_metrics, uci_posterior
 from repens.methods.minibatches import EpochSampler
 from repens.methods.optimizers import make_optimizer
-from repens.models.posteriors import Batch
 from repens.methods.step_size import hessian_vector_product, top_curvature
+from repens.models.posteriors import Batch
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("de", "ula", "burnin-ula", "burnin-pula")
@@ -44,8 +44,9 @@ def settings_of(dataset: str) -> dict:
     return {**uci["settings"], **uci["datasets"][dataset]}
 
 
-def ggn_preconditioner(post, params: torch.Tensor, x: torch.Tensor, noise_std: float, temperature: float,
-                       samples: int = 64, seed: int = 7) -> torch.Tensor:
+def ggn_preconditioner(
+    post, params: torch.Tensor, x: torch.Tensor, noise_std: float, temperature: float, samples: int = 64, seed: int = 7
+) -> torch.Tensor:
     """``1 / (diag GGN + T / prior_var)`` per weight and member: ``E[g_i^2]`` for
     ``g = grad_w sum_n r_n f_n(w)`` with random signs ``r`` is ``sum_n (d f_n / d w_i)^2``."""
     g = torch.Generator().manual_seed(seed)
@@ -67,7 +68,8 @@ def top_preconditioned_curvature(post, params, batches, sqrt_m, temperature: flo
         total = 0
         for b in prepared:
             total = total + hessian_vector_product(
-                lambda q, b=b: post.log_likelihood(q, b) + temperature * post.log_prior(q), params, sqrt_m * v)
+                lambda q, b=b: post.log_likelihood(q, b) + temperature * post.log_prior(q), params, sqrt_m * v
+            )
         return sqrt_m * total / len(prepared)
 
     return float(top_curvature(hvp, params, torch.Generator().manual_seed(3)).max())
@@ -108,12 +110,18 @@ def run(mode: str, dataset: str, split_k: int, root: str, points: int = 4) -> No
         print(f"{line} deep ensemble {n_de} steps: train rmse {train_rmse(p):.4g}", flush=True)
     if n_de < steps:
         batches = [sampler(torch.Generator().manual_seed(1)) for _ in range(8)]
-        m = (ggn_preconditioner(post, p, split.x_train, s["noise_std"], temperature) if mode == "burnin-pula"
-             else torch.ones_like(p))
+        m = (
+            ggn_preconditioner(post, p, split.x_train, s["noise_std"], temperature)
+            if mode == "burnin-pula"
+            else torch.ones_like(p)
+        )
         curvature = top_preconditioned_curvature(post, p, batches, m.sqrt(), temperature)
         eta = 0.1 / curvature
-        print(f"{line} L{'_M' if mode == 'burnin-pula' else ''} {curvature:.4g}, eta {eta:.3g}; "
-              f"M from {float(m.min()):.3g} to {float(m.max()):.3g}", flush=True)
+        print(
+            f"{line} L{'_M' if mode == 'burnin-pula' else ''} {curvature:.4g}, eta {eta:.3g}; "
+            f"M from {float(m.min()):.3g} to {float(m.max()):.3g}",
+            flush=True,
+        )
         noise = (2 * eta * temperature * m).sqrt()
         rest = steps - n_de
         for t in range(rest):
@@ -125,10 +133,12 @@ def run(mode: str, dataset: str, split_k: int, root: str, points: int = 4) -> No
                 print(f"{line} ULA step {t + 1}/{rest}: train rmse {train_rmse(p):.4g}", flush=True)
     with torch.no_grad():
         f = post.predict(p, split.x_test).squeeze(-1).double().numpy()
-    metrics = ensemble_gaussian_metrics(f * split.y_std + split.y_mean, s["noise_std"] * split.y_std,
-                                        split.y_test_raw)
-    print(f"{line} END train rmse {train_rmse(p):.4g}  test rmse {metrics['rmse']:.4g}  nll {metrics['nll']:.4g}  "
-          f"({time.perf_counter() - t0:.0f} s, {steps} steps)", flush=True)
+    metrics = ensemble_gaussian_metrics(f * split.y_std + split.y_mean, s["noise_std"] * split.y_std, split.y_test_raw)
+    print(
+        f"{line} END train rmse {train_rmse(p):.4g}  test rmse {metrics['rmse']:.4g}  nll {metrics['nll']:.4g}  "
+        f"({time.perf_counter() - t0:.0f} s, {steps} steps)",
+        flush=True,
+    )
 
 
 def main() -> None:

@@ -19,7 +19,8 @@ For the G.2 toy regression (``experiments.toy``, ``paper`` scale) and UCI datase
 
     python benchmarks/langevin_step_size.py                          # toy, boston, energy
     python benchmarks/langevin_step_size.py --problems toy --steps 2000
-    python benchmarks/langevin_step_size.py --problems toy-classification,concrete,kin8nm,naval,power,protein,wine,yacht \
+    python benchmarks/langevin_step_size.py \
+        --problems toy-classification,concrete,kin8nm,naval,power,protein,wine,yacht \
         --no-de --steps 3000 --points 3
     python benchmarks/langevin_step_size.py --uci-data /work/shared/data/uci --problems boston
 """
@@ -38,21 +39,30 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from repens.pipeline.config import resolve_job  # noqa: E402
 from repens.data.toy import make_toy  # noqa: E402
 from repens.data.uci import UCI_FOLDERS, dataset_info, load_split  # noqa: E402
 from repens.experiments.toy import toy_posterior  # noqa: E402
 from repens.experiments.uci import uci_posterior  # noqa: E402
-from repens.training.fitting import curvature_step, kernel_from_job  # noqa: E402
 from repens.methods.minibatches import batch_sampler, stacked_batch_sampler  # noqa: E402
-from repens.models.posteriors import Batch  # noqa: E402
 from repens.methods.step_size import DEFAULT_FRACTION, langevin_step_size, relaxation_steps  # noqa: E402
-from repens.training.train import TrainSettings, TrainState, train  # noqa: E402
 from repens.methods.updates import StepContext, grad_log_likelihood, grad_log_prior, make_update, mmd_force  # noqa: E402
+from repens.models.posteriors import Batch  # noqa: E402
+from repens.pipeline.config import resolve_job  # noqa: E402
+from repens.training.fitting import curvature_step, kernel_from_job  # noqa: E402
+from repens.training.train import TrainSettings, TrainState, train  # noqa: E402
 
 #: Pearce et al. (2020), Table 4: epochs of the UCI protocol (batch sizes as in config.yaml)
-PEARCE_EPOCHS = {"boston": 3000, "concrete": 2000, "energy": 2000, "kin8nm": 2000, "naval": 1000, "power": 1000,
-                 "protein": 3000, "wine": 500, "yacht": 3000}
+PEARCE_EPOCHS = {
+    "boston": 3000,
+    "concrete": 2000,
+    "energy": 2000,
+    "kin8nm": 2000,
+    "naval": 1000,
+    "power": 1000,
+    "protein": 3000,
+    "wine": 500,
+    "yacht": 3000,
+}
 
 TARGET_RATIO = 0.3
 
@@ -69,8 +79,15 @@ def problem(name: str, config: dict, uci_data: Path, splits: int):
         data = make_toy(dataset, 42)
         posterior = toy_posterior(job, data)
         init = posterior.sample_prior(int(job["particles"]), torch.Generator().manual_seed(42))
-        return (job, posterior, init, batch_sampler(data, int(job["batch_size"])),
-                Batch(data.x_train, data.y_train), int(job["steps"]), 1.0)
+        return (
+            job,
+            posterior,
+            init,
+            batch_sampler(data, int(job["batch_size"])),
+            Batch(data.x_train, data.y_train),
+            int(job["steps"]),
+            1.0,
+        )
     job = resolve_job(config, "uci", name, "dle", 42)
     folder = UCI_FOLDERS[name]
     info = dataset_info(uci_data, folder)
@@ -100,10 +117,16 @@ def fit_report(posterior, params, init, full: Batch, job=None) -> dict[str, floa
             ensemble = (f.mean(-2) - full.y).pow(2).mean(-1).sqrt().mean()
         moved = ((params - init).norm(dim=-1) / init.norm(dim=-1)).mean()
         last = posterior.model.slots[-2]  # the output layer's weight
-        out_moved = ((params - init)[..., last.start:last.stop].norm(dim=-1)
-                     / init[..., last.start:last.stop].norm(dim=-1)).mean()
-    return {"rmse_ens": float(ensemble), "rmse_member": float(member), "moved": float(moved),
-            "out_moved": float(out_moved), "ratio": ratio}
+        out_moved = (
+            (params - init)[..., last.start : last.stop].norm(dim=-1) / init[..., last.start : last.stop].norm(dim=-1)
+        ).mean()
+    return {
+        "rmse_ens": float(ensemble),
+        "rmse_member": float(member),
+        "moved": float(moved),
+        "out_moved": float(out_moved),
+        "ratio": ratio,
+    }
 
 
 def force_ratios(posterior, params, full: Batch, job, seed: int = 0) -> torch.Tensor:
@@ -126,25 +149,37 @@ def run(posterior, init, job, update, optimizer: str, lr: float, steps: int, nex
         return {}
 
     t0 = time.perf_counter()
-    out = train(TrainState(init), update, lambda b, a: StepContext(posterior, kernel, g, b, a),
-                TrainSettings(steps=steps, lr=lr, optimizer=optimizer, log_every=log_every,
-                              checkpoint_seconds=1e9), g, next_batch=next_batch, on_log=on_log)
+    out = train(
+        TrainState(init),
+        update,
+        lambda b, a: StepContext(posterior, kernel, g, b, a),
+        TrainSettings(steps=steps, lr=lr, optimizer=optimizer, log_every=log_every, checkpoint_seconds=1e9),
+        g,
+        next_batch=next_batch,
+        on_log=on_log,
+    )
     return out.params, rows, time.perf_counter() - t0
 
 
 def show(rows, label: str, mmd_weight: float = 1.0) -> None:
     print(f"  {label}")
-    print(f"    {'step':>7} {'ens RMSE':>9} {'member RMSE':>11} {'|w-w0|/|w0|':>12} {'output layer':>12} "
-          f"{f'MMD/drift at lambda={mmd_weight:.3g}':>28}")
+    print(
+        f"    {'step':>7} {'ens RMSE':>9} {'member RMSE':>11} {'|w-w0|/|w0|':>12} {'output layer':>12} "
+        f"{f'MMD/drift at lambda={mmd_weight:.3g}':>28}"
+    )
     for step, r in rows:
-        print(f"    {step:>7} {r['rmse_ens']:>9.4f} {r['rmse_member']:>11.4f} {r['moved']:>12.3g} {r['out_moved']:>12.3g} "
-              f"{mmd_weight * r['ratio']:>28.3g}")
+        print(
+            f"    {step:>7} {r['rmse_ens']:>9.4f} {r['rmse_member']:>11.4f} {r['moved']:>12.3g} "
+            f"{r['out_moved']:>12.3g} {mmd_weight * r['ratio']:>28.3g}"
+        )
 
 
 def describe(ratios: torch.Tensor, where: str) -> float:
     med = float(ratios.median())
-    print(f"    {where:<22} median {med:.3g}  range [{float(ratios.min()):.3g}, {float(ratios.max()):.3g}]"
-          f"  -> lambda for median {TARGET_RATIO}: {TARGET_RATIO / med:.3g}")
+    print(
+        f"    {where:<22} median {med:.3g}  range [{float(ratios.min()):.3g}, {float(ratios.max()):.3g}]"
+        f"  -> lambda for median {TARGET_RATIO}: {TARGET_RATIO / med:.3g}"
+    )
     return med
 
 
@@ -171,29 +206,51 @@ def main() -> None:
         t0 = time.perf_counter()
         step = curvature_step(job, posterior, init, next_batch, kernel_from_job(job))
         took = time.perf_counter() - t0
-        full_step = langevin_step_size(posterior, init, [full], fraction=args.fraction,
-                                       generator=torch.Generator().manual_seed(0))
+        full_step = langevin_step_size(
+            posterior, init, [full], fraction=args.fraction, generator=torch.Generator().manual_seed(0)
+        )
         eta = step.lr
         prior_curv = 1.0 / float(torch.as_tensor(posterior.prior_std).max()) ** 2
-        print(f"\n== {name}: {tuple(init.shape)} particles, N = {full.y.shape[-1]}, noise sd {posterior.noise_std:g}, "
-              f"{steps} steps")
-        print(f"  L (8 minibatches) = {step.curvature:.4g}; full batch: {full_step.curvature:.4g}; per particle "
-              f"{float(step.per_particle.min()):.3g} .. {float(step.per_particle.max()):.3g} ({took:.1f} s)")
-        print(f"  eta = {args.fraction} / L = {eta:.3g}; noise sd per step sqrt(2 eta) = {math.sqrt(2 * eta):.3g}; "
-              f"relaxation time at the prior's curvature {prior_curv:.3g}: {relaxation_steps(eta, prior_curv):.3g} steps "
-              f"(budget {steps})")
-        print(f"  noise random walk over the budget: sqrt(2 eta steps) = {math.sqrt(2 * eta * steps):.3g} per weight; "
-              f"prior sd {float(torch.as_tensor(posterior.prior_std).min()):.3g} .. "
-              f"{float(torch.as_tensor(posterior.prior_std).max()):.3g}")
+        print(
+            f"\n== {name}: {tuple(init.shape)} particles, N = {full.y.shape[-1]}, noise sd {posterior.noise_std:g}, "
+            f"{steps} steps"
+        )
+        print(
+            f"  L (8 minibatches) = {step.curvature:.4g}; full batch: {full_step.curvature:.4g}; per particle "
+            f"{float(step.per_particle.min()):.3g} .. {float(step.per_particle.max()):.3g} ({took:.1f} s)"
+        )
+        print(
+            f"  eta = {args.fraction} / L = {eta:.3g}; noise sd per step sqrt(2 eta) = {math.sqrt(2 * eta):.3g}; "
+            f"relaxation time at the prior's curvature {prior_curv:.3g}: {relaxation_steps(eta, prior_curv):.3g} steps "
+            f"(budget {steps})"
+        )
+        print(
+            f"  noise random walk over the budget: sqrt(2 eta steps) = {math.sqrt(2 * eta * steps):.3g} per weight; "
+            f"prior sd {float(torch.as_tensor(posterior.prior_std).min()):.3g} .. "
+            f"{float(torch.as_tensor(posterior.prior_std).max()):.3g}"
+        )
         start = fit_report(posterior, init, init, full)
-        print(f"  at the prior draws: ensemble train RMSE {start['rmse_ens']:.4g}, member {start['rmse_member']:.4g} "
-              "(classification: error rates)")
+        print(
+            f"  at the prior draws: ensemble train RMSE {start['rmse_ens']:.4g}, member {start['rmse_member']:.4g} "
+            "(classification: error rates)"
+        )
 
-        ula, rows, secs = run(posterior, init, job, make_update("langevin", temperature=temperature), "sgd", eta,
-                              steps, next_batch, full, args.points)
+        ula, rows, secs = run(
+            posterior,
+            init,
+            job,
+            make_update("langevin", temperature=temperature),
+            "sgd",
+            eta,
+            steps,
+            next_batch,
+            full,
+            args.points,
+        )
         show(rows, f"DLE, ULA (SGD) at eta = {eta:.3g}, {secs:.0f} s")
-        end = langevin_step_size(posterior, ula, [full], fraction=args.fraction,
-                                 generator=torch.Generator().manual_seed(0))
+        end = langevin_step_size(
+            posterior, ula, [full], fraction=args.fraction, generator=torch.Generator().manual_seed(0)
+        )
         print(f"    L at the end (full batch): {end.curvature:.4g} (eta * L = {eta * end.curvature:.3g})")
 
         print("  DRLE force ratio |2 lambda MMD force| / |grad V| at lambda = 1 (per particle):")
@@ -202,22 +259,49 @@ def main() -> None:
         if args.drle:
             drle_job = resolve_job(config, *experiment_of(name), "drle", 42)
             lam = float(drle_job["mmd_weight"])
-            drle_step = curvature_step(dict(drle_job, curvature_fraction=args.fraction), posterior, init, next_batch,
-                                       kernel_from_job(drle_job))
-            drle, rows, secs = run(posterior, init, drle_job, make_update("langevin", temperature=temperature,
-                                                                          mmd_weight=lam),
-                                   "sgd", drle_step.lr, steps, next_batch, full, args.points)
-            show(rows, f"DRLE (config lambda {lam:.3g}; MMD curvature bound {drle_step.mmd_curvature:.3g}), ULA at "
-                       f"eta = {drle_step.lr:.3g}, {secs:.0f} s", lam)
+            drle_step = curvature_step(
+                dict(drle_job, curvature_fraction=args.fraction), posterior, init, next_batch, kernel_from_job(drle_job)
+            )
+            drle, rows, secs = run(
+                posterior,
+                init,
+                drle_job,
+                make_update("langevin", temperature=temperature, mmd_weight=lam),
+                "sgd",
+                drle_step.lr,
+                steps,
+                next_batch,
+                full,
+                args.points,
+            )
+            show(
+                rows,
+                f"DRLE (config lambda {lam:.3g}; MMD curvature bound {drle_step.mmd_curvature:.3g}), ULA at "
+                f"eta = {drle_step.lr:.3g}, {secs:.0f} s",
+                lam,
+            )
         if not args.no_de:
-            de, rows, secs = run(posterior, init, job, make_update("ensemble"), "adam", float(job["lr"]), steps,
-                                 next_batch, full, args.points)
+            de, rows, secs = run(
+                posterior,
+                init,
+                job,
+                make_update("ensemble"),
+                "adam",
+                float(job["lr"]),
+                steps,
+                next_batch,
+                full,
+                args.points,
+            )
             show(rows, f"deep ensemble, Adam lr {job['lr']}, {secs:.0f} s")
             describe(force_ratios(posterior, de, full, job), "after DE (fitted)")
-            fitted = langevin_step_size(posterior, de, [full], fraction=args.fraction,
-                                        generator=torch.Generator().manual_seed(0))
-            print(f"    L at the DE's fitted particles (full batch): {fitted.curvature:.4g} "
-                  f"-> eta {args.fraction / fitted.curvature:.3g}")
+            fitted = langevin_step_size(
+                posterior, de, [full], fraction=args.fraction, generator=torch.Generator().manual_seed(0)
+            )
+            print(
+                f"    L at the DE's fitted particles (full batch): {fitted.curvature:.4g} "
+                f"-> eta {args.fraction / fitted.curvature:.3g}"
+            )
 
 
 if __name__ == "__main__":
