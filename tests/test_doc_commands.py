@@ -486,7 +486,7 @@ spec = json.load(open(sys.argv[1]))
 sys.path.insert(0, spec["src"])  # the copy's package, as common.smk puts it first
 import snakemake.cli
 for name in ("repens.pipeline.config", "repens.report.results_page", "repens.data.availability",
-             "repens.data.uci", "repens.pipeline.cost", "repens.training.last_good"):
+             "repens.data.uci", "repens.pipeline.cost", "repens.pipeline.last_good"):
     try:
         __import__(name)
     except Exception:

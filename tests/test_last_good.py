@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from repens.training.last_good import last_good_path, main
+from repens.pipeline.last_good import last_good_path, main
 from test_workflow import ROOT, snakemake
 
 

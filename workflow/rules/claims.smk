@@ -26,8 +26,8 @@
 # (repens.report.verdicts), reading the tables (repens.report.evidence), the claims
 # themselves (repens.report.claim_list) and the scorecard's files (repens.report.claims).
 
-# aggregate rules copy their outputs to results/last_good/ (repens.training.last_good)
-from repens.training.last_good import shell as keep_last_good
+# aggregate rules copy their outputs to results/last_good/ (repens.pipeline.last_good)
+from repens.pipeline.last_good import shell as keep_last_good
 
 CLAIMS_OUTPUTS = [
     "results/claims.csv",

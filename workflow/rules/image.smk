@@ -1,8 +1,8 @@
 # Appendix G.4 / G.5: Table 1, ensembles on FashionMNIST (OOD: MNIST) and CIFAR-10
 # (OOD: SVHN), one training job per dataset x method x seed.
 
-# aggregate rules copy their outputs to results/last_good/ (repens.training.last_good)
-from repens.training.last_good import shell as keep_last_good
+# aggregate rules copy their outputs to results/last_good/ (repens.pipeline.last_good)
+from repens.pipeline.last_good import shell as keep_last_good
 
 IMAGE_OUTPUTS = [
     "results/table1.tex",

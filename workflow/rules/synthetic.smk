@@ -7,8 +7,8 @@
 # scorecard reads too; a figure's exact samples and log-density grid), then the report
 # (python -m repens.report) formats and draws from that file alone.
 
-# aggregate rules copy their outputs to results/last_good/ (repens.training.last_good)
-from repens.training.last_good import shell as keep_last_good
+# aggregate rules copy their outputs to results/last_good/ (repens.pipeline.last_good)
+from repens.pipeline.last_good import shell as keep_last_good
 
 SYNTHETIC_CATEGORY = "1. Synthetic targets (Appendix G.1)"
 

@@ -6,8 +6,8 @@
 # results/toy/distances.json; a figure's predictive moments or entropies), then the
 # report (python -m repens.report) formats and draws from that file alone.
 
-# aggregate rules copy their outputs to results/last_good/ (repens.training.last_good)
-from repens.training.last_good import shell as keep_last_good
+# aggregate rules copy their outputs to results/last_good/ (repens.pipeline.last_good)
+from repens.pipeline.last_good import shell as keep_last_good
 
 TOY_OUTPUTS = [
     "results/figures/fig1_regression.png",

@@ -3,8 +3,8 @@
 # all splits of the dataset (results/uci/<dataset>/<method>/seed<seed>/split<K>.json,
 # reused on a rerun), so 165 splits x 12 methods are 108 jobs, not 1980.
 
-# aggregate rules copy their outputs to results/last_good/ (repens.training.last_good)
-from repens.training.last_good import shell as keep_last_good
+# aggregate rules copy their outputs to results/last_good/ (repens.pipeline.last_good)
+from repens.pipeline.last_good import shell as keep_last_good
 
 
 include: "uci_common.smk"

@@ -7,7 +7,7 @@ and leave no table or figure at all. The aggregate rules therefore end with
 ``results/last_good/<same path below results/>``; after a failure, the log names the
 last good copies (Snakemake never touches them) and the job still fails.
 
-``python -m repens.training.last_good save|failed OUTPUT...``.
+``python -m repens.pipeline.last_good save|failed OUTPUT...``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def report_failure(outputs: list[str]) -> None:
 
 def shell(command: str) -> str:
     """A rule's shell ``command`` (which logs to ``{log}``) that keeps last-good copies."""
-    helper = "python -m repens.training.last_good"
+    helper = "python -m repens.pipeline.last_good"
     return (
         f"{command} && {helper} save {{output:q}} >> {{log:q}} 2>&1"
         f" || {{{{ {helper} failed {{output:q}} >> {{log:q}} 2>&1; exit 1; }}}}"
@@ -63,7 +63,7 @@ def shell(command: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or args[0] not in ("save", "failed"):
-        print("usage: python -m repens.training.last_good save|failed OUTPUT...", file=sys.stderr)
+        print("usage: python -m repens.pipeline.last_good save|failed OUTPUT...", file=sys.stderr)
         return 2
     (save if args[0] == "save" else report_failure)(args[1:])
     return 0
