@@ -358,8 +358,8 @@ class _FakeRun:
 
 
 def test_the_marginal_step_leaves_out_each_runs_warm_up_and_capture(monkeypatch):
-    """The issue: every timed call paid three eager warm-up steps and a verified capture
-    (on a GPU), which the planner counted as steps; the marginal step between a short and
+    """Every timed call pays three eager warm-up steps and a verified capture (on a GPU),
+    which are not training steps; the marginal step between a short and
     a longer run cancels them (benchmarks/bench_gpu_step.py)."""
     monkeypatch.setattr(budget_mod, "StageRun", _FakeRun)
     (stage,) = _tiny_stage()

@@ -42,7 +42,7 @@ def test_paper_gaussian_matches_target_moments(tmp_path, method):
 
 @pytest.mark.slow
 def test_paper_gaussian_kde_wgd_is_reported(tmp_path, capsys):
-    """The issue asks for KDE-WGD's figures whatever they are: print them, check the mean only."""
+    """KDE-WGD's figures are reported whatever they are: print them, check the mean only."""
     run_synthetic(paper_job("kde-wgd"), tmp_path / "p.npz")
     mean, cov = particle_moments(tmp_path / "p.npz")
     true_mean, true_cov = (t.numpy() for t in Gaussian().moments())
