@@ -14,17 +14,45 @@ from __future__ import annotations
 import json
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from repens.core.errors import DataError, DataFileError, one_line
 
-__all__ = ["ResultFileMissing", "read_npz", "read_json"]
+__all__ = ["ResultFileMissing", "RecordedJob", "read_npz", "read_json"]
 
 
 class ResultFileMissing(DataError, FileNotFoundError):
     """A result file a table or figure reads is not there; the message names it."""
+
+
+@dataclass(frozen=True)
+class RecordedJob:
+    """The job a result file records (its ``job`` object) as the reports read it: typed
+    fields, ``None`` where the file does not say (files of any version are read; a job's
+    full settings are :class:`repens.jobs.job.Job`, which the reports do not need)."""
+
+    dataset: str | None = None
+    method: str | None = None
+    seed: int | None = None
+    scale: str | None = None
+    #: the method's display name, where the job or the config gives one
+    label: str | None = None
+    particles: int | None = None
+    steps: int | None = None
+    optimizer: str | None = None
+    lr: float | None = None
+    bandwidth: float | str | None = None
+
+    @classmethod
+    def read(cls, job: Any, path: Path | str, what: str, required: Sequence[str] = ()) -> RecordedJob:
+        """``job`` (a file's ``job`` object) holding the keys ``required``; else a
+        :class:`DataFileError` naming ``path``: ``what`` says which file it should be."""
+        if not isinstance(job, Mapping) or any(key not in job for key in required):
+            raise DataFileError(path, f"not {what} (its 'job' has no {', '.join(required)})")
+        return cls(**{f.name: job.get(f.name) for f in fields(cls)})
 
 
 def _reason(err: BaseException) -> str:

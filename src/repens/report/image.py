@@ -17,7 +17,7 @@ import pandas as pd
 
 from repens.core import registry
 from repens.core.errors import DataFileError
-from repens.report.files import read_json
+from repens.report.files import RecordedJob, read_json
 from repens.report.tables import (
     Column,
     Table,
@@ -98,14 +98,15 @@ def load_records(paths: Sequence[Path | str]) -> list[dict[str, Any]]:
                 "not a metrics file written by an image job (its 'job' has no "
                 "dataset, method and seed, or 'metrics' is not an object)",
             )
+        recorded = RecordedJob.read(job, path, "an image job's metrics file", ("dataset", "method", "seed"))
         records.append(
             {
-                "dataset": job["dataset"],
-                "method": job["method"],
-                "seed": job["seed"],
-                "scale": job.get("scale"),
-                "particles": job.get("particles"),
-                "steps": job.get("steps"),
+                "dataset": recorded.dataset,
+                "method": recorded.method,
+                "seed": recorded.seed,
+                "scale": recorded.scale,
+                "particles": recorded.particles,
+                "steps": recorded.steps,
                 **{c.key: math.nan for c in EXTRA_COLUMNS},
                 **metrics,
             }

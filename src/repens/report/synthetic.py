@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from repens.core.errors import DataFileError
-from repens.report.files import read_json
+from repens.report.files import RecordedJob, read_json
 from repens.report.files import read_npz as _read_npz
 
 log = logging.getLogger("repens.report")
@@ -108,23 +108,23 @@ class Run:
     path: Path
     particles: np.ndarray
     initial: np.ndarray | None
-    job: dict[str, Any]
+    job: RecordedJob
 
     @property
     def target(self) -> str:
-        return str(self.job.get("dataset"))
+        return str(self.job.dataset)
 
     @property
     def method(self) -> str:
-        return str(self.job.get("method", "?"))
+        return "?" if self.job.method is None else str(self.job.method)
 
     @property
     def label(self) -> str:
-        return str(self.job.get("label") or LABELS.get(self.method, self.method))
+        return str(self.job.label or LABELS.get(self.method, self.method))
 
     @property
     def scale(self) -> str:
-        return str(self.job.get("scale", "?"))
+        return "?" if self.job.scale is None else str(self.job.scale)
 
 
 def read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
@@ -166,7 +166,8 @@ def load_run(path: Path | str) -> Run:
     if not isinstance(job, dict) or "dataset" not in job:
         raise DataFileError(path, "the job spec has no 'dataset' (target name)")
     initial = arrays.get("initial")
-    return Run(path, particles, None if initial is None else np.asarray(initial, dtype=np.float64), job)
+    recorded = RecordedJob.read(job, path, "a synthetic job's particles file", ("dataset",))
+    return Run(path, particles, None if initial is None else np.asarray(initial, dtype=np.float64), recorded)
 
 
 def load_runs(inputs: Iterable[Path | str], labels: Mapping[str, str] | None = None) -> list[Run]:
@@ -177,7 +178,8 @@ def load_runs(inputs: Iterable[Path | str], labels: Mapping[str, str] | None = N
         raise ValueError("no input files")
     if labels:
         runs = [
-            replace(run, job={**run.job, "label": labels[run.method]}) if run.method in labels else run for run in runs
+            replace(run, job=replace(run.job, label=labels[run.method])) if run.method in labels else run
+            for run in runs
         ]
     return runs
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from repens.core.errors import DataFileError
 from repens.report.figures import save_png_pdf
+from repens.report.files import RecordedJob
 from repens.report.style import PALETTE, figure_style
 from repens.report.synthetic import PAPER_FIGURES, TARGET_TITLES, Run, load_runs, read_npz
 
@@ -38,13 +39,16 @@ __all__ = ["read_figure_data", "plot_target_panels_from"]
 _KDE_GRIDSIZE = 300
 
 
-def _settings_text(job: dict[str, Any]) -> dict[str, str]:
+def _settings_text(job: RecordedJob) -> dict[str, str]:
+    def known(value: Any, default: str = "?") -> Any:
+        return default if value is None else value
+
     return {
-        "particles": f"n={job.get('particles', '?')}",
-        "steps": f"{job.get('steps', '?')} steps",
-        "lr": f"{job.get('optimizer', 'adam').capitalize()} lr {job.get('lr', '?')}",
-        "bandwidth": f"bandwidth {job.get('bandwidth', 'median')}",
-        "seed": f"seed {job.get('seed', '?')}",
+        "particles": f"n={known(job.particles)}",
+        "steps": f"{known(job.steps)} steps",
+        "lr": f"{known(job.optimizer, 'adam').capitalize()} lr {known(job.lr)}",
+        "bandwidth": f"bandwidth {known(job.bandwidth, 'median')}",
+        "seed": f"seed {known(job.seed)}",
     }
 
 

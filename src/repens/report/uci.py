@@ -19,7 +19,7 @@ import pandas as pd
 
 from repens.core import registry
 from repens.core.errors import DataFileError
-from repens.report.files import read_json
+from repens.report.files import RecordedJob, read_json
 from repens.report.tables import (
     Column,
     Table,
@@ -75,14 +75,15 @@ def load_records(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], str]:
                 "not a metrics file written by a UCI job (its 'job' has no dataset and "
                 "method, or 'splits' is not a list of objects)",
             )
-        scales.add(job.get("scale", "?"))
+        recorded = RecordedJob.read(job, path, "a UCI job's metrics file", ("dataset", "method"))
+        scales.add("?" if recorded.scale is None else recorded.scale)
         for split in summary["splits"]:
             # figures a run of an older version did not write show as n/a
             records.append(
                 {
-                    "dataset": job["dataset"],
-                    "method": job["method"],
-                    "seed": job.get("seed"),
+                    "dataset": recorded.dataset,
+                    "method": recorded.method,
+                    "seed": recorded.seed,
                     **{c.key: math.nan for c in UCI_COLUMNS},
                     **split,
                 }

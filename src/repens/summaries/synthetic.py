@@ -211,7 +211,7 @@ def _by_target(runs: Sequence[Run]) -> dict[str, list[Run]]:
     seen: dict[tuple, Path] = {}
     by_target: dict[str, list[Run]] = {}
     for run in runs:
-        key = (run.target, run.method, run.job.get("seed"), run.scale, run.particles.shape[0], run.job.get("steps"))
+        key = (run.target, run.method, run.job.seed, run.scale, run.particles.shape[0], run.job.steps)
         if key in seen:
             raise ValueError(
                 f"{run.path}: duplicate run (target, method, seed, scale, n, steps) = {key}, also in {seen[key]}"
@@ -226,11 +226,11 @@ def _run_row(run: Run, reference_samples: int, seed: int) -> dict[str, Any]:
     return {
         "target": run.target,
         "method": run.method,
-        "job_label": run.job.get("label"),
-        "seed": run.job.get("seed"),
+        "job_label": run.job.label,
+        "seed": run.job.seed,
         "scale": run.scale,
         "n": metrics["n"],
-        "steps": run.job.get("steps"),
+        "steps": run.job.steps,
         **{key: metrics[key] for key in METRIC_KEYS},
         "cov_xy_err_kind": metrics["cov_xy_err_kind"],
         "source": run.path.name,
