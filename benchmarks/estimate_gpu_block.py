@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_engine  # noqa: E402
+import bench_image  # noqa: E402
 
 #: aten ops that only make a new view of a tensor's metadata: no kernel
 METADATA_OPS = {
@@ -72,21 +73,9 @@ METADATA_OPS = {
     "_to_copy_noop",
 }
 
-#: Table 1's rows: the paper's methods, then anchored, DLE and DRLE (hyper-DE: a DE step, below)
-METHODS = [
-    "de",
-    "svgd",
-    "fsvgd",
-    "kde-wgd",
-    "sge-wgd",
-    "ssge-wgd",
-    "kde-fwgd",
-    "sge-fwgd",
-    "ssge-fwgd",
-    "anchored",
-    "dle",
-    "drle",
-]
+#: Table 1's rows: the paper's methods, then anchored, DLE and DRLE (hyper-DE: a DE step, below),
+#: as bench_image times them
+METHODS = bench_image.METHODS
 
 
 def count_step(method: str, sets: int, particles: int, model: str = "image") -> tuple[float, int]:
