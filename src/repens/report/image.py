@@ -88,17 +88,9 @@ def load_records(paths: Sequence[Path | str]) -> list[dict[str, Any]]:
     for path in paths:
         data = read_json(path, "image metrics", required=("job", "metrics"))
         job, metrics = data["job"], data["metrics"]
-        if (
-            not isinstance(job, dict)
-            or not isinstance(metrics, dict)
-            or not all(k in job for k in ("dataset", "method", "seed"))
-        ):
-            raise DataFileError(
-                path,
-                "not a metrics file written by an image job (its 'job' has no "
-                "dataset, method and seed, or 'metrics' is not an object)",
-            )
-        recorded = RecordedJob.read(job, path, "an image job's metrics file", ("dataset", "method", "seed"))
+        recorded = RecordedJob.read(job, path, "a metrics file written by an image job", ("dataset", "method", "seed"))
+        if not isinstance(metrics, dict):
+            raise DataFileError(path, "not a metrics file written by an image job ('metrics' is not an object)")
         records.append(
             {
                 "dataset": recorded.dataset,

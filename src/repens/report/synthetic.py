@@ -163,10 +163,8 @@ def load_run(path: Path | str) -> Run:
         job = json.loads(str(arrays["job"][()]))
     except (json.JSONDecodeError, TypeError, IndexError) as err:
         raise DataFileError(path, f"'job' is not a JSON job spec ({err})") from err
-    if not isinstance(job, dict) or "dataset" not in job:
-        raise DataFileError(path, "the job spec has no 'dataset' (target name)")
-    initial = arrays.get("initial")
     recorded = RecordedJob.read(job, path, "a synthetic job's particles file", ("dataset",))
+    initial = arrays.get("initial")
     return Run(path, particles, None if initial is None else np.asarray(initial, dtype=np.float64), recorded)
 
 

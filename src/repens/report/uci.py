@@ -63,19 +63,9 @@ def load_records(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], str]:
     records, scales = [], set()
     for path in paths:
         summary = read_json(path, "UCI metrics", required=("job", "splits"))
-        job = summary["job"]
-        if (
-            not isinstance(job, dict)
-            or not all(k in job for k in ("dataset", "method"))
-            or not isinstance(summary["splits"], list)
-            or not all(isinstance(s, dict) for s in summary["splits"])
-        ):
-            raise DataFileError(
-                path,
-                "not a metrics file written by a UCI job (its 'job' has no dataset and "
-                "method, or 'splits' is not a list of objects)",
-            )
-        recorded = RecordedJob.read(job, path, "a UCI job's metrics file", ("dataset", "method"))
+        recorded = RecordedJob.read(summary["job"], path, "a metrics file written by a UCI job", ("dataset", "method"))
+        if not isinstance(summary["splits"], list) or not all(isinstance(s, dict) for s in summary["splits"]):
+            raise DataFileError(path, "not a metrics file written by a UCI job ('splits' is not a list of objects)")
         scales.add("?" if recorded.scale is None else recorded.scale)
         for split in summary["splits"]:
             # figures a run of an older version did not write show as n/a
