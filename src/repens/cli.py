@@ -265,7 +265,8 @@ def _image_table(args: argparse.Namespace) -> int:
         out_html=_path(args.out_html),
         out_vs_paper_html=_path(args.out_vs_paper_html),
     )
-    _sidecar(args.out_csv, args.inputs)
+    for table in (args.out_csv, args.out_vs_paper):
+        _sidecar(table, args.inputs)
     return 0
 
 
@@ -353,8 +354,12 @@ def _uci_table(args: argparse.Namespace) -> int:
         out_seeds_html=_path(args.out_seeds_html),
         out_vs_de=_path(args.out_vs_de),
         out_vs_de_html=_path(args.out_vs_de_html),
+        out_md=_path(args.out_md),
+        out_seeds_md=_path(args.out_seeds_md),
     )
-    _sidecar(args.out_csv, args.inputs)
+    for table in (args.out_csv, args.out_seeds, args.out_vs_de):
+        if table:
+            _sidecar(table, args.inputs)
     return 0
 
 
@@ -725,6 +730,8 @@ def _uci_table_args(p: argparse.ArgumentParser) -> None:
         ("seeds-html", "the comparison as HTML"),
         ("vs-de", "each method minus the deep ensemble, split by split (CSV)"),
         ("vs-de-html", "the same as HTML"),
+        ("md", "Table 2 as Markdown (the results page's)"),
+        ("seeds-md", "the comparison with the seeds as Markdown"),
     )
     p.add_argument("inputs", nargs="+", help="metrics.json of the UCI jobs")
 

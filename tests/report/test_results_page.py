@@ -223,3 +223,31 @@ def test_readme_headline_matches_the_published_scorecard():
         counts["inconclusive"],
         counts["not run"],
     ), (stated, dict(counts))
+
+
+def test_page_shows_a_kept_markdown_table_and_links_only_kept_sidecars(tmp_path):
+    """A table kept with its Markdown form is shown as that form (not re-rendered from the
+    CSV); a provenance link appears only where the sidecar is kept."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    reference = tmp_path / "reference"
+    kept = reference / "results"
+    _job(reference, "uci/boston/de/seed42/metrics.json")
+    _write_csv(kept / "table2_uci.csv", [{"block": "boston", "method": "de", "rmse_mean": 2.6, "rmse_se": 0.2}])
+    (kept / "table2_uci.md").write_text("**Table 2**\n\n| | RMSE |\n| --- | ---: |\n| Boston DE | 2.6±0.2 |\n")
+    (kept / "table2_uci.csv.provenance.json").write_text("{}")
+    _write_csv(kept / "table2_vs_de.csv", [{"dataset": "boston", "method": "svgd", "diff_mean": 0.1}])
+    text = write_page(reference, config, paper_seeds(config), tmp_path / "docs" / "results.md")
+    assert "| Boston DE | 2.6±0.2 |" in text and "| boston | de | 2.600 |" not in text
+    assert "(provenance: [`table2_uci.csv.provenance.json`]" in text
+    assert "Also kept: [`table2_vs_de.csv`](../reference/results/table2_vs_de.csv)" in text
+    assert "table2_vs_de.csv.provenance.json" not in text
+
+
+def test_the_committed_results_page_links_only_to_files_that_exist():
+    import re
+
+    page = ROOT / "docs" / "results.md"
+    targets = re.findall(r"\]\(([^)#]+)\)", page.read_text())
+    assert targets
+    missing = [t for t in targets if not (page.parent / t).exists()]
+    assert not missing, missing

@@ -25,6 +25,7 @@ from repens.report.tables import (
     to_csv,
     to_html,
     to_latex,
+    to_markdown,
     write_table,
 )
 
@@ -121,6 +122,30 @@ def test_bold_cell_is_the_best_one_for_max_and_min():
     assert table.bold.to_numpy().tolist() == bold
     expected = {(r, c) for r, row in enumerate(bold) for c, flag in enumerate(row) if flag}
     assert _html_styled(to_html(table), "font-weight: bold") == expected
+
+
+def test_markdown_has_the_htmls_rows_and_bold_cells():
+    """The Markdown form: the title, a header, one line per row with the block label only
+    where it changes, the same bold cells as the HTML, and the note."""
+    _, table = _table()
+    md = to_markdown(table).splitlines()
+    assert md[0] == "**T**"
+    rows = [line for line in md if line.startswith("| ")][2:]  # after the header and its rule
+    cells = [[c.strip() for c in line.strip("|").split(" | ")] for line in rows]
+    assert [c[:2] for c in cells] == [["Data", "A"], ["", "B"], ["", "X"], ["Else", "A"], ["", "B"]]
+    bold = [[c.startswith("**") for c in row[2:]] for row in cells]
+    assert bold == table.bold.to_numpy().tolist()
+    assert cells[0][2] == "91.00±1.00"
+
+
+def test_markdown_joins_column_groups_and_escapes_pipes():
+    frame = pd.DataFrame(
+        [["1 | 2", 3.0]], index=pd.Index(["r"], name="row"), columns=pd.MultiIndex.from_tuples([("G", "a"), ("", "b")])
+    )
+    md = to_markdown(Table(cells=frame, csv=frame, title="", note="n"))
+    assert md.splitlines()[0] == "| row | G: a | b |"
+    assert "| r | 1 \\| 2 | 3.000 |" in md
+    assert md.rstrip().endswith("n")
 
 
 def test_rules_between_blocks_and_above_extra_rows():

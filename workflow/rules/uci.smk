@@ -18,6 +18,8 @@ UCI_OUTPUTS = [
     "results/table2_vs_seeds.html",
     "results/table2_vs_de.csv",
     "results/table2_vs_de.html",
+    "results/table2_uci.md",
+    "results/table2_vs_seeds.md",
 ]
 
 
@@ -89,6 +91,8 @@ rule summarize_uci:
                 "format": "HTML",
             },
         ),
+        md="results/table2_uci.md",
+        seeds_md="results/table2_vs_seeds.md",
         vs_de="results/table2_vs_de.csv",
         vs_de_html=report(
             "results/table2_vs_de.html",
@@ -116,5 +120,6 @@ rule summarize_uci:
             " --seeds {input.seeds:q} --out-tex {output.tex:q} --out-csv {output.csv:q}"
             " --out-html {output.html:q} --out-seeds {output.seeds:q}"
             " --out-seeds-html {output.seeds_html:q} --out-vs-de {output.vs_de:q}"
-            " --out-vs-de-html {output.vs_de_html:q} {input.metrics:q} > {log:q} 2>&1"
+            " --out-vs-de-html {output.vs_de_html:q} --out-md {output.md:q}"
+            " --out-seeds-md {output.seeds_md:q} {input.metrics:q} > {log:q} 2>&1"
         )

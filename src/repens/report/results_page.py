@@ -56,7 +56,9 @@ PUBLISHED = (
     "table1_vs_paper.csv",
     "table1.png",
     "table2_uci.csv",
+    "table2_uci.md",
     "table2_vs_seeds.csv",
+    "table2_vs_seeds.md",
     "table2_vs_de.csv",
     "claims.csv",
     "claims_diagnostics.csv",
@@ -83,8 +85,9 @@ class Section:
     experiment: str
     title: str
     paper: str  # what the paper shows for it, and where
-    tables: tuple[str, ...]  # relative to reference/results/
+    tables: tuple[str, ...]  # relative to reference/results/; shown (as their kept .md where there is one)
     figures: tuple[str, ...]
+    linked: tuple[str, ...] = ()  # tables kept and linked, not shown
 
 
 SECTIONS = (
@@ -101,8 +104,9 @@ SECTIONS = (
         "Table 2: UCI regression",
         "Pearce et al. (2020), Table 4 and App. E.7 (anchored ensembles, 5 members), and Wild et al. "
         "(2023) (DLE, DRLE): RMSE and NLL over the standard splits.",
-        ("table2_vs_seeds.csv",),
+        ("table2_uci.csv", "table2_vs_seeds.csv"),
         (),
+        ("table2_vs_de.csv",),
     ),
     Section(
         "synthetic",
@@ -381,7 +385,9 @@ def _mean_pm(mean: float, se: float) -> str:
         return "-"
     if not math.isfinite(se) or se <= 0:
         return f"{mean:.3g}"
-    decimals = max(0, 1 - math.floor(math.log10(se)))
+    from repens.report.tables import se_decimals
+
+    decimals = se_decimals(se, digits=0)
     return f"{mean:.{decimals}f} ± {se:.{decimals}f}"
 
 
@@ -493,6 +499,10 @@ PER_SEED_COLUMNS = {
 
 
 def _table(path: Path) -> list[str]:
+    """A kept table as the page shows it: its kept Markdown form (the one the HTML and
+    LaTeX share) where the rebuild wrote one, else rendered from the CSV."""
+    if (md := path.with_suffix(".md")).is_file():
+        return md.read_text().rstrip("\n").splitlines()
     if path.name == "table1_vs_paper.csv":
         return _vs_paper(path)
     with open(path) as fh:
@@ -549,6 +559,15 @@ def _not_run_lines(inv: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _table_link(kept: Path, link: Path, rel: str, also: bool = False) -> str:
+    """The line naming a kept table's CSV and, where it is kept, its provenance sidecar."""
+    text = ("Also kept: " if also else "Table: ") + f"[`{rel}`]({link / rel})"
+    sidecar = rel + ".provenance.json"
+    if (kept / sidecar).is_file():
+        text += f" (provenance: [`{sidecar}`]({link / sidecar}))"
+    return text
+
+
 def _section_lines(section: Any, kept: Path, link: Path) -> list[str]:
     """One section of the page: its kept tables (with their provenance) and figures."""
     lines = ["", f"## {section.title}", "", f"The paper: {section.paper}", ""]
@@ -556,12 +575,10 @@ def _section_lines(section: Any, kept: Path, link: Path) -> list[str]:
     for rel in section.tables:
         if (kept / rel).is_file():
             have = True
-            lines += _table(kept / rel) + [
-                "",
-                f"Table: [`{rel}`]({link / rel}) (provenance: "
-                f"[`{rel}.provenance.json`]({link / (rel + '.provenance.json')}))",
-                "",
-            ]
+            lines += _table(kept / rel) + ["", _table_link(kept, link, rel), ""]
+    for rel in section.linked:
+        if (kept / rel).is_file():
+            lines += [_table_link(kept, link, rel, also=True), ""]
     for rel in section.figures:
         if (kept / rel).is_file():
             have = True

@@ -52,6 +52,7 @@ __all__ = [
     "mean_se_formatter",
     "number",
     "mean_pm_text",
+    "se_decimals",
     "signed_text",
     "latex_text",
     "csv_rows",
@@ -60,6 +61,7 @@ __all__ = [
     "to_latex",
     "to_html",
     "to_csv",
+    "to_markdown",
     "render_png",
     "write_table",
     "with_labels",
@@ -267,6 +269,14 @@ def number(value: Any, kind: str = "text", digits: int = 3) -> str:
     if v != 0.0 and (abs(v) < 1e-3 or abs(v) >= 1e4):
         return _sci(v, digits, kind)
     return f"{v:.{digits}f}"
+
+
+def se_decimals(se: float, digits: int = 3, most: int = 8) -> int:
+    """Decimals that show ``se`` to two significant digits, at least ``digits`` (at most
+    ``most``): 3 for 0.013, 5 for 0.00036 (so a small s.e. never reads ``± 0.000``)."""
+    if not math.isfinite(se) or se <= 0:
+        return digits
+    return min(most, max(digits, 1 - math.floor(math.log10(se))))
 
 
 def mean_pm_text(mean: float, se: float, digits: int = 3) -> str:
@@ -585,6 +595,34 @@ def to_csv(table: Table) -> str:
     return table.csv.to_csv(index=False, na_rep=table.csv_na_rep, lineterminator="\n")
 
 
+def _markdown_cell(text: str, bold: bool = False) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return f"**{text}**" if bold and text else text
+
+
+def to_markdown(table: Table) -> str:
+    """The table as GitHub Markdown: the title in bold, the header (a column group joined
+    to its header: ``RMSE: ours``), a line per row (an index label shown only where it
+    changes, as in the image), bold cells in bold, and the note below. Its cells are the
+    HTML's and the image's (:func:`_png_cells`)."""
+    nidx, header, body, bold = _png_cells(table)
+    names = [name or "" for name in table.cells.index.names] if nidx else []
+    groups = [
+        ": ".join(str(level) for level in column if str(level)) if isinstance(column, tuple) else str(column)
+        for column in table.cells.columns
+    ]
+    header = names + groups if len(header) == nidx + len(groups) else header
+    lines = [f"**{_markdown_cell(table.title)}**", ""] if table.title else []
+    lines.append("| " + " | ".join(_markdown_cell(h) for h in header) + " |")
+    lines.append("|" + "".join(" --- |" if j < nidx else " ---: |" for j in range(len(header))))
+    lines += [
+        "| " + " | ".join(_markdown_cell(c, b) for c, b in zip(row, flags)) + " |" for row, flags in zip(body, bold)
+    ]
+    if table.note:
+        lines += ["", _markdown_cell(table.note)]
+    return "\n".join(lines) + "\n"
+
+
 def _png_cells(table: Table) -> tuple[int, list[str], list[list[str]], list[list[bool]]]:
     """The image's cells as text: the number of index columns, the header, the body (an
     index label shown only where it changes) and which cells are bold."""
@@ -671,8 +709,10 @@ def write_table(
     out_html: Path | str | None = None,
     out_csv: Path | str | None = None,
     out_png: Path | str | None = None,
+    out_md: Path | str | None = None,
 ) -> None:
-    """Write whichever of the LaTeX, HTML, CSV and PNG forms are asked for (each atomically)."""
+    """Write whichever of the LaTeX, HTML, CSV, PNG and Markdown forms are asked for (each
+    atomically)."""
     if out_csv is not None:
         write_text_atomic(Path(out_csv), to_csv(table))
     if out_tex is not None:
@@ -681,6 +721,8 @@ def write_table(
         write_text_atomic(Path(out_html), to_html(table))
     if out_png is not None:
         render_png(Path(out_png), table)
+    if out_md is not None:
+        write_text_atomic(Path(out_md), to_markdown(table))
 
 
 # --------------------------------------------------------------------------- builders

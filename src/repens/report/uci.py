@@ -28,6 +28,7 @@ from repens.report.tables import (
     mean_se,
     mean_se_table,
     plain_table,
+    se_decimals,
     signed_text,
     with_labels,
     write_table,
@@ -221,7 +222,7 @@ def _vs_seeds_line(metrics: Mapping[str, Mapping[str, Any]]) -> list[Any]:
         within = r["within_error_bars"]
         line += [
             mean_pm_text(r["seed_mean"], r["seed_se"], digits),
-            mean_pm_text(r["ours_mean"], r["ours_se"], digits),
+            mean_pm_text(r["ours_mean"], r["ours_se"], se_decimals(r["ours_se"], digits)),
             signed_text(r["z"]),
             {1: "yes", 0: "no"}.get(within, "–") if within != "" else "–",
         ]
@@ -383,10 +384,12 @@ def write_uci_tables(
     out_seeds_html: Path | None = None,
     out_vs_de: Path | None = None,
     out_vs_de_html: Path | None = None,
+    out_md: Path | None = None,
+    out_seeds_md: Path | None = None,
 ) -> None:
-    """Table 2 (tex, csv, html), the comparison with the seeds (csv, html) and each method
-    against the deep ensemble on the same splits (:func:`paired_differences`; csv, html),
-    all through :func:`repens.report.tables.write_table`."""
+    """Table 2 (tex, csv, html, md), the comparison with the seeds (csv, html, md) and each
+    method against the deep ensemble on the same splits (:func:`paired_differences`; csv,
+    html), all through :func:`repens.report.tables.write_table`."""
     records, scale = load_records(inputs)
     blocks = build_blocks(
         records,
@@ -395,7 +398,7 @@ def write_uci_tables(
         rows=[(m, labels.get(m, m), False) for m in methods],
     )
     table = _uci_table(blocks, scale)
-    write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv)
+    write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv, out_md=out_md)
     compared = compare_with_seeds(records, read_seeds(seeds_file))
     write_table(
         vs_seeds_table(
@@ -408,6 +411,7 @@ def write_uci_tables(
         ),
         out_html=out_seeds_html,
         out_csv=out_seeds,
+        out_md=out_seeds_md,
     )
     if out_vs_de is not None:
         _write_vs_de(records, datasets, methods, labels, out_vs_de, out_vs_de_html)
