@@ -578,3 +578,16 @@ def test_dataset_hmc_patch_reaches_only_the_hmc_job():
         )
     toy["datasets"]["regression"]["hmc"] = {"max_tree_depth": 10}
     assert any("max_tree_depth" in p for p in problems(config))
+
+
+def test_paper_row_names_another_method_and_never_reaches_a_job():
+    """``paper_row`` is display only: the job (and so its key) is the same with or without
+    it; a paper_row naming no method, or the method itself, is refused naming the key."""
+    config = load_config()
+    job = resolve_job(dict(config, scale="paper"), "image", "fashionmnist", "de-code-init", 38)
+    assert config["methods"]["de-code-init"]["paper_row"] == "de" and "paper_row" not in job
+    for bad in ("nope", "de-code-init"):
+        broken = copy.deepcopy(config)
+        broken["methods"]["de-code-init"]["paper_row"] = bad
+        with pytest.raises(ConfigError, match=f"methods.de-code-init.paper_row: '{bad}' is not another method"):
+            check_config(broken)

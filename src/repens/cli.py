@@ -264,6 +264,7 @@ def _image_table(args: argparse.Namespace) -> int:
         Path(args.out_vs_paper),
         out_html=_path(args.out_html),
         out_vs_paper_html=_path(args.out_vs_paper_html),
+        paper_rows=json.loads(args.paper_rows),
     )
     for table in (args.out_csv, args.out_vs_paper):
         _sidecar(table, args.inputs)
@@ -673,6 +674,9 @@ def _prepare_images_args(p: argparse.ArgumentParser) -> None:
 def _image_table_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", required=True, help="the paper's values (CSV)")
     p.add_argument("--labels", default="{}", help="JSON: method key -> display name")
+    p.add_argument(
+        "--paper-rows", default="{}", help="JSON: method key -> the paper's row it is set beside (config paper_row)"
+    )
     p.add_argument("--datasets", required=True, help="comma-separated, in block order")
     p.add_argument("--methods", required=True, help="comma-separated, in row order")
     _outputs(p, "tex", "png", "csv", TABLE_HTML, "vs-paper", ("vs-paper-html", "the comparison as HTML"))

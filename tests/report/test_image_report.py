@@ -82,6 +82,40 @@ def test_table1_files(tmp_path):
     assert "91.122" in (tmp_path / "vs.html").read_text()  # the paper's value beside ours
 
 
+def test_a_method_with_a_paper_row_is_set_beside_that_row_and_says_so(tmp_path):
+    """``paper_rows``: de-code-init, which the paper's table has no row for, is compared
+    with the paper's DE row, named in the CSV (paper_method) and in the row's label;
+    DLE (no paper row) stays without a paper value; DE keeps its own row."""
+    inputs = [
+        _metrics(tmp_path / "a.json", "de", 38, 0.89),
+        _metrics(tmp_path / "c.json", "de-code-init", 38, 0.9111),
+        _metrics(tmp_path / "d.json", "dle", 38, 0.95),
+    ]
+    labels = {"de": "Deep ensemble", "de-code-init": "DE (code's init)", "dle": "DLE"}
+    args = (["fashionmnist"], ["de", "de-code-init", "dle"], *(tmp_path / f"t.{k}" for k in ("tex", "png", "csv")))
+    write_table1(
+        inputs,
+        REFERENCE,
+        labels,
+        *args,
+        tmp_path / "vs.csv",
+        out_vs_paper_html=tmp_path / "vs.html",
+        paper_rows={"de-code-init": "de", "dle": "de"} | {"de": "svgd"},
+    )
+    rows = list(csv.DictReader(open(tmp_path / "vs.csv")))
+    acc = {r["method"]: r for r in rows if r["metric"] == "Accuracy (%)"}
+    assert acc["de-code-init"]["paper_method"] == "de"
+    assert float(acc["de-code-init"]["paper_mean"]) == pytest.approx(91.122)
+    assert float(acc["de-code-init"]["difference_in_errors"]) == pytest.approx((91.11 - 91.122) / 0.013)
+    assert acc["de"]["paper_method"] == "de"  # its own row wins over a paper_row
+    assert acc["dle"]["paper_method"] == "de"  # a paper_row for a method the paper lacks is followed
+    page = html.unescape((tmp_path / "vs.html").read_text())
+    assert "DE (code's init) (beside the paper's Deep ensemble)" in page
+    write_table1(inputs, REFERENCE, labels, *args, tmp_path / "vs.csv")
+    acc = {r["method"]: r for r in csv.DictReader(open(tmp_path / "vs.csv")) if r["metric"] == "Accuracy (%)"}
+    assert acc["de-code-init"]["paper_method"] == "" and acc["de-code-init"]["paper_mean"] == "nan"
+
+
 def test_mixed_scales_refused(tmp_path):
     a = _metrics(tmp_path / "a.json", "de", 38, 0.9)
     b = _metrics(tmp_path / "b.json", "de", 39, 0.9)

@@ -33,6 +33,7 @@ from repens.pipeline.config import (
     experiment_seeds,
     report_datasets,
     method_groups,
+    paper_rows,
     resolve_hmc_job,
     resolve_job,
 )
@@ -177,6 +178,11 @@ def method_labels():
         name: entry.get("label", name) for name, entry in config["methods"].items()
     }
     return json.dumps({**labels, "hmc": "HMC"}, sort_keys=True)
+
+
+def paper_rows_json():
+    """Each method's paper_row (the paper's row it is set beside), as JSON for Table 1."""
+    return json.dumps(paper_rows(config), sort_keys=True)
 
 
 def method_groups_json():

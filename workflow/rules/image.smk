@@ -122,10 +122,12 @@ rule summarize_image:
         labels=method_labels(),
         datasets=",".join(report_datasets(config, "image")),
         methods=",".join(experiment_methods("image")),
+        paper_rows=paper_rows_json(),
     shell:
         keep_last_good(
             "python -m repens image-table --reference {input.reference:q}"
-            " --labels {params.labels:q} --datasets {params.datasets} --methods {params.methods}"
+            " --labels {params.labels:q} --paper-rows {params.paper_rows:q}"
+            " --datasets {params.datasets} --methods {params.methods}"
             " --out-tex {output.tex:q} --out-png {output.png:q} --out-csv {output.csv:q}"
             " --out-html {output.html:q} --out-vs-paper {output.vs_paper:q}"
             " --out-vs-paper-html {output.vs_paper_html:q} {input.metrics:q} > {log:q} 2>&1"

@@ -85,8 +85,9 @@ RULE_FIELDS = (
 NOT_SETTINGS = frozenset({"experiment", "dataset", "method", "seed", "scale", "uci_data"})
 
 #: keys of the schema's method and settings layers that never reach a job: a method's
-#: display name (resolve_job drops it: renaming must not retrain) and the nested layer
-WORKFLOW_ONLY = frozenset({"label", "method_settings"})
+#: display name and the paper's row it is set beside (resolve_job drops them: changing
+#: them must not retrain) and the nested layer
+WORKFLOW_ONLY = frozenset({"label", "paper_row", "method_settings"})
 
 
 class SpecError(ValueError):

@@ -58,6 +58,10 @@ __all__ = [
 #: keys that describe the algorithm; the rest of a resolved job are training settings
 METHOD_KEYS = RULE_FIELDS
 
+#: a method's keys that only reports read: its display name and the paper's row it is set
+#: beside (``paper_row``); resolve_job drops them, so changing them never retrains
+DISPLAY_KEYS = ("label", "paper_row")
+
 #: names the pipeline uses for outputs that are not methods
 RESERVED_METHODS = {"hmc": "HMC reference posterior", "iid": "exact-sample baseline of the synthetic table"}
 
@@ -144,6 +148,11 @@ def _merge(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def paper_rows(config: Mapping[str, Any]) -> dict[str, str]:
+    """Each method's ``paper_row`` (the paper's row it is set beside), where it has one."""
+    return {m: e["paper_row"] for m, e in config["methods"].items() if (e or {}).get("paper_row")}
+
+
 def method_label(config: Mapping[str, Any], method: str) -> str:
     """The label tables and figures show for ``method`` (the paper's name)."""
     return config["methods"][method].get("label", method)
@@ -212,6 +221,11 @@ def check_config(config: Mapping[str, Any]) -> None:
         if name in RESERVED_METHODS:
             raise ConfigError(f"methods.{name}: the name is reserved for the {RESERVED_METHODS[name]}")
         _check_method(name, entry)
+        row = (entry or {}).get("paper_row")
+        if row is not None and (row not in methods or row == name):
+            raise ConfigError(
+                f"methods.{name}.paper_row: {row!r} is not another method of methods (known: {sorted(methods)})"
+            )
     if not config.get("seeds"):
         raise ConfigError("seeds: the seed list is empty")
     scale = config.get("scale")
@@ -341,7 +355,7 @@ def _check_experiment(config: Mapping[str, Any], exp: str, spec: Mapping[str, An
                 f"data batches; the {exp} experiment has neither"
             )
         for key in entry:
-            if key not in METHOD_KEYS and key != "label" and key not in known_settings:
+            if key not in METHOD_KEYS and key not in DISPLAY_KEYS and key not in known_settings:
                 with_split = sorted(name for name, other in EXPERIMENTS.items() if other.validation)
                 reason = (
                     f"the L2 search needs a validation split, which only the {', '.join(with_split)} experiment has"
@@ -870,7 +884,8 @@ def resolve_job(config: Mapping[str, Any], experiment: str, dataset: str, method
             per_method.get(method),
         ]
     job = _merge(*layers)
-    job.pop("label", None)  # display only: changing it must not retrain (figures get labels separately)
+    for key in DISPLAY_KEYS:  # display only: changing them must not retrain (reports get them separately)
+        job.pop(key, None)
     job.setdefault("space", "weight")
     job.update(experiment=experiment, dataset=dataset, method=method, seed=int(seed), scale=config["scale"])
     return job

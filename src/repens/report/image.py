@@ -36,6 +36,7 @@ __all__ = [
     "DATASET_LABELS",
     "load_records",
     "read_reference",
+    "row_label",
     "write_table1",
     "vs_paper_rows",
     "vs_paper_table",
@@ -124,14 +125,18 @@ def vs_paper_rows(
     reference: Mapping[tuple[str, str], Mapping[str, float]],
     datasets: Sequence[str],
     methods: Sequence[str],
+    paper_rows: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every (dataset, method, metric) cell: ours (mean, s.e., seeds) beside the paper's,
-    the difference, and the difference in units of the combined error."""
+    the difference, and the difference in units of the combined error. A method the
+    paper's table has no row for is set beside the row ``paper_rows`` names for it
+    (``paper_method``: the paper's row used; empty for none)."""
     rows = []
     for ds in datasets:
         for m in methods:
             runs = [r for r in records if r["dataset"] == ds and r["method"] == m]
-            paper = reference.get((ds, m))
+            row = m if (ds, m) in reference else (paper_rows or {}).get(m, m)
+            paper = reference.get((ds, row))
             if not runs and paper is None:
                 continue
             for col in TABLE1_COLUMNS + CODE_COLUMNS:
@@ -152,6 +157,7 @@ def vs_paper_rows(
                     {
                         "dataset": ds,
                         "method": m,
+                        "paper_method": row if paper else "",
                         "metric": col.name,
                         "ours_mean": o_mean,
                         "ours_se": o_se,
@@ -209,6 +215,14 @@ def _code_header(column: Column) -> str:
     return f"{paper.name}: the released code's definition" + (f" ({detail})" if detail else "")
 
 
+def row_label(method: str, cells: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> str:
+    """A comparison row's name: the method's label, and the paper's row it is set beside
+    where that is another method's (``paper_method``)."""
+    label = labels.get(method, method)
+    beside = next((c.get("paper_method") for c in cells if c.get("paper_method")), method)
+    return label if beside == method else f"{label} (beside the paper's {labels.get(beside, beside)})"
+
+
 def _vs_paper_frame(
     by_row: Mapping[tuple[str, str], Mapping[str, Mapping[str, Any]]],
     code: Sequence[Column],
@@ -238,7 +252,7 @@ def _vs_paper_frame(
                 [mean_pm_text(r["ours_mean"], r["ours_se"]), signed_text(r["difference_in_errors"])] if r else ["–"] * 2
             )
         rules.append("midrule" if keys and keys[-1][0] != DATASET_LABELS.get(dataset, dataset) else "")
-        keys.append((DATASET_LABELS.get(dataset, dataset), labels.get(method, method)))
+        keys.append((DATASET_LABELS.get(dataset, dataset), row_label(method, metrics.values(), labels)))
         cells.append(line)
     index = pd.MultiIndex.from_tuples(keys) if keys else pd.MultiIndex.from_arrays([[], []])
     frame = pd.DataFrame(cells, index=index, columns=pd.MultiIndex.from_tuples(columns), dtype=object)
@@ -361,14 +375,16 @@ def _write_vs_paper(
     scale_seeds_sizes: tuple[str, str, str],
     out_vs_paper: Path,
     out_vs_paper_html: Path | None,
+    paper_rows: Mapping[str, str] | None = None,
 ) -> None:
     """:func:`write_table1`'s comparison with the paper's values (CSV, HTML)."""
     scale, seeds, sizes = scale_seeds_sizes
-    vs_paper = vs_paper_rows(records, ref, datasets, methods)
+    vs_paper = vs_paper_rows(records, ref, datasets, methods, paper_rows)
     vs_columns = [
         "dataset",
         "method",
         "label",
+        "paper_method",
         "metric",
         "ours_mean",
         "ours_se",
@@ -399,9 +415,12 @@ def write_table1(
     out_vs_paper: Path,
     out_html: Path | None = None,
     out_vs_paper_html: Path | None = None,
+    paper_rows: Mapping[str, str] | None = None,
 ) -> None:
     """Write Table 1 (LaTeX, PNG, CSV, HTML) and the comparison with the paper's values
-    (CSV, HTML), all through :func:`repens.report.tables.write_table`.
+    (CSV, HTML), all through :func:`repens.report.tables.write_table`. ``paper_rows``:
+    method -> the paper's row a method without its own is set beside (config
+    ``paper_row``).
 
     The CSV has the paper's columns and :data:`EXTRA_COLUMNS` (AUPR, FPR95, Brier, mutual
     information); the LaTeX, HTML and PNG only the paper's."""
@@ -434,5 +453,13 @@ def write_table1(
     )
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv, out_png=out_png)
     _write_vs_paper(
-        records, ref, datasets, [r[0] for r in rows], labels, (scale, seeds, sizes), out_vs_paper, out_vs_paper_html
+        records,
+        ref,
+        datasets,
+        [r[0] for r in rows],
+        labels,
+        (scale, seeds, sizes),
+        out_vs_paper,
+        out_vs_paper_html,
+        paper_rows,
     )

@@ -405,6 +405,9 @@ def _vs_paper(path: Path) -> list[str]:
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     unrun = [d for d in datasets if all(r["ours_seeds"] == "0" for r in rows if r["dataset"] == d)]
     rows = [r for r in rows if r["dataset"] not in unrun]
+    from repens.report.image import row_label
+
+    labels = {r["method"]: r["label"] for r in rows}
     out, basis = [], set()
     for key in dict.fromkeys((r["dataset"], r["method"]) for r in rows):
         mine = {r["metric"]: r for r in rows if (r["dataset"], r["method"]) == key}
@@ -427,7 +430,7 @@ def _vs_paper(path: Path) -> list[str]:
             )
             z = r["difference_in_errors"]
             cells.append(f"{ours} vs {paper}" + ("" if math.isnan(float(z)) else f" ({float(z):+.1f})"))
-        out.append([key[0], first["label"], n, *cells])
+        out.append([key[0], row_label(key[1], mine.values(), labels), n, *cells])
     lines = _markdown(["dataset", "method", "n", *metrics], out)
     lines += [
         "",
