@@ -12,8 +12,16 @@ For float32 particles of dimension ``--dim`` (default 1e5, the FashionMNIST MLP 
 * the time of one (n, n) distance matrix, n = ``--particles``, both ways, measured
   round-robin in one process (median of ``--rounds``).
 
+With ``--device cuda`` it compares, on the device, what the GPU path computes now
+(``difference_distances``: ``cdist`` without the GEMM formula, n·n·d work outside the
+GEMM units) with a candidate that has no host round-trip either: the GEMM formula in
+float64 on coordinates centred at a particle (``gemm64``), for the weight-space sets a
+FashionMNIST step measures (n = 50 particles; DRLE: 50 particles and 50 prior draws,
+n = 100). It prints both accuracy tables and the time of each at each n.
+
     python benchmarks/bench_distances.py
     python benchmarks/bench_distances.py --dim 1000 --particles 20 --threads 1
+    python benchmarks/bench_distances.py --device cuda --particles 50 100
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from repens.models.kernels import RBF, kernel_grad_sum, squared_distances  # noqa: E402
+from repens.models.kernels import RBF, difference_distances, kernel_grad_sum, squared_distances  # noqa: E402
 
 
 def plain_gemm(x: torch.Tensor) -> torch.Tensor:
@@ -37,52 +45,90 @@ def plain_gemm(x: torch.Tensor) -> torch.Tensor:
     return torch.addmm(x2 + x2.T, x, x.T, alpha=-2.0).clamp_min(0.0)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dim", type=int, default=100_000)
-    p.add_argument("--particles", type=int, default=50)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    g = torch.Generator().manual_seed(0)
-    d, n = args.dim, args.particles
+def gemm64(x: torch.Tensor) -> torch.Tensor:
+    """Candidate GPU path: ``|a|^2 + |b|^2 - 2 a.b`` in float64 on float32 coordinates centred
+    at ``x_0`` (exact in float64), upper triangle mirrored (an exactly zero diagonal and an
+    exactly symmetric matrix), returned in float32. Its rounding error is about
+    ``sqrt(d) u64 (|a|^2 + |b|^2)`` (u64 = 1.1e-16): below float32's own rounding of the
+    result unless two particles are closer than about 1e-3.5 of their distance to x_0."""
+    xc = (x - x[..., :1, :]).double()
+    x2 = xc.square().sum(-1, keepdim=True)
+    d = torch.addmm(x2 + x2.mT, xc, xc.mT, alpha=-2.0).clamp_min_(0.0).triu_(1)
+    return (d + d.mT).to(x.dtype)
 
-    centre = torch.randn(1, d, generator=g, dtype=torch.float64)  # norm ~ sqrt(d)
-    print(f"near-coincident pair in float32, d={d}, |x| = {centre.norm():.4g}; relative error of |a-b|^2")
-    print(f"{'separation/|x|':>15} {'plain GEMM':>12} {'repens':>12}")
+
+#: the distance computations compared, by name
+METHODS = {
+    "plain GEMM": plain_gemm,
+    "repens (CPU path)": lambda t: squared_distances(t, t),
+    "cdist differences (GPU path)": lambda t: difference_distances(t, t),
+    "gemm64 (candidate)": gemm64,
+}
+
+
+def _accuracy(centre: torch.Tensor, n: int, names: list[str], device: str, g: torch.Generator) -> None:
+    d = centre.shape[-1]
+    print(f"near-coincident float32 particles, d={d}, n={n}, |x| = {centre.norm():.4g}: max relative error of |a-b|^2")
+    print(f"{'separation/|x|':>15} " + " ".join(f"{name:>28}" for name in names))
     for sep in (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-7):
         spread = torch.randn(n, d, generator=g, dtype=torch.float64) * (sep * centre.norm() / d**0.5)
         x64 = (centre + spread).float().double()  # the float32 particles, exactly, in float64
         exact = torch.cdist(x64, x64, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
         off = ~torch.eye(n, dtype=torch.bool)
-        x32 = x64.float()
-        errs = []
-        for fn in (plain_gemm, lambda t: squared_distances(t, t)):
-            got = fn(x32).double()
-            errs.append(float(((got - exact).abs() / exact)[off].max()))
-        print(f"{sep:>15.0e} {errs[0]:>12.3e} {errs[1]:>12.3e}")
+        x32 = x64.float().to(device)
+        errs = [float(((METHODS[name](x32).double().cpu() - exact).abs() / exact)[off].max()) for name in names]
+        print(f"{sep:>15.0e} " + " ".join(f"{e:>28.3e}" for e in errs))
 
-    same = centre.float().repeat(n, 1)
+
+def _time(fn, x: torch.Tensor, rounds: int) -> float:
+    """Median seconds of ``fn(x)`` (the device synchronised around each call)."""
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    fn(x)  # warm-up (cuBLAS handles, kernels)
+    times = []
+    for _ in range(rounds):
+        sync()
+        t0 = time.perf_counter()
+        fn(x)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dim", type=int, default=100_000)
+    p.add_argument("--particles", type=int, nargs="+", default=[50])
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    g = torch.Generator().manual_seed(0)
+    d, device = args.dim, args.device
+    names = list(METHODS) if device != "cpu" else ["plain GEMM", "repens (CPU path)", "gemm64 (candidate)"]
+    if device != "cpu":
+        print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
+
+    centre = torch.randn(1, d, generator=g, dtype=torch.float64)  # norm ~ sqrt(d)
+    _accuracy(centre, args.particles[0], names, device, g)
+
+    n = args.particles[0]
+    same = centre.float().repeat(n, 1).to(device)
     gram, h = RBF().self_gram(same)
     rep = kernel_grad_sum(same, same, gram, h)
     print(f"identical particles (n={n}): max |repulsion| = {float(rep.abs().max())!r}, h = {float(h)!r}")
 
-    x = torch.randn(n, d, generator=g)
-    times: dict[str, list[float]] = {"plain GEMM": [], "repens": []}
-    fns = {"plain GEMM": plain_gemm, "repens": lambda t: squared_distances(t, t)}
-    for _ in range(args.rounds):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn(x)
-            times[name].append(time.perf_counter() - t0)
-    base = statistics.median(times["plain GEMM"])
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        print(
-            f"time of one ({n}, {n}) matrix, d={d}, {args.threads} thread(s): {name:>10} {med * 1e3:8.2f} ms"
-            f"  ({med / base:.2f}x plain)"
-        )
+    for n in args.particles:
+        x = torch.randn(n, d, generator=g).to(device)
+        times = {}
+        for _ in range(2):  # round-robin twice: the second pass's medians are printed
+            times = {name: _time(METHODS[name], x, args.rounds) for name in names}
+        base = times[names[0]]
+        for name, med in times.items():
+            print(
+                f"time of one ({n}, {n}) matrix, d={d}, {device}, {args.threads} thread(s): {name:>28} "
+                f"{med * 1e3:8.3f} ms  ({med / base:.2f}x {names[0]})"
+            )
 
 
 if __name__ == "__main__":

@@ -227,9 +227,10 @@ def squared_distances(x: Tensor, y: Tensor) -> Tensor:
 def difference_distances(x: Tensor, y: Tensor) -> Tensor:
     """``sum_k (x_ik - y_jk)^2`` for every pair, by differences (``cdist`` without the GEMM
     formula): exact zeros for coincident particles, exactly symmetric, no cancellation.
-    The GPU path: there it is cheap, and the CPU path's recomputation of cancelling pairs
-    would need a host round-trip (``nonzero``) every step; on the CPU, small problems
-    (:data:`SMALL_PAIRS_WORK`)."""
+    The GPU path, where the CPU path's recomputation of cancelling pairs would need a host
+    round-trip (``nonzero``) every step: its n·n·d work runs outside the GEMM units
+    (``benchmarks/bench_distances.py --device cuda`` times it against a float64 GEMM
+    candidate); on the CPU, small problems (:data:`SMALL_PAIRS_WORK`)."""
     return torch.cdist(x, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
 
 
