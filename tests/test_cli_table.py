@@ -62,7 +62,7 @@ def test_outputs_declare_required_and_optional_files_in_order():
         (
             "uci-table",
             ["--out-tex", "--out-csv", "--out-seeds"],
-            ["--out-html", "--out-seeds-html", "--out-vs-de", "--out-vs-de-html"],
+            ["--out-html", "--out-seeds-html", "--out-vs-de", "--out-vs-de-html", "--out-md", "--out-seeds-md"],
         ),
         (
             "image-table",

@@ -899,18 +899,22 @@ class Command:
     help: str
     setup: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    #: it trains or samples: denormals are flushed before it starts (:func:`_start`); the
+    #: others (tables, the GPU kit's runner) never import torch for it
+    computes: bool = False
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("train", "run one training job", _train_args, _train),
+    Command("train", "run one training job", _train_args, _train, computes=True),
     Command(
         "train-stack",
         "train one method's seeds of one image data set as one stack "
         "(each seed's own outputs, equal to its train job's)",
         _train_stack_args,
         _train_stack,
+        computes=True,
     ),
-    Command("hmc", "sample the HMC reference posterior of a toy problem", _hmc_args, _hmc),
+    Command("hmc", "sample the HMC reference posterior of a toy problem", _hmc_args, _hmc, computes=True),
     Command(
         "prepare-images",
         "fetch/verify an image data set and save it as one .npz",
@@ -957,7 +961,9 @@ COMMANDS: tuple[Command, ...] = (
         _reference_args,
         _reference,
     ),
-    Command("budget", "device-hours of Table 1's jobs on this device, before any run", _budget_args, _budget),
+    Command(
+        "budget", "device-hours of Table 1's jobs on this device, before any run", _budget_args, _budget, computes=True
+    ),
     Command("where", "where the numbers of a result file or table row came from", _where_args, _where),
     Command(
         "export-jobs",
@@ -1003,7 +1009,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _start(args: argparse.Namespace) -> None:
-    """Logging, the attempts log, where a cluster job ran, torch's threads."""
+    """For a command that computes, denormals flushed (first: before torch starts a
+    thread, so that every thread inherits it); logging, the attempts log, where a cluster
+    job ran, torch's threads."""
+    if any(c.computes for c in COMMANDS if c.name == args.command):
+        from repens.core.denormals import flush_denormals
+
+        flush_denormals()
     _setup_logging(args.log)
     if args.attempts:
         from repens.training.attempt import keep_attempt_log

@@ -51,9 +51,10 @@ __all__ = [
 #: gradients written out, not by autograd, which rounds differently; 4: softmax of few classes
 #: across a transposed copy, :func:`repens.models.posteriors.softmax_classes`; 5: large MLP stacks
 #: in blocks of rows, :data:`repens.models.particles.BLOCK_BYTES`; 6: a one-output layer's bias added
-#: after its product, not inside ``baddbmm``; 7: MLP activations feature-major, (n, H, B))
+#: after its product, not inside ``baddbmm``; 7: MLP activations feature-major, (n, H, B); 8:
+#: denormal floats flushed to zero on the CPU, :mod:`repens.core.denormals`)
 #: is not resumed.
-ENGINE_VERSION = 7
+ENGINE_VERSION = 8
 
 #: spec fields that do not change results: display name, logging and checkpoint cadence,
 #: where the UCI data live
