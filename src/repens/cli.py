@@ -1004,7 +1004,7 @@ def _parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help)
         command.setup(p)
-        p.set_defaults(func=command.run)
+        p.set_defaults(func=command.run, computes=command.computes)
     return parser
 
 
@@ -1012,7 +1012,7 @@ def _start(args: argparse.Namespace) -> None:
     """For a command that computes, denormals flushed (first: before torch starts a
     thread, so that every thread inherits it); logging, the attempts log, where a cluster
     job ran, torch's threads."""
-    if any(c.computes for c in COMMANDS if c.name == args.command):
+    if args.computes:
         from repens.core.denormals import flush_denormals
 
         flush_denormals()

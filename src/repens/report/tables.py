@@ -605,13 +605,12 @@ def to_markdown(table: Table) -> str:
     to its header: ``RMSE: ours``), a line per row (an index label shown only where it
     changes, as in the image), bold cells in bold, and the note below. Its cells are the
     HTML's and the image's (:func:`_png_cells`)."""
-    nidx, header, body, bold = _png_cells(table)
-    names = [name or "" for name in table.cells.index.names] if nidx else []
-    groups = [
+    nidx, _, body, bold = _png_cells(table)
+    header = [name or "" for name in table.cells.index.names] if nidx else []
+    header += [
         ": ".join(str(level) for level in column if str(level)) if isinstance(column, tuple) else str(column)
         for column in table.cells.columns
     ]
-    header = names + groups if len(header) == nidx + len(groups) else header
     lines = [f"**{_markdown_cell(table.title)}**", ""] if table.title else []
     lines.append("| " + " | ".join(_markdown_cell(h) for h in header) + " |")
     lines.append("|" + "".join(" --- |" if j < nidx else " ---: |" for j in range(len(header))))
