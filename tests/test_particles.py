@@ -223,3 +223,26 @@ def test_torch_default_init_matches_nn_linear_in_distribution():
         ).pvalue
         < 1e-6
     )
+
+
+def _per_member_draws(std, device="cpu"):
+    model = StackedModel(mlp(20, [50, 50], 10))  # 4,110 weights a row
+    g = torch.Generator(device=device).manual_seed(3)
+    return model.sample_gaussian(std.shape[0], std, g)
+
+
+def test_a_per_member_prior_sd_scales_each_row_by_its_own_sd():
+    # hyper-deep ensembles draw member i from N(0, s_i^2 I); with D = 4,110 weights a row's
+    # sample sd has relative s.e. 1/sqrt(2D) = 1.1 %, so 6 % is over 5 s.e. away
+    std = torch.tensor([[0.1], [1.0], [3.0], [10.0]], dtype=torch.float64)  # another dtype than the draws
+    rows = _per_member_draws(std)
+    assert rows.dtype == torch.float32
+    ratio = rows.double().std(dim=1) / std.view(-1)
+    assert torch.allclose(ratio, torch.ones(4, dtype=torch.float64), rtol=0.06), ratio
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the sds live on the CPU, the draws on it")
+def test_a_per_member_prior_sd_on_the_cpu_scales_draws_made_on_the_gpu():
+    rows = _per_member_draws(torch.tensor([[0.5], [2.0]]), device="cuda")
+    assert rows.device.type == "cuda"
+    assert torch.allclose(rows.std(dim=1).cpu(), torch.tensor([0.5, 2.0]), rtol=0.06)

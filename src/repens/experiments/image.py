@@ -308,7 +308,7 @@ def _search_prior(
         if search_ckpt is not None and search_ckpt.exists():
             search_ckpt.unlink()
     best = torch.tensor(search["best"], dtype=torch.float64)
-    return (1.0 / best[torch.arange(job.particles) % best.numel()].sqrt()).float().view(-1, 1)
+    return (1.0 / best[torch.arange(job.particles) % best.numel()].sqrt()).float().view(-1, 1).to(device)
 
 
 def _write_results(

@@ -342,13 +342,15 @@ class StackedModel:
     __call__ = forward
 
     def sample_gaussian(
-        self, n: int, std: float, generator: torch.Generator, dtype: torch.dtype = torch.float32
+        self, n: int, std: float | Tensor, generator: torch.Generator, dtype: torch.dtype = torch.float32
     ) -> Tensor:
-        """``n`` rows drawn from N(0, std^2 I) (e.g. the prior), on the generator's device."""
+        """``n`` rows drawn from N(0, std^2 I) (e.g. the prior), on the generator's device;
+        ``std`` a number or a tensor broadcast against the rows (say, (n, 1) per-member sds,
+        moved to the draws' device and dtype)."""
         draws = torch.randn(n, self.dim, generator=generator, dtype=dtype, device=generator.device)
-        return (
-            draws if isinstance(std, (int, float)) and std == 1 else draws.mul_(std)
-        )  # in place: no second (n, D) matrix
+        if isinstance(std, Tensor):
+            return draws.mul_(std.to(draws))  # in place: no second (n, D) matrix
+        return draws if std == 1 else draws.mul_(std)
 
     def sample_torch_default(self, n: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> Tensor:
         """``n`` rows drawn as PyTorch initialises ``nn.Linear`` and ``nn.Conv*``: weights
