@@ -12,12 +12,13 @@ For float32 particles of dimension ``--dim`` (default 1e5, the FashionMNIST MLP 
 * the time of one (n, n) distance matrix, n = ``--particles``, both ways, measured
   round-robin in one process (median of ``--rounds``).
 
-With ``--device cuda`` it compares, on the device, what the GPU path computes now
-(``difference_distances``: ``cdist`` without the GEMM formula, n·n·d work outside the
-GEMM units) with a candidate that has no host round-trip either: the GEMM formula in
-float64 on coordinates centred at a particle (``gemm64``), for the weight-space sets a
-FashionMNIST step measures (n = 50 particles; DRLE: 50 particles and 50 prior draws,
-n = 100). It prints both accuracy tables and the time of each at each n.
+``squared_distances`` takes the device's path: on the CPU the GEMM formula with its
+recomputation of cancelling pairs; on a GPU (no host round-trip inside a captured step) one
+float64 GEMM (``float64_gemm_distances``). With ``--device cuda`` it compares, on the
+device, that path with ``cdist`` by differences (n·n·d work outside the GEMM units, the GPU
+path before), for the weight-space sets a FashionMNIST step measures (n = 50 particles;
+DRLE: 50 particles and 50 prior draws, n = 100). On the CPU it prints the float64 GEMM's
+accuracy and cost too.
 
     python benchmarks/bench_distances.py
     python benchmarks/bench_distances.py --dim 1000 --particles 20 --threads 1
@@ -36,7 +37,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from repens.models.kernels import RBF, difference_distances, kernel_grad_sum, squared_distances  # noqa: E402
+from repens.models.kernels import (  # noqa: E402
+    RBF,
+    difference_distances,
+    float64_gemm_distances,
+    kernel_grad_sum,
+    squared_distances,
+)
 
 
 def plain_gemm(x: torch.Tensor) -> torch.Tensor:
@@ -45,24 +52,12 @@ def plain_gemm(x: torch.Tensor) -> torch.Tensor:
     return torch.addmm(x2 + x2.T, x, x.T, alpha=-2.0).clamp_min(0.0)
 
 
-def gemm64(x: torch.Tensor) -> torch.Tensor:
-    """Candidate GPU path: ``|a|^2 + |b|^2 - 2 a.b`` in float64 on float32 coordinates centred
-    at ``x_0`` (exact in float64), upper triangle mirrored (an exactly zero diagonal and an
-    exactly symmetric matrix), returned in float32. Its rounding error is about
-    ``sqrt(d) u64 (|a|^2 + |b|^2)`` (u64 = 1.1e-16): below float32's own rounding of the
-    result unless two particles are closer than about 1e-3.5 of their distance to x_0."""
-    xc = (x - x[..., :1, :]).double()
-    x2 = xc.square().sum(-1, keepdim=True)
-    d = torch.addmm(x2 + x2.mT, xc, xc.mT, alpha=-2.0).clamp_min_(0.0).triu_(1)
-    return (d + d.mT).to(x.dtype)
-
-
 #: the distance computations compared, by name
 METHODS = {
     "plain GEMM": plain_gemm,
-    "repens (CPU path)": lambda t: squared_distances(t, t),
-    "cdist differences (GPU path)": lambda t: difference_distances(t, t),
-    "gemm64 (candidate)": gemm64,
+    "squared_distances": lambda t: squared_distances(t, t),
+    "cdist differences": lambda t: difference_distances(t, t),
+    "float64 GEMM (GPU path)": lambda t: float64_gemm_distances(t, t),
 }
 
 
@@ -105,7 +100,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
     d, device = args.dim, args.device
-    names = list(METHODS) if device != "cpu" else ["plain GEMM", "repens (CPU path)", "gemm64 (candidate)"]
+    names = list(METHODS) if device != "cpu" else ["plain GEMM", "squared_distances", "float64 GEMM (GPU path)"]
     if device != "cpu":
         print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
 

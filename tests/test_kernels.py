@@ -60,6 +60,7 @@ def test_kernel_grad_sum_matches_autograd():
 # float32 unit roundoff; the pairwise/cascade sums torch uses have relative error at most
 # ceil(log2 d) * u per sum of d positive terms (Higham 2002, Sec. 4.2)
 U32 = torch.finfo(torch.float32).eps / 2
+U64 = torch.finfo(torch.float64).eps / 2
 
 
 def _exact_sq(x64):
@@ -141,8 +142,74 @@ def test_single_particle_bandwidth_is_one():
     assert float(RBF().bandwidth_for(x)) == 1.0
 
 
-def test_difference_distances_of_the_gpu_path_agree_with_the_cpu_path(monkeypatch):
-    """The GPU computes distances by differences (no host round-trip); checked here on the CPU."""
+def test_the_gpu_paths_take_differences_for_small_problems_and_one_float64_gemm_for_large_ones(monkeypatch):
+    from repens.models.kernels import gpu_paths
+
+    taken = []
+    for name in ("difference_distances", "float64_gemm_distances"):
+        real = getattr(kernels, name)
+        monkeypatch.setattr(kernels, name, lambda x, y, real=real, name=name: taken.append(name) or real(x, y))
+    small, large = torch.randn(20, 5, 64), torch.randn(50, 99_710)  # a UCI stack's outputs / FashionMNIST weights
+    with gpu_paths():
+        squared_distances(small, small)
+        squared_distances(large, large)
+    assert taken == ["difference_distances", "float64_gemm_distances"]
+
+
+def _gemm64_bound(x: torch.Tensor, y: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    """What :func:`float64_gemm_distances` may miss by: ``gamma_(d+2) (|a|+|b|)^2`` in float64
+    about ``y_0``, then one rounding to float32 (and the float64 error rounded with it)."""
+    d = x.shape[-1]
+    gamma = (d + 2) * U64 / (1 - (d + 2) * U64)
+    c = y[..., :1, :].double()
+    a = torch.linalg.vector_norm(x.double() - c, dim=-1).unsqueeze(-1)
+    b = torch.linalg.vector_norm(y.double() - c, dim=-1).unsqueeze(-2)
+    return (U32 * exact + gamma * (a + b) ** 2) * (1 + U32)
+
+
+def test_the_gpu_paths_float64_gemm_is_within_its_derived_bound_exactly_symmetric_and_zero_on_the_diagonal():
+    from repens.models.kernels import float64_gemm_distances
+
+    g = torch.Generator().manual_seed(9)
+    d = 20_000
+    centre = torch.randn(1, d, generator=g) * 3
+    # near-coincident particles about a common centre, one far from the rest, one a copy
+    x = torch.cat([centre + 1e-4 * torch.randn(4, d, generator=g), centre, torch.randn(1, d, generator=g)])
+    x = torch.cat([x, x[1:2]])
+    stack = torch.stack([x, x.flip(0)])
+    exact = torch.cdist(x.double(), x.double(), compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+    for got in (float64_gemm_distances(x, x), float64_gemm_distances(stack, stack)[1].flip(0).flip(1)):
+        assert got.dtype == torch.float32
+        assert torch.equal(torch.diagonal(got), torch.zeros(7)) and torch.equal(got, got.T)
+        assert got[1, 6] == 0 and got[6, 1] == 0  # a copy is at distance exactly 0
+        assert bool(((got.double() - exact).abs() <= _gemm64_bound(x, x, exact)).all())
+    # two different sets (x against y): the same bound
+    y = x[2:] + 1e-3 * torch.randn(5, d, generator=g)
+    exact_xy = torch.cdist(x.double(), y.double(), compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+    got = float64_gemm_distances(x, y)
+    assert bool(((got.double() - exact_xy).abs() <= _gemm64_bound(x, y, exact_xy)).all())
+
+
+def test_the_gpu_paths_float64_gemm_carries_gradients_as_the_cpu_path_does():
+    from repens.models.kernels import gpu_paths
+
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(6, 40_000, generator=g, dtype=torch.float64)
+    grads = []
+    for on_gpu_paths in (False, True):
+        leaf = x.clone().requires_grad_(True)
+        if on_gpu_paths:
+            with gpu_paths():
+                sq = squared_distances(leaf, leaf)
+        else:
+            sq = squared_distances(leaf, leaf)
+        torch.exp(-sq / sq.detach().median()).sum().backward()
+        grads.append(leaf.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-9, atol=1e-12)
+
+
+def test_difference_distances_agree_with_the_cpu_path(monkeypatch):
+    """Small problems (and the GPU's) take differences; checked against the GEMM formula."""
     monkeypatch.setattr(kernels, "SMALL_PAIRS_WORK", 0)  # squared_distances: the GEMM formula
     from repens.models.kernels import difference_distances
 

@@ -33,6 +33,9 @@ Numerics (the same results on every machine, float32 included):
   within the formula's rounding bound (:func:`squared_distances`) is recomputed
   as ``sum_k (a_k - b_k)^2``, which is exact for coincident particles and
   accurate to a few ulps otherwise;
+* on a GPU (no host round-trip allowed inside a captured step) the formula runs in
+  float64 instead, where it does not cancel at float32's precision
+  (:func:`float64_gemm_distances`);
 * :func:`kernel_grad_sum` works on the same centred coordinates, so coincident
   particles (and a single particle) give exactly zero repulsion.
 """
@@ -53,6 +56,7 @@ __all__ = [
     "RBF",
     "squared_distances",
     "difference_distances",
+    "float64_gemm_distances",
     "median_bandwidth",
     "kernel_grad_sum",
     "CANCELLATION_FACTOR",
@@ -196,15 +200,19 @@ def squared_distances(x: Tensor, y: Tensor) -> Tensor:
 
     Leading axes are independent sets (e.g. one per data split). One GEMM on
     coordinates centred at ``y_0``; entries within the GEMM formula's cancellation
-    bound (``CANCELLATION_FACTOR``) are recomputed by differences.
+    bound (``CANCELLATION_FACTOR``) are recomputed by differences. Small problems take
+    differences (:func:`difference_distances`); on the GPU's paths, large ones one float64
+    GEMM (:func:`float64_gemm_distances`), which needs no recomputation.
     ``squared_distances(x, x)`` (the same tensor object) has an exactly zero
     diagonal and is exactly symmetric.
     """
     if x.dim() < 2 or y.dim() < 2 or x.shape[-1] != y.shape[-1]:
         raise ValueError(f"expected (..., n, d) and (..., m, d) particles, got {tuple(x.shape)} and {tuple(y.shape)}")
     same = x is y
-    if gpu_path(x) or x[..., :1].numel() * y.shape[-2] * x.shape[-1] <= SMALL_PAIRS_WORK:
+    if x[..., :1].numel() * y.shape[-2] * x.shape[-1] <= SMALL_PAIRS_WORK:
         return difference_distances(x, y)
+    if gpu_path(x):
+        return float64_gemm_distances(x, y)
     xc, yc = _centred(x, y)
     # one GEMM and no (n, m, d) temporaries: these run every step on (n, ~1e5) particles
     x2 = torch.linalg.vector_norm(xc, dim=-1).pow(2).unsqueeze(-1)
@@ -227,11 +235,49 @@ def squared_distances(x: Tensor, y: Tensor) -> Tensor:
 def difference_distances(x: Tensor, y: Tensor) -> Tensor:
     """``sum_k (x_ik - y_jk)^2`` for every pair, by differences (``cdist`` without the GEMM
     formula): exact zeros for coincident particles, exactly symmetric, no cancellation.
-    The GPU path, where the CPU path's recomputation of cancelling pairs would need a host
-    round-trip (``nonzero``) every step: its n·n·d work runs outside the GEMM units
-    (``benchmarks/bench_distances.py --device cuda`` times it against a float64 GEMM
-    candidate); on the CPU, small problems (:data:`SMALL_PAIRS_WORK`)."""
+    Small problems (:data:`SMALL_PAIRS_WORK`), where a few dozen small ops would cost more
+    than the arithmetic. Its n·m·d work runs outside the GEMM units, so large problems on
+    a GPU take :func:`float64_gemm_distances`."""
     return torch.cdist(x, y, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+
+
+#: float64's unit roundoff
+_U64 = torch.finfo(torch.float64).eps / 2
+
+
+def float64_gemm_distances(x: Tensor, y: Tensor) -> Tensor:
+    """The GPU path: ``|a|^2 + |b|^2 - 2 a.b`` in float64, on coordinates centred at ``y_0``
+    in float64 (the difference of two float32 numbers is exact there), returned in ``x``'s
+    dtype. No host round-trip (the CPU path's recomputation of cancelling pairs needs
+    ``nonzero``), so a CUDA graph can hold it; the work is one GEMM, on an H100/H200's
+    float64 tensor cores.
+
+    Error: the sums of squares and the dot product round by at most ``gamma_(d+2) (|a|+|b|)^2``
+    (``gamma_k = k u64 / (1 - k u64)``, Higham 2002 Eq. 3.5, with Cauchy-Schwarz), then one
+    rounding to float32 (``u32`` relative). Against the kernel's bandwidth (the median of the
+    squared distances) the float64 part is ~1e-11 at d = 1e5, far below float32's rounding;
+    a pair closer than about 1e-3.5 of its distance to ``y_0`` loses relative accuracy (its
+    kernel value is 1 to float32 precision either way). A pair within that bound is set to
+    exactly 0, so coincident particles are at distance 0 as on the CPU. ``x is y``: an exactly zero
+    diagonal and an exactly symmetric matrix (upper triangle mirrored). Measured on an H200
+    against ``cdist`` by differences: ``benchmarks/bench_distances.py --device cuda``."""
+    same = x is y
+    c = y[..., :1, :].double()
+    yc = y.double() - c
+    xc = yc if same else x.double() - c
+    y2 = yc.square().sum(-1, keepdim=True)
+    x2 = y2 if same else xc.square().sum(-1, keepdim=True)
+    d = _matmul_add(x2 + y2.mT, xc, yc.mT, alpha=-2.0)
+    # within the rounding bound a pair is indistinguishable from a coincident one: 0, as the
+    # CPU path gives coincident particles (the median heuristic's zero-median case needs it)
+    k = xc.shape[-1] + 2
+    gamma = k * _U64 / (1 - k * _U64)
+    bound = gamma * (x2.detach().sqrt() + y2.detach().sqrt().mT).square()
+    d = torch.where(d.detach() <= bound, torch.zeros((), dtype=d.dtype, device=d.device), d)
+    if same:
+        d = torch.triu(d, diagonal=1)
+        d = d + d.mT
+    return d.to(x.dtype)
 
 
 def median_bandwidth(sq_dists: Tensor, n: int) -> Tensor:
