@@ -85,7 +85,8 @@ def test_comparisons_csv_has_one_row_per_comparison_with_its_numbers(scorecard):
     assert float(first["a_value"]) == 92.0 and float(first["a_se"]) == 0.1 and first["a_n"] == "5"
     assert float(first["b_value"]) == 90.0 and float(first["b_se"]) == 0.2
     assert float(first["difference"]) == pytest.approx(2.0)
-    assert float(first["detectable"]) == pytest.approx(ORDER.detectable) == pytest.approx(2 * (0.1 + 0.2))
+    t4 = 2.7764451  # n = 5 each: Student's t at 4 degrees of freedom
+    assert float(first["detectable"]) == pytest.approx(ORDER.detectable) == pytest.approx(t4 * (0.1 + 0.2))
     assert first["margin"] == "" and first["verdict"] == "reproduced" and first["claim_verdict"] == "inconclusive"
     agree = rows[1]
     assert float(agree["margin"]) == 0.25 and agree["verdict"] == AGREE.verdict == "inconclusive"

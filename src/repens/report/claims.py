@@ -22,19 +22,22 @@ its provenance sidecar ``<csv>.provenance.json`` (:mod:`repens.jobs.provenance`)
 **The verdict rule** (:func:`compare`, :func:`combine`). Every claim is a set of
 comparisons between two quantities, each a mean with a standard error (over seeds, or
 splits for UCI; a published value with its printed error; an exact constant with none).
-Each quantity's interval is mean ± :data:`K` s.e. (K = 2: about 95% for a normal mean);
-a printed value's interval is widened by its rounding (:attr:`Estimate.rounding`).
+Each quantity's interval is mean ± t s.e., t Student's quantile for a :data:`COVERAGE`
+(95%) interval at the estimate's ``n - 1`` degrees of freedom (:meth:`Estimate.k`: 12.7 at
+n = 2, 2.78 at n = 5, 2.09 at n = 20; 1.96 for a printed error of unknown n); a printed
+value's interval is widened by its rounding (:attr:`Estimate.rounding`).
 
 * an ordering (``a > b``, ``a < b``): *reproduced* if the intervals do not overlap and
   the difference has the claimed sign, *contradicted* if they do not overlap and it has
-  the other sign, *inconclusive* if they overlap. Disjoint 2-s.e. intervals mean
-  ``|a - b| > 2 (se_a + se_b) >= 2 sqrt(se_a^2 + se_b^2)``: a difference of more than
-  2 combined standard errors (at equal errors, 2.8), a conservative test, which suits
-  claims that each rest on many comparisons;
+  the other sign, *inconclusive* if they overlap. Disjoint intervals mean
+  ``|a - b| > t_a se_a + t_b se_b``, typically more than the difference's own interval
+  ``t sqrt(se_a^2 + se_b^2)`` asks: a conservative test, which suits claims that each rest
+  on many comparisons;
 * an agreement (``a ~ b``: "within error bars", "comparable", "no difference") is an
   equivalence test (two one-sided tests) against the claim's margin ``delta``
   (:attr:`Claim.margin` says which and why): the difference ``a - b`` has the interval
-  ``(a - b) ± K sqrt(se_a^2 + se_b^2)`` (plus the printed values' rounding); *reproduced*
+  ``(a - b) ± t sqrt(se_a^2 + se_b^2)``, t at Welch's degrees of freedom (plus the printed
+  values' rounding); *reproduced*
   when that whole interval lies within ``±delta``, *contradicted* when it lies wholly
   outside, *inconclusive* otherwise. Wide error bars therefore make agreement
   inconclusive, never reproduced;
@@ -43,8 +46,8 @@ a printed value's interval is widened by its rounding (:attr:`Estimate.rounding`
   below ``+delta``, *contradicted* when wholly above, *inconclusive* otherwise (``>=``
   mirrored);
 * the *detectable difference* of a comparison (:attr:`Comparison.detectable`) is the
-  half-width of the interval the rule reads: ``K sqrt(se_a^2 + se_b^2)`` for an agreement,
-  ``K (se_a + se_b)`` for an ordering (plus rounding). An agreement whose detectable
+  half-width of the interval the rule reads: ``t sqrt(se_a^2 + se_b^2)`` for an agreement,
+  ``t_a se_a + t_b se_b`` for an ordering (plus rounding). An agreement whose detectable
   difference exceeds its margin cannot be reproduced at the measured error bars;
 * *not run*: a quantity is missing (its file, or its row), or it was made at a scale
   other than ``paper``, or it has fewer than 2 seeds (no standard error);
@@ -72,6 +75,7 @@ the evidence figures (files only).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +107,7 @@ from repens.report.evidence import (  # noqa: F401 (the scorecard's names, in on
     table_scale,
 )
 from repens.report.verdicts import (  # noqa: F401 (the scorecard's names, in one place)
+    COVERAGE,
     EXACT,
     NOT_CONVERGED,
     PUBLISHED,
@@ -110,15 +115,16 @@ from repens.report.verdicts import (  # noqa: F401 (the scorecard's names, in on
     VERDICTS,
     Comparison,
     Estimate,
-    K,
     combine,
     compare,
     detectable_summary,
+    quantile,
     summary,
 )
 
 __all__ = [
-    "K",
+    "COVERAGE",
+    "quantile",
     "VERDICTS",
     "RELATIONS",
     "Estimate",
@@ -199,21 +205,24 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
 
 
 LEGEND = (
-    f"Each claim is checked as comparisons of two quantities, each a mean ± standard error (over seeds; over "
-    f"splits for UCI; a paper's printed error; none for a constant), with the interval mean ± {K:g} s.e. "
-    "(about 95% for a normal mean; a printed value's interval is widened by half a unit of its last digit, "
-    "its error taken as at least that). An ordering (a > b) is **reproduced** when the intervals are disjoint and "
-    "the difference has the claimed sign, **contradicted** when they are disjoint with the other sign, "
-    "**inconclusive** when they overlap (disjoint intervals: a difference of more than 2 (se_a + se_b), at least "
-    "2 combined standard errors, a conservative test for claims that rest on many comparisons). An agreement "
-    "(a ~ b: 'within error bars', 'comparable', 'no difference') is an equivalence test against the claim's "
-    f"margin delta (stated with its reason in the claim's cell): the interval of the difference, (a - b) ± {K:g} "
-    "sqrt(se_a^2 + se_b^2), is **reproduced** when it lies wholly within ±delta, **contradicted** when wholly "
-    "outside, **inconclusive** otherwise, so wide error bars never make an agreement. a <= b ('not worse') is "
-    "the one-sided form: reproduced when that interval lies below +delta, contradicted when wholly above. "
+    "Each claim is checked as comparisons of two quantities, each a mean ± standard error (over seeds; over "
+    "splits for UCI; a paper's printed error; none for a constant). Each quantity's interval is mean ± t s.e., "
+    f"t Student's {(1 + COVERAGE) / 2:g} quantile at n - 1 degrees of freedom ({quantile(1):.3g} at n = 2, "
+    f"{quantile(4):.3g} at n = 5, {quantile(19):.3g} at n = 20; {quantile(math.inf):.3g} for a printed error of "
+    f"unknown n): a {COVERAGE:.0%} interval for a normal mean whose error is estimated from n values. A printed "
+    "value's interval is widened by half a unit of its last digit, its error taken as at least that. An ordering "
+    "(a > b) is **reproduced** when the intervals are disjoint and the difference has the claimed sign, "
+    "**contradicted** when they are disjoint with the other sign, **inconclusive** when they overlap (disjoint "
+    "intervals: a difference of more than t_a se_a + t_b se_b, a conservative test for claims that rest on many "
+    "comparisons). An agreement (a ~ b: 'within error bars', 'comparable', 'no difference') is an equivalence "
+    "test against the claim's margin delta (stated with its reason in the claim's cell): the interval of the "
+    "difference, (a - b) ± t sqrt(se_a^2 + se_b^2), t at Welch's degrees of freedom, is **reproduced** when it "
+    "lies wholly within ±delta, **contradicted** when wholly outside, **inconclusive** otherwise, so wide error "
+    "bars never make an agreement. a <= b ('not worse') is the one-sided form: reproduced when that interval lies "
+    "below +delta, contradicted when wholly above. "
     "'Detectable': the half-width of the interval the rule reads (the smallest difference the error bars can "
-    "detect: for an ordering 2 (se_a + se_b)); where it exceeds an agreement's margin, that comparison cannot be "
-    "reproduced at the measured error bars. **not run**: a "
+    "detect: for an ordering t_a se_a + t_b se_b); where it exceeds an agreement's margin, that comparison cannot "
+    "be reproduced at the measured error bars. **not run**: a "
     "quantity's file or row is missing, or it was made at a scale other than paper, or from fewer than 2 seeds "
     "(no standard error). **inconclusive (not converged)**: a comparison resting on a Table 1 / Table 2 row whose "
     "runs did not converge (results/convergence.csv), whatever its figures; unknown convergence is shown "

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-#: Each quantity's interval is mean ± K standard errors.
-K = 2.0
+from scipy import stats
+
+#: two-sided coverage of every interval the rule reads
+COVERAGE = 0.95
 VERDICTS = ("reproduced", "contradicted", "inconclusive", "not run")
 #: relation -> how the figures read it
 RELATIONS = {">": ">", "<": "<", "~": "~", "<=": "<=", ">=": ">="}
@@ -24,6 +26,26 @@ NOT_CONVERGED = "not converged"
 
 
 # --------------------------------------------------------------------------- verdicts
+
+
+def quantile(dof: float) -> float:
+    """The half-width, in standard errors, of a :data:`COVERAGE` interval for a mean whose
+    error was estimated with ``dof`` degrees of freedom: Student's t quantile (12.7 at 1,
+    2.78 at 4, 2.09 at 19), the normal one (1.96) at ``dof = inf`` (a printed error, a
+    constant)."""
+    q = (1 + COVERAGE) / 2
+    if not dof > 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {dof!r}")
+    return float(stats.norm.ppf(q)) if math.isinf(dof) else float(stats.t.ppf(q, dof))
+
+
+def welch_dof(se_a: float, dof_a: float, se_b: float, dof_b: float) -> float:
+    """Welch-Satterthwaite degrees of freedom of ``a - b``'s standard error
+    ``sqrt(se_a^2 + se_b^2)`` (Welch 1947): ``(v_a + v_b)^2 / (v_a^2 / dof_a + v_b^2 / dof_b)``
+    with ``v = se^2``; a term with infinite degrees of freedom adds nothing below."""
+    va, vb = se_a**2, se_b**2
+    below = sum(v * v / d for v, d in ((va, dof_a), (vb, dof_b)) if not math.isinf(d))
+    return math.inf if below == 0 else (va + vb) ** 2 / below
 
 
 def _finite(x: Any) -> bool:
@@ -90,8 +112,21 @@ class Estimate:
             return f"{where}: {self.label} from {self.n} seed(s), no standard error"
         return None
 
-    def interval(self, k: float = K) -> tuple[float, float]:
-        half = k * max(self.se, self.rounding) + self.rounding
+    @property
+    def dof(self) -> float:
+        """Degrees of freedom of the standard error: ``n - 1`` for a mean over ``n`` >= 2 seeds
+        or splits (a paper's printed value included, where its ``n`` is known), else infinite
+        (a printed error of unknown ``n``, a constant)."""
+        return float(self.n - 1) if self.n >= 2 and self.scale != EXACT else math.inf
+
+    def k(self) -> float:
+        """The interval's half-width in standard errors: :func:`quantile` of :attr:`dof`."""
+        return quantile(self.dof)
+
+    def interval(self, k: float | None = None) -> tuple[float, float]:
+        """mean ± ``k`` s.e. (default :meth:`k`, a :data:`COVERAGE` interval), widened by
+        the printed rounding."""
+        half = (self.k() if k is None else k) * max(self.se, self.rounding) + self.rounding
         return self.value - half, self.value + half
 
     def text(self) -> str:
@@ -150,12 +185,12 @@ class Comparison:
         return f"{head}: {self.verdict}"
 
 
-def _half(e: Estimate, k: float) -> tuple[float, float]:
+def _half(e: Estimate) -> tuple[float, float]:
     """(the s.e. the rule uses, the rounding): the error taken as at least the rounding."""
     return max(e.se, e.rounding), e.rounding
 
 
-def compare(a: Estimate, relation: str, b: Estimate, k: float = K, margin: float | None = None) -> Comparison:
+def compare(a: Estimate, relation: str, b: Estimate, k: float | None = None, margin: float | None = None) -> Comparison:
     """The verdict of the claim ``a <relation> b`` (:func:`_compare`), but *inconclusive
     (not converged: <reason>)* when it ran and the runs behind ``a`` or ``b`` did not
     converge (:attr:`Estimate.converged` False): a comparison resting on an unconverged run
@@ -169,17 +204,22 @@ def compare(a: Estimate, relation: str, b: Estimate, k: float = K, margin: float
     return replace(c, verdict="inconclusive", reason=f"{NOT_CONVERGED}: {why}")
 
 
-def _compare(a: Estimate, relation: str, b: Estimate, k: float = K, margin: float | None = None) -> Comparison:
+def _compare(
+    a: Estimate, relation: str, b: Estimate, k: float | None = None, margin: float | None = None
+) -> Comparison:
     """The verdict of the claim ``a <relation> b``.
 
-    ``relation``: ``">"`` / ``"<"`` (ordering: the mean ± ``k`` s.e. intervals disjoint in
+    ``relation``: ``">"`` / ``"<"`` (ordering: each quantity's :data:`COVERAGE` interval,
+    mean ± t s.e. with its own degrees of freedom (:meth:`Estimate.interval`), disjoint in
     the claimed direction: reproduced; the other way: contradicted; else inconclusive);
-    ``"~"`` (agreement, two one-sided tests: the interval ``(a - b) ± k sqrt(se_a^2 +
-    se_b^2)`` wholly within ``±margin``: reproduced; wholly outside: contradicted; else
+    ``"~"`` (agreement, two one-sided tests: the interval ``(a - b) ± t sqrt(se_a^2 +
+    se_b^2)``, t at Welch's degrees of freedom (:func:`welch_dof`), wholly within
+    ``±margin``: reproduced; wholly outside: contradicted; else
     inconclusive; ``margin`` is required); ``"<="`` / ``">="`` (not worse, one-sided: that
     interval wholly below ``+margin`` (above ``-margin``): reproduced; wholly above
     (below): contradicted; ``margin`` defaults to 0). A printed value's rounding widens
-    its side. "not run" when either quantity has a :meth:`Estimate.problem`.
+    its side. ``k``: one half-width in standard errors for every interval instead (tests).
+    "not run" when either quantity has a :meth:`Estimate.problem`.
     """
     if relation not in RELATIONS:
         raise ValueError(f"relation must be one of {sorted(RELATIONS)}, got {relation!r}")
@@ -192,19 +232,21 @@ def _compare(a: Estimate, relation: str, b: Estimate, k: float = K, margin: floa
     problems = [p for p in (a.problem(), b.problem()) if p]
     if problems:
         return Comparison(a, relation, b, "not run", "; ".join(dict.fromkeys(problems)), margin)
-    (se_a, r_a), (se_b, r_b) = _half(a, k), _half(b, k)
+    (se_a, r_a), (se_b, r_b) = _half(a), _half(b)
     diff = a.value - b.value
     if margin is None:  # ordering: disjoint intervals
-        half = k * (se_a + se_b) + r_a + r_b
-        a_lo, a_hi = a.interval(k)
-        b_lo, b_hi = b.interval(k)
+        k_a, k_b = (a.k(), b.k()) if k is None else (k, k)
+        half = k_a * se_a + k_b * se_b + r_a + r_b
+        a_lo, a_hi = a.interval(k_a)
+        b_lo, b_hi = b.interval(k_b)
         above, below = a_lo > b_hi, a_hi < b_lo  # a's interval wholly above / below b's
         if relation == ">":
             verdict = "reproduced" if above else "contradicted" if below else "inconclusive"
         else:
             verdict = "reproduced" if below else "contradicted" if above else "inconclusive"
         return Comparison(a, relation, b, verdict, "", None, diff, half)
-    half = k * math.sqrt(se_a**2 + se_b**2) + r_a + r_b
+    k_d = quantile(welch_dof(se_a, a.dof, se_b, b.dof)) if k is None else k
+    half = k_d * math.sqrt(se_a**2 + se_b**2) + r_a + r_b
     lo, hi = diff - half, diff + half
     if relation == "~":
         verdict = (
