@@ -324,6 +324,13 @@ def test_no_job_starts_too_close_to_the_deadline(node):
     assert [e["out"] for e in node.events() if e["what"] == "start"] == ["results/fake/a/out.json"]
 
 
+def test_a_deadline_that_leaves_no_job_time_to_start_is_refused_before_anything_runs(node):
+    node.jobs([node.job("a", ticks=4)])
+    with pytest.raises(kit.KitError, match="--deadline 310 s is not above --min-run 400 s"):
+        node.run(deadline=310.0, min_run=400.0)
+    assert node.events() == [] and not (node.dir / kit.DEFAULT_STATE).exists()
+
+
 def test_missing_data_is_prepared_first_offline_from_the_shipped_archives(node):
     data = "data/images/fake.npz"
     step = {

@@ -1114,7 +1114,13 @@ def run_jobs(
     stays out of the stacks and resumes alone. Other jobs, and groups of one, run as ``train`` as without it.
 
     Returns 0 when every job is finished, 75 when some remain (call again), 1 when a job
-    failed."""
+    failed. A ``deadline`` that leaves no job time to start (not above ``min_run``) is a
+    :class:`KitError`, raised before anything runs."""
+    if deadline is not None and not prepare_only and deadline <= min_run:
+        raise KitError(
+            f"--deadline {deadline:g} s is not above --min-run {min_run:g} s: no job could start; "
+            "lower --min-run or raise --deadline"
+        )
     return _Runner(
         jobs_file,
         parallel=parallel,
