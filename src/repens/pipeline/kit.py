@@ -1072,6 +1072,15 @@ class _Runner:
         return 75 if counts["interrupted"] or counts["todo"] else 0  # 75: EX_TEMPFAIL, run again
 
 
+def _check_deadline(deadline: float | None, min_run: float, prepare_only: bool) -> None:
+    """A :class:`KitError` when ``deadline`` leaves no job time to start (not above ``min_run``)."""
+    if deadline is not None and not prepare_only and deadline <= min_run:
+        raise KitError(
+            f"--deadline {deadline:g} s is not above --min-run {min_run:g} s: no job could start; "
+            "lower --min-run or raise --deadline"
+        )
+
+
 def run_jobs(
     jobs_file: Path | str,
     *,
@@ -1116,11 +1125,7 @@ def run_jobs(
     Returns 0 when every job is finished, 75 when some remain (call again), 1 when a job
     failed. A ``deadline`` that leaves no job time to start (not above ``min_run``) is a
     :class:`KitError`, raised before anything runs."""
-    if deadline is not None and not prepare_only and deadline <= min_run:
-        raise KitError(
-            f"--deadline {deadline:g} s is not above --min-run {min_run:g} s: no job could start; "
-            "lower --min-run or raise --deadline"
-        )
+    _check_deadline(deadline, min_run, prepare_only)
     return _Runner(
         jobs_file,
         parallel=parallel,
