@@ -625,6 +625,7 @@ class _Runner:
         launcher: Sequence[str] | None = None,
         stack_seeds: bool = False,
     ) -> None:
+        _check_deadline(deadline, float(min_run), prepare_only)  # before anything is read or run
         self.data = _load_jobs(jobs_file)
         self.by_id = {job["id"]: job for job in self.data["jobs"]}
         self.stack_seeds = bool(stack_seeds)
@@ -1123,9 +1124,7 @@ def run_jobs(
     stays out of the stacks and resumes alone. Other jobs, and groups of one, run as ``train`` as without it.
 
     Returns 0 when every job is finished, 75 when some remain (call again), 1 when a job
-    failed. A ``deadline`` that leaves no job time to start (not above ``min_run``) is a
-    :class:`KitError`, raised before anything runs."""
-    _check_deadline(deadline, min_run, prepare_only)
+    failed; a ``deadline`` not above ``min_run`` is refused first (:func:`_check_deadline`)."""
     return _Runner(
         jobs_file,
         parallel=parallel,
