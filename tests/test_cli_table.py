@@ -43,6 +43,7 @@ def test_the_commands_the_workflow_calls_are_there():
         "export-jobs",
         "run-jobs",
         "pack",
+        "lease",
         "import-results",
     } == names
 

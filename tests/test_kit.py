@@ -130,6 +130,7 @@ def node(tmp_path, monkeypatch):
 
     class Node:
         dir = work
+        launcher = [sys.executable, str(script)]
 
         @staticmethod
         def job(name, ticks=4, inputs=(), **spec_extra):
@@ -797,6 +798,44 @@ def test_pack_cuts_the_stream_into_parts_and_reads_back(node, tmp_path):
     assert not (unpacked / "results/fake/b/out.json.ckpt").exists()
     with pytest.raises(KitError, match="not one complete series"):
         read_pack(parts[1:], tmp_path / "x")
+
+
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
+def test_a_lease_runs_to_its_deadline_then_packs_what_finished_with_the_logs(node, tmp_path):
+    quick, slow = node.job("quick", ticks=2), node.job("slow", ticks=400)  # 0.1 s and 20 s of ticks
+    node.jobs([quick, slow])
+    out, t0 = io.StringIO(), time.monotonic()
+    rc = kit.lease(
+        node.dir / "jobs.json",
+        tmp_path / "out",
+        until=4.0,
+        min_run=0.5,
+        grace=1.0,
+        pack_reserve=1.0,
+        device=None,
+        parallel=2,
+        directory=node.dir,
+        launcher=node.launcher,
+        stream=out,
+    )
+    assert rc == 75 and time.monotonic() - t0 < 6, out.getvalue()
+    # the deadline (4 - 1 - 1 = 2 s) interrupted the slow job, which checkpointed
+    assert "SIGTERM" in out.getvalue() and (node.dir / (slow["id"] + ".ckpt")).exists()
+    parts = sorted((tmp_path / "out").glob("results.tar.gz*"))
+    packed = {j["id"]: j["status"] for j in read_pack(parts, tmp_path / "unpacked")["jobs"]}
+    assert packed == {quick["id"]: "done", slow["id"]: "interrupted"}  # the slow one's log only
+    assert (tmp_path / "unpacked" / quick["id"]).exists() and not (tmp_path / "unpacked" / slow["id"]).exists()
+    with tarfile.open(tmp_path / "out" / "logs.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {kit.DEFAULT_STATE, quick["log"], slow["log"]} <= names
+    assert node.state()["jobs"][slow["id"]]["status"] == "interrupted"
+
+
+def test_a_lease_too_short_for_any_job_is_refused_before_anything_runs(node, tmp_path):
+    node.jobs([node.job("a", ticks=2)])
+    with pytest.raises(KitError, match="no job could start"):
+        kit.lease(node.dir / "jobs.json", tmp_path / "out", until=200.0, directory=node.dir, launcher=node.launcher)
+    assert node.events() == [] and not (tmp_path / "out").exists()
 
 
 def test_pack_takes_checkpoints_of_unfinished_jobs_when_asked(node, tmp_path):

@@ -25,6 +25,7 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 * ``where FILE [--dataset D --method M --metric KEY]``: where a result or a table row came
   from (commit, versions, device, job spec, log; :mod:`repens.jobs.provenance`).
 * ``export-jobs TARGETS --out jobs.json``, ``run-jobs jobs.json --parallel K --deadline S``,
+  ``lease jobs.json --until S --out DIR`` (run-jobs and pack sized to one device call),
   ``pack jobs.json --out PREFIX``, ``import-results PREFIX.tar.gz*``: a target's training jobs
   on an offline GPU node without Snakemake (:mod:`repens.pipeline.kit`).
 
@@ -577,6 +578,26 @@ def _run_jobs(args: argparse.Namespace) -> int:
 
 
 @_kit
+def _lease(args: argparse.Namespace) -> int:
+    from repens.pipeline.kit import lease
+
+    return lease(
+        args.jobs,
+        args.out,
+        until=args.until,
+        only=args.only or (),
+        parallel=args.parallel,
+        min_run=args.min_run,
+        grace=args.grace,
+        pack_reserve=args.pack_reserve,
+        device=args.device,
+        raw=args.raw,
+        directory=args.directory,
+        stack_seeds=args.stack_seeds,
+    )
+
+
+@_kit
 def _pack(args: argparse.Namespace) -> int:
     from repens.pipeline.kit import MIB, pack
 
@@ -866,6 +887,23 @@ def _run_jobs_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _lease_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("jobs", help="the jobs file (export-jobs)")
+    p.add_argument("--until", type=float, required=True, metavar="SECONDS", help="be done this long after the start")
+    p.add_argument("--out", required=True, help="folder for results.tar.gz* and logs.tar.gz (on a device: $OUT)")
+    p.add_argument("--only", action="append", metavar="GLOB", help="only jobs whose first output matches; repeatable")
+    p.add_argument("--parallel", "-k", type=int, default=6, help="jobs at a time (default 6)")
+    p.add_argument(
+        "--min-run", type=float, default=170.0, metavar="SECONDS", help="start no job with less left (default 170)"
+    )
+    p.add_argument("--grace", type=float, default=20.0, help="seconds a job has to checkpoint after SIGTERM")
+    p.add_argument("--pack-reserve", type=float, default=30.0, help="seconds kept for packing (default 30)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cuda", help="the jobs' device (cuda)")
+    p.add_argument("--raw", default="data/raw", help="the original image archives (default data/raw)")
+    p.add_argument("--directory", "-d", default=".", help="where the jobs' paths are (default: here)")
+    p.add_argument("--stack-seeds", action="store_true", help="as run-jobs --stack-seeds")
+
+
 def _pack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("jobs", help="the jobs file (export-jobs)")
     p.add_argument("--out", required=True, help="file prefix: writes PREFIX.tar.gz, or PREFIX.tar.gz.00, .01, ...")
@@ -980,6 +1018,12 @@ COMMANDS: tuple[Command, ...] = (
         _run_jobs,
     ),
     Command("pack", "GPU node: pack the finished jobs' files into at most 8 files of 16 MiB", _pack_args, _pack),
+    Command(
+        "lease",
+        "GPU node, one call of a short lease: run-jobs until a deadline that leaves time to pack, then pack",
+        _lease_args,
+        _lease,
+    ),
     Command(
         "import-results",
         "login machine: put a pack's results in place so Snakemake takes them as built (no retraining)",

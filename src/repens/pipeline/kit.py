@@ -1411,6 +1411,79 @@ def _safe_name(name: str) -> str:
     return path.as_posix()
 
 
+#: what one call of a short lease sends back: at most this many pack files of this size
+#: (a device call returns at most 8 files of 16 MiB; the logs and the printed log take two)
+LEASE_PACK_FILES, LEASE_PACK_MIB = 4, 15
+
+
+def lease(
+    jobs_file: Path | str,
+    out_dir: Path | str,
+    *,
+    until: float,
+    only: Sequence[str] = (),
+    parallel: int = 6,
+    min_run: float = 170.0,
+    grace: float = 20.0,
+    pack_reserve: float = 30.0,
+    device: str | None = "cuda",
+    raw: Path | str = "data/raw",
+    directory: Path | str = ".",
+    stack_seeds: bool = False,
+    launcher: Sequence[str] | None = None,
+    stream: Any = None,
+) -> int:
+    """One call of a short device lease, over by ``until`` seconds after it starts: the jobs
+    of ``jobs_file`` matching ``only`` run (:func:`run_jobs`, missing data prepared first)
+    until a deadline that leaves ``grace`` seconds for the last checkpoints and
+    ``pack_reserve`` to pack; no job starts with less than ``min_run`` seconds left (one that
+    could not finish would come back as nothing). Then every finished job so far is packed
+    into ``out_dir/results.tar.gz*`` (:func:`pack`, at most :data:`LEASE_PACK_FILES` files of
+    :data:`LEASE_PACK_MIB` MiB) and the jobs' logs with the run's state into
+    ``out_dir/logs.tar.gz``. Call again at once while the machine is held: interrupted jobs
+    resume from their checkpoints. Returns :func:`run_jobs`' code (0: all done; 75: work
+    remains; 1: a job failed); a ``until`` too short for any job is a :class:`KitError`
+    before anything runs."""
+    stream = stream or sys.stdout
+    directory, out_dir = Path(directory), Path(out_dir)
+    deadline = float(until) - float(grace) - float(pack_reserve)
+    _check_deadline(deadline, float(min_run), False)
+    rc = run_jobs(
+        jobs_file,
+        parallel=parallel,
+        deadline=deadline,
+        grace=grace,
+        device=device,
+        raw=raw,
+        directory=directory,
+        min_run=min_run,
+        only=only,
+        out=stream,
+        launcher=launcher,
+        stack_seeds=stack_seeds,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pack(
+        jobs_file,
+        out_dir / "results",
+        directory=directory,
+        max_files=LEASE_PACK_FILES,
+        max_bytes=LEASE_PACK_MIB * MIB,
+        stream=stream,
+    )
+    _tar_logs(directory, out_dir / "logs.tar.gz")
+    print(f"lease: run-jobs exit {rc}; packed into {out_dir}", file=stream, flush=True)
+    return rc
+
+
+def _tar_logs(directory: Path, out: Path) -> None:
+    """``directory``'s ``logs/`` and the run's state, for a look at what happened there."""
+    with tarfile.open(out, "w:gz") as tar:
+        for rel in ("logs", DEFAULT_STATE):
+            if (directory / rel).exists():
+                tar.add(directory / rel, arcname=rel)
+
+
 def read_pack(parts: Sequence[Path | str], into: Path) -> dict[str, Any]:
     """Unpack the parts of a pack into the folder ``into``; its manifest."""
     manifest = None
