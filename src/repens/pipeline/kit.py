@@ -1447,7 +1447,11 @@ def lease(
     stream = stream or sys.stdout
     directory, out_dir = Path(directory), Path(out_dir)
     deadline = float(until) - float(grace) - float(pack_reserve)
-    _check_deadline(deadline, float(min_run), False)
+    if deadline <= min_run:
+        raise KitError(
+            f"--until {until:g} s leaves {deadline:g} s to run jobs (after --grace {grace:g} and --pack-reserve "
+            f"{pack_reserve:g}), not above --min-run {min_run:g} s: no job could start"
+        )
     rc = run_jobs(
         jobs_file,
         parallel=parallel,
