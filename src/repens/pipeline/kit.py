@@ -1446,12 +1446,7 @@ def lease(
     before anything runs."""
     stream = stream or sys.stdout
     directory, out_dir = Path(directory), Path(out_dir)
-    deadline = float(until) - float(grace) - float(pack_reserve)
-    if deadline <= min_run:
-        raise KitError(
-            f"--until {until:g} s leaves {deadline:g} s to run jobs (after --grace {grace:g} and --pack-reserve "
-            f"{pack_reserve:g}), not above --min-run {min_run:g} s: no job could start"
-        )
+    deadline = _lease_deadline(until, grace, pack_reserve, min_run)
     rc = run_jobs(
         jobs_file,
         parallel=parallel,
@@ -1478,6 +1473,18 @@ def lease(
     _tar_logs(directory, out_dir / "logs.tar.gz")
     print(f"lease: run-jobs exit {rc}; packed into {out_dir}", file=stream, flush=True)
     return rc
+
+
+def _lease_deadline(until: float, grace: float, pack_reserve: float, min_run: float) -> float:
+    """The jobs' deadline of a lease: ``until`` less the time to checkpoint and to pack; a
+    :class:`KitError` when no job could start before it."""
+    deadline = float(until) - float(grace) - float(pack_reserve)
+    if deadline <= min_run:
+        raise KitError(
+            f"--until {until:g} s leaves {deadline:g} s to run jobs (after --grace {grace:g} and --pack-reserve "
+            f"{pack_reserve:g}), not above --min-run {min_run:g} s: no job could start"
+        )
+    return deadline
 
 
 def _tar_logs(directory: Path, out: Path) -> None:
