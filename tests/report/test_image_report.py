@@ -106,7 +106,9 @@ def test_a_method_with_a_paper_row_is_set_beside_that_row_and_says_so(tmp_path):
     acc = {r["method"]: r for r in rows if r["metric"] == "Accuracy (%)"}
     assert acc["de-code-init"]["paper_method"] == "de"
     assert float(acc["de-code-init"]["paper_mean"]) == pytest.approx(91.122)
-    assert float(acc["de-code-init"]["difference_in_errors"]) == pytest.approx((91.11 - 91.122) / 0.013)
+    # the paper's printed 0.013 is the population sd over n = 5: its s.e. is 0.013 * 5 / sqrt(4) = 0.0325
+    assert float(acc["de-code-init"]["paper_se"]) == pytest.approx(0.0325)
+    assert float(acc["de-code-init"]["difference_in_errors"]) == pytest.approx((91.11 - 91.122) / 0.0325)
     assert acc["de"]["paper_method"] == "de"  # its own row wins over a paper_row
     assert acc["dle"]["paper_method"] == "de"  # a paper_row for a method the paper lacks is followed
     page = html.unescape((tmp_path / "vs.html").read_text())
@@ -166,7 +168,7 @@ def test_table1_with_one_seed_shows_n_and_says_the_spread_is_not_measured(tmp_pa
     de = next(r for r in rows if r["method"] == "de" and r["metric"] == "Accuracy (%)")
     assert de["ours_seeds"] == "1" and de["ours_se"] == "nan"
     assert de["error_basis"].startswith("the paper's only")
-    assert float(de["difference_in_errors"]) == pytest.approx((91.0 - 91.122) / 0.013)
+    assert float(de["difference_in_errors"]) == pytest.approx((91.0 - 91.122) / 0.0325)  # the paper's s.e.
     svgd = next(r for r in rows if r["method"] == "svgd" and r["metric"] == "Accuracy (%)")
     assert svgd["error_basis"] == "ours and the paper's"
 
@@ -239,11 +241,12 @@ def test_table1_vs_paper_html_is_wide_and_human_named(tmp_path):
         "NLL: the released code's definition (-log mean p)",
     ):
         assert name in head, name
-    # DE: 91.0 ± 1.0 over two seeds against the paper's 91.122 ± 0.013; SVGD one seed: the value alone
-    assert ">91.122 ± 0.013<" in body and ">91.000 ± 1.000<" in body and ">90.000<" in body
-    z = (91.0 - 91.122) / (1.0**2 + 0.013**2) ** 0.5
+    # DE: 91.0 ± 1.0 over two seeds against the paper's 91.122 ± 0.013 as printed, an s.e. of 0.0325
+    # (x 5 / sqrt(4)); SVGD one seed: the value alone
+    assert ">91.122 ± 0.033<" in body and ">91.000 ± 1.000<" in body and ">90.000<" in body
+    z = (91.0 - 91.122) / (1.0**2 + 0.0325**2) ** 0.5
     assert f">{z:+.1f}<".replace("-", "−") in body
-    assert f">{(90.0 - 91.134) / 0.024:+.1f}<".replace("-", "−") in body  # n = 1: over the paper's s.e. alone
+    assert f">{(90.0 - 91.134) / 0.06:+.1f}<".replace("-", "−") in body  # n = 1: over the paper's s.e. alone
     note = page.split("<small>", 1)[1].split("</small>", 1)[0]
     for text in (
         "Scale: quick",

@@ -14,6 +14,7 @@ from typing import Any
 from repens.core import registry
 from repens.core.errors import DataFileError
 from repens.report.files import read_json
+from repens.report.image import PAPER_SEEDS, paper_se
 from repens.report.verdicts import (
     EXACT,
     PUBLISHED,
@@ -372,13 +373,18 @@ class PaperEvidence(Evidence):
         if not mine or metric not in mine[0]:
             return Estimate.absent(label, f"{self.paths['table1_paper']}: no {dataset}/{method} {metric}")
         r = mine[0]
+        se = paper_se(metric, _float(r.get(f"{metric}_se")))  # the printed ± is no s.e. (image.paper_se)
         return Estimate(
             label,
             _float(r[metric]),
-            _float(r.get(f"{metric}_se")),
-            5,
+            se,
+            PAPER_SEEDS,
             PUBLISHED,
             str(self.paths["table1_paper"]),
+            missing=None
+            if math.isfinite(se)
+            else f"{self.paths['table1_paper']}: the paper's ± of {METRIC_LABELS.get(metric, metric)} is no "
+            "standard error (utils/generate_results.py)",
             rounding=_rounding(r[metric], r.get(f"{metric}_se", "")),
         )
 

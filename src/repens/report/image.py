@@ -110,6 +110,27 @@ def load_records(paths: Sequence[Path | str]) -> list[dict[str, Any]]:
     return records
 
 
+#: seeds behind each value of the paper's Table 1 (38-42)
+PAPER_SEEDS = 5
+#: The paper's Table 1 "±" as the authors' ``utils/generate_results.py`` computes it:
+#: ``np.std(values, 0) / len(values)``, the population sd (ddof 0) over n, not over sqrt(n).
+#: A standard error, sd (ddof 1) / sqrt(n), is that times n / sqrt(n - 1) (2.5 at n = 5).
+#: The two ratios' "±" is a delta-method formula that mixes those errors with an undivided
+#: sample covariance and divides by 5 once more: it has no fixed relation to a standard error
+#: and is not used as one (:func:`paper_se` gives nan).
+PAPER_SE_PER_PRINTED = {
+    key: PAPER_SEEDS / math.sqrt(PAPER_SEEDS - 1) for key in ("auroc_entropy", "auroc_md", "accuracy", "ece", "nll")
+}
+
+
+def paper_se(metric: str, printed: float) -> float:
+    """The standard error behind the paper's printed Table 1 "±" of ``metric`` (a paper
+    column's key; the ``*_code`` columns map to theirs: :data:`CODE_PAPER_KEYS`), nan where
+    the printed value is no standard error (:data:`PAPER_SE_PER_PRINTED`)."""
+    factor = PAPER_SE_PER_PRINTED.get(CODE_PAPER_KEYS.get(metric, metric))
+    return float(printed) * factor if factor is not None else math.nan
+
+
 def read_reference(path: Path | str) -> dict[tuple[str, str], dict[str, float]]:
     """The transcribed paper table: (dataset, method) -> {metric: value, metric_se: error}."""
     lines = [line for line in Path(path).read_text().splitlines() if line and not line.startswith("#")]
@@ -146,7 +167,8 @@ def vs_paper_rows(
                 ours = mean_se(values) if values else None
                 key = CODE_PAPER_KEYS.get(col.key, col.key)
                 p_mean = paper[key] if paper else math.nan
-                p_se = paper[f"{key}_se"] if paper else math.nan
+                p_printed = paper[f"{key}_se"] if paper else math.nan
+                p_se = paper_se(key, p_printed)
                 o_mean = ours.mean if ours else math.nan
                 o_se = ours.se if ours else math.nan
                 diff = o_mean - p_mean
@@ -163,21 +185,24 @@ def vs_paper_rows(
                         "ours_se": o_se,
                         "ours_seeds": ours.n if ours else 0,
                         "paper_mean": p_mean,
-                        "paper_error": p_se,
+                        "paper_error": p_printed,
+                        "paper_se": p_se,
                         "difference": diff,
                         "difference_in_errors": diff / err if err > 0 and math.isfinite(diff) else math.nan,
-                        "error_basis": (
-                            "ours and the paper's"
-                            if math.isfinite(o_se) and math.isfinite(p_se)
-                            else "the paper's only: one seed of ours, its spread not measured yet"
-                            if ours and ours.n == 1 and math.isfinite(p_se)
-                            else "ours only"
-                            if math.isfinite(o_se)
-                            else "none"
-                        ),
+                        "error_basis": _error_basis(o_se, p_se, ours.n if ours else 0, key),
                     }
                 )
     return rows
+
+
+def _error_basis(o_se: float, p_se: float, n: int, key: str) -> str:
+    """Whose errors a comparison's difference in standard errors uses, in words."""
+    if math.isfinite(o_se) and math.isfinite(p_se):
+        return "ours and the paper's"
+    if n == 1 and math.isfinite(p_se):
+        return "the paper's only: one seed of ours, its spread not measured yet"
+    why = "" if key in PAPER_SE_PER_PRINTED else " (the paper's ± of a ratio is no standard error)"
+    return ("ours only" if math.isfinite(o_se) else "none") + why
 
 
 def _sorted_known(values: Iterable[Any]) -> list[Any]:
@@ -239,7 +264,7 @@ def _vs_paper_frame(
             r = metrics.get(c.name)
             line += (
                 [
-                    mean_pm_text(r["paper_mean"], r["paper_error"]),
+                    mean_pm_text(r["paper_mean"], r["paper_se"]),
                     mean_pm_text(r["ours_mean"], r["ours_se"]),
                     signed_text(r["difference_in_errors"]),
                 ]
@@ -278,7 +303,9 @@ def _vs_paper_note(counts: set[int], *, scale: str, seeds: str, sizes: str) -> s
     )
     return (
         f"Scale: {scale} ({sizes}). Ours: mean ± s.e. over seeds {seeds}; n: seeds per row; with n = 1 the value "
-        f"alone. Paper: D'Angelo & Fortuin 2021, Table 1, mean ± s.e. as printed. {basis}. Accuracy in %. "
+        f"alone. Paper: D'Angelo & Fortuin 2021, Table 1, its mean ± s.e.: the printed ± times "
+        f"{PAPER_SE_PER_PRINTED['accuracy']:g} (the authors' script prints the population sd over n, n = "
+        f"{PAPER_SEEDS}); the ratios' printed ± is no standard error and is left out. {basis}. Accuracy in %. "
         f"{reproduction} Columns named \"the released code's definition\" are the metric as the authors' released "
         "code computes it, set beside the paper's value of that metric. Methods with no run of ours are left out "
         "(the paper's values: workflow/resources/table1_paper.csv; every cell, long form: table1_vs_paper.csv)."
@@ -391,6 +418,7 @@ def _write_vs_paper(
         "ours_seeds",
         "paper_mean",
         "paper_error",
+        "paper_se",
         "difference",
         "difference_in_errors",
         "error_basis",
