@@ -383,8 +383,8 @@ class PaperEvidence(Evidence):
             str(self.paths["table1_paper"]),
             missing=None
             if math.isfinite(se)
-            else f"{self.paths['table1_paper']}: the paper's ± of {METRIC_LABELS.get(metric, metric)} is no "
-            "standard error (utils/generate_results.py)",
+            else f"{shown_path(self.paths['table1_paper'])}: the paper's ± of "
+            f"{METRIC_LABELS.get(metric, metric)} is no standard error (utils/generate_results.py)",
             rounding=_rounding(r[metric], r.get(f"{metric}_se", "")),
         )
 
