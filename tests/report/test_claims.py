@@ -569,6 +569,29 @@ def test_uci_claims_on_table2(tmp_path):
     } == {"not run"}
 
 
+def test_the_papers_ratio_errors_are_no_standard_errors_and_say_so_without_machine_paths(tmp_path, monkeypatch):
+    """The paper's printed ± of H_o/H_t and MD_o/MD_t is no s.e. (utils/generate_results.py):
+    a claim on the ratios alone is not run on the paper's numbers, and its reason names the
+    transcription relative to the checkout, however the path was given."""
+    monkeypatch.chdir(ROOT)
+    files = {
+        "table1": _table1(tmp_path / "table1.csv", "paper", ACCURACY),
+        "table1_paper": (RESOURCES / "table1_paper.csv").resolve(),
+    }
+    claim = next(c for c in cl.CLAIMS if c.id == "fmnist-function-diversity")
+    result = cl.evaluate(cl.Evidence(files), [claim])[0]
+    assert result.source_verdict == "not run"
+    reasons = {c.reason for c in result.source_comparisons}
+    assert any(
+        r.startswith("workflow/resources/table1_paper.csv: the paper's ± of H_o/H_t is no standard error")
+        for r in reasons
+    ), reasons
+    assert not any(str(ROOT) in r for r in reasons)
+    # the metrics themselves: the printed ± times 5 / sqrt(4)
+    paper = cl.PaperEvidence("table1", files)
+    assert paper.table1("fashionmnist", "de", "accuracy").se == pytest.approx(0.013 * 2.5)
+
+
 def test_printed_values_count_their_rounding():
     # Pearce prints naval's RMSE as 0.00 +- 0.00: "below 0.005", not exactly 0
     printed = Estimate("Pearce", 0.0, 0.0, 0, cl.PUBLISHED, rounding=evidence._rounding("0.00", "0.00"))
