@@ -548,7 +548,10 @@ def _not_run_lines(inv: Sequence[Mapping[str, Any]]) -> list[str]:
     if not missing:
         return []
     lines = ["", "Not run yet, and why:", ""]
-    campaign = "the CPU campaign (`workflow/scripts/campaign.py`) has not reached them yet"
+    campaign = (
+        "the campaign (`workflow/scripts/campaign.py` on the CPU; Table 1 also on GPU leases, "
+        "[gpu.md](gpu.md)) has not reached them yet"
+    )
     for experiment in dict.fromkeys(r["experiment"] for r in missing):
         rows = [r for r in missing if r["experiment"] == experiment]
         untouched = [r for r in rows if not r["runs"] and not r["why"]]
