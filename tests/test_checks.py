@@ -489,3 +489,28 @@ def test_snakemake_with_the_slurm_profile_and_no_slurm_is_one_line(tmp_path):
     assert proc.returncode != 0
     stopped_with(out, "executor slurm (--profile slurm or --executor slurm) runs sbatch and sacct")
     assert "No such file or directory" not in out
+
+
+def _rebuild_jobs(workdir: Path, runs: list[str]) -> set[str]:
+    """The rules a dry run of ``rebuild`` from a made-up reference tree holding ``runs``
+    (paths below the tree; empty files) would run."""
+    tree = workdir / "tree"
+    for run in runs:
+        (tree / run).parent.mkdir(parents=True, exist_ok=True)
+        (tree / run).write_bytes(b"")
+    rc, out = snakemake(
+        workdir, "-n", "rebuild", "--config", "scale=paper", "from_reference=true", f"reference={tree}", timeout=300
+    )
+    assert rc == 0, out
+    return set(re.findall(r"^rule (\w+):", out, flags=re.M)) | set(re.findall(r"^localrule (\w+):", out, flags=re.M))
+
+
+@pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
+def test_a_rebuild_makes_a_toy_figure_and_table_only_for_data_sets_whose_method_runs_the_tree_holds(tmp_path):
+    hmc = [f"toy/{d}/hmc/seed{s}/predictions.npz" for d in ("regression", "classification") for s in (38, 42)]
+    # the campaign runs the HMC references first: alone they make no toy figure or table
+    jobs = _rebuild_jobs(tmp_path / "refs", hmc)
+    assert not jobs & {"summarize_toy", "plot_regression", "plot_classification"}, jobs
+    # one method's runs of the regression: its figure and the distance table, not the classification's
+    jobs = _rebuild_jobs(tmp_path / "one", [*hmc, *(f"toy/regression/de/seed{s}/predictions.npz" for s in (38, 42))])
+    assert {"summarize_toy", "plot_regression"} <= jobs and "plot_classification" not in jobs, jobs

@@ -197,12 +197,27 @@ def toy_hmc(dataset):
 
 
 def toy_hmc_references(dataset):
-    """The HMC reference of every seed of the experiment (the distance table's)."""
+    """The HMC reference of every seed of the experiment (the distance table's); none for a
+    data set whose method runs the reference tree does not hold yet (:func:`toy_held`).
+    """
     return [
         path
         for seed in experiment_seeds(config, "toy")
-        if in_reference(path := f"results/toy/{dataset}/hmc/seed{seed}/predictions.npz")
+        if toy_held(dataset)
+        and in_reference(
+            path := f"results/toy/{dataset}/hmc/seed{seed}/predictions.npz"
+        )
     ]
+
+
+def toy_held(dataset):
+    """Whether a toy data set's figure and distances are built: always, unless results come
+    from the reference tree and it holds no method run of the data set (its HMC references,
+    which the campaign runs first, make neither alone)."""
+    return not FROM_REFERENCE or any(
+        run.startswith(f"toy/{dataset}/") and not run.startswith(f"toy/{dataset}/hmc/")
+        for run in REFERENCE_RUNS
+    )
 
 
 def toy_panels(dataset):
@@ -236,9 +251,25 @@ else:
     REFERENCE_RUNS = set(tree_runs(REFERENCE)) if FROM_REFERENCE else None
 
 
+def toy_outputs_held():
+    """The toy outputs a rebuild from the reference tree makes (TOY_FIGURES, TOY_TABLES:
+    toy.smk): the figure of each data set whose method runs the tree holds, and the
+    distance table if it holds any."""
+    figures = [
+        path
+        for dataset, paths in TOY_FIGURES.items()
+        if toy_held(dataset)
+        for path in paths
+    ]
+    return [*figures, *TOY_TABLES] if figures else []
+
+
 def reference_holds(experiment):
     """Whether an experiment's tables are built: always, unless results come from the
-    reference tree and it holds no run of the experiment."""
+    reference tree and it holds no run of the experiment (the toys: of a method, see
+    :func:`toy_held`)."""
+    if experiment == "toy":
+        return any(toy_held(dataset) for dataset in experiment_datasets("toy"))
     return not FROM_REFERENCE or any(
         run.startswith(f"{experiment}/") for run in REFERENCE_RUNS
     )

@@ -8,7 +8,7 @@
 # every experiment the tree holds runs of (all of them, outside reference mode), then the scorecard
 REBUILD_OUTPUTS = [
     *(SYNTHETIC_OUTPUTS if reference_holds("synthetic") else []),
-    *(TOY_OUTPUTS if reference_holds("toy") else []),
+    *toy_outputs_held(),
     *(IMAGE_OUTPUTS if reference_holds("image") else []),
     *(UCI_OUTPUTS if reference_holds("uci") else []),
     *CLAIMS_OUTPUTS,

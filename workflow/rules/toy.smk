@@ -9,15 +9,23 @@
 # aggregate rules copy their outputs to results/last_good/ (repens.pipeline.last_good)
 from repens.pipeline.last_good import shell as keep_last_good
 
-TOY_OUTPUTS = [
-    "results/figures/fig1_regression.png",
-    "results/figures/fig1_regression.pdf",
-    "results/figures/fig3_classification.png",
-    "results/figures/fig3_classification.pdf",
+TOY_FIGURES = {
+    "regression": [
+        "results/figures/fig1_regression.png",
+        "results/figures/fig1_regression.pdf",
+    ],
+    "classification": [
+        "results/figures/fig3_classification.png",
+        "results/figures/fig3_classification.pdf",
+    ],
+}
+TOY_TABLES = [
     "results/toy/distance_to_hmc.csv",
     "results/toy/distance_to_hmc.tex",
     "results/toy/distance_to_hmc.html",
 ]
+TOY_OUTPUTS = [*TOY_FIGURES["regression"], *TOY_FIGURES["classification"], *TOY_TABLES]
+
 
 TOY_CATEGORY = "2. BNN toys against HMC (Appendix G.2, G.3)"
 
