@@ -369,7 +369,11 @@ def _reference(args: argparse.Namespace) -> int:
     from repens.report import results_page
 
     if args.action == "publish":
-        copied = results_page.publish(args.results, args.reference)
+        try:
+            copied = results_page.publish(args.results, args.reference, allow_drop=args.allow_drop)
+        except (FileNotFoundError, FileExistsError) as err:  # an empty or partial rebuild: nothing changed
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         print(f"kept {len(copied)} files in {Path(args.reference) / 'results'}")
         return 0
     if args.action == "check":
@@ -807,6 +811,9 @@ def _reference_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default="results", help="where the rebuild wrote (default: results)")
     p.add_argument("--configfile", default="config.yaml", help="the pipeline's config (page: the grid at paper scale)")
     p.add_argument("--out", default="docs/results.md", help="page: where to write it (default: docs/results.md)")
+    p.add_argument(
+        "--allow-drop", action="store_true", help="publish: drop kept files the rebuild did not write (else refused)"
+    )
 
 
 def _budget_args(p: argparse.ArgumentParser) -> None:

@@ -96,7 +96,15 @@ def test_publish_replaces_what_was_kept_and_refuses_an_empty_rebuild(tmp_path):
     _write_csv(results / "table1.csv", [{"a": 1}])
     publish(results, reference)
     (results / "table1.csv").unlink()
-    publish(results, reference)
+    # a rebuild that failed part way drops nothing kept: refused, the kept files as they were
+    with pytest.raises(FileExistsError, match=r"lacks 1 file\(s\) kept in .*\(table1.csv\): did the rebuild fail"):
+        publish(results, reference)
+    assert (reference / "results" / "table1.csv").exists()
+    from repens.cli import main
+
+    argv = ["reference", "publish", "--results", str(results), "--reference", str(reference)]
+    assert main(argv) == 2 and (reference / "results" / "table1.csv").exists()  # one line, exit 2
+    publish(results, reference, allow_drop=True)
     assert not (reference / "results" / "table1.csv").exists()
     assert (reference / "results" / "synthetic" / "metrics.csv").exists()
     with pytest.raises(FileNotFoundError, match="none of the tables"):

@@ -167,11 +167,12 @@ def published_runs(reference: Path | str) -> dict[str, str] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def publish(results: Path | str, reference: Path | str) -> list[Path]:
+def publish(results: Path | str, reference: Path | str, allow_drop: bool = False) -> list[Path]:
     """Replace ``reference/results/`` by the files of :data:`PUBLISHED` that ``results``
     holds (tables with their provenance sidecars) and ``runs.json``: the tree's runs the
     rebuild read (those in ``results`` equal to the tree's copy), with their SHA-256.
-    Returns what was copied."""
+    Returns what was copied. A kept table or figure that ``results`` lacks (a rebuild that
+    failed part way) stops it before anything changes, unless ``allow_drop``."""
     results, reference = Path(results), Path(reference)
     dest = reference / "results"
     staged = dest.with_name(dest.name + ".tmp")
@@ -197,6 +198,18 @@ def publish(results: Path | str, reference: Path | str) -> list[Path]:
         shutil.rmtree(staged, ignore_errors=True)
         raise FileNotFoundError(
             f"{results}: none of the tables or figures a rebuild writes ({', '.join(PUBLISHED[:3])}, ...)"
+        )
+    dropped = sorted(
+        p.relative_to(dest).as_posix()
+        for p in (dest.rglob("*") if dest.is_dir() else [])
+        if p.is_file() and p.name != RUNS and not (staged / p.relative_to(dest)).is_file()
+    )
+    if dropped and not allow_drop:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise FileExistsError(
+            f"{results} lacks {len(dropped)} file(s) kept in {dest} ({', '.join(dropped[:3])}"
+            f"{', ...' if len(dropped) > 3 else ''}): did the rebuild fail? Rebuild into an empty results/ "
+            "and publish again, or pass --allow-drop to drop them"
         )
     (staged / RUNS).write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
     copied.append(dest / RUNS)
