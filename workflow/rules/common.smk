@@ -200,13 +200,12 @@ def toy_hmc_references(dataset):
     """The HMC reference of every seed of the experiment (the distance table's); none for a
     data set whose method runs the reference tree does not hold yet (:func:`toy_held`).
     """
+    if not toy_held(dataset):
+        return []
     return [
         path
         for seed in experiment_seeds(config, "toy")
-        if toy_held(dataset)
-        and in_reference(
-            path := f"results/toy/{dataset}/hmc/seed{seed}/predictions.npz"
-        )
+        if in_reference(path := f"results/toy/{dataset}/hmc/seed{seed}/predictions.npz")
     ]
 
 
@@ -214,10 +213,7 @@ def toy_held(dataset):
     """Whether a toy data set's figure and distances are built: always, unless results come
     from the reference tree and it holds no method run of the data set (its HMC references,
     which the campaign runs first, make neither alone)."""
-    return not FROM_REFERENCE or any(
-        run.startswith(f"toy/{dataset}/") and not run.startswith(f"toy/{dataset}/hmc/")
-        for run in REFERENCE_RUNS
-    )
+    return reference_holds(f"toy/{dataset}")
 
 
 def toy_panels(dataset):
@@ -264,14 +260,13 @@ def toy_outputs_held():
     return [*figures, *TOY_TABLES] if figures else []
 
 
-def reference_holds(experiment):
-    """Whether an experiment's tables are built: always, unless results come from the
-    reference tree and it holds no run of the experiment (the toys: of a method, see
-    :func:`toy_held`)."""
-    if experiment == "toy":
-        return any(toy_held(dataset) for dataset in experiment_datasets("toy"))
+def reference_holds(prefix):
+    """Whether the tables of an experiment (``prefix``: ``uci``, or ``toy/regression``, one
+    of its data sets) are built: always, unless results come from the reference tree and
+    it holds no run below ``prefix`` other than an HMC reference (which alone makes no
+    table)."""
     return not FROM_REFERENCE or any(
-        run.startswith(f"{experiment}/") for run in REFERENCE_RUNS
+        run.startswith(f"{prefix}/") and "/hmc/" not in run for run in REFERENCE_RUNS
     )
 
 

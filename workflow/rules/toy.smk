@@ -24,7 +24,7 @@ TOY_TABLES = [
     "results/toy/distance_to_hmc.tex",
     "results/toy/distance_to_hmc.html",
 ]
-TOY_OUTPUTS = [*TOY_FIGURES["regression"], *TOY_FIGURES["classification"], *TOY_TABLES]
+TOY_OUTPUTS = [*(path for paths in TOY_FIGURES.values() for path in paths), *TOY_TABLES]
 
 
 TOY_CATEGORY = "2. BNN toys against HMC (Appendix G.2, G.3)"
