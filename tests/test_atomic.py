@@ -100,7 +100,10 @@ def test_cli_prints_one_line_and_exits_nonzero(tmp_path, monkeypatch, capsys):
     code = cli.main(["train", "--spec", json.dumps(job), "--out", str(out)])
     assert code != 0
     err = capsys.readouterr().err
-    assert f"error: cannot write {out}: {os.strerror(errno.ENOSPC)}" in err.splitlines()
+    # the first write is the final step's checkpoint (<out>.ckpt), then the result: either is named
+    lines = [line for line in err.splitlines() if line.startswith(f"error: cannot write {out}")]
+    assert len(lines) == 1 and lines[0].endswith(f": {os.strerror(errno.ENOSPC)}"), err
+    assert lines[0] in (f"error: cannot write {p}: {os.strerror(errno.ENOSPC)}" for p in (out, f"{out}.ckpt"))
     assert "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
 

@@ -472,3 +472,27 @@ def test_repulsion_ratio_is_absent_without_repulsion_and_zero_for_one_particle()
     assert torch.equal(
         repulsion_ratio(make_update("wgd", estimator="kde")(start, ctx)), torch.zeros(2, dtype=torch.float64)
     )
+
+
+def test_a_finished_run_leaves_its_last_step_checkpointed_so_a_rerun_trains_nothing(tmp_path, caplog):
+    """A job killed after its last step (while it evaluates) loses no training: the
+    checkpoint holds the final step, and a rerun resumes there and returns the same particles."""
+    settings = TrainSettings(steps=30, lr=0.05, checkpoint_seconds=1e9)  # no periodic checkpoint
+    update = make_update("langevin", temperature=1.0)
+    start, g, ctx = setup()
+    ckpt = tmp_path / "run.ckpt"
+    first = train(TrainState(start), update, lambda b, a: ctx, settings, g, checkpoint=ckpt).params
+    assert torch.load(ckpt, weights_only=False)["step"] == settings.steps
+
+    calls = {"n": 0}
+
+    def counted(params, context):
+        calls["n"] += 1
+        return update(params, context)
+
+    _, g2, ctx2 = setup(seed=123)
+    with caplog.at_level("INFO", logger="repens.train"):
+        again = train(TrainState(start), counted, lambda b, a: ctx2, settings, g2, checkpoint=ckpt).params
+    assert calls["n"] == 0 and f"at step {settings.steps}/{settings.steps}" in caplog.text
+    assert torch.equal(again, first)
+    assert g2.get_state().equal(g.get_state())  # what follows the training draws the same numbers

@@ -458,6 +458,10 @@ def run(
             if checkpointer.path is not None and periodic.due():
                 checkpointer.save(loop, done, repulsion)
                 periodic.restart()
+        if checkpointer.path is not None and start < settings.steps:
+            # the last step's state: a job stopped while it evaluates (a deadline's SIGTERM
+            # after the handlers are gone kills it) reruns the evaluation, not the training
+            checkpointer.save(loop, settings.steps, repulsion)
     return repulsion
 
 
