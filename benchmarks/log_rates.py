@@ -4,6 +4,7 @@ step or SIGTERM, and steps per second. For runs on machines that are gone, whose
 back (`run-jobs` packs them).
 
     python benchmarks/log_rates.py logs/image/fashionmnist/*/seed38.log
+    python benchmarks/log_rates.py logs/          # a folder: every job log under it
 """
 
 from __future__ import annotations
@@ -54,12 +55,24 @@ def rate(segment: list[str]) -> dict | None:
     return {"kind": kind, "from": first, "to": last, "seconds": seconds, "steps_per_s": (last - first) / seconds}
 
 
+def job_logs(paths: list[Path]) -> list[Path]:
+    """``paths`` with each folder replaced by the job logs under it (``*.log``, not the
+    ``*.attempts.log`` beside each), sorted."""
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            out += sorted(p for p in path.rglob("*.log") if not p.name.endswith(".attempts.log"))
+        else:
+            out.append(path)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("logs", nargs="+", type=Path)
+    p.add_argument("logs", nargs="+", type=Path, help="job logs, or folders holding them")
     args = p.parse_args()
     print(f"{'log':<48} {'call':<12} {'steps':>13} {'seconds':>8} {'steps/s':>8}")
-    for path in args.logs:
+    for path in job_logs(args.logs):
         for segment in segments(path.read_text()):
             r = rate(segment)
             if r:

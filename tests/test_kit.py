@@ -325,6 +325,37 @@ def test_no_job_starts_too_close_to_the_deadline(node):
     assert [e["out"] for e in node.events() if e["what"] == "start"] == ["results/fake/a/out.json"]
 
 
+def test_a_job_expected_to_outlast_the_deadline_is_not_started_and_a_shorter_one_is(node):
+    """The first job in order would not finish before the deadline (expected 100 s, 2 s
+    left): it is held back, said once, and the next, short enough, runs."""
+    long, short, unknown = node.job("long", ticks=4), node.job("short", ticks=2), node.job("unknown", ticks=2)
+    long["expected_s"], short["expected_s"] = 100.0, 0.5
+    node.jobs([long, short, unknown])
+    rc, out = node.run(parallel=1, deadline=2.0, min_run=1.9)
+    assert rc == 75, out
+    starts = [e["out"] for e in node.events() if e["what"] == "start"]
+    assert starts == [short["id"]], out  # "unknown": no expectation, and under min_run left after "short"
+    assert out.count(f"not started {long['id']}: expected 100 s (x 1.1)") == 1, out
+    held = [e for e in node.state()["calls"][-1]["events"] if e["what"] == "held back"]
+    assert [e["task"] for e in held] == [long["id"]] and held[0]["expected"] == 100.0
+
+
+def test_a_resumed_job_is_expected_to_take_only_what_its_log_says_is_left(node):
+    """90% done by its log: 10% of 10 s (x 1.1) fits in a 2 s deadline; from the start it would not."""
+    job = node.job("half", ticks=2, steps=50000)
+    job["expected_s"] = 10.0
+    node.jobs([job])
+    log = node.dir / job["log"]
+    log.parent.mkdir(parents=True)
+    log.write_text("2026-11-26 10:00:00,000 repens.train INFO step 45000/50000  300 steps/s\n")
+    rc, out = node.run(parallel=1, deadline=2.0)
+    assert rc == 0 and "not started" not in out, out
+    log.write_text("")
+    (node.dir / job["id"]).unlink()
+    rc, out = node.run(parallel=1, deadline=2.0)
+    assert rc == 75 and "not started results/fake/half/out.json: expected 10 s" in out, out
+
+
 def test_a_deadline_that_leaves_no_job_time_to_start_is_refused_before_anything_runs(node):
     node.jobs([node.job("a", ticks=4)])
     with pytest.raises(kit.KitError, match="--deadline 310 s is not above --min-run 400 s"):

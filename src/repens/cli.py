@@ -553,11 +553,25 @@ def _export_jobs(args: argparse.Namespace) -> int:
         include=args.include,
         exclude=args.exclude,
         stage=args.stage_raw,
+        expect_from=_expect_from(args),
     )
     write_json(Path(args.out), data)
     print(describe_export(data))
     print(f"wrote {args.out}")
     return 0
+
+
+def _expect_from(args: argparse.Namespace) -> Path | None:
+    """export-jobs' reference tree for expected times: --expect-from, else reference/ under
+    the working directory where there is one; None with --no-expect."""
+    if args.no_expect:
+        return None
+    if args.expect_from:
+        if not Path(args.expect_from).is_dir():
+            raise SystemExit(f"error: --expect-from {args.expect_from}: no such folder")
+        return Path(args.expect_from)
+    default = Path(args.directory) / "reference"
+    return default if default.is_dir() else None
 
 
 @_kit
@@ -578,6 +592,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
         min_run=args.min_run,
         only=args.only or (),
         stack_seeds=args.stack_seeds,
+        expect_margin=args.expect_margin,
     )
 
 
@@ -598,6 +613,7 @@ def _lease(args: argparse.Namespace) -> int:
         raw=args.raw,
         directory=args.directory,
         stack_seeds=args.stack_seeds,
+        expect_margin=args.expect_margin,
     )
 
 
@@ -857,6 +873,13 @@ def _export_jobs_args(p: argparse.ArgumentParser) -> None:
         help="copy the original image archives the data steps read into DIR (e.g. data/raw, ignored by "
         "git) to send with the tree",
     )
+    p.add_argument(
+        "--expect-from",
+        metavar="DIR",
+        help="a reference tree: each job gets the longest GPU run of its method there as its expected "
+        "time, so run-jobs starts only what fits before its deadline (default: reference/, if there)",
+    )
+    p.add_argument("--no-expect", action="store_true", help="write no expected times")
     p.add_argument("--out", required=True, help="the jobs file to write (JSON)")
 
 
@@ -892,6 +915,18 @@ def _run_jobs_args(p: argparse.ArgumentParser) -> None:
         help="run the image jobs that differ only in seed as one train-stack per group (each seed keeps "
         "its outputs, log, state; benchmark.tsv: the stack's time split evenly across its seeds)",
     )
+    _expect_margin_arg(p)
+
+
+def _expect_margin_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--expect-margin",
+        type=float,
+        default=1.1,
+        metavar="X",
+        help="start a job with an expected time (export-jobs) only where X times what is left of it "
+        "fits before the deadline (default 1.1)",
+    )
 
 
 def _lease_args(p: argparse.ArgumentParser) -> None:
@@ -909,6 +944,7 @@ def _lease_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--raw", default="data/raw", help="the original image archives (default data/raw)")
     p.add_argument("--directory", "-d", default=".", help="where the jobs' paths are (default: here)")
     p.add_argument("--stack-seeds", action="store_true", help="as run-jobs --stack-seeds")
+    _expect_margin_arg(p)
 
 
 def _pack_args(p: argparse.ArgumentParser) -> None:

@@ -59,6 +59,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from repens.pipeline.expect import add_expected, remaining_seconds
+
 __all__ = [
     "KitError",
     "KIT_FORMAT",
@@ -93,6 +95,9 @@ DEFAULT_STATE = "results/run-jobs.json"
 MIB = 1 << 20
 #: a job's exit codes after SIGTERM / SIGINT (repens train: 128 + signum; killed: -signum)
 _STOPPED = {143, 130, -signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL}
+#: a job with an expected time (``expected_s``, :mod:`repens.pipeline.expect`) starts only
+#: where this many times what is left of it fits before the deadline
+EXPECT_MARGIN = 1.1
 #: files beside a job's outputs that are never packed as results
 _NOT_RESULTS = (".ckpt", ".tmp", ".stale")
 
@@ -385,17 +390,22 @@ def export_jobs(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     stage: Path | str | None = None,
+    expect_from: Path | str | None = None,
 ) -> dict[str, Any]:
     """The training jobs ``targets`` need, as Snakemake plans them now (``forceall``: all of
     them, done or not), with the steps that prepare their inputs: the content of jobs.json.
 
     ``include`` / ``exclude``: shell patterns on a job's first output (``results/image/
     fashionmnist/*``). ``stage``: copy the prepare-images archives there (:func:`stage_raw`).
+    ``expect_from``: a reference tree; each job whose method it holds GPU runs of gets their
+    longest time as ``expected_s`` (:func:`repens.pipeline.expect.add_expected`).
     """
     directory = Path(directory)
     where = dict(directory=directory, snakefile=snakefile, config=config, configfile=configfile)
     blocks = _dry_run(targets, ["--forceall"] if forceall else [], **where)
     jobs_sorted, others = _train_jobs(blocks, include, exclude)
+    if expect_from is not None:
+        add_expected(jobs_sorted, Path(expect_from))
     inputs = sorted({p for job in jobs_sorted for p in job["inputs"]})
     prepare = _prepare_steps(inputs, where) if inputs else []
     made = {p for step in prepare for p in step["outputs"]}
@@ -559,6 +569,8 @@ class _Task:
     outputs: list[str]
     needs: list[str] = field(default_factory=list)
     members: list[str] = field(default_factory=list)  # a seed stack's jobs (ids), in order; else empty
+    #: seconds it should still take (:func:`repens.pipeline.expect.remaining_seconds`); None: unknown
+    expected: float | None = None
     proc: subprocess.Popen | None = None
     started: float = 0.0
     started_at: str = ""
@@ -624,6 +636,7 @@ class _Runner:
         out: Any,
         launcher: Sequence[str] | None = None,
         stack_seeds: bool = False,
+        expect_margin: float = EXPECT_MARGIN,
     ) -> None:
         _check_deadline(deadline, float(min_run), prepare_only)  # before anything is read or run
         self.data = _load_jobs(jobs_file)
@@ -634,6 +647,8 @@ class _Runner:
         self.state = _load_state(self.state_path)
         self.parallel = max(1, int(parallel))
         self.deadline, self.grace, self.min_run = deadline, float(grace), float(min_run)
+        self.expect_margin = float(expect_margin)
+        self.held_back: set[str] = set()  # tasks said not to fit before the deadline
         self.device, self.raw = device, Path(raw)
         self.retry_failed, self.prepare_only, self.only = retry_failed, prepare_only, list(only)
         self.out = out
@@ -743,7 +758,8 @@ class _Runner:
                 )
                 self.event(job["id"], "blocked", missing=unmade)
                 continue
-            tasks.append(_Task("job", job["id"], argv, job.get("log"), job["outputs"], needs))
+            expected = remaining_seconds(job, self.directory)
+            tasks.append(_Task("job", job["id"], argv, job.get("log"), job["outputs"], needs, expected=expected))
         if self.stack_seeds:
             tasks = self._stack(tasks)
         return list(preps.values()) + tasks, status
@@ -753,7 +769,24 @@ class _Runner:
         ``train-stack`` task per group (:func:`stack_groups`; a group of one stays a
         ``train`` task). A group's jobs go in the jobs file's order, so that its stack
         checkpoint (``<first out>.stack.ckpt``) is found again by the next call; the group
-        takes the place of its first task (one that resumes comes first)."""
+        takes the place of its first task (one that resumes comes first).
+
+        The image ``train`` jobs to run that differ only in their seed (the same spec
+        but ``seed``, the same command line but ``--spec`` / ``--out``) run as one
+        ``python -m repens train-stack`` per group (:func:`stack_groups`), a task of its
+        own for ``parallel``, the deadline, SIGTERM and ``grace``. Each seed stays a
+        job: its own outputs, state record and ``benchmark.tsv`` (the stack's wall and
+        CPU time split evenly across its seeds, its peak memory for each), and its own
+        log (the stack's output goes to its first seed's log and is copied to the
+        others' when the stack ends), so the skip and resume logic, :func:`pack` and
+        :func:`import_results` treat each seed as before. A group whose seeds are partly
+        finished stacks only the rest. The stack checkpoints to ``<first seed's
+        out>.stack.ckpt``, keyed by its seeds: a stack of another seed set (some of its
+        seeds finished or failed meanwhile, ``only`` changed) starts afresh (the old
+        checkpoint set aside), as does a job run once stacked and then without
+        ``stack_seeds`` (its ``train`` reads ``<out>.ckpt``); one interrupted as a
+        ``train`` (``<out>.ckpt``, no ``<out>.stack.ckpt``) stays out of the stacks and
+        resumes alone. Other jobs, and groups of one, run as ``train`` as without it."""
         index = {job["id"]: i for i, job in enumerate(self.data["jobs"])}
         place = {t.key: n for n, t in enumerate(tasks)}
         alone = {t.key for t in tasks if self._resumes_alone(t)}
@@ -1024,10 +1057,25 @@ class _Runner:
                     status[key] = "blocked"
                 self.say(f"blocked {task.key}: its data step {', '.join(failed)} did not finish")
 
+    def fits(self, task: _Task, left: float | None) -> bool:
+        """Whether ``task`` may start with ``left`` seconds to the deadline: ``expect_margin``
+        times what is left of its expected time (``expected_s``, written by
+        :func:`export_jobs`, less the part its log says is done) fits, or, none known, more
+        than ``min_run`` is left. The first pending task in order that fits starts."""
+        if left is None:
+            return True
+        if task.expected is None:
+            return left > self.min_run
+        return task.expected * self.expect_margin <= left
+
     def start_ready(self, pending: list, running: list, finished: dict[str, str], left: float | None) -> None:
-        """Start the pending tasks whose data steps are done, up to ``parallel`` running."""
-        while self.stop_reason is None and len(running) < self.parallel and (left is None or left > self.min_run):
-            ready = next((t for t in pending if all(finished.get(n) == "done" for n in t.needs)), None)
+        """Start the pending tasks whose data steps are done and that fit before the deadline
+        (:meth:`fits`; the first in order that does), up to ``parallel`` running."""
+        while self.stop_reason is None and len(running) < self.parallel:
+            ready_all = [t for t in pending if all(finished.get(n) == "done" for n in t.needs)]
+            ready = next((t for t in ready_all if self.fits(t, left)), None)
+            for task in ready_all[: ready_all.index(ready) if ready is not None else len(ready_all)]:
+                self.hold_back(task, left)
             if ready is None:
                 break
             pending.remove(ready)
@@ -1040,9 +1088,21 @@ class _Runner:
             return True
         if not running and pending and not any(all(finished.get(n) == "done" for n in t.needs) for t in pending):
             return True  # nothing can start (their data steps are still missing)
-        if self.stop_reason is None and left is not None and left <= self.min_run and not running:
-            return True
+        ready = [t for t in pending if all(finished.get(n) == "done" for n in t.needs)]
+        if self.stop_reason is None and not running and not any(self.fits(t, left) for t in ready):
+            return True  # none of what is left fits before the deadline
         return False
+
+    def hold_back(self, task: _Task, left: float | None) -> None:
+        """Say once that ``task`` is not started: it would not finish before the deadline."""
+        if task.key in self.held_back or task.expected is None or left is None:
+            return
+        self.held_back.add(task.key)
+        self.say(
+            f"not started {task.key}: expected {task.expected:.0f} s (x {self.expect_margin:g}), "
+            f"{left:.0f} s to the deadline"
+        )
+        self.event(task.key, "held back", expected=round(task.expected, 1), left=round(left, 1))
 
     def summary(self) -> int:
         jobs = [j for j in self.data["jobs"] if not self.only or any(fnmatch.fnmatch(j["id"], g) for g in self.only)]
@@ -1099,29 +1159,22 @@ def run_jobs(
     out: Any = None,
     launcher: Sequence[str] | None = None,
     stack_seeds: bool = False,
+    expect_margin: float = EXPECT_MARGIN,
 ) -> int:
     """Run the jobs of ``jobs_file`` (:func:`export_jobs`) in ``directory``, ``parallel`` at a
     time, as ``python -m repens`` subprocesses; prepare their missing inputs first (image
     data from the archives under ``raw``, offline). At ``deadline`` seconds (or on SIGTERM
     or SIGINT to this process) every running job gets SIGTERM, checkpoints and exits; after
-    ``grace`` seconds more it is killed. No job starts with less than ``min_run`` seconds
-    left. A finished job is skipped on the next call; an interrupted one resumes (before the
+    ``grace`` seconds more it is killed. A job starts only where it should finish by then
+    (:meth:`_Runner.fits`: ``expect_margin`` times its expected time left, else ``min_run``).
+    A finished job is skipped on the next call; an interrupted one resumes (before the
     others); a failed one runs again only with ``retry_failed``. What was run, how long and
     how it ended is kept in ``state`` (default ``results/run-jobs.json``). ``launcher``: the
     command a task's arguments follow (default ``python -m repens``, this interpreter).
 
-    ``stack_seeds``: the image ``train`` jobs to run that differ only in their seed (the same spec but
-    ``seed``, the same command line but ``--spec`` / ``--out``) run as one ``python -m repens train-stack``
-    per group (:func:`stack_groups`), a task of its own for ``parallel``, the deadline, SIGTERM and ``grace``.
-    Each seed stays a job: its own outputs, state record and ``benchmark.tsv`` (the stack's wall and CPU time
-    split evenly across its seeds, its peak memory for each), and its own log (the stack's output goes to its
-    first seed's log and is copied to the others' when the stack ends), so the skip and resume logic,
-    :func:`pack` and :func:`import_results` treat each seed as before. A group whose seeds are partly finished
-    stacks only the rest. The stack checkpoints to ``<first seed's out>.stack.ckpt``, keyed by its seeds: a
-    stack of another seed set (some of its seeds finished or failed meanwhile, ``only`` changed) starts afresh
-    (the old checkpoint set aside), as does a job run once stacked and then without ``stack_seeds`` (its
-    ``train`` reads ``<out>.ckpt``); one interrupted as a ``train`` (``<out>.ckpt``, no ``<out>.stack.ckpt``)
-    stays out of the stacks and resumes alone. Other jobs, and groups of one, run as ``train`` as without it.
+    ``stack_seeds``: the image ``train`` jobs that differ only in their seed run as one
+    ``python -m repens train-stack`` per group, each seed still a job of its own
+    (:meth:`_Runner._stack`).
 
     Returns 0 when every job is finished, 75 when some remain (call again), 1 when a job
     failed; a ``deadline`` not above ``min_run`` is refused first (:func:`_check_deadline`)."""
@@ -1141,6 +1194,7 @@ def run_jobs(
         out=out or sys.stdout,
         launcher=launcher,
         stack_seeds=stack_seeds,
+        expect_margin=expect_margin,
     ).run()
 
 
@@ -1432,12 +1486,14 @@ def lease(
     stack_seeds: bool = False,
     launcher: Sequence[str] | None = None,
     stream: Any = None,
+    expect_margin: float = EXPECT_MARGIN,
 ) -> int:
     """One call of a short device lease, over by ``until`` seconds after it starts: the jobs
     of ``jobs_file`` matching ``only`` run (:func:`run_jobs`, missing data prepared first)
     until a deadline that leaves ``grace`` seconds for the last checkpoints and
-    ``pack_reserve`` to pack; no job starts with less than ``min_run`` seconds left (one that
-    could not finish would come back as nothing). Then every finished job so far is packed
+    ``pack_reserve`` to pack; no job starts that could not finish (it would come back as
+    nothing): one whose expected time, times ``expect_margin``, does not fit, or, where none is
+    known, with less than ``min_run`` seconds left. Then every finished job so far is packed
     into ``out_dir/results.tar.gz*`` (:func:`pack`, at most :data:`LEASE_PACK_FILES` files of
     :data:`LEASE_PACK_MIB` MiB) and the jobs' logs with the run's state into
     ``out_dir/logs.tar.gz``. Call again at once while the machine is held: interrupted jobs
@@ -1460,6 +1516,7 @@ def lease(
         out=stream,
         launcher=launcher,
         stack_seeds=stack_seeds,
+        expect_margin=expect_margin,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     pack(
@@ -1684,6 +1741,12 @@ def describe_export(data: dict[str, Any]) -> str:
                 "warning: more than the 64 MiB that travel with the tree to a GPU node; export fewer data "
                 "sets, e.g. --include 'results/image/fashionmnist/*'"
             )
+    times = [j["expected_s"] for j in data["jobs"] if j.get("expected_s") is not None]
+    if data["jobs"]:
+        lines.append(
+            f"expected times (GPU runs of the same method in the reference tree) for {len(times)} of "
+            f"{len(data['jobs'])} job(s)" + (f": {min(times):.0f}-{max(times):.0f} s" if times else "")
+        )
     if data.get("ship"):
         lines.append("inputs no step makes (send them with the tree): " + ", ".join(data["ship"]))
     if data.get("left_to_snakemake"):

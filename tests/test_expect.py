@@ -1,0 +1,72 @@
+"""Expected job times from the reference tree (repens.pipeline.expect)."""
+
+import json
+
+import pytest
+
+from repens.pipeline.expect import add_expected, done_fraction, expected_seconds, remaining_seconds
+
+HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time"
+
+
+def _run(reference, method, seed, device, seconds):
+    folder = reference / "image" / "fashionmnist" / method / f"seed{seed}"
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({"device": device, "metrics": {}}))
+    (folder / "benchmark.tsv").write_text(f"{HEADER}\n{seconds}\t0:00:00\t1\tNA\tNA\tNA\tNA\tNA\t100\t1\n")
+
+
+JOB = "results/image/fashionmnist/svgd/seed41/metrics.json"
+
+
+def test_the_longest_gpu_run_of_the_method_and_not_a_cpu_run(tmp_path):
+    _run(tmp_path, "svgd", 38, "cpu", 9000.0)
+    _run(tmp_path, "svgd", 39, "NVIDIA H200", 256.7)
+    _run(tmp_path, "svgd", 40, "NVIDIA H100 80GB HBM3", 315.3)
+    _run(tmp_path, "de", 39, "NVIDIA H200", 170.0)
+    seconds, source = expected_seconds(JOB, tmp_path)
+    assert seconds == 315.3
+    assert "2 run(s)" in source and "NVIDIA H200" in source and "H100" in source
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu (x86_64)"])
+def test_no_expectation_from_cpu_runs_or_other_paths(tmp_path, device):
+    _run(tmp_path, "svgd", 38, device, 9000.0)
+    assert expected_seconds(JOB, tmp_path) is None
+    assert expected_seconds("results/uci/boston/de/metrics.json", tmp_path) is None
+    assert expected_seconds("data/images/fashionmnist.npz", tmp_path) is None
+
+
+def test_add_expected_sets_the_jobs_it_knows_and_counts_them(tmp_path):
+    _run(tmp_path, "svgd", 39, "NVIDIA H200", 256.7)
+    jobs = [{"id": JOB}, {"id": "results/image/fashionmnist/de/seed41/metrics.json"}]
+    assert add_expected(jobs, tmp_path) == 1
+    assert jobs[0]["expected_s"] == 256.7 and "expected_s" not in jobs[1]
+
+
+def test_done_fraction_reads_the_last_step_of_the_jobs_own_run(tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text(
+        "x INFO step 10000/10000  370 steps/s\n"  # a search of 10,000 steps before the run: not the run
+        "x INFO step 2500/50000  290 steps/s\n"
+        "x INFO step 30000/50000  290 steps/s\n"
+        "SIGTERM at step 30120\n"
+    )
+    assert done_fraction(log, 50000) == pytest.approx(0.6)
+    assert done_fraction(log, 10000) == 1.0
+    assert done_fraction(tmp_path / "missing.log", 50000) == 0.0
+    assert done_fraction(log, None) == 0.0
+
+
+def test_remaining_seconds_takes_the_steps_from_the_spec_or_the_command_line(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "a.log").write_text("x INFO step 45000/50000\n")
+    spec = json.dumps({"steps": 50000})
+    job = {"id": JOB, "log": "logs/a.log", "spec": spec, "expected_s": 300.0}
+    assert remaining_seconds(job, tmp_path) == pytest.approx(30.0)
+    del job["spec"]
+    job["argv"] = ["train", "--spec", spec, "--out", JOB]
+    assert remaining_seconds(job, tmp_path) == pytest.approx(30.0)
+    job["log"] = "logs/none.log"
+    assert remaining_seconds(job, tmp_path) == 300.0
+    assert remaining_seconds({"id": JOB}, tmp_path) is None
