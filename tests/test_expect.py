@@ -4,7 +4,14 @@ import json
 
 import pytest
 
-from repens.pipeline.expect import add_expected, done_fraction, expected_seconds, remaining_seconds
+from repens.pipeline.expect import (
+    add_expected,
+    by_seed_longest_first,
+    done_fraction,
+    expected_seconds,
+    held,
+    remaining_seconds,
+)
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time"
 
@@ -70,3 +77,24 @@ def test_remaining_seconds_takes_the_steps_from_the_spec_or_the_command_line(tmp
     job["log"] = "logs/none.log"
     assert remaining_seconds(job, tmp_path) == 300.0
     assert remaining_seconds({"id": JOB}, tmp_path) is None
+
+
+def test_jobs_go_seed_by_seed_the_longest_expected_first():
+    def job(method, seed, expected=None):
+        out = {"id": f"results/image/f/{method}/seed{seed}/metrics.json", "wildcards": {"seed": str(seed)}}
+        return out | ({"expected_s": expected} if expected is not None else {})
+
+    jobs = [job("de", 41, 180), job("drle", 40, 400), job("de", 40, 180), job("svgd", 40, 300), job("new", 40)]
+    jobs.append({"id": "results/toy/table.csv", "wildcards": {}})
+    order = [
+        j["id"].split("/")[3] + j["id"].split("/")[4][4:] if "seed" in j["id"] else j["id"]
+        for j in by_seed_longest_first(jobs)
+    ]
+    assert order == ["drle40", "svgd40", "de40", "new40", "de41", "results/toy/table.csv"]
+
+
+def test_held_names_the_results_a_reference_tree_holds(tmp_path):
+    _run(tmp_path, "svgd", 39, "NVIDIA H200", 256.7)
+    assert held("results/image/fashionmnist/svgd/seed39/metrics.json", tmp_path)
+    assert not held("results/image/fashionmnist/svgd/seed40/metrics.json", tmp_path)
+    assert not held("data/image/fashionmnist/svgd/seed39/metrics.json", tmp_path)

@@ -554,6 +554,8 @@ def _export_jobs(args: argparse.Namespace) -> int:
         exclude=args.exclude,
         stage=args.stage_raw,
         expect_from=_expect_from(args),
+        order=args.order,
+        skip_held=not args.keep_held,
     )
     write_json(Path(args.out), data)
     print(describe_export(data))
@@ -876,10 +878,19 @@ def _export_jobs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--expect-from",
         metavar="DIR",
-        help="a reference tree: each job gets the longest GPU run of its method there as its expected "
-        "time, so run-jobs starts only what fits before its deadline (default: reference/, if there)",
+        help="a reference tree: the jobs whose results it holds are left out, each other job gets the longest "
+        "GPU run of its method there as its expected time, so run-jobs starts only what fits before its "
+        "deadline (default: reference/, if there)",
     )
-    p.add_argument("--no-expect", action="store_true", help="write no expected times")
+    p.add_argument("--no-expect", action="store_true", help="no reference tree: no expected times, none left out")
+    p.add_argument("--keep-held", action="store_true", help="keep the jobs whose results the reference tree holds")
+    p.add_argument(
+        "--order",
+        choices=["seed", "snakemake"],
+        default="seed",
+        help="the jobs' order, which run-jobs follows: seed by seed, the longest expected first (default), "
+        "or Snakemake's plan",
+    )
     p.add_argument("--out", required=True, help="the jobs file to write (JSON)")
 
 

@@ -59,6 +59,12 @@ def expected_seconds(job_id: str, reference: Path) -> tuple[float, str] | None:
     return max(s for s, _ in runs), f"the longest of {len(runs)} run(s) on {devices} in {method_dir}"
 
 
+def held(job_id: str, reference: Path) -> bool:
+    """Whether ``reference`` holds the result ``job_id`` names (``results/X`` as ``reference/X``)."""
+    parts = Path(job_id).parts
+    return len(parts) > 1 and parts[0] == "results" and reference.joinpath(*parts[1:]).is_file()
+
+
 def add_expected(jobs: list[dict[str, Any]], reference: Path) -> int:
     """Set ``expected_s`` and ``expected_from`` of each job of ``jobs`` that ``reference``
     holds GPU runs of its method for; the number of jobs given one."""
@@ -69,6 +75,19 @@ def add_expected(jobs: list[dict[str, Any]], reference: Path) -> int:
             job["expected_s"], job["expected_from"] = round(found[0], 1), found[1]
             count += 1
     return count
+
+
+def by_seed_longest_first(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``jobs`` seed by seed (the lowest first, so that a lease completes seeds rather than
+    spreading over them), within a seed the longest expected first (what fills the end of a
+    deadline is then the short jobs), else in their order. Jobs without a seed go last."""
+
+    def key(item: tuple[int, dict[str, Any]]) -> tuple[float, float, int]:
+        index, job = item
+        seed = str((job.get("wildcards") or {}).get("seed", ""))
+        return (int(seed) if seed.isdigit() else float("inf"), -float(job.get("expected_s") or 0.0), index)
+
+    return [job for _, job in sorted(enumerate(jobs), key=key)]
 
 
 def done_fraction(log: Path | None, steps: int | None) -> float:

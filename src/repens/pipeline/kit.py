@@ -59,7 +59,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repens.pipeline.expect import add_expected, remaining_seconds
+from repens.pipeline.expect import add_expected, by_seed_longest_first, held, remaining_seconds
 
 __all__ = [
     "KitError",
@@ -391,21 +391,31 @@ def export_jobs(
     exclude: Sequence[str] = (),
     stage: Path | str | None = None,
     expect_from: Path | str | None = None,
+    order: str = "seed",
+    skip_held: bool = True,
 ) -> dict[str, Any]:
     """The training jobs ``targets`` need, as Snakemake plans them now (``forceall``: all of
     them, done or not), with the steps that prepare their inputs: the content of jobs.json.
 
     ``include`` / ``exclude``: shell patterns on a job's first output (``results/image/
     fashionmnist/*``). ``stage``: copy the prepare-images archives there (:func:`stage_raw`).
-    ``expect_from``: a reference tree; each job whose method it holds GPU runs of gets their
-    longest time as ``expected_s`` (:func:`repens.pipeline.expect.add_expected`).
+    ``expect_from``: a reference tree; the jobs whose results it holds are left out
+    (``skip_held``), each other job whose method it holds GPU runs of gets their longest time
+    as ``expected_s`` (:func:`repens.pipeline.expect.add_expected`). ``order``:
+    ``seed`` (:func:`repens.pipeline.expect.by_seed_longest_first`) or ``snakemake`` (its plan's).
     """
     directory = Path(directory)
     where = dict(directory=directory, snakefile=snakefile, config=config, configfile=configfile)
     blocks = _dry_run(targets, ["--forceall"] if forceall else [], **where)
     jobs_sorted, others = _train_jobs(blocks, include, exclude)
     if expect_from is not None:
+        held_there = [j["id"] for j in jobs_sorted if held(j["id"], Path(expect_from))] if skip_held else []
+        jobs_sorted = [j for j in jobs_sorted if j["id"] not in held_there]
         add_expected(jobs_sorted, Path(expect_from))
+    if order == "seed":
+        jobs_sorted = by_seed_longest_first(jobs_sorted)
+    elif order != "snakemake":
+        raise KitError(f"--order {order!r}: not one of seed, snakemake")
     inputs = sorted({p for job in jobs_sorted for p in job["inputs"]})
     prepare = _prepare_steps(inputs, where) if inputs else []
     made = {p for step in prepare for p in step["outputs"]}
@@ -419,6 +429,8 @@ def export_jobs(
         "ship": [p for p in inputs if p not in made],
         "left_to_snakemake": others,
     }
+    if expect_from is not None:
+        data["reference"] = {"path": str(expect_from), "held_left_out": held_there if skip_held else []}
     if stage is not None:
         data["staged"] = [str(p) for p in stage_raw(prepare, Path(stage), directory)]
     return data
@@ -1741,6 +1753,9 @@ def describe_export(data: dict[str, Any]) -> str:
                 "warning: more than the 64 MiB that travel with the tree to a GPU node; export fewer data "
                 "sets, e.g. --include 'results/image/fashionmnist/*'"
             )
+    left_out = (data.get("reference") or {}).get("held_left_out") or []
+    if left_out:
+        lines.append(f"left out {len(left_out)} job(s) whose results {data['reference']['path']} holds")
     times = [j["expected_s"] for j in data["jobs"] if j.get("expected_s") is not None]
     if data["jobs"]:
         lines.append(
