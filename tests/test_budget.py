@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from repens.cli import main
+from repens.core.variants import dataset_methods
 from repens.pipeline import budget as budget_mod
 from repens.pipeline.budget import BudgetError, Stage, budget, job_stages, load_config, plan, read_timings, time_stage
 from repens.pipeline.config import resolve_job
@@ -165,15 +166,18 @@ def test_command_lists_every_dataset_and_method_of_the_config(tmp_path, capsys):
     rc, out, err = _run(capsys, "--configfile", str(path), "--timings", str(timings))
     assert rc == 0, err
     assert "device: Fake GPU 80GB" in out and "GPU-hours" in out
-    methods = config["experiments"]["image"]["methods"]
-    listed = re.findall(r"^(\w+)\s+([\w-]+)\s+(\d+)\s+[\d,]+\s", out, re.M)
+    expanded = load_config(path)  # a variant's methods (de-code-init) run on its data sets only
     datasets = ("fashionmnist", "cifar10", "mnist")
-    assert [(d, m) for d, m, _ in listed] == [(d, m) for d in datasets for m in methods]
+    methods = {d: dataset_methods(expanded, "image", d) for d in datasets}
+    assert "de-wide" in methods["mnist"] and "de-code-init" in methods["fashionmnist"]
+    assert "de-code-init" not in methods["mnist"]
+    listed = re.findall(r"^(\w+)\s+([\w-]+)\s+(\d+)\s+[\d,]+\s", out, re.M)
+    assert [(d, m) for d, m, _ in listed] == [(d, m) for d in datasets for m in methods[d]]
     assert {jobs for _, _, jobs in listed} == {"7"}
     total = sum(r.hours for r in budget(cells, fake_seconds))
-    assert f"total: {3 * len(methods) * 7} jobs, {total:,.0f} GPU-hours" in out
+    assert f"total: {sum(map(len, methods.values())) * 7} jobs, {total:,.0f} GPU-hours" in out
     per_dataset = re.findall(r"^(\w+)\s+\(all\)\s+(\d+)\s+([\d.,]+)$", out, re.M)
-    assert [(d, int(n)) for d, n, _ in per_dataset] == [(d, 7 * len(methods)) for d in datasets]
+    assert [(d, int(n)) for d, n, _ in per_dataset] == [(d, 7 * len(methods[d])) for d in datasets]
     mnist_de = next(r for r in budget(cells, fake_seconds) if (r.dataset, r.method) == ("mnist", "de"))
     assert mnist_de.hours == pytest.approx(7 * 1000 * fake_seconds("mnist", "de", Stage("train", {}, 0)) / 3600)
 
@@ -288,6 +292,7 @@ def test_saved_timings_read_back_to_the_same_budget(tmp_path, capsys):
     config = paper()
     image = config["experiments"]["image"]
     image["methods"] = ["de", "hyper-de"]
+    image.pop("variants")
     image["report_datasets"] = ["fashionmnist"]
     image["datasets"]["fashionmnist"].update(particles=3, batch_size=8, hidden=[8])
     image["settings"]["search_trials"] = 6

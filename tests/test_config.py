@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
+from repens.core.variants import expand_variants
 from repens.pipeline.config import (
     EXPERIMENTS,
     SEED_RANGE,
@@ -584,6 +585,7 @@ def test_paper_row_names_another_method_and_never_reaches_a_job():
     """``paper_row`` is display only: the job (and so its key) is the same with or without
     it; a paper_row naming no method, or the method itself, is refused naming the key."""
     config = load_config()
+    expand_variants(config)  # de-code-init: the deep ensemble's code-init variant
     job = resolve_job(dict(config, scale="paper"), "image", "fashionmnist", "de-code-init", 38)
     assert config["methods"]["de-code-init"]["paper_row"] == "de" and "paper_row" not in job
     for bad in ("nope", "de-code-init"):

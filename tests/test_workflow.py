@@ -16,9 +16,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from repens.core.variants import dataset_methods, expand_variants
+
 ROOT = Path(__file__).resolve().parents[1]
 SYNTHETIC_METHODS = ["svgd", "kde-wgd", "sge-wgd", "ssge-wgd"]
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
+expand_variants(CONFIG)  # as the workflow reads it: a variant's methods are methods
+
+
+def image_methods(dataset: str = "fashionmnist") -> list[str]:
+    """Table 1's methods on ``dataset`` (a variant's only on its data sets)."""
+    return dataset_methods(CONFIG, "image", dataset)
 
 
 def snakemake(workdir: Path, *args: str, config: dict | None = None, timeout: int = 180):
@@ -69,7 +77,7 @@ def test_dry_run_default_target(tmp_path):
         "plot_classification": 1,
         "summarize_toy": 1,
         "prepare_images": 2,
-        "train_image": len(CONFIG["experiments"]["image"]["methods"]) * len(CONFIG["seeds"]),
+        "train_image": len(image_methods()) * len(CONFIG["seeds"]),
         "summarize_image": 1,
         "check_convergence": 1,
         "summarize_claims": 1,
@@ -88,14 +96,15 @@ def test_dry_run_default_target(tmp_path):
 def test_dry_run_table1_builds_exactly_what_it_needs(tmp_path):
     rc, out = snakemake(tmp_path, "-n", "results/table1.tex")
     assert rc == 0, out
-    methods = CONFIG["experiments"]["image"]["methods"]
+    methods = image_methods()
     assert jobs(out) == {"prepare_images": 2, "train_image": len(methods) * 5, "summarize_image": 1}
     trained = set(re.findall(r"wildcards: dataset=(\w+), method=([\w-]+), seed=(\d+)", out))
     assert trained == {("fashionmnist", m, str(s)) for m in methods for s in range(38, 43)}
     # paper scale adds the CIFAR-10 block (and its data)
     rc, out = snakemake(tmp_path, "-n", "results/table1.tex", "--config", "scale=paper")
     assert rc == 0, out
-    assert jobs(out)["train_image"] == 2 * len(methods) * 5 and jobs(out)["prepare_images"] == 4
+    both = len(methods) + len(image_methods("cifar10"))
+    assert jobs(out)["train_image"] == both * 5 and jobs(out)["prepare_images"] == 4
 
 
 def _image_plan(output: str) -> list[tuple[str, str]]:
@@ -122,8 +131,7 @@ def test_sharing_a_gpu_changes_no_job(tmp_path):
         rc, out = snakemake(tmp_path, "-n", "-p", "results/table1.tex", *args)
         assert rc == 0, out
         plans[name] = _image_plan(out)
-    methods = CONFIG["experiments"]["image"]["methods"]
-    assert len(plans["default"]) == len(methods) * len(CONFIG["seeds"])
+    assert len(plans["default"]) == len(image_methods()) * len(CONFIG["seeds"])
     shares = {name: {re.search(r"\bgpu_share=(\d+)", line)[1] for _, line in plan} for name, plan in plans.items()}
     assert shares == {"default": {"100"}, "one GPU": {"100"}, "four per GPU": {"25"}}
     specs = {name: sorted(spec for spec, _ in plan) for name, plan in plans.items()}
@@ -300,7 +308,7 @@ def test_mirror_is_not_a_reason_to_rerun(tmp_path):
     rc, out = snakemake(tmp_path, "-n", "results/table1.tex", config=config)
     assert rc == 0, out
     assert "prepare_images" not in jobs(out), out
-    assert jobs(out)["train_image"] == len(config["experiments"]["image"]["methods"]) * len(config["seeds"])
+    assert jobs(out)["train_image"] == len(image_methods()) * len(config["seeds"])
     # an other mirror, or downloads switched off: still nothing to do for the data
     rc, out = snakemake(
         tmp_path, "-n", *data, config={**config, "image_data_mirror": str(tmp_path), "image_data_download": False}

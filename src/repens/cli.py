@@ -395,8 +395,10 @@ def _reference(args: argparse.Namespace) -> int:
     import yaml
 
     config = yaml.safe_load(Path(args.configfile).read_text())
+    from repens.core.variants import expand_variants
     from repens.pipeline.config import paper_seeds
 
+    expand_variants(config)
     results_page.write_page(args.reference, config, paper_seeds(config), args.out)
     print(f"wrote {args.out}")
     return 0

@@ -37,6 +37,7 @@ from repens.pipeline.config import (
     resolve_hmc_job,
     resolve_job,
 )
+from repens.core.variants import VariantError, dataset_methods, expand_variants
 from repens.core.jobkey import RUNTIME_FIELDS
 from repens.report.results_page import published_runs, tree_runs
 
@@ -52,9 +53,12 @@ except ConfigError as err:
     raise WorkflowError(f"config key {err}") from None
 validate(config, str(SCHEMA))
 try:
+    expand_variants(
+        config
+    )  # a variant's methods written out as methods (repens.core.variants)
     check_config(config)
     check_data_folders(config)
-except ConfigError as err:
+except (ConfigError, VariantError) as err:
     raise WorkflowError(f"config key {err}") from None
 
 # Job shells run `python -m repens` from this checkout (PYTHONPATH is src/).
@@ -94,7 +98,7 @@ def run_files(experiment, dataset, filename, seeds=None):
     seeds = experiment_seeds(config, experiment) if seeds is None else seeds
     return [
         path
-        for method in experiment_methods(experiment)
+        for method in dataset_methods(config, experiment, dataset)
         for seed in seeds
         if in_reference(
             path := f"results/{experiment}/{dataset}/{method}/seed{seed}/{filename}"

@@ -38,6 +38,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from repens.jobs.provenance import cpu_model  # noqa: E402  (stdlib only; imports no torch)
+from repens.core.variants import dataset_methods, expand_variants  # noqa: E402  (imports no torch)
 
 #: what a finished job leaves beside its output file that the reference tree keeps
 SIDE_FILES = ("benchmark.tsv", "diagnostics.json")
@@ -61,7 +62,7 @@ def paper_seeds(config: dict, experiment: str) -> list[int]:
 def image_queue(workdir: Path, config: dict, dataset: str = "fashionmnist") -> list[Item]:
     """Table 1, one job an item: seed 1 of the methods the paper reports, then seed 1 of
     the other configured methods, then each further seed of the paper's methods, then the rest."""
-    methods = list(config["experiments"]["image"]["methods"])
+    methods = dataset_methods(config, "image", dataset)
     seeds = paper_seeds(config, "image")
     with open(workdir / "workflow/resources/table1_paper.csv") as fh:
         rows = csv.DictReader(line for line in fh if not line.startswith("#"))
@@ -79,7 +80,7 @@ def grouped_queue(config: dict, experiment: str) -> list[Item]:
     exp = config["experiments"][experiment]
     seeds = paper_seeds(config, experiment)
     return [(f"{experiment} {d} {m}", tuple(_job(experiment, d, m, s) for s in seeds))
-            for d in exp["datasets"] for m in exp["methods"]]
+            for d in exp["datasets"] for m in dataset_methods(config, experiment, d)]
 
 
 def toy_queue(config: dict) -> list[Item]:
@@ -92,6 +93,7 @@ def toy_queue(config: dict) -> list[Item]:
 
 def build_queue(workdir: Path, experiment: str) -> list[Item]:
     config = yaml.safe_load((workdir / "config.yaml").read_text())
+    expand_variants(config)
     if experiment == "image":
         return image_queue(workdir, config)
     if experiment == "toy":

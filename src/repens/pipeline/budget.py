@@ -46,6 +46,7 @@ from typing import Any
 import yaml
 
 from repens.core import registry
+from repens.core.variants import VariantError, dataset_methods, expand_variants
 from repens.jobs.job import ImageJob  # torch-free
 from repens.pipeline.config import (
     EXPERIMENTS,
@@ -139,7 +140,8 @@ def plan(
 ) -> list[Cell]:
     """Every (dataset, method) of the image experiment that ``results/table1.tex`` trains
     (the table's datasets, :func:`repens.pipeline.config.report_datasets`, unless ``datasets``; the
-    experiment's methods in config order unless ``methods``), each with its seeds' jobs."""
+    experiment's methods in config order unless ``methods``; on each dataset those that run there,
+    :func:`repens.core.variants.dataset_methods`), each with its seeds' jobs."""
     exp = (config.get("experiments") or {}).get(EXPERIMENT)
     if exp is None:
         raise BudgetError(f"config key experiments.{EXPERIMENT}: missing (the planner costs Table 1's jobs)")
@@ -155,7 +157,7 @@ def plan(
     seeds = tuple(experiment_seeds(config, EXPERIMENT))
     cells = []
     for ds in chosen_ds:
-        for m in chosen_m:
+        for m in (m for m in chosen_m if m in dataset_methods(config, EXPERIMENT, ds)):
             stages = tuple(tuple(job_stages(resolve_job(config, EXPERIMENT, ds, m, s))) for s in seeds)
             cells.append(Cell(ds, m, seeds, stages))
     return cells
@@ -266,8 +268,9 @@ def load_config(path: str | Path, scale: str | None = None) -> dict[str, Any]:
     try:
         if SCHEMA.is_file():
             check_schema(config, yaml.safe_load(SCHEMA.read_text()))
+        expand_variants(config)
         check_config(config)
-    except ConfigError as err:
+    except (ConfigError, VariantError) as err:
         raise BudgetError(f"{path}: config key {err}") from None
     return config
 

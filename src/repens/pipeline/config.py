@@ -160,8 +160,10 @@ def method_label(config: Mapping[str, Any], method: str) -> str:
 
 def method_groups(config: Mapping[str, Any]) -> registry.MethodGroups:
     """The method groups the claims compare, from the config's ``methods``
-    (:func:`repens.core.registry.method_groups`)."""
-    return registry.method_groups(config["methods"])
+    (:func:`repens.core.registry.method_groups`); a method set beside another's row of the
+    paper (``paper_row``: a variant's, :mod:`repens.core.variants`) is in none: the claims
+    are about the paper's rows."""
+    return registry.method_groups({m: e for m, e in config["methods"].items() if not (e or {}).get("paper_row")})
 
 
 def experiment_seeds(config: Mapping[str, Any], experiment: str) -> list[int]:
