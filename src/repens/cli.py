@@ -424,6 +424,7 @@ def _claims(args: argparse.Namespace) -> int:
         _path(args.out_html),
         json.loads(args.labels),
         groups=json.loads(args.groups) if args.groups else None,
+        variant=args.variant,
     )
     _sidecar(args.out_csv, [str(sidecar_path(p)) for p in files.values() if p and sidecar_path(p).exists()])
     return 0
@@ -792,6 +793,11 @@ def _claims_args(p: argparse.ArgumentParser) -> None:
         "--groups",
         help="JSON: the method groups the claims compare (repens.pipeline.config.method_groups of "
         "the config; default: the repository config's)",
+    )
+    p.add_argument(
+        "--variant",
+        metavar="NAME",
+        help="Table 1's claims alone, each method m read as the variant's method m-NAME (experiments.image.variants)",
     )
     for name, what in (
         ("synthetic", "results/synthetic/metrics.csv"),

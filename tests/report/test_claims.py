@@ -998,3 +998,28 @@ def test_a_method_added_to_the_config_joins_the_claims_of_its_group(tmp_path):
     assert len(by_id["fmnist-improve-accuracy"].comparisons) == len(default["fmnist-improve-accuracy"].comparisons) + 2
     with pytest.raises(ValueError, match="unknown group"):
         cl.Evidence({}, groups={"wgdd": ["x"]})
+
+
+def test_a_variants_scorecard_reads_the_variants_rows_and_only_table1s_claims(tmp_path):
+    """At the variant code-init each method m is read as m-code-init: the rows of the main
+    methods (here all below DE: contradicted there) do not enter; a method the variant does
+    not run makes its comparisons not run."""
+    low = {m: (mean - 5.0, se) for m, (mean, se) in ACCURACY.items() if m != "de"}
+    rows = {"de": ACCURACY["de"], **low, **{f"{m}-code-init": v for m, v in ACCURACY.items()}}
+    files = {
+        "table1": _table1(tmp_path / "table1.csv", "paper", rows),
+        "table1_paper": RESOURCES / "table1_paper.csv",
+    }
+    assert _fmnist(cl.Evidence(files)).verdict == "contradicted"
+    variant = _fmnist(cl.Evidence(files, variant="code-init"))
+    assert variant.verdict == "reproduced" and len(variant.comparisons) == 12
+    labels = {c.a.label for c in variant.comparisons} | {c.b.label for c in variant.comparisons}
+    assert all("code-init" in label for label in labels), labels
+    del rows["svgd-code-init"]
+    files["table1"] = _table1(tmp_path / "partial" / "table1.csv", "paper", rows)
+    assert _fmnist(cl.Evidence(files, variant="code-init")).verdict == "not run"
+    out = cl.write_scorecard(files, tmp_path / "v.csv", tmp_path / "v.md", variant="code-init")
+    assert out and all("table1" in next(c for c in cl.CLAIMS if c.id == r["id"]).files for r in out)
+    text = (tmp_path / "v.md").read_text()
+    assert text.startswith("# Claim scorecard: Table 1's claims at the variant code-init\n\n")
+    assert "read as the variant's method m-code-init" in text

@@ -29,6 +29,12 @@
 # aggregate rules copy their outputs to results/last_good/ (repens.pipeline.last_good)
 from repens.pipeline.last_good import shell as keep_last_good
 
+# Table 1's claims once more for each variant of the image experiment (config.yaml:
+# experiments.image.variants; repens.core.variants), each method m read as m-<variant>:
+# e.g. the scorecard at the authors' code's initialisation. On demand, not in `all`:
+# `snakemake results/claims_code-init.md`.
+IMAGE_VARIANTS = list(config["experiments"]["image"].get("variants") or {})
+
 CLAIMS_OUTPUTS = [
     "results/claims.csv",
     "results/claims_diagnostics.csv",
@@ -51,6 +57,7 @@ CLAIMS_CONVERGENCE = "results/convergence.csv"
 
 localrules:
     summarize_claims,
+    summarize_variant_claims,
     check_convergence,
     plot_claim_evidence,
     write_claims_page,
@@ -121,6 +128,43 @@ rule summarize_claims:
             " --uci {params.uci:q} --table1-paper {input.table1_paper:q} --uci-seeds {input.uci_seeds:q}"
             " --convergence {input.convergence:q}"
             " --out-csv {output.csv:q} --out-md {output.md:q} > {log:q} 2>&1"
+        )
+
+
+rule summarize_variant_claims:
+    input:
+        table1=claims_input("image", CLAIMS_TABLE1) if CLAIMS_BUILD_TABLE1 else [],
+        table1_paper=f"{workflow.basedir}/workflow/resources/table1_paper.csv",
+        convergence=CLAIMS_CONVERGENCE,
+    output:
+        csv="results/claims_{variant}.csv",
+        # written beside csv by the same command (empty: no diagnostics)
+        diagnostics="results/claims_{variant}_diagnostics.csv",
+        comparisons="results/claims_{variant}_comparisons.csv",
+        md="results/claims_{variant}.md",
+        html="results/claims_{variant}.html",
+    log:
+        "logs/claims/summarize_claims_{variant}.log",
+    wildcard_constraints:
+        variant="|".join(IMAGE_VARIANTS) or "(?!)",
+    conda:
+        "../../envs/repens.yaml"
+    params:
+        table1=lambda wildcards: CLAIMS_TABLE1,
+        table1_state=lambda wildcards: (
+            "built"
+            if CLAIMS_BUILD_TABLE1
+            else file_state(CLAIMS_TABLE1, f"{CLAIMS_TABLE1}.provenance.json")
+        ),
+        labels=method_labels(),
+        groups=method_groups_json(),
+    shell:
+        keep_last_good(
+            "python -m repens claims --variant {wildcards.variant} --labels {params.labels:q}"
+            " --groups {params.groups:q} --table1 {params.table1:q}"
+            " --table1-paper {input.table1_paper:q} --convergence {input.convergence:q}"
+            " --out-csv {output.csv:q} --out-md {output.md:q} --out-html {output.html:q}"
+            " > {log:q} 2>&1"
         )
 
 

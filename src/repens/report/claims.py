@@ -376,6 +376,7 @@ def write_scorecard(
     claims: Sequence[Claim] = CLAIMS,
     diagnostics: Sequence[Claim] = DIAGNOSTICS,
     groups: Mapping[str, Sequence[Any]] | None = None,
+    variant: str | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate every claim and diagnostic on the tables in ``files`` (keys of
     :data:`FILES`; a missing path or file makes its checks "not run"), with the method
@@ -383,13 +384,16 @@ def write_scorecard(
     of the claims (``out_csv``), that of the diagnostics (:func:`diagnostics_path`), that
     of the comparisons (:func:`comparisons_path`), the Markdown and, when ``out_html`` is
     given, the HTML without figures (:func:`write_scorecard_html` adds them). Returns the
-    rows, claims first."""
+    rows, claims first. ``variant``: Table 1's claims alone, on the variant's methods
+    (:class:`repens.report.evidence.Evidence`), no diagnostics."""
     import pandas as pd
 
     from repens.core.atomic import write_text_atomic
     from repens.report.tables import plain_table, write_table
 
-    evidence = Evidence(files, labels, groups)
+    evidence = Evidence(files, labels, groups, variant)
+    if variant:
+        claims, diagnostics = [c for c in claims if "table1" in c.files], []
     results, diag_results = evaluate(evidence, claims), evaluate(evidence, diagnostics)
     rows = scorecard_rows(results, files)
     diag_rows = scorecard_rows(diag_results, files)
@@ -404,7 +408,12 @@ def write_scorecard(
     write_table(plain_table(diag_frame, title="Claim scorecard: diagnostics"), out_csv=diagnostics_path(out_csv))
     each = pd.DataFrame(comparison_rows([*results, *diag_results]), columns=list(COMPARISON_COLUMNS))
     write_table(plain_table(each, title="Claim scorecard: comparisons"), out_csv=comparisons_path(out_csv))
-    write_text_atomic(Path(out_md), scorecard_markdown(rows + diag_rows, scales))
+    markdown = scorecard_markdown(rows + diag_rows, scales)
+    if variant:
+        title = f"# Claim scorecard: Table 1's claims at the variant {variant}"
+        note = f"Each method m of a claim is read as the variant's method m-{variant} (config.yaml)."
+        markdown = markdown.replace("# Claim scorecard\n\n", f"{title}\n\n{note} ", 1)
+    write_text_atomic(Path(out_md), markdown)
     if out_html is not None:
         write_text_atomic(Path(out_html), scorecard_html(frame, diag_frame))
     return rows + diag_rows

@@ -132,6 +132,9 @@ class Evidence:
             ``results/convergence.csv`` (:mod:`repens.summaries.convergence`), the verdict of each run
             behind a Table 1 / Table 2 row (absent key: no check applies).
         labels: method key -> display name (config.yaml's labels).
+        variant: read each Table 1 method ``m`` as the variant's ``m-<variant>`` (its row
+            and its runs' convergence; :mod:`repens.core.variants`): the claims at the
+            variant's settings. A method the variant does not run is then "not run".
     """
 
     def __init__(
@@ -139,8 +142,10 @@ class Evidence:
         files: Mapping[str, Path | str | None],
         labels: Mapping[str, str] | None = None,
         groups: Mapping[str, Sequence[Any]] | None = None,
+        variant: str | None = None,
     ):
         self.labels = dict(labels or {})
+        self.variant = variant
         self.group_spec = {**DEFAULT_GROUPS, **{k: _tuples(v) for k, v in (groups or {}).items()}}
         unknown = sorted(set(self.group_spec) - set(DEFAULT_GROUPS))
         if unknown:
@@ -246,6 +251,7 @@ class Evidence:
 
     # ---- Table 1: one row per (block = dataset, method), <metric>_mean/_se/_n
     def table1(self, dataset: str, method: str, metric: str) -> Estimate:
+        method = f"{method}-{self.variant}" if self.variant else method
         label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)}"
         return self._block_cell("table1", dataset, method, metric, label)
 
