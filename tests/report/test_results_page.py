@@ -262,22 +262,3 @@ def test_the_committed_results_page_links_only_to_files_that_exist():
     assert targets
     missing = [t for t in targets if not (page.parent / t).exists()]
     assert not missing, missing
-
-
-def test_runs_in_the_tree_that_no_table_uses_yet_are_counted_apart(tmp_path):
-    """A toy's HMC references kept before its methods' runs: not in a table yet (runs.json),
-    said as waiting, not as runs the campaign has not reached."""
-    config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    reference = tmp_path / "reference"
-    _job(reference, "image/fashionmnist/de/seed38/metrics.json")
-    for seed in (38, 39):
-        _job(reference, f"toy/regression/hmc/seed{seed}/predictions.npz")
-    (reference / "results").mkdir(parents=True)
-    (reference / "results" / "runs.json").write_text(json.dumps({"image/fashionmnist/de/seed38/metrics.json": "0"}))
-    rows = {(r["experiment"], r["dataset"]): r for r in inventory(reference, config, paper_seeds(config))}
-    assert (rows[("toy", "regression")]["runs"], rows[("toy", "regression")]["waiting"]) == (0, 2)
-    assert rows[("image", "fashionmnist")]["waiting"] == 0
-    text = write_page(reference, config, paper_seeds(config), tmp_path / "results.md")
-    grid = rows[("toy", "regression")]["grid"]
-    assert f"- toy / regression: {grid - 2} of {grid} runs: " in text
-    assert "2 more are in the tree, used once the data set's other runs are there." in text

@@ -347,12 +347,10 @@ def inventory(
         published = published_runs(reference)
         runs = sorted(published) if published is not None else tree_runs(reference)
     rows = []
-    in_tree = tree_runs(reference)
     for experiment in ("image", "uci", "synthetic", "toy"):
         exp = config["experiments"][experiment]
         datasets = exp.get("report_datasets") or list(exp["datasets"])
         held = _job_files(reference, experiment, runs)
-        kept = _job_files(reference, experiment, in_tree)
         for dataset in datasets:
             methods = dataset_methods(config, experiment, dataset) + (["hmc"] if experiment == "toy" else [])
             grid_seeds = list(seeds[experiment])
@@ -374,8 +372,6 @@ def inventory(
                     "cpu_hours": sum(b.get("cpu_time", 0.0) for b, g in zip(bench, on_gpu) if not g) / 3600,
                     "gpu_hours": sum(b.get("s", 0.0) for b, g in zip(bench, on_gpu) if g) / 3600,
                     "why": NOT_RUN_WHY.get((experiment, dataset), ""),
-                    # in the tree, not in a table yet (a toy's figures wait for all its methods)
-                    "waiting": sum(1 for p in kept if p.parts[-4] == dataset and p not in mine),
                 }
             )
     return rows
@@ -573,7 +569,7 @@ def _not_run_lines(inv: Sequence[Mapping[str, Any]]) -> list[str]:
     )
     for experiment in dict.fromkeys(r["experiment"] for r in missing):
         rows = [r for r in missing if r["experiment"] == experiment]
-        untouched = [r for r in rows if not r["runs"] and not r["why"] and not r.get("waiting")]
+        untouched = [r for r in rows if not r["runs"] and not r["why"]]
         if len(untouched) > 1:
             lines.append(
                 f"- {experiment}: {', '.join(r['dataset'] for r in untouched)}: all "
@@ -581,11 +577,8 @@ def _not_run_lines(inv: Sequence[Mapping[str, Any]]) -> list[str]:
             )
             rows = [r for r in rows if r not in untouched]
         for r in rows:
-            waiting = r.get("waiting") or 0
             lines.append(
-                f"- {experiment} / {r['dataset']}: {r['grid'] - r['runs'] - waiting} of {r['grid']} runs: "
-                f"{r['why'] or campaign}."
-                + (f" {waiting} more are in the tree, used once the data set's other runs are there." * bool(waiting))
+                f"- {experiment} / {r['dataset']}: {r['grid'] - r['runs']} of {r['grid']} runs: {r['why'] or campaign}."
             )
     return lines
 
