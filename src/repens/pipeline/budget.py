@@ -157,7 +157,8 @@ def plan(
     seeds = tuple(experiment_seeds(config, EXPERIMENT))
     cells = []
     for ds in chosen_ds:
-        for m in (m for m in chosen_m if m in dataset_methods(config, EXPERIMENT, ds)):
+        runs_here = dataset_methods(config, EXPERIMENT, ds)
+        for m in (m for m in chosen_m if m in runs_here):
             stages = tuple(tuple(job_stages(resolve_job(config, EXPERIMENT, ds, m, s))) for s in seeds)
             cells.append(Cell(ds, m, seeds, stages))
     return cells

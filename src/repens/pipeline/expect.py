@@ -12,7 +12,6 @@ Standard library only: :mod:`repens.pipeline.kit` runs where nothing else is ins
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -21,38 +20,23 @@ from typing import Any
 _STEP = re.compile(r"INFO step (\d+)/(\d+)")
 
 
-def _seconds(benchmark: Path) -> float | None:
-    """The ``s`` column of a Snakemake ``benchmark.tsv`` (its first row), or None."""
-    try:
-        header, row = benchmark.read_text().splitlines()[:2]
-        return float(dict(zip(header.split("\t"), row.split("\t"), strict=False))["s"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def _device(metrics: Path) -> str | None:
-    """The ``device`` a result was trained on (``cpu`` or a GPU's name), or None."""
-    try:
-        device = json.loads(metrics.read_text()).get("device")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return str(device) if device else None
-
-
 def expected_seconds(job_id: str, reference: Path) -> tuple[float, str] | None:
     """(seconds, where from) for the job whose first output is ``job_id``
     (``results/<experiment>/<dataset>/<method>/seed<N>/<file>``): the longest of the GPU runs
-    of the same method in ``reference`` (every seed there); None when it holds none."""
+    of the same method in ``reference`` (every seed there); None when it holds none. The
+    runs are read as the results page reads them (:mod:`repens.report.results_page`; only
+    the login machine that exports the jobs reads them)."""
+    from repens.report.results_page import run_benchmark, run_gpu, run_provenance
+
     parts = Path(job_id).parts
     if len(parts) < 6 or parts[0] != "results" or not parts[-2].startswith("seed"):
         return None
     method_dir = reference.joinpath(*parts[1:-2])
     runs: list[tuple[float, str]] = []
-    for seed_dir in sorted(method_dir.glob("seed*")):
-        device = _device(seed_dir / parts[-1])
-        seconds = _seconds(seed_dir / "benchmark.tsv")
-        if device and not device.startswith("cpu") and seconds is not None:
-            runs.append((seconds, device))
+    for result in sorted(method_dir.glob(f"seed*/{parts[-1]}")):
+        gpu, seconds = run_gpu(run_provenance(result)), run_benchmark(result).get("s")
+        if gpu is not None and seconds is not None:
+            runs.append((seconds, gpu))
     if not runs:
         return None
     devices = ", ".join(sorted({d for _, d in runs}))
@@ -103,17 +87,11 @@ def done_fraction(log: Path | None, steps: int | None) -> float:
     return min(1.0, done[-1] / steps) if done else 0.0
 
 
-def remaining_seconds(job: dict[str, Any], directory: Path) -> float | None:
-    """``expected_s`` of ``job`` less the part its log (under ``directory``) says is done;
-    None when the job has no expectation."""
+def remaining_seconds(job: dict[str, Any], steps: int | None, directory: Path) -> float | None:
+    """``expected_s`` of ``job`` (of ``steps`` steps, its spec's) less the part its log (under
+    ``directory``) says is done; None when the job has no expectation."""
     expected = job.get("expected_s")
     if expected is None:
         return None
-    argv = list(job.get("argv") or [])
-    spec = job.get("spec") or (argv[argv.index("--spec") + 1] if "--spec" in argv[:-1] else "{}")
-    try:
-        steps = json.loads(spec).get("steps")
-    except (ValueError, AttributeError):
-        steps = None
     log = directory / job["log"] if job.get("log") else None
     return float(expected) * (1.0 - done_fraction(log, steps))

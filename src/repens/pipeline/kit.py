@@ -409,7 +409,7 @@ def export_jobs(
     blocks = _dry_run(targets, ["--forceall"] if forceall else [], **where)
     jobs_sorted, others = _train_jobs(blocks, include, exclude)
     if expect_from is not None:
-        held_there = [j["id"] for j in jobs_sorted if held(j["id"], Path(expect_from))] if skip_held else []
+        held_there = [j["id"] for j in jobs_sorted if skip_held and held(j["id"], Path(expect_from))]
         jobs_sorted = [j for j in jobs_sorted if j["id"] not in held_there]
         add_expected(jobs_sorted, Path(expect_from))
     if order == "seed":
@@ -430,7 +430,7 @@ def export_jobs(
         "left_to_snakemake": others,
     }
     if expect_from is not None:
-        data["reference"] = {"path": str(expect_from), "held_left_out": held_there if skip_held else []}
+        data["reference"] = {"path": str(expect_from), "held_left_out": held_there}
     if stage is not None:
         data["staged"] = [str(p) for p in stage_raw(prepare, Path(stage), directory)]
     return data
@@ -770,7 +770,8 @@ class _Runner:
                 )
                 self.event(job["id"], "blocked", missing=unmade)
                 continue
-            expected = remaining_seconds(job, self.directory)
+            steps = json.loads(job.get("spec") or _option(job["argv"], "--spec") or "{}").get("steps")
+            expected = remaining_seconds(job, steps, self.directory)
             tasks.append(_Task("job", job["id"], argv, job.get("log"), job["outputs"], needs, expected=expected))
         if self.stack_seeds:
             tasks = self._stack(tasks)

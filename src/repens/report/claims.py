@@ -273,13 +273,17 @@ def headline(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"{len(claims)} claims: {counts}"
 
 
-def scorecard_markdown(rows: Sequence[Mapping[str, Any]], scales: Mapping[str, str | None]) -> str:
+def scorecard_markdown(
+    rows: Sequence[Mapping[str, Any]], scales: Mapping[str, str | None], title: str = "Claim scorecard", intro: str = ""
+) -> str:
     """``claims.md``: the papers' claims (claim, source, figures, detectable difference,
-    verdict, the paper's own), the diagnostics apart, and the legend."""
+    verdict, the paper's own), the diagnostics apart, and the legend; ``intro`` opens the
+    first paragraph."""
     made = "; ".join(f"{key}: {scale or 'absent'}" for key, scale in scales.items())
     claims = [r for r in rows if r.get("kind", "claim") != "diagnostic"]
     diagnostics = [r for r in rows if r.get("kind") == "diagnostic"]
-    lines = ["# Claim scorecard", "", f"{headline(rows)}. Scale of each result table: {made}.", ""]
+    opening = f"{intro} " if intro else ""
+    lines = [f"# {title}", "", f"{opening}{headline(rows)}. Scale of each result table: {made}.", ""]
     lines += _md_table(claims)
     if diagnostics:
         counts = ", ".join(
@@ -408,12 +412,15 @@ def write_scorecard(
     write_table(plain_table(diag_frame, title="Claim scorecard: diagnostics"), out_csv=diagnostics_path(out_csv))
     each = pd.DataFrame(comparison_rows([*results, *diag_results]), columns=list(COMPARISON_COLUMNS))
     write_table(plain_table(each, title="Claim scorecard: comparisons"), out_csv=comparisons_path(out_csv))
-    markdown = scorecard_markdown(rows + diag_rows, scales)
-    if variant:
-        title = f"# Claim scorecard: Table 1's claims at the variant {variant}"
-        note = f"Each method m of a claim is read as the variant's method m-{variant} (config.yaml)."
-        markdown = markdown.replace("# Claim scorecard\n\n", f"{title}\n\n{note} ", 1)
-    write_text_atomic(Path(out_md), markdown)
+    titled = (
+        {
+            "title": f"Claim scorecard: Table 1's claims at the variant {variant}",
+            "intro": f"Each method m of a claim is read as the variant's method m-{variant} (config.yaml).",
+        }
+        if variant
+        else {}
+    )
+    write_text_atomic(Path(out_md), scorecard_markdown(rows + diag_rows, scales, **titled))
     if out_html is not None:
         write_text_atomic(Path(out_html), scorecard_html(frame, diag_frame))
     return rows + diag_rows

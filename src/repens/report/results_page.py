@@ -43,6 +43,9 @@ __all__ = [
     "check",
     "inventory",
     "write_page",
+    "run_benchmark",
+    "run_gpu",
+    "run_provenance",
 ]
 
 #: what a rebuild writes that the tree keeps, relative to results/ (tables with their
@@ -290,7 +293,7 @@ def _job_files(reference: Path, experiment: str, runs: Sequence[str]) -> list[Pa
     ]
 
 
-def _provenance(path: Path) -> dict[str, Any]:
+def run_provenance(path: Path) -> dict[str, Any]:
     """The provenance stamped in a result file ({} if none); a corrupt file: one line naming it."""
     from repens.core.errors import DataFileError
     from repens.report.files import read_json, read_npz
@@ -310,16 +313,18 @@ def _machine(path: Path) -> dict[str, str]:
     if not side.is_file():
         return {}
     cpu = json.loads(side.read_text()).get("cpu")
-    return {"cpu": cpu} if cpu and not _provenance(path).get("cpu") else {}
+    return {"cpu": cpu} if cpu and not run_provenance(path).get("cpu") else {}
 
 
-def _gpu(prov: Mapping[str, Any]) -> str | None:
+def run_gpu(prov: Mapping[str, Any]) -> str | None:
     """The GPU a run trained on (its provenance's ``device``), None for a CPU run."""
     device = str(prov.get("device") or "")
     return None if not device or device.lower().startswith(("cpu", "unknown")) else device
 
 
-def _benchmark(path: Path) -> dict[str, float]:
+def run_benchmark(path: Path) -> dict[str, float]:
+    """The wall (``s``) and CPU (``cpu_time``) seconds of a run's Snakemake ``benchmark.tsv``
+    (beside its result file ``path``; {} without one)."""
     bench = path.parent / "benchmark.tsv"
     if not bench.is_file():
         return {}
@@ -355,9 +360,9 @@ def inventory(
             methods = dataset_methods(config, experiment, dataset) + (["hmc"] if experiment == "toy" else [])
             grid_seeds = list(seeds[experiment])
             mine = [p for p in held if p.parts[-4] == dataset]
-            provs = [{**_provenance(p), **_machine(p)} for p in mine]
-            bench = [_benchmark(p) for p in mine]
-            on_gpu = [_gpu(prov) is not None for prov in provs]
+            provs = [{**run_provenance(p), **_machine(p)} for p in mine]
+            bench = [run_benchmark(p) for p in mine]
+            on_gpu = [run_gpu(prov) is not None for prov in provs]
             rows.append(
                 {
                     "experiment": experiment,
@@ -367,7 +372,7 @@ def inventory(
                     "methods": sorted({p.parts[-3] for p in mine}),
                     "seeds": sorted({int(p.parts[-2][4:]) for p in mine}),
                     "torch": sorted({str(p.get("torch")) for p in provs}),
-                    "cpu": sorted({_gpu(p) or str(p.get("cpu") or p.get("device")) for p in provs}),
+                    "cpu": sorted({run_gpu(p) or str(p.get("cpu") or p.get("device")) for p in provs}),
                     "commits": sorted({str(p.get("git_commit", "?"))[:7] for p in provs}),
                     "cpu_hours": sum(b.get("cpu_time", 0.0) for b, g in zip(bench, on_gpu) if not g) / 3600,
                     "gpu_hours": sum(b.get("s", 0.0) for b, g in zip(bench, on_gpu) if g) / 3600,
