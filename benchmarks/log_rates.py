@@ -14,8 +14,9 @@ import datetime as dt
 import re
 from pathlib import Path
 
+from repens.pipeline.expect import STEP_LINE  # the training loop's progress line, as the job kit reads it
+
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
-STEP = re.compile(r"INFO step (\d+)/(\d+)")
 RESUMED = re.compile(r"resumed from .* at step (\d+)/")
 SIGTERM = re.compile(r"SIGTERM at step (\d+)")
 
@@ -45,7 +46,7 @@ def rate(segment: list[str]) -> dict | None:
     first = next((int(m[1]) for _, line in stamped if (m := RESUMED.search(line))), 0)
     last, end = None, None
     for t, line in stamped:
-        m = SIGTERM.search(line) or STEP.search(line)
+        m = SIGTERM.search(line) or STEP_LINE.search(line)
         if m:
             last, end = int(m[1]), t
     if last is None or end <= start:

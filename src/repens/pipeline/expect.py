@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 #: a progress line of :mod:`repens.training.train`: ``step 12500/50000``
-_STEP = re.compile(r"INFO step (\d+)/(\d+)")
+STEP_LINE = re.compile(r"INFO step (\d+)/(\d+)")
 
 
 def expected_seconds(job_id: str, reference: Path) -> tuple[float, str] | None:
@@ -83,7 +83,7 @@ def done_fraction(log: Path | None, steps: int | None) -> float:
         text = log.read_text(errors="replace")
     except OSError:
         return 0.0
-    done = [int(m[1]) for m in _STEP.finditer(text) if int(m[2]) == steps]
+    done = [int(m[1]) for m in STEP_LINE.finditer(text) if int(m[2]) == steps]
     return min(1.0, done[-1] / steps) if done else 0.0
 
 
