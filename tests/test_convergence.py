@@ -300,3 +300,94 @@ def test_uci_rel_tol_from_recorded_se(tmp_path):
     drifting = _uci_run(tmp_path, "kde-wgd", 0.14, slope=0.0042 * 5)
     assert cv.check_uci_run(drifting).converged is True
     assert cv.check_uci_run(drifting, rel_tol=cv.REL_TOL).converged is False
+
+
+# ---------------------------------------------------------------- calibration (statistical tests)
+STEPS = tuple(range(EVERY, TOTAL + 1, EVERY))  # the image runs' logging: 20 points
+
+
+def _settled(rng, level: float, sd: float, drift_per_window: float = 0.0) -> cv.Series:
+    """A settled series (white noise about ``level``) as the image runs log it, plus a
+    linear drift of ``drift_per_window`` per last 20 % of the steps."""
+    import numpy as np
+
+    values = level + sd * rng.standard_normal(len(STEPS)) + drift_per_window * np.asarray(STEPS) / (0.2 * TOTAL)
+    return cv.Series("x", STEPS, tuple(float(v) for v in values), TOTAL)
+
+
+def _rate(flags: list[bool]) -> tuple[float, float]:
+    """Observed rate and 3 binomial standard errors of a 5 % rate over as many trials."""
+    return sum(flags) / len(flags), 3 * math.sqrt(0.05 * 0.95 / len(flags))
+
+
+def test_stability_false_alarm_rate_on_settled_series_is_at_most_5_percent():
+    # the drift test is a two-sided 5 % test: a settled series is called moving at most
+    # that often (a fixed threshold of 2 s.e. with the noise estimated from 7 degrees of
+    # freedom called 7 % of them moving, outside this bound)
+    import numpy as np
+
+    rng = np.random.default_rng(20261126)
+    flags = [cv.stability(_settled(rng, 0.33, 0.01), rel_tol=0)["ok"] is False for _ in range(6000)]
+    rate, three_se = _rate(flags)
+    assert rate <= 0.05 + three_se, rate
+    fixed = [cv.stability(_settled(rng, 0.33, 0.01), rel_tol=0, k_se=2.0)["ok"] is False for _ in range(6000)]
+    assert _rate(fixed)[0] > 0.05 + three_se  # the bound above can fail
+
+
+def _row(rng, n: int, drift_per_window: float = 0.0) -> list[tuple[str, cv.Verdict]]:
+    runs = []
+    for i in range(n):
+        nll = cv.stability(_settled(rng, 0.33, 0.01, drift_per_window), rel_tol=0)
+        acc = cv.stability(_settled(rng, 0.89, 0.005), rel_tol=0)
+        ok = nll["ok"] and acc["ok"]
+        details = {"monitor_nll_stability": nll, "monitor_acc_stability": acc, "train_nll_degradation": {"ok": True}}
+        runs.append((f"seed{i}", cv.Verdict(ok, "", "image", (), details)))
+    return runs
+
+
+def test_a_row_of_settled_runs_is_called_unconverged_at_most_5_percent_of_the_time():
+    # judged run by run, a row of 5 settled runs (2 series each) would be unconverged
+    # whenever any of its 10 tests fires; pooled, the row's mean is tested once per series
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    rows = [_row(rng, 5) for _ in range(1500)]
+    by_row = [cv.row_verdict(r).converged is False for r in rows]
+    any_run = [any(v.converged is False for _, v in r) for r in rows]
+    rate, three_se = _rate(by_row)
+    assert rate <= 0.05 + three_se, rate
+    assert _rate(any_run)[0] > 0.05 + three_se  # what the pooled verdict is for
+
+
+def test_a_row_whose_runs_all_drift_is_called_unconverged():
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    # each run's drift se is about 1.3 x its noise sd (0.01); 0.02 per run is 1.5 s.e. alone
+    flags = [cv.row_verdict(_row(rng, 5, drift_per_window=0.02)).converged is False for _ in range(300)]
+    assert sum(flags) / len(flags) > 0.8
+
+
+def test_a_late_degradation_in_one_run_fails_the_row():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    runs = _row(rng, 3)
+    label, v = runs[1]
+    runs[1] = (
+        label,
+        cv.Verdict(False, "", "image", (), {**v.details, "train_nll_degradation": {"ok": False, "text": "rose"}}),
+    )
+    row = cv.row_verdict(runs)
+    assert row.converged is False and "seed1: late degradation" in row.reason
+
+
+def test_a_row_with_an_unknown_run_is_unknown_and_other_rows_need_every_run():
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    runs = _row(rng, 3)
+    runs.append(("seed9", cv.Verdict(None, "no log", "image")))
+    assert cv.row_verdict(runs).converged is None
+    uci = [("seed1", cv.Verdict(True, "ok", "uci")), ("seed2", cv.Verdict(False, "under-fit", "uci"))]
+    assert cv.row_verdict(uci).converged is False and "seed2: under-fit" in cv.row_verdict(uci).reason

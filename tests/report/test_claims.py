@@ -1023,3 +1023,36 @@ def test_a_variants_scorecard_reads_the_variants_rows_and_only_table1s_claims(tm
     text = (tmp_path / "v.md").read_text()
     assert text.startswith("# Claim scorecard: Table 1's claims at the variant code-init\n\n")
     assert "read as the variant's method m-code-init" in text
+
+
+def test_table1_claim_reads_the_row_verdict_where_the_table_records_one(tmp_path):
+    # the row's pooled verdict (row_converged) decides, not the per-run one
+    files = {
+        "table1": _table1(tmp_path / "table1.csv", "paper", ACCURACY),
+        "table1_paper": RESOURCES / "table1_paper.csv",
+    }
+    rows = [("image", "fashionmnist", m, "True", "stable") for m in ACCURACY]
+    path = _convergence(tmp_path / "rows.csv", rows)
+    table = list(csv.DictReader(path.open()))
+    for r in table:
+        failed_run = r["method"] == "sge-fwgd"
+        r["converged"] = "False" if failed_run else "True"  # one seed's own test fired...
+        r["row_converged"], r["row_reason"] = "True", "monitor_nll mean drift over 5 run(s) -0.001 <= tol"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=conv.CONVERGENCE_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table)
+    files["convergence"] = path
+    assert _fmnist(cl.Evidence(files)).verdict == "reproduced"  # ...but the row's mean has settled
+    for r in table:
+        if r["method"] == "sge-fwgd":
+            r["row_converged"], r["row_reason"] = "False", "monitor_nll mean drift over 5 run(s) -0.05 > tol; x"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=conv.CONVERGENCE_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table)
+    result = _fmnist(cl.Evidence(files))
+    assert result.verdict == "inconclusive"
+    assert [c.reason for c in result.comparisons if c.reason][0] == (
+        "not converged: image/fashionmnist/sge-fwgd: monitor_nll mean drift over 5 run(s) -0.05 > tol"
+    )

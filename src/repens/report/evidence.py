@@ -285,9 +285,11 @@ class Evidence:
     # ---- whether the runs behind a Table 1 / Table 2 row converged (results/convergence.csv)
     def convergence(self, experiment: str, dataset: str, method: str) -> tuple[bool | None, str]:
         """(converged, one-line reason) of the runs ``<experiment>/<dataset>/<method>/seed*``:
-        False if any run's check failed (the first failing run's reason), else None if any
-        is unknown or there is no row for them, else True. ``(None, "")`` when no
-        convergence table is given (no check applies)."""
+        the verdict of their table row where the table records one (``row_converged``,
+        ``row_reason``: :func:`repens.summaries.converged.row_verdict`); else False if any
+        run's check failed (the first failing run's reason), else None if any is unknown
+        or there is no row for them, else True. ``(None, "")`` when no convergence table
+        is given (no check applies)."""
         if self.paths.get("convergence") is None:
             return None, ""
         rows, why = self.rows("convergence")
@@ -298,12 +300,17 @@ class Evidence:
         ]
         if not mine:
             return None, f"no convergence check of the {experiment}/{dataset}/{method} runs"
+        where = f"{experiment}/{dataset}/{method}"
+        if mine[0].get("row_reason"):  # a table of run verdicts only has none
+            value = _verdict_value(mine[0].get("row_converged"))
+            reason = _first_part(mine[0].get("row_reason", ""))
+            return value, (f"{where}: {reason}" if value is not True else f"{len(mine)} run(s) converged")
         verdicts = [(_verdict_value(r.get("converged")), r) for r in mine]
         for value in (False, None):
             hit = [r for v, r in verdicts if v is value]
             if hit:
                 r = hit[0]
-                return value, f"{experiment}/{dataset}/{method}/seed{r.get('seed')}: {_first_part(r.get('reason', ''))}"
+                return value, f"{where}/seed{r.get('seed')}: {_first_part(r.get('reason', ''))}"
         return True, f"{len(mine)} run(s) converged"
 
     # ---- the seed papers' published UCI values (workflow/resources/table2_seeds.csv)

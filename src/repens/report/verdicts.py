@@ -28,12 +28,12 @@ NOT_CONVERGED = "not converged"
 # --------------------------------------------------------------------------- verdicts
 
 
-def quantile(dof: float) -> float:
-    """The half-width, in standard errors, of a :data:`COVERAGE` interval for a mean whose
-    error was estimated with ``dof`` degrees of freedom: Student's t quantile (12.7 at 1,
-    2.78 at 4, 2.09 at 19), the normal one (1.96) at ``dof = inf`` (a printed error, a
-    constant)."""
-    q = (1 + COVERAGE) / 2
+def quantile(dof: float, coverage: float = COVERAGE) -> float:
+    """The half-width, in standard errors, of a ``coverage`` (:data:`COVERAGE`) interval for
+    a mean whose error was estimated with ``dof`` degrees of freedom: Student's t quantile
+    (12.7 at 1, 2.78 at 4, 2.09 at 19), the normal one (1.96) at ``dof = inf`` (a printed
+    error, a constant)."""
+    q = (1 + coverage) / 2
     if not dof > 0:
         raise ValueError(f"degrees of freedom must be > 0, got {dof!r}")
     return float(stats.norm.ppf(q)) if math.isinf(dof) else float(stats.t.ppf(q, dof))

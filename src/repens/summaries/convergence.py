@@ -19,7 +19,17 @@ from repens.report.evidence import shown_path
 
 __all__ = ["CONVERGENCE_COLUMNS", "convergence_rows", "write_convergence", "main"]
 
-CONVERGENCE_COLUMNS = ("experiment", "dataset", "method", "seed", "converged", "reason", "log")
+CONVERGENCE_COLUMNS = (
+    "experiment",
+    "dataset",
+    "method",
+    "seed",
+    "converged",
+    "reason",
+    "log",
+    "row_converged",
+    "row_reason",
+)
 
 
 def convergence_rows(results: Path | str = "results", log_root: Path | str | None = None) -> list[dict[str, str]]:
@@ -30,7 +40,7 @@ def convergence_rows(results: Path | str = "results", log_root: Path | str | Non
     file exists (a rebuild from the reference tree: its logs stay in ``reference/logs/``,
     never restored), else the one :mod:`repens.summaries.converged` finds beside ``results``
     (``logs/...``). A UCI run's fit check reads the deep ensemble's log the same way."""
-    from repens.summaries.converged import check_image_run, check_uci_run
+    from repens.summaries.converged import check_image_run, check_uci_run, row_verdict
 
     results = Path(results)
 
@@ -45,6 +55,7 @@ def convergence_rows(results: Path | str = "results", log_root: Path | str | Non
         return path if path is not None and path.is_file() else None
 
     rows = []
+    verdicts: dict[tuple[str, str, str], list] = {}
     for experiment in ("image", "uci"):
         for path in sorted((results / experiment).glob("*/*/seed*/metrics.json")):
             dataset, method, seed = path.parts[-4], path.parts[-3], path.parts[-2].removeprefix("seed")
@@ -55,6 +66,7 @@ def convergence_rows(results: Path | str = "results", log_root: Path | str | Non
                 de = path.parent.parent.parent / "de" / path.parent.name / "metrics.json"
                 verdict = check_uci_run(path, log=log, de_log=log_of(de) if de.is_file() else None)
             logs = [s for s in verdict.sources if s.endswith(".log")]
+            verdicts.setdefault((experiment, dataset, method), []).append((f"seed{seed}", verdict))
             rows.append(
                 {
                     "experiment": experiment,
@@ -66,6 +78,11 @@ def convergence_rows(results: Path | str = "results", log_root: Path | str | Non
                     "log": shown_path(logs[0]) if logs else "",
                 }
             )
+    rows_of = {key: row_verdict(runs) for key, runs in verdicts.items()}
+    for r in rows:
+        v = rows_of[(r["experiment"], r["dataset"], r["method"])]
+        r["row_converged"] = "" if v.converged is None else str(v.converged)
+        r["row_reason"] = " ".join(v.reason.split())
     return rows
 
 
@@ -73,8 +90,9 @@ def write_convergence(
     out_csv: Path | str, results: Path | str = "results", log_root: Path | str | None = None
 ) -> list[dict[str, str]]:
     """``results/convergence.csv``: :func:`convergence_rows`, one row per run (``converged``
-    True / False / empty for unknown), which the scorecard reads
-    (:meth:`repens.report.evidence.Evidence.convergence`)."""
+    True / False / empty for unknown) with the verdict of its table row (``row_converged``,
+    ``row_reason``: :func:`repens.summaries.converged.row_verdict`), which the scorecard
+    reads (:meth:`repens.report.evidence.Evidence.convergence`)."""
     import io
 
     from repens.core.atomic import write_text_atomic
