@@ -262,3 +262,32 @@ def test_the_committed_results_page_links_only_to_files_that_exist():
     assert targets
     missing = [t for t in targets if not (page.parent / t).exists()]
     assert not missing, missing
+
+
+def test_page_shows_which_table_rows_converged(tmp_path):
+    """The kept convergence.csv's row verdicts: Table 1 row by row (with the runs failing
+    their own test and, for an unconverged row, why), Table 2 counted per data set."""
+    from repens.summaries.convergence import CONVERGENCE_COLUMNS
+
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    reference = tmp_path / "reference"
+    _job(reference, "image/fashionmnist/de/seed38/metrics.json")
+
+    def run(experiment, dataset, method, seed, own, row, why=""):
+        values = (experiment, dataset, method, seed, own, "r", "", row, why)
+        return dict(zip(CONVERGENCE_COLUMNS, values, strict=True))
+
+    _write_csv(
+        reference / "results" / "convergence.csv",
+        [
+            run("image", "fashionmnist", "de", 38, "False", "True", "monitor_nll mean drift ... <= tol"),
+            run("image", "fashionmnist", "de", 39, "True", "True", "monitor_nll mean drift ... <= tol"),
+            run("image", "fashionmnist", "fsvgd", 38, "False", "False", "seed38: late degradation: x; y"),
+            run("uci", "boston", "de", 42, "True", "True", "1 run(s) converged"),
+            run("uci", "boston", "dle", 42, "False", "False", "seed42: under-fit"),
+        ],
+    )
+    text = write_page(reference, config, paper_seeds(config), tmp_path / "docs" / "results.md")
+    assert "| fashionmnist | de | 2 | converged | seed 38 |  |" in text
+    assert "| fashionmnist | fsvgd | 1 | **not converged** | seed 38 | seed38: late degradation: x |" in text
+    assert "| boston | 1 / 2 | dle |" in text

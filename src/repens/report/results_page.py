@@ -562,6 +562,58 @@ def _claims_section(kept: Path, link: Path) -> list[str]:
     return lines
 
 
+def _row_groups(path: Path) -> dict[tuple[str, str, str], list[dict[str, str]]]:
+    """``convergence.csv``'s runs grouped by table row (experiment, dataset, method)."""
+    groups: dict[tuple[str, str, str], list[dict[str, str]]] = {}
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            groups.setdefault((r["experiment"], r["dataset"], r["method"]), []).append(r)
+    return groups
+
+
+_ROW_WORD = {"True": "converged", "False": "**not converged**", "": "unknown"}
+
+
+def _convergence_lines(kept: Path, link: Path) -> list[str]:
+    """Which Table 1 / Table 2 rows converged (kept ``convergence.csv``): Table 1 row by
+    row, Table 2 per data set."""
+    path = kept / "convergence.csv"
+    if not path.is_file():
+        return ["No convergence table kept yet."]
+    groups = _row_groups(path)
+    if groups and "row_converged" not in next(iter(groups.values()))[0]:
+        return [f"[`convergence.csv`]({link / 'convergence.csv'}) records run verdicts only (rebuild to judge rows)."]
+    lines = [
+        "A comparison of the scorecard resting on a row that did not converge is inconclusive, whatever its "
+        "figures. A Table 1 row is judged on its mean over seeds (the held-out NLL and accuracy drifts over the "
+        "last fifth of training, pooled; a late rise of the training NLL in any run fails it), a Table 2 row "
+        "(one run of 20 splits) on its run ([claims.md](claims.md), Convergence). "
+        f"From [`convergence.csv`]({link / 'convergence.csv'}), which gives every run's own verdict and reason.",
+        "",
+    ]
+    image = [(k, rs) for k, rs in groups.items() if k[0] == "image"]
+    if image:
+        rows = []
+        for (_, dataset, method), runs in image:
+            verdict = runs[0].get("row_converged", "")
+            own = [f"seed {r['seed']}" for r in runs if r["converged"] == "False"]
+            why = runs[0].get("row_reason", "").split("; ")[0] if verdict != "True" else ""
+            rows.append([dataset, method, len(runs), _ROW_WORD.get(verdict, verdict), ", ".join(own) or "-", why])
+        lines += _markdown(["dataset", "method", "runs", "row", "runs failing their own test", "why"], rows)
+        lines.append("")
+    uci: dict[str, list[tuple[str, str]]] = {}
+    for (experiment, dataset, method), runs in groups.items():
+        if experiment == "uci":
+            uci.setdefault(dataset, []).append((method, runs[0].get("row_converged", "")))
+    if uci:
+        rows = [
+            [d, f"{sum(v == 'True' for _, v in ms)} / {len(ms)}", ", ".join(m for m, v in ms if v != "True") or "-"]
+            for d, ms in uci.items()
+        ]
+        lines += _markdown(["Table 2 data set", "rows converged", "rows not converged (or unknown)"], rows)
+    return lines
+
+
 def _not_run_lines(inv: Sequence[Mapping[str, Any]]) -> list[str]:
     """The runs not held yet, and why, per experiment (nothing when every run is held)."""
     missing = [r for r in inv if r["runs"] < r["grid"]]
@@ -684,6 +736,7 @@ def write_page(
     lines += _not_run_lines(inv)
     for section in SECTIONS:
         lines += _section_lines(section, kept, link)
+    lines += ["", "## Convergence of the Table 1 and Table 2 rows", ""] + _convergence_lines(kept, link)
     lines += ["", "## Claim scorecard", ""] + _claims_section(kept, link)
     text = "\n".join(lines).rstrip() + "\n"
     write_text_atomic(out, text)
