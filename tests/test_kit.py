@@ -1206,3 +1206,16 @@ def test_table1_on_a_node_without_snakemake_and_back(tmp_path):
     assert rc == 0, out
     assert re.findall(r"wildcards: dataset=fashionmnist, method=([\w-]+), seed=38", out) == ["de"], out
     assert "Params have changed since last execution" in out
+
+
+def test_a_next_call_on_the_same_machine_lets_a_longer_job_start_and_resume_there(node):
+    """With ``then`` seconds of a next call, a job expected to outlast this call's deadline
+    starts (stopped at the deadline, it checkpoints); without, it is held back."""
+    long = node.job("long", ticks=30)
+    long["expected_s"] = 4.0
+    node.jobs([long])
+    rc, out = node.run(parallel=1, deadline=1.0)
+    assert rc == 75 and "not started results/fake/long/out.json: expected 4 s" in out, out
+    rc, out = node.run(parallel=1, deadline=1.0, then=5.0)
+    assert rc == 75 and "start results/fake/long/out.json" in out, out
+    assert node.state()["jobs"][long["id"]]["attempts"][-1]["status"] == "interrupted"

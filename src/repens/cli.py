@@ -598,6 +598,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
         only=args.only or (),
         stack_seeds=args.stack_seeds,
         expect_margin=args.expect_margin,
+        then=args.then,
     )
 
 
@@ -619,6 +620,7 @@ def _lease(args: argparse.Namespace) -> int:
         directory=args.directory,
         stack_seeds=args.stack_seeds,
         expect_margin=args.expect_margin,
+        then=args.then,
     )
 
 
@@ -945,6 +947,15 @@ def _expect_margin_arg(p: argparse.ArgumentParser) -> None:
         metavar="X",
         help="start a job with an expected time (export-jobs) only where X times what is left of it "
         "fits before the deadline (default 1.1)",
+    )
+    p.add_argument(
+        "--then",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="a next call of this long follows on the same machine: start a job where it finishes by the "
+        "deadline plus this (stopped at the deadline, it checkpoints and the next call resumes it; default 0: "
+        "the last call)",
     )
 
 

@@ -649,6 +649,7 @@ class _Runner:
         launcher: Sequence[str] | None = None,
         stack_seeds: bool = False,
         expect_margin: float = EXPECT_MARGIN,
+        then: float = 0.0,
     ) -> None:
         _check_deadline(deadline, float(min_run), prepare_only)  # before anything is read or run
         self.data = _load_jobs(jobs_file)
@@ -659,7 +660,7 @@ class _Runner:
         self.state = _load_state(self.state_path)
         self.parallel = max(1, int(parallel))
         self.deadline, self.grace, self.min_run = deadline, float(grace), float(min_run)
-        self.expect_margin = float(expect_margin)
+        self.expect_margin, self.then = float(expect_margin), max(0.0, float(then))
         self.held_back: set[str] = set()  # tasks said not to fit before the deadline
         self.device, self.raw = device, Path(raw)
         self.retry_failed, self.prepare_only, self.only = retry_failed, prepare_only, list(only)
@@ -1074,9 +1075,12 @@ class _Runner:
         """Whether ``task`` may start with ``left`` seconds to the deadline: ``expect_margin``
         times what is left of its expected time (``expected_s``, written by
         :func:`export_jobs`, less the part its log says is done) fits, or, none known, more
-        than ``min_run`` is left. The first pending task in order that fits starts."""
+        than ``min_run`` is left; ``then`` seconds of a next call on the same machine count
+        as left (a job stopped at the deadline checkpoints and resumes there). The first
+        pending task in order that fits starts."""
         if left is None:
             return True
+        left += self.then
         if task.expected is None:
             return left > self.min_run
         return task.expected * self.expect_margin <= left
@@ -1113,7 +1117,7 @@ class _Runner:
         self.held_back.add(task.key)
         self.say(
             f"not started {task.key}: expected {task.expected:.0f} s (x {self.expect_margin:g}), "
-            f"{left:.0f} s to the deadline"
+            f"{left:.0f} s to the deadline" + (f" and {self.then:.0f} s of a next call" if self.then else "")
         )
         self.event(task.key, "held back", expected=round(task.expected, 1), left=round(left, 1))
 
@@ -1173,13 +1177,15 @@ def run_jobs(
     launcher: Sequence[str] | None = None,
     stack_seeds: bool = False,
     expect_margin: float = EXPECT_MARGIN,
+    then: float = 0.0,
 ) -> int:
     """Run the jobs of ``jobs_file`` (:func:`export_jobs`) in ``directory``, ``parallel`` at a
     time, as ``python -m repens`` subprocesses; prepare their missing inputs first (image
     data from the archives under ``raw``, offline). At ``deadline`` seconds (or on SIGTERM
     or SIGINT to this process) every running job gets SIGTERM, checkpoints and exits; after
     ``grace`` seconds more it is killed. A job starts only where it should finish by then
-    (:meth:`_Runner.fits`: ``expect_margin`` times its expected time left, else ``min_run``).
+    (:meth:`_Runner.fits`: ``expect_margin`` times its expected time left, else ``min_run``),
+    or, where ``then`` seconds of a next call follow on the same machine, by then.
     A finished job is skipped on the next call; an interrupted one resumes (before the
     others); a failed one runs again only with ``retry_failed``. What was run, how long and
     how it ended is kept in ``state`` (default ``results/run-jobs.json``). ``launcher``: the
@@ -1208,6 +1214,7 @@ def run_jobs(
         launcher=launcher,
         stack_seeds=stack_seeds,
         expect_margin=expect_margin,
+        then=then,
     ).run()
 
 
@@ -1500,17 +1507,16 @@ def lease(
     launcher: Sequence[str] | None = None,
     stream: Any = None,
     expect_margin: float = EXPECT_MARGIN,
+    then: float = 0.0,
 ) -> int:
     """One call of a short device lease, over by ``until`` seconds after it starts: the jobs
-    of ``jobs_file`` matching ``only`` run (:func:`run_jobs`, missing data prepared first)
-    until a deadline that leaves ``grace`` seconds for the last checkpoints and
-    ``pack_reserve`` to pack; no job starts that could not finish (it would come back as
-    nothing): one whose expected time, times ``expect_margin``, does not fit, or, where none is
-    known, with less than ``min_run`` seconds left. Then every finished job so far is packed
-    into ``out_dir/results.tar.gz*`` (:func:`pack`, at most :data:`LEASE_PACK_FILES` files of
-    :data:`LEASE_PACK_MIB` MiB) and the jobs' logs with the run's state into
-    ``out_dir/logs.tar.gz``. Call again at once while the machine is held: interrupted jobs
-    resume from their checkpoints. Returns :func:`run_jobs`' code (0: all done; 75: work
+    of ``jobs_file`` matching ``only`` run (:func:`run_jobs`) until a deadline that leaves
+    ``grace`` seconds for the last checkpoints and ``pack_reserve`` to pack, and no job starts
+    that could not finish (:meth:`_Runner.fits`; ``then``: seconds of a next call on the same
+    machine, which count as left: a job stopped at the deadline resumes there). Then every
+    finished job is packed into ``out_dir/results.tar.gz*`` (:func:`pack`, at most
+    :data:`LEASE_PACK_FILES` files of :data:`LEASE_PACK_MIB` MiB), the logs and the run's state
+    into ``out_dir/logs.tar.gz``. Returns :func:`run_jobs`' code (0: all done; 75: work
     remains; 1: a job failed); a ``until`` too short for any job is a :class:`KitError`
     before anything runs."""
     stream = stream or sys.stdout
@@ -1530,6 +1536,7 @@ def lease(
         launcher=launcher,
         stack_seeds=stack_seeds,
         expect_margin=expect_margin,
+        then=then,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     pack(
