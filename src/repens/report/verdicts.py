@@ -39,13 +39,19 @@ def quantile(dof: float, coverage: float = COVERAGE) -> float:
     return float(stats.norm.ppf(q)) if math.isinf(dof) else float(stats.t.ppf(q, dof))
 
 
+def satterthwaite_dof(terms: Sequence[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of ``sqrt(sum se_i^2)``, ``terms`` its
+    ``(se_i, dof_i)`` (Welch 1947): ``(sum v_i)^2 / sum (v_i^2 / dof_i)`` with ``v = se^2``;
+    a term with infinite degrees of freedom adds nothing below."""
+    variances = [(se**2, dof) for se, dof in terms]
+    below = sum(v * v / d for v, d in variances if not math.isinf(d))
+    return math.inf if below == 0 else sum(v for v, _ in variances) ** 2 / below
+
+
 def welch_dof(se_a: float, dof_a: float, se_b: float, dof_b: float) -> float:
     """Welch-Satterthwaite degrees of freedom of ``a - b``'s standard error
-    ``sqrt(se_a^2 + se_b^2)`` (Welch 1947): ``(v_a + v_b)^2 / (v_a^2 / dof_a + v_b^2 / dof_b)``
-    with ``v = se^2``; a term with infinite degrees of freedom adds nothing below."""
-    va, vb = se_a**2, se_b**2
-    below = sum(v * v / d for v, d in ((va, dof_a), (vb, dof_b)) if not math.isinf(d))
-    return math.inf if below == 0 else (va + vb) ** 2 / below
+    ``sqrt(se_a^2 + se_b^2)`` (:func:`satterthwaite_dof` of the two)."""
+    return satterthwaite_dof(((se_a, dof_a), (se_b, dof_b)))
 
 
 def _finite(x: Any) -> bool:

@@ -136,7 +136,7 @@ from typing import Any
 
 import numpy as np
 
-from repens.report.verdicts import COVERAGE, quantile
+from repens.report.verdicts import COVERAGE, quantile, satterthwaite_dof
 
 __all__ = [
     "ABS_TOL_LOGP",
@@ -819,7 +819,7 @@ def pooled_stability(stabs: Sequence[Mapping[str, Any]], name: str, tests: int =
 
     ``stabs``: each run's :func:`stability` of the series. The row mean's drift is the
     mean of the runs' drifts, its variance ``sum se_i^2 / n^2`` (independent seeds), its
-    degrees of freedom Welch-Satterthwaite's ``(sum v_i)^2 / sum (v_i^2 / dof_i)``; moving
+    degrees of freedom Welch-Satterthwaite's (:func:`repens.report.verdicts.satterthwaite_dof`); moving
     when ``|drift| > t se`` (t: :func:`repens.report.verdicts.quantile` at those degrees
     of freedom, at a two-sided level of 5 % / ``tests``: Bonferroni's, where the row is
     judged on ``tests`` series) and ``|drift| > tol`` (the runs' mean tolerance). ``ok``
@@ -829,10 +829,8 @@ def pooled_stability(stabs: Sequence[Mapping[str, Any]], name: str, tests: int =
         return {"ok": None, "text": f"{name}: the stability of {len(stabs) - len(known)} run(s) is unknown"}
     n = len(known)
     drift = sum(st["drift"] for st in known) / n
-    var = [st["se"] ** 2 for st in known]
-    se = math.sqrt(sum(var)) / n
-    below = sum(v * v / st["dof"] for v, st in zip(var, known, strict=True))
-    dof = sum(var) ** 2 / below if below > 0 else math.inf
+    se = math.sqrt(sum(st["se"] ** 2 for st in known)) / n
+    dof = satterthwaite_dof([(st["se"], st["dof"]) for st in known])
     k = quantile(dof, coverage=1 - (1 - COVERAGE) / tests)
     tol = sum(st["tol"] for st in known) / n
     level = sum(st["level"] for st in known) / n
