@@ -11,6 +11,7 @@ from repens.methods.updates import StepContext, Update, make_update
 from repens.models.kernels import RBF
 from repens.models.posteriors import TargetPosterior
 from repens.models.targets import Gaussian
+from repens.summaries.converged import parse_log
 from repens.training.train import (
     Checkpointer,
     Every,
@@ -154,7 +155,7 @@ def test_stop_signals_records_the_signal_and_restores_the_handler():
         assert signal.getsignal(signal.SIGTERM) == previous
 
 
-def test_progress_logs_at_its_cadence_with_the_repulsion_ratio(caplog):
+def test_progress_logs_at_its_cadence_with_the_repulsion_ratio(caplog, tmp_path):
     state, update, make_context, g = setup()
     settings = TrainSettings(steps=25, lr=0.1, log_every=10)
     progress = Progress(settings, start=0, on_log=lambda done, params: {"mean": float(params.mean())})
@@ -164,7 +165,21 @@ def test_progress_logs_at_its_cadence_with_the_repulsion_ratio(caplog):
     with caplog.at_level("INFO", logger="repens.train"):
         progress.record(10, result, state.params, repulsion)
     assert repulsion and repulsion[0][0] == 10 and len(repulsion[0][1]) == 1
-    assert any("step 10/25" in r.getMessage() and "mean=" in r.getMessage() for r in caplog.records)
+    line = next(r.getMessage() for r in caplog.records if "step 10/25" in r.getMessage())
+    assert "mean=" in line
+    # the ratio kept is the one the line shows, and the log parser reads it back
+    (log := tmp_path / "run.log").write_text(f"2026-01-01 00:00:00,000 repens.train INFO {line}\n")
+    ((_, fields),) = [point for segment in parse_log(log) for point in segment["points"]]
+    assert fields["repulsion"] == pytest.approx(repulsion[0][1][0], rel=1e-3) and fields["repulsion"] > 0
+
+
+def test_progress_line_of_a_rule_without_repulsion_has_no_ratio(caplog):
+    state, update, make_context, g = setup(rule="ensemble")
+    progress = Progress(TrainSettings(steps=10, lr=0.1, log_every=10), start=0)
+    repulsion = []
+    with caplog.at_level("INFO", logger="repens.train"):
+        progress.record(10, update(state.params, make_context(None, None)), state.params, repulsion)
+    assert repulsion == [] and not any("repulsion=" in r.getMessage() for r in caplog.records)
 
 
 def test_every_is_due_after_its_seconds():

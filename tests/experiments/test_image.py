@@ -212,3 +212,28 @@ def test_member_nll_equals_each_member_alone():
         probs, _ = predict_summary(model, params[i : i + 1], x, batch=7)
         alone.append(float(-probs.gather(-1, y.view(-1, 1)).clamp_min(1e-12).log().mean()))
     torch.testing.assert_close(member_nll(model, params, x, y, batch=7), torch.tensor(alone, dtype=torch.float64))
+
+
+def test_progress_figures_spread_is_zero_for_copies_and_grows_with_the_spread():
+    """``monitor_md`` is the particles' spread in function space: 0 when they are one network
+    repeated, larger the further apart they are drawn; the ensemble's NLL and accuracy are
+    those of its mean prediction."""
+    from repens.experiments.image import predict_summary, progress_figures
+    from repens.models.networks import build_model
+    from repens.models.particles import StackedModel
+
+    model = StackedModel(build_model({"model": "mlp", "hidden": [6]}, (1, 4, 4), 10))
+    x = torch.rand(30, 1, 4, 4, generator=torch.Generator().manual_seed(1))
+    y = torch.randint(10, (30,), generator=torch.Generator().manual_seed(2))
+    base = model.sample_gaussian(1, 1.0, torch.Generator().manual_seed(0))
+    noise = model.sample_gaussian(4, 1.0, torch.Generator().manual_seed(3))
+    spreads = []
+    for scale in (0.0, 0.1, 1.0):
+        figures = progress_figures(model, base + scale * noise, (x[:20], y[:20]), (x[20:], y[20:]))
+        assert set(figures) == {"train_nll", "train_acc", "monitor_nll", "monitor_acc", "monitor_md"}
+        spreads.append(figures["monitor_md"])
+    assert spreads[0] == pytest.approx(0.0, abs=1e-12) and 0 < spreads[1] < spreads[2]
+    probs, _ = predict_summary(model, base + noise, x[:20])
+    nll = float(-probs.gather(-1, y[:20].view(-1, 1)).clamp_min(1e-12).log().mean())
+    figures = progress_figures(model, base + noise, (x[:20], y[:20]), (x[20:], y[20:]))
+    assert figures["train_nll"] == pytest.approx(nll, rel=1e-12)

@@ -74,6 +74,7 @@ __all__ = [
     "load_image_data",
     "resolve_device",
     "predict_summary",
+    "progress_figures",
     "predict_details",
     "member_nll",
     "l2_search",
@@ -166,6 +167,24 @@ def predict_summary(model: StackedModel, params: Tensor, x: Tensor, batch: int =
     return probs, md
 
 
+def progress_figures(
+    model: StackedModel, params: Tensor, fit: tuple[Tensor, Tensor], monitor: tuple[Tensor, Tensor]
+) -> dict[str, float]:
+    """A progress line's figures: the ensemble's NLL and accuracy on ``fit`` (1000 fixed
+    training images: the objective's data term) and on ``monitor`` (1000 held-out ones),
+    and ``monitor_md``, the particles' mean model disagreement (Appendix B) on the held-out
+    images: how far apart they are in function space."""
+    figures = {}
+    for name, (x, y) in (("train", fit), ("monitor", monitor)):
+        probs, md = predict_summary(model, params, x)
+        labels = y.cpu()
+        p_true = probs.gather(-1, labels.view(-1, 1)).clamp_min(1e-12)
+        figures[f"{name}_nll"] = float(-p_true.log().mean())
+        figures[f"{name}_acc"] = float((probs.argmax(-1) == labels).double().mean())
+    figures["monitor_md"] = float(md.mean())
+    return figures
+
+
 @torch.no_grad()
 def member_nll(model: StackedModel, params: Tensor, x: Tensor, y: Tensor, batch: int = 1000) -> Tensor:
     """Mean NLL ``-log p(y|x, w_i)`` of every particle on its own, (n,), all particles at
@@ -200,19 +219,10 @@ def _initial(model: StackedModel, job: ImageJob, n: int, prior_std: Any, generat
 def _train_stack(job, data_x, data_y, model, prior_std, init, generator, steps, checkpoint, monitor, device):
     """Train one stack of particles with the job's update rule; returns the final params."""
     posterior = NetworkPosterior(model, "categorical", num_train=data_x.shape[0], prior_std=prior_std)
-    eval_x, eval_y = monitor
-    fit_x, fit_y = data_x[:1000], data_y[:1000]
+    fit = (data_x[:1000], data_y[:1000])
 
-    def progress(step: int, params: Tensor) -> dict[str, float]:
-        """Loss on 1000 fixed training images, accuracy and NLL on 1000 held-out ones."""
-        figures = {}
-        for name, x, y in (("train", fit_x, fit_y), ("monitor", eval_x, eval_y)):
-            probs, _ = predict_summary(model, params, x)
-            labels = y.cpu()
-            p_true = probs.gather(-1, labels.view(-1, 1)).clamp_min(1e-12)
-            figures[f"{name}_nll"] = float(-p_true.log().mean())
-            figures[f"{name}_acc"] = float((probs.argmax(-1) == labels).double().mean())
-        return figures
+    def progress(step: int, params: Tensor) -> dict[str, float]:  # noqa: ARG001
+        return progress_figures(model, params, fit, monitor)
 
     return fit_particles(
         job,
@@ -765,16 +775,7 @@ def _stack_progress(model: StackedModel, data: ImageData, sets: int):
     monitor = (data.x_test[:1000], data.y_test[:1000])
 
     def progress(step: int, params: Tensor) -> dict[str, float]:  # noqa: ARG001
-        figures: dict[str, float] = {}
-        for g in range(sets):
-            for name, (x, y) in (("train", fit), ("monitor", monitor)):
-                probs, _ = predict_summary(model, params[g], x)
-                labels = y.cpu()
-                p_true = probs.gather(-1, labels.view(-1, 1)).clamp_min(1e-12)
-                figures[f"{name}_nll"] = figures.get(f"{name}_nll", 0.0) + float(-p_true.log().mean()) / sets
-                figures[f"{name}_acc"] = (
-                    figures.get(f"{name}_acc", 0.0) + float((probs.argmax(-1) == labels).double().mean()) / sets
-                )
-        return figures
+        each = [progress_figures(model, params[g], fit, monitor) for g in range(sets)]
+        return {name: sum(f[name] for f in each) / sets for name in each[0]}
 
     return progress

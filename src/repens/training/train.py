@@ -348,8 +348,9 @@ def apply_lr(optimizer: torch.optim.Optimizer, lr: float | None) -> None:
 
 @dataclass
 class Progress:
-    """Progress lines (steps/s, ETA, ``on_log``'s figures) and the repulsion ratio every
-    ``settings.log_every`` steps and at the last."""
+    """Progress lines (steps/s, ETA, ``on_log``'s figures and, for a repulsive rule, the
+    repulsion ratio ``repulsion=``) every ``settings.log_every`` steps and at the last; the
+    ratios are also kept, one per set of a stack."""
 
     settings: TrainSettings
     start: int
@@ -361,10 +362,11 @@ class Progress:
 
     def record(self, done: int, result: Update, params: Tensor, repulsion: list) -> None:
         ratio = repulsion_ratio(result)
+        extra = self.on_log(done, params.detach()) if self.on_log else {}
         if ratio is not None:
             repulsion.append((done, [significant(float(r)) for r in ratio.flatten()]))
+            extra = {**extra, "repulsion": float(ratio.mean())}  # a stack's sets: their mean
         rate = (done - self.start) / max(time.perf_counter() - self.t0, 1e-9)
-        extra = self.on_log(done, params.detach()) if self.on_log else {}
         fields = " ".join(f"{k}={v:.4g}" for k, v in extra.items())
         log.info(
             "step %d/%d  %.1f steps/s  ETA %.0fs  %s",
