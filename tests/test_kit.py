@@ -340,6 +340,23 @@ def test_a_job_expected_to_outlast_the_deadline_is_not_started_and_a_shorter_one
     assert [e["task"] for e in held] == [long["id"]] and held[0]["expected"] == 100.0
 
 
+def test_an_expected_time_is_scaled_to_the_jobs_that_will_share_the_gpu(node):
+    """Measured among 6 jobs (expected_jobs), 15 s is 5 s with two jobs at a time and 15 s
+    with six: with 10 s left (x 1.1) the jobs start under ``parallel=2`` (the last pair with
+    more than 5.5 s left) and are held back under ``parallel=6`` (six ready jobs), the
+    message naming the jobs it was scaled to."""
+    jobs = [node.job(f"j{i}", ticks=2) for i in range(6)]
+    for job in jobs:
+        job["expected_s"], job["expected_jobs"] = 15.0, 6.0
+    node.jobs(jobs)
+    rc, out = node.run(parallel=6, deadline=10.0)
+    assert rc == 75 and not [e for e in node.events() if e["what"] == "start"], out
+    assert f"not started {jobs[0]['id']}: expected 15 s with 6 job(s) at a time (x 1.1)" in out, out
+    rc, out = node.run(parallel=2, deadline=10.0)
+    assert rc == 0 and "not started" not in out, out
+    assert all(node.state()["jobs"][job["id"]]["status"] == "done" for job in jobs)
+
+
 def test_a_resumed_job_is_expected_to_take_only_what_its_log_says_is_left(node):
     """90% done by its log: 10% of 10 s (x 1.1) fits in a 2 s deadline; from the start it would not.
     Its steps come from the spec on its command line (a jobs file may hold no separate spec)."""

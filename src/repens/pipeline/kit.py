@@ -59,7 +59,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repens.pipeline.expect import add_expected, by_seed_longest_first, held, remaining_seconds
+from repens.pipeline.expect import add_expected, by_seed_longest_first, held, remaining_seconds, scaled_seconds
 
 __all__ = [
     "KitError",
@@ -583,6 +583,8 @@ class _Task:
     members: list[str] = field(default_factory=list)  # a seed stack's jobs (ids), in order; else empty
     #: seconds it should still take (:func:`repens.pipeline.expect.remaining_seconds`); None: unknown
     expected: float | None = None
+    #: how many jobs shared the GPU when ``expected`` was measured (``expected_jobs``); None: unknown
+    shared_with: float | None = None
     proc: subprocess.Popen | None = None
     started: float = 0.0
     started_at: str = ""
@@ -773,7 +775,9 @@ class _Runner:
                 continue
             steps = json.loads(job.get("spec") or _option(job["argv"], "--spec") or "{}").get("steps")
             expected = remaining_seconds(job, steps, self.directory)
-            tasks.append(_Task("job", job["id"], argv, job.get("log"), job["outputs"], needs, expected=expected))
+            task = _Task("job", job["id"], argv, job.get("log"), job["outputs"], needs, expected=expected)
+            task.shared_with = job.get("expected_jobs")
+            tasks.append(task)
         if self.stack_seeds:
             tasks = self._stack(tasks)
         return list(preps.values()) + tasks, status
@@ -1071,28 +1075,42 @@ class _Runner:
                     status[key] = "blocked"
                 self.say(f"blocked {task.key}: its data step {', '.join(failed)} did not finish")
 
-    def fits(self, task: _Task, left: float | None) -> bool:
+    def expected_now(self, task: _Task, jobs: int) -> float | None:
+        """What is left of ``task``'s expected time with ``jobs`` jobs sharing the GPU, itself
+        included (:func:`repens.pipeline.expect.scaled_seconds`); None: unknown."""
+        return None if task.expected is None else scaled_seconds(task.expected, task.shared_with, jobs)
+
+    def sharing(self, task: _Task, running: list, ready: list) -> int:
+        """How many jobs would share the GPU with ``task`` started now, itself included: the
+        jobs running and those ready to start after it, up to ``parallel``."""
+        others = [t for t in running if t.kind == "job"] + [t for t in ready if t.kind == "job" and t is not task]
+        return min(self.parallel, len(others) + 1)
+
+    def fits(self, task: _Task, left: float | None, jobs: int = 1) -> bool:
         """Whether ``task`` may start with ``left`` seconds to the deadline: ``expect_margin``
         times what is left of its expected time (``expected_s``, written by
-        :func:`export_jobs`, less the part its log says is done) fits, or, none known, more
-        than ``min_run`` is left; ``then`` seconds of a next call on the same machine count
-        as left (a job stopped at the deadline checkpoints and resumes there). The first
-        pending task in order that fits starts."""
+        :func:`export_jobs`, less the part its log says is done, scaled to ``jobs`` sharing the
+        GPU: :meth:`expected_now`) fits, or, none known, more than ``min_run`` is left;
+        ``then`` seconds of a next call on the same machine count as left (a job stopped at
+        the deadline checkpoints and resumes there). The first pending task in order that
+        fits starts."""
         if left is None:
             return True
         left += self.then
-        if task.expected is None:
+        expected = self.expected_now(task, jobs)
+        if expected is None:
             return left > self.min_run
-        return task.expected * self.expect_margin <= left
+        return expected * self.expect_margin <= left
 
     def start_ready(self, pending: list, running: list, finished: dict[str, str], left: float | None) -> None:
         """Start the pending tasks whose data steps are done and that fit before the deadline
-        (:meth:`fits`; the first in order that does), up to ``parallel`` running."""
+        (:meth:`fits`, with the jobs that would share the GPU: :meth:`sharing`; the first in
+        order that does), up to ``parallel`` running."""
         while self.stop_reason is None and len(running) < self.parallel:
             ready_all = [t for t in pending if all(finished.get(n) == "done" for n in t.needs)]
-            ready = next((t for t in ready_all if self.fits(t, left)), None)
+            ready = next((t for t in ready_all if self.fits(t, left, self.sharing(t, running, ready_all))), None)
             for task in ready_all[: ready_all.index(ready) if ready is not None else len(ready_all)]:
-                self.hold_back(task, left)
+                self.hold_back(task, left, self.sharing(task, running, ready_all))
             if ready is None:
                 break
             pending.remove(ready)
@@ -1106,20 +1124,23 @@ class _Runner:
         if not running and pending and not any(all(finished.get(n) == "done" for n in t.needs) for t in pending):
             return True  # nothing can start (their data steps are still missing)
         ready = [t for t in pending if all(finished.get(n) == "done" for n in t.needs)]
-        if self.stop_reason is None and not running and not any(self.fits(t, left) for t in ready):
-            return True  # none of what is left fits before the deadline
+        fitting = any(self.fits(t, left, self.sharing(t, [], ready)) for t in ready)
+        if self.stop_reason is None and not running and not fitting:
+            return True  # none of what is left fits before the deadline (as start_ready judges it)
         return False
 
-    def hold_back(self, task: _Task, left: float | None) -> None:
+    def hold_back(self, task: _Task, left: float | None, jobs: int = 1) -> None:
         """Say once that ``task`` is not started: it would not finish before the deadline."""
-        if task.key in self.held_back or task.expected is None or left is None:
+        expected = self.expected_now(task, jobs)
+        if task.key in self.held_back or expected is None or left is None:
             return
         self.held_back.add(task.key)
+        scaled = "" if task.shared_with is None else f" with {jobs} job(s) at a time"
         self.say(
-            f"not started {task.key}: expected {task.expected:.0f} s (x {self.expect_margin:g}), "
+            f"not started {task.key}: expected {expected:.0f} s{scaled} (x {self.expect_margin:g}), "
             f"{left:.0f} s to the deadline" + (f" and {self.then:.0f} s of a next call" if self.then else "")
         )
-        self.event(task.key, "held back", expected=round(task.expected, 1), left=round(left, 1))
+        self.event(task.key, "held back", expected=round(expected, 1), left=round(left, 1), jobs=jobs)
 
     def summary(self) -> int:
         jobs = [j for j in self.data["jobs"] if not self.only or any(fnmatch.fnmatch(j["id"], g) for g in self.only)]
@@ -1765,10 +1786,13 @@ def describe_export(data: dict[str, Any]) -> str:
     if left_out:
         lines.append(f"left out {len(left_out)} job(s) whose results {data['reference']['path']} holds")
     times = [j["expected_s"] for j in data["jobs"] if j.get("expected_s") is not None]
+    shared = [j["expected_jobs"] for j in data["jobs"] if j.get("expected_jobs") is not None]
     if data["jobs"]:
         lines.append(
             f"expected times (GPU runs of the same method in the reference tree) for {len(times)} of "
-            f"{len(data['jobs'])} job(s)" + (f": {min(times):.0f}-{max(times):.0f} s" if times else "")
+            f"{len(data['jobs'])} job(s)"
+            + (f": {min(times):.0f}-{max(times):.0f} s" if times else "")
+            + (f", among {min(shared):.1f}-{max(shared):.1f} jobs at a time (scaled to the jobs run)" if shared else "")
         )
     if data.get("ship"):
         lines.append("inputs no step makes (send them with the tree): " + ", ".join(data["ship"]))
