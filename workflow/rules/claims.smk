@@ -42,6 +42,7 @@ CLAIMS_OUTPUTS = [
     "results/claims.md",
     "results/figures/claims",
     "results/claims.html",
+    "results/figures/table1_training.png",
 ]
 
 CLAIMS_CATEGORY = "5. Claim scorecard (beyond the paper)"
@@ -61,6 +62,7 @@ localrules:
     check_convergence,
     plot_claim_evidence,
     write_claims_page,
+    plot_training_curves,
 
 
 rule check_convergence:
@@ -81,6 +83,26 @@ rule check_convergence:
     shell:
         "python -m repens.summaries.convergence convergence --results results {params.log_root}"
         " --out {output:q} > {log:q} 2>&1"
+
+
+# Table 1's training curves beside the verdicts: the runs' logs that convergence.csv names.
+rule plot_training_curves:
+    input:
+        CLAIMS_CONVERGENCE,
+    output:
+        report(
+            "results/figures/table1_training.png",
+            caption="../report/table1_training.rst",
+            category=CLAIMS_CATEGORY,
+            subcategory="Convergence",
+            labels={"output": "Table 1 training curves", "format": "PNG"},
+        ),
+    log:
+        "logs/claims/plot_training_curves.log",
+    conda:
+        "../../envs/repens.yaml"
+    shell:
+        "python -m repens.summaries.training_curves --convergence {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule summarize_claims:

@@ -1,0 +1,124 @@
+"""Table 1's training curves: for each method, the ensemble's NLL on the fixed training
+images and on the held-out monitor images against the step, one line per seed, read from
+the training logs that ``results/convergence.csv`` names (rule ``plot_training_curves``).
+The picture beside the convergence verdicts: a late rise of the training NLL (the gate's
+"late degradation") or a held-out NLL still falling is seen at a glance.
+
+``python -m repens.summaries.training_curves --convergence results/convergence.csv
+--out results/figures/table1_training.png``
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from repens.summaries.converged import parse_log
+
+__all__ = ["CURVES", "training_curves", "plot_training_curves", "main"]
+
+#: the progress fields drawn (the training loop's names) and their legend labels
+CURVES = {"train_nll": "training NLL", "monitor_nll": "held-out NLL"}
+
+
+def _run_segment(path: Path) -> list[tuple[int, dict[str, float]]]:
+    """The points of a job's run in its log: the last segment of the most steps, not a
+    burn-in (hyper-DE's search comes before its run, with fewer steps)."""
+    segments = [s for s in parse_log(path) if not s.get("burn_in")]
+    if not segments:
+        return []
+    most = max(s["total"] for s in segments)
+    points: list[tuple[int, dict[str, float]]] = []
+    for segment in segments:  # a resumed run continues its segment; a restart begins anew
+        if segment["total"] == most:
+            points = [p for p in points if p[0] < segment["points"][0][0]] + segment["points"]
+    return points
+
+
+def training_curves(convergence_csv: Path | str, dataset: str = "fashionmnist") -> pd.DataFrame:
+    """One row per (method, seed, step, curve) of the image runs of ``dataset`` in
+    ``convergence_csv`` whose logs exist: columns method, seed, step, curve (a label of
+    :data:`CURVES`), value, and row_converged (the method's row verdict, as a bool)."""
+    rows = []
+    with open(convergence_csv, newline="") as fh:
+        runs = [r for r in csv.DictReader(fh) if r["experiment"] == "image" and r["dataset"] == dataset]
+    for run in runs:
+        log = Path(run["log"]) if run.get("log") else None
+        if log is None or not log.is_file():
+            continue
+        for step, fields in _run_segment(log):
+            for name, label in CURVES.items():
+                if name in fields and math.isfinite(fields[name]):
+                    rows.append(
+                        {
+                            "method": run["method"],
+                            "seed": int(run["seed"]),
+                            "step": step,
+                            "curve": label,
+                            "value": fields[name],
+                            "row_converged": run.get("row_converged") == "True",
+                        }
+                    )
+    return pd.DataFrame(rows, columns=["method", "seed", "step", "curve", "value", "row_converged"])
+
+
+def plot_training_curves(curves: pd.DataFrame, out_png: Path | str, columns: int = 5) -> None:
+    """One panel per method (in the table's order of ``curves``), the seeds as colours and
+    the curves as line styles, a shared NLL axis; a method whose row did not converge says
+    so in its title. Written atomically as a 150 dpi PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from repens.report.figures import save_figure
+    from repens.report.style import figure_style
+
+    methods = list(dict.fromkeys(curves["method"]))
+    rows = max(1, -(-len(methods) // columns))
+    with figure_style():
+        fig, axes = plt.subplots(rows, columns, figsize=(3.0 * columns, 2.4 * rows), sharex=True, sharey=True)
+        if not methods:  # a build without Table 1 runs (a quick run of other experiments)
+            fig.text(0.5, 0.5, "no Table 1 run with a training log", ha="center", va="center")
+        flat = list(getattr(axes, "flat", [axes]))
+        for ax, method in zip(flat, methods, strict=False):
+            data = curves[curves["method"] == method]
+            sns.lineplot(
+                data=data, x="step", y="value", hue="seed", style="curve", palette="deep", ax=ax, legend=ax is flat[0]
+            )
+            converged = bool(data["row_converged"].iloc[0])
+            ax.set_title(method + ("" if converged else " (not converged)"), color="black" if converged else "C3")
+            ax.set_xlabel("step")
+            ax.set_ylabel("NLL (nats)")
+        for ax in flat[len(methods) :]:
+            ax.set_axis_off()
+        if methods and flat[0].get_legend() is not None:
+            sns.move_legend(flat[0], "upper right", fontsize="x-small", title_fontsize="x-small")
+        fig.tight_layout()
+        save_figure(fig, out_png, "png", dpi=150)
+        plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m repens.summaries.training_curves --convergence F --out PNG [--dataset D]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m repens.summaries.training_curves", description=__doc__)
+    parser.add_argument("--convergence", required=True, help="results/convergence.csv (its log column)")
+    parser.add_argument("--out", required=True, help="the PNG to write")
+    parser.add_argument("--dataset", default="fashionmnist")
+    args = parser.parse_args(argv)
+    curves = training_curves(args.convergence, args.dataset)
+    plot_training_curves(curves, args.out)
+    runs = curves.groupby(["method", "seed"]).ngroups if not curves.empty else 0
+    print(f"{args.out}: {runs} runs of {curves['method'].nunique()} methods")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
