@@ -14,23 +14,23 @@ import datetime as dt
 import re
 from pathlib import Path
 
-from repens.pipeline.expect import STEP_LINE  # the training loop's progress line, as the job kit reads it
+# the training loop's progress line, a call's opening line and a log line's timestamp, as the job kit reads them
+from repens.pipeline.expect import CALL_HEADER, STAMP, STEP_LINE
 
-STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 RESUMED = re.compile(r"resumed from .* at step (\d+)/")
 SIGTERM = re.compile(r"SIGTERM at step (\d+)")
 
 
 def _time(line: str) -> dt.datetime | None:
     m = STAMP.match(line)
-    return dt.datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f") if m else None
+    return dt.datetime.strptime(f"{m[1]},{m[2]}", "%Y-%m-%d %H:%M:%S,%f") if m else None
 
 
 def segments(text: str) -> list[list[str]]:
     """The log split at each `== repens run-jobs` header (one call each)."""
     out: list[list[str]] = []
     for line in text.splitlines():
-        if line.startswith("== repens run-jobs"):
+        if line.startswith(CALL_HEADER):
             out.append([line])
         elif out:
             out[-1].append(line)
