@@ -80,6 +80,7 @@ def test_dry_run_default_target(tmp_path):
         "train_image": len(image_methods()) * len(CONFIG["seeds"]),
         "summarize_image": 1,
         "check_convergence": 1,
+        "plot_training_curves": 1,
         "summarize_claims": 1,
         "plot_claim_evidence": 1,
         "write_claims_page": 1,
