@@ -154,3 +154,21 @@ def test_held_names_the_results_a_reference_tree_holds(tmp_path):
     assert held("results/image/fashionmnist/svgd/seed39/metrics.json", tmp_path)
     assert not held("results/image/fashionmnist/svgd/seed40/metrics.json", tmp_path)
     assert not held("data/image/fashionmnist/svgd/seed39/metrics.json", tmp_path)
+
+
+def test_add_expected_reads_each_data_sets_gpu_logs_once(tmp_path, monkeypatch):
+    from repens.pipeline import expect
+
+    for seed, start in ((39, 0.0), (40, 400.0)):
+        for method in ("svgd", "de"):
+            _run(
+                tmp_path, method, seed, "NVIDIA H200", 100.0, log=_log((start, start + 100.0), header=f"{method}{seed}")
+            )
+    reads = []
+    real = expect._gpu_calls
+    monkeypatch.setattr(expect, "_gpu_calls", lambda ref, folder: reads.append(folder) or real(ref, folder))
+    jobs = [{"id": f"results/image/fashionmnist/{m}/seed{s}/metrics.json"} for m in ("svgd", "de") for s in (41, 42)]
+    assert add_expected(jobs, tmp_path) == 4
+    assert reads == [tmp_path / "image" / "fashionmnist"]
+    assert [j["expected_jobs"] for j in jobs] == pytest.approx([2.0] * 4)  # each run beside the other method's
+    assert expected_seconds(jobs[0]["id"], tmp_path)[1] == pytest.approx(2.0)  # the same without a cache

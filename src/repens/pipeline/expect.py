@@ -92,14 +92,17 @@ def _gpu_calls(reference: Path, dataset_dir: Path) -> dict[Path, list[Call]]:
     return out
 
 
-def expected_seconds(job_id: str, reference: Path) -> tuple[float, float | None, str] | None:
+def expected_seconds(
+    job_id: str, reference: Path, gpu_calls: dict[Path, dict[Path, list[Call]]] | None = None
+) -> tuple[float, float | None, str] | None:
     """(seconds, jobs, where from) for the job whose first output is ``job_id``
     (``results/<experiment>/<dataset>/<method>/seed<N>/<file>``): the longest of the GPU runs
     of the same method in ``reference`` (every seed there), and how many jobs shared the GPU
     with it on average (:func:`mean_jobs`, over the GPU runs of the same data set; None when
     its log has no timed call); None when it holds none. The runs are read as the results
     page reads them (:mod:`repens.report.results_page`; only the login machine that exports
-    the jobs reads them)."""
+    the jobs reads them). ``gpu_calls`` keeps the calls of a data set's GPU logs between
+    calls (by data set folder), so that many jobs read each data set's logs once."""
     from repens.report.results_page import run_benchmark, run_gpu, run_provenance
 
     parts = Path(job_id).parts
@@ -114,7 +117,10 @@ def expected_seconds(job_id: str, reference: Path) -> tuple[float, float | None,
     if not runs:
         return None
     seconds, _, longest = max(runs, key=lambda run: run[0])
-    by_run = _gpu_calls(reference, method_dir.parent)
+    cache = {} if gpu_calls is None else gpu_calls
+    if method_dir.parent not in cache:
+        cache[method_dir.parent] = _gpu_calls(reference, method_dir.parent)
+    by_run = cache[method_dir.parent]
     jobs = mean_jobs(by_run.get(longest, []), {c for cs in by_run.values() for c in cs})
     devices = ", ".join(sorted({d for _, d, _ in runs}))
     among = f", {jobs:.1f} jobs at a time" if jobs is not None else ""
@@ -131,9 +137,9 @@ def add_expected(jobs: list[dict[str, Any]], reference: Path) -> int:
     """Set ``expected_s``, ``expected_jobs`` (where known) and ``expected_from`` of each job
     of ``jobs`` that ``reference`` holds GPU runs of its method for; the number of jobs
     given one."""
-    count = 0
+    count, gpu_calls = 0, {}
     for job in jobs:
-        found = expected_seconds(job["id"], reference)
+        found = expected_seconds(job["id"], reference, gpu_calls)
         if found is not None:
             seconds, shared, job["expected_from"] = found
             job["expected_s"] = round(seconds, 1)
