@@ -4,7 +4,14 @@ import csv
 
 import pytest
 
-from repens.summaries.training_curves import main, plot_training_curves, training_curves
+from repens.summaries.training_curves import (
+    main,
+    plot_repulsion,
+    plot_training_curves,
+    repulsion_ratios,
+    summarize_repulsion,
+    training_curves,
+)
 
 LINE = "2026-11-26 10:00:00,000 repens.train INFO step {k}/{n}  300 steps/s  train_nll={t} monitor_nll={m}"
 
@@ -68,3 +75,52 @@ def test_the_figure_is_written_with_runs_and_without(tree, capsys):
     assert empty.empty
     plot_training_curves(empty, tree / "empty.png")
     assert (tree / "empty.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+REPULSIVE = LINE + " repulsion={r}"
+
+
+@pytest.fixture
+def repulsive(tmp_path):
+    logs = tmp_path / "logs"
+    _log(
+        logs / "s38.log", *[REPULSIVE.format(k=k, n=50000, t=0.3, m=0.4, r=r) for k, r in ((2500, 1e-9), (5000, 3e-9))]
+    )
+    _log(
+        logs / "s39.log", *[REPULSIVE.format(k=k, n=50000, t=0.3, m=0.4, r=r) for k, r in ((2500, 2e-8), (5000, 4e-8))]
+    )
+    _log(logs / "old.log", LINE.format(k=2500, n=50000, t=0.3, m=0.4))  # written before the diagnostic
+    _log(logs / "de.log", LINE.format(k=2500, n=50000, t=0.3, m=0.4))  # no repulsion term
+    base = {"experiment": "image", "dataset": "fashionmnist", "converged": "True", "row_converged": "True"}
+    _convergence(
+        tmp_path / "convergence.csv",
+        [
+            {**base, "method": "svgd", "seed": "38", "log": str(logs / "s38.log")},
+            {**base, "method": "svgd", "seed": "39", "log": str(logs / "s39.log")},
+            {**base, "method": "svgd", "seed": "40", "log": str(logs / "old.log")},
+            {**base, "method": "de", "seed": "38", "log": str(logs / "de.log")},
+        ],
+    )
+    return tmp_path
+
+
+def test_the_repulsion_diagnostic_is_read_and_summarised_per_method(repulsive):
+    ratios = repulsion_ratios(repulsive / "convergence.csv")
+    assert set(ratios["method"]) == {"svgd"} and set(ratios["seed"]) == {38, 39}  # DE and the old log log none
+    summary = summarize_repulsion(ratios).set_index("method").loc["svgd"]
+    assert summary["runs"] == 2 and summary["seeds"] == "38 39" and summary["points"] == 2
+    assert summary["mean"] == pytest.approx((2e-9 + 3e-8) / 2)  # the mean over runs of each run's mean
+    assert summary["min"] == pytest.approx(1e-9) and summary["max"] == pytest.approx(4e-8)
+    assert summary["last"] == pytest.approx((3e-9 + 4e-8) / 2)
+    assert summarize_repulsion(ratios.iloc[0:0]).empty
+
+
+def test_the_repulsion_figure_and_csv_are_written_with_runs_and_without(repulsive, capsys):
+    png, table = repulsive / "repulsion.png", repulsive / "repulsion.csv"
+    args = ["--convergence", str(repulsive / "convergence.csv"), "--out", str(repulsive / "curves.png")]
+    assert main([*args, "--repulsion-png", str(png), "--repulsion-csv", str(table)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert table.read_text().splitlines()[1].startswith("svgd,2,38 39,")
+    assert "repulsion diagnostic: 2 runs of 1 methods" in capsys.readouterr().out
+    plot_repulsion(repulsion_ratios(repulsive / "convergence.csv", dataset="cifar10"), repulsive / "empty.png")
+    assert (repulsive / "empty.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -35,6 +35,7 @@ ALL_MARKED = {
     "results/figures/claims": "plot_claim_evidence",
     "results/claims.html": "write_claims_page",
     "results/figures/table1_training.png": "plot_training_curves",
+    "results/figures/table1_repulsion.png": "plot_training_curves",
 }
 
 
@@ -104,7 +105,7 @@ def test_report_after_a_partial_run_shows_what_exists_and_lists_what_is_missing(
     for path, command in missing.items():
         assert command == f"snakemake {path} -s {ROOT / 'Snakefile'} -d {tmp_path}"
     assert "results/table2_uci.html" not in description  # not a target of `all`
-    assert "10 of the figures and tables its targets make" in description
+    assert "11 of the figures and tables its targets make" in description
     # the rule and how far its inputs are, e.g. Table 1's: none of its training runs
     assert re.search(r"summarize_image</tt>, 1 of its \d+ inputs built", description)
     # the log says it too

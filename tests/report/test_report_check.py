@@ -34,6 +34,7 @@ def test_the_report_has_every_figure_and_table_of_the_workflow():
             "results/figures/claims",
             "results/claims.html",
             "results/figures/table1_training.png",
+            "results/figures/table1_repulsion.png",
         ]
     )
 

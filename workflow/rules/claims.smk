@@ -43,6 +43,8 @@ CLAIMS_OUTPUTS = [
     "results/figures/claims",
     "results/claims.html",
     "results/figures/table1_training.png",
+    "results/figures/table1_repulsion.png",
+    "results/table1_repulsion.csv",
 ]
 
 CLAIMS_CATEGORY = "5. Claim scorecard (beyond the paper)"
@@ -85,24 +87,34 @@ rule check_convergence:
         " --out {output:q} > {log:q} 2>&1"
 
 
-# Table 1's training curves beside the verdicts: the runs' logs that convergence.csv names.
+# Table 1's training curves beside the verdicts, and the repulsion diagnostic of the
+# repulsive rules: the runs' logs that convergence.csv names.
 rule plot_training_curves:
     input:
         CLAIMS_CONVERGENCE,
     output:
-        report(
+        curves=report(
             "results/figures/table1_training.png",
             caption="../report/table1_training.rst",
             category=CLAIMS_CATEGORY,
             subcategory="Convergence",
             labels={"output": "Table 1 training curves", "format": "PNG"},
         ),
+        repulsion=report(
+            "results/figures/table1_repulsion.png",
+            caption="../report/table1_repulsion.rst",
+            category=CLAIMS_CATEGORY,
+            subcategory="Convergence",
+            labels={"output": "Table 1 repulsion diagnostic", "format": "PNG"},
+        ),
+        repulsion_csv="results/table1_repulsion.csv",
     log:
         "logs/claims/plot_training_curves.log",
     conda:
         "../../envs/repens.yaml"
     shell:
-        "python -m repens.summaries.training_curves --convergence {input:q} --out {output:q} > {log:q} 2>&1"
+        "python -m repens.summaries.training_curves --convergence {input:q} --out {output.curves:q}"
+        " --repulsion-png {output.repulsion:q} --repulsion-csv {output.repulsion_csv:q} > {log:q} 2>&1"
 
 
 rule summarize_claims:

@@ -4,8 +4,13 @@ the training logs that ``results/convergence.csv`` names (rule ``plot_training_c
 The picture beside the convergence verdicts: a late rise of the training NLL (the gate's
 "late degradation") or a held-out NLL still falling is seen at a glance.
 
+From the same logs, the repulsion diagnostic of the repulsive rules: ``repulsion=`` of each
+progress line, ||repulsion|| / ||drift|| of that step's update in the space the rule works
+in (:func:`repens.methods.updates.repulsion_ratio`), against the step and summarised per
+method (does the repulsion act at all at G.4's settings?).
+
 ``python -m repens.summaries.training_curves --convergence results/convergence.csv
---out results/figures/table1_training.png``
+--out results/figures/table1_training.png [--repulsion-png P --repulsion-csv C]``
 """
 
 from __future__ import annotations
@@ -19,10 +24,21 @@ import pandas as pd
 
 from repens.summaries.converged import parse_log
 
-__all__ = ["CURVES", "training_curves", "plot_training_curves", "main"]
+__all__ = [
+    "CURVES",
+    "REPULSION",
+    "training_curves",
+    "repulsion_ratios",
+    "summarize_repulsion",
+    "plot_training_curves",
+    "plot_repulsion",
+    "main",
+]
 
 #: the progress fields drawn (the training loop's names) and their legend labels
 CURVES = {"train_nll": "training NLL", "monitor_nll": "held-out NLL"}
+#: the repulsion diagnostic's progress field and its label
+REPULSION = {"repulsion": "||repulsion|| / ||drift||"}
 
 
 def _run_segment(path: Path) -> list[tuple[int, dict[str, float]]]:
@@ -39,10 +55,9 @@ def _run_segment(path: Path) -> list[tuple[int, dict[str, float]]]:
     return points
 
 
-def training_curves(convergence_csv: Path | str, dataset: str = "fashionmnist") -> pd.DataFrame:
-    """One row per (method, seed, step, curve) of the image runs of ``dataset`` in
-    ``convergence_csv`` whose logs exist: columns method, seed, step, curve (a label of
-    :data:`CURVES`), value, and row_converged (the method's row verdict, as a bool)."""
+def _points(convergence_csv: Path | str, dataset: str, fields: dict[str, str]) -> pd.DataFrame:
+    """One row per (method, seed, step, field) of the image runs of ``dataset`` in
+    ``convergence_csv`` whose logs exist and carry the field (finite values only)."""
     rows = []
     with open(convergence_csv, newline="") as fh:
         runs = [r for r in csv.DictReader(fh) if r["experiment"] == "image" and r["dataset"] == dataset]
@@ -50,20 +65,62 @@ def training_curves(convergence_csv: Path | str, dataset: str = "fashionmnist") 
         log = Path(run["log"]) if run.get("log") else None
         if log is None or not log.is_file():
             continue
-        for step, fields in _run_segment(log):
-            for name, label in CURVES.items():
-                if name in fields and math.isfinite(fields[name]):
+        for step, values in _run_segment(log):
+            for name, label in fields.items():
+                if name in values and math.isfinite(values[name]):
                     rows.append(
                         {
                             "method": run["method"],
                             "seed": int(run["seed"]),
                             "step": step,
                             "curve": label,
-                            "value": fields[name],
+                            "value": values[name],
                             "row_converged": run.get("row_converged") == "True",
                         }
                     )
     return pd.DataFrame(rows, columns=["method", "seed", "step", "curve", "value", "row_converged"])
+
+
+def training_curves(convergence_csv: Path | str, dataset: str = "fashionmnist") -> pd.DataFrame:
+    """One row per (method, seed, step, curve) of the image runs of ``dataset`` in
+    ``convergence_csv`` whose logs exist: columns method, seed, step, curve (a label of
+    :data:`CURVES`), value, and row_converged (the method's row verdict, as a bool)."""
+    return _points(convergence_csv, dataset, CURVES)
+
+
+def repulsion_ratios(convergence_csv: Path | str, dataset: str = "fashionmnist") -> pd.DataFrame:
+    """As :func:`training_curves`, for the repulsion diagnostic (:data:`REPULSION`): the
+    runs whose logs carry it (a rule without a repulsion term logs none)."""
+    return _points(convergence_csv, dataset, REPULSION)
+
+
+def summarize_repulsion(ratios: pd.DataFrame) -> pd.DataFrame:
+    """Per method (in the order of ``ratios``): the runs with the diagnostic (``runs``,
+    ``seeds``), the mean over runs of each run's mean ratio over its logged steps
+    (``mean``), the smallest and largest logged ratio (``min``, ``max``), the mean ratio
+    at the last logged step of each run (``last``) and the logged steps per run (``points``)."""
+    columns = ["method", "runs", "seeds", "mean", "min", "max", "last", "points"]
+    if ratios.empty:
+        return pd.DataFrame(columns=columns)
+    per_run = ratios.sort_values("step").groupby(["method", "seed"], sort=False)["value"]
+    runs = pd.DataFrame({"mean": per_run.mean(), "last": per_run.last(), "points": per_run.size()}).reset_index()
+    order = list(dict.fromkeys(ratios["method"]))
+    out = []
+    for method in order:
+        mine, values = runs[runs["method"] == method], ratios.loc[ratios["method"] == method, "value"]
+        out.append(
+            {
+                "method": method,
+                "runs": len(mine),
+                "seeds": " ".join(str(s) for s in sorted(mine["seed"])),
+                "mean": mine["mean"].mean(),
+                "min": values.min(),
+                "max": values.max(),
+                "last": mine["last"].mean(),
+                "points": int(mine["points"].min()),
+            }
+        )
+    return pd.DataFrame(out, columns=columns)
 
 
 def plot_training_curves(curves: pd.DataFrame, out_png: Path | str, columns: int = 5) -> None:
@@ -104,6 +161,36 @@ def plot_training_curves(curves: pd.DataFrame, out_png: Path | str, columns: int
         plt.close(fig)
 
 
+def plot_repulsion(ratios: pd.DataFrame, out_png: Path | str) -> None:
+    """The repulsion diagnostic against the step on one log-scaled Axes, a colour per
+    method and a line per run. Written atomically as a 150 dpi PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from repens.report.figures import save_figure
+    from repens.report.style import figure_style
+
+    with figure_style():
+        fig, ax = plt.subplots(figsize=(7.0, 3.6))
+        if ratios.empty:
+            ax.text(0.5, 0.5, "no Table 1 run logged the repulsion diagnostic", ha="center", va="center")
+            ax.set_axis_off()
+        else:
+            sns.lineplot(
+                data=ratios, x="step", y="value", hue="method", units="seed", estimator=None, palette="deep", ax=ax
+            )
+            ax.set_yscale("log")
+            ax.set_xlabel("step")
+            ax.set_ylabel(REPULSION["repulsion"])
+            sns.move_legend(ax, "upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", title_fontsize="x-small")
+        fig.tight_layout()
+        save_figure(fig, out_png, "png", dpi=150)
+        plt.close(fig)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m repens.summaries.training_curves --convergence F --out PNG [--dataset D]``."""
     import argparse
@@ -112,11 +199,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--convergence", required=True, help="results/convergence.csv (its log column)")
     parser.add_argument("--out", required=True, help="the PNG to write")
     parser.add_argument("--dataset", default="fashionmnist")
+    parser.add_argument("--repulsion-png", help="also draw the repulsion diagnostic here")
+    parser.add_argument("--repulsion-csv", help="also write its summary per method (summarize_repulsion) here")
     args = parser.parse_args(argv)
     curves = training_curves(args.convergence, args.dataset)
     plot_training_curves(curves, args.out)
     runs = curves.groupby(["method", "seed"]).ngroups if not curves.empty else 0
     print(f"{args.out}: {runs} runs of {curves['method'].nunique()} methods")
+    if args.repulsion_png or args.repulsion_csv:
+        ratios = repulsion_ratios(args.convergence, args.dataset)
+        if args.repulsion_png:
+            plot_repulsion(ratios, args.repulsion_png)
+        if args.repulsion_csv:
+            from repens.core.atomic import write_text_atomic
+
+            write_text_atomic(
+                Path(args.repulsion_csv), summarize_repulsion(ratios).to_csv(index=False, float_format="%.4g")
+            )
+        n = ratios.groupby(["method", "seed"]).ngroups if not ratios.empty else 0
+        print(f"repulsion diagnostic: {n} runs of {ratios['method'].nunique()} methods")
     return 0
 
 
