@@ -291,3 +291,16 @@ def test_page_shows_which_table_rows_converged(tmp_path):
     assert "| fashionmnist | de | 2 | converged | seed 38 |  |" in text
     assert "| fashionmnist | fsvgd | 1 | **not converged** | seed 38 | seed38: late degradation: x |" in text
     assert "| boston | 1 / 2 | dle |" in text
+
+
+def test_a_shown_table_whose_columns_need_words_gets_its_note_after_its_link(tmp_path):
+    kept = tmp_path / "reference" / "results"
+    _write_csv(kept / "table1_repulsion.csv", [{"method": "svgd", "runs": 1, "mean": 3e-8}])
+    _table1_vs_paper(kept / "table1_vs_paper.csv")
+    section = next(s for s in results_page.SECTIONS if s.experiment == "image")
+    lines = results_page._section_lines(section, kept, Path("../reference/results"))
+    repulsion = next(line for line in lines if line.startswith("Table: [`table1_repulsion.csv`]"))
+    assert repulsion.endswith(": " + results_page.TABLE_NOTES["table1_repulsion.csv"])
+    other = next(line for line in lines if line.startswith("Table: [`table1_vs_paper.csv`]"))
+    assert other == "Table: [`table1_vs_paper.csv`](../reference/results/table1_vs_paper.csv)"  # no note, no sidecar
+    assert set(results_page.TABLE_NOTES) <= {rel for s in results_page.SECTIONS for rel in s.tables}

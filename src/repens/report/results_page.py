@@ -74,6 +74,15 @@ PUBLISHED = (
     "figures/table1_repulsion.png",
     "table1_repulsion.csv",
 )
+#: what a shown table holds, where its columns do not say it, after its "Table:" line
+TABLE_NOTES = {
+    "table1_repulsion.csv": (
+        "the repulsion diagnostic of the repulsive rules, ||repulsion|| / ||drift|| of the update (before "
+        "Adam's scaling), read from the training logs that carry it: per method, the runs and seeds, the mean over "
+        "runs of each run's mean over its logged steps, the smallest and largest logged value, the mean at the last "
+        "logged step, and the logged steps per run ([image.md](image.md))"
+    ),
+}
 #: folders of figures a rebuild writes that the tree keeps whole (their PNGs), relative
 #: to results/: the evidence figure of each claim (:mod:`repens.report.claim_figures`)
 PUBLISHED_FOLDERS = ("figures/claims",)
@@ -649,6 +658,8 @@ def _table_link(kept: Path, link: Path, rel: str, also: bool = False) -> str:
     sidecar = rel + ".provenance.json"
     if (kept / sidecar).is_file():
         text += f" (provenance: [`{sidecar}`]({link / sidecar}))"
+    if rel in TABLE_NOTES:
+        text += f": {TABLE_NOTES[rel]}"
     return text
 
 
