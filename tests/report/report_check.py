@@ -47,7 +47,7 @@ RULES = {
     "image": ["summarize_image"],
     "uci": ["summarize_uci"],
     # the scorecard reads the tables of the three above (and Table 2 where it is there)
-    "claims": ["summarize_claims", "plot_claim_evidence", "write_claims_page"],
+    "claims": ["summarize_claims", "plot_claim_evidence", "write_claims_page", "plot_training_curves"],
 }
 MIME = {".png": "image/png", ".html": "text/html", ".pdf": "application/pdf", ".csv": "text/csv"}
 DESCRIPTION = "Repulsive Deep Ensembles are Bayesian"
