@@ -166,11 +166,11 @@ def test_command_lists_every_dataset_and_method_of_the_config(tmp_path, capsys):
     rc, out, err = _run(capsys, "--configfile", str(path), "--timings", str(timings))
     assert rc == 0, err
     assert "device: Fake GPU 80GB" in out and "GPU-hours" in out
-    expanded = load_config(path)  # a variant's methods (de-code-init) run on its data sets only
+    expanded = load_config(path)  # a variant's methods (de-code-protocol) run on its data sets only
     datasets = ("fashionmnist", "cifar10", "mnist")
     methods = {d: dataset_methods(expanded, "image", d) for d in datasets}
-    assert "de-wide" in methods["mnist"] and "de-code-init" in methods["fashionmnist"]
-    assert "de-code-init" not in methods["mnist"]
+    assert "de-wide" in methods["mnist"] and "de-code-protocol" in methods["fashionmnist"]
+    assert "de-code-protocol" not in methods["mnist"]
     listed = re.findall(r"^(\w+)\s+([\w-]+)\s+(\d+)\s+[\d,]+\s", out, re.M)
     assert [(d, m) for d, m, _ in listed] == [(d, m) for d in datasets for m in methods[d]]
     assert {jobs for _, _, jobs in listed} == {"7"}

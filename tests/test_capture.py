@@ -284,7 +284,8 @@ def _image_run(method: str, network: str, steps: int = 6, particles: int = 4, **
     job = ImageJob.of(resolve_job(CONFIG, "image", "fashionmnist", method, seed=0))
     job = job.replace(**{**NETWORKS[network], "particles": particles, "batch_size": 8, **changes})
     x, y = _image_data()
-    model = StackedModel(build_model(job, tuple(x.shape[1:]), 3))
+    # as run_image builds it: the image MLP on the MLP path, the ResNet under vmap
+    model = StackedModel(build_model(job, tuple(x.shape[1:]), 3), input_shape=tuple(x.shape[1:]))
     g = torch.Generator().manual_seed(1)
     prior_std = job.prior_std
     if job.l2_search:
@@ -324,6 +325,11 @@ def test_a_captured_step_makes_no_host_data_waits_for_nothing_and_draws_from_the
         ("kde-wgd", {"bandwidth": 0.5}),
         ("fsvgd", {"function_prior": "gp"}),
         ("ssge-fwgd", {"function_prior": "ssge", "prior_samples": 6}),
+        ("fsvgd", {"function_output": "softmax", "repulsion_scale": "num_train"}),
+        ("kde-fwgd", {"function_output": "softmax"}),
+        ("sge-fwgd", {"function_output": "softmax"}),
+        ("ssge-fwgd", {"function_output": "softmax"}),
+        ("svgd", {"repulsion_scale": "num_train"}),
     ],
 )
 def test_other_options_are_captured_too(recording, method, changes):

@@ -585,11 +585,11 @@ def test_paper_row_names_another_method_and_never_reaches_a_job():
     """``paper_row`` is display only: the job (and so its key) is the same with or without
     it; a paper_row naming no method, or the method itself, is refused naming the key."""
     config = load_config()
-    expand_variants(config)  # de-code-init: the deep ensemble's code-init variant
-    job = resolve_job(dict(config, scale="paper"), "image", "fashionmnist", "de-code-init", 38)
-    assert config["methods"]["de-code-init"]["paper_row"] == "de" and "paper_row" not in job
-    for bad in ("nope", "de-code-init"):
+    expand_variants(config)  # de-code-protocol: the deep ensemble's code-protocol variant
+    job = resolve_job(dict(config, scale="paper"), "image", "fashionmnist", "de-code-protocol", 38)
+    assert config["methods"]["de-code-protocol"]["paper_row"] == "de" and "paper_row" not in job
+    for bad in ("nope", "de-code-protocol"):
         broken = copy.deepcopy(config)
-        broken["methods"]["de-code-init"]["paper_row"] = bad
-        with pytest.raises(ConfigError, match=f"methods.de-code-init.paper_row: '{bad}' is not another method"):
+        broken["methods"]["de-code-protocol"]["paper_row"] = bad
+        with pytest.raises(ConfigError, match=f"methods.de-code-protocol.paper_row: '{bad}' is not another method"):
             check_config(broken)

@@ -153,7 +153,7 @@ def test_the_registry_is_what_the_modules_read():
     assert dict(RULE_OPTIONS) == {
         "ensemble": set(),
         "anchored": {"anchor_divisor"},
-        "svgd": set(),
+        "svgd": {"repulsion_scale"},
         "wgd": {"estimator"},
         "langevin": {"temperature", "mmd_weight", "prior_samples"},
     }

@@ -399,6 +399,7 @@ def test_declared_rule_options_are_the_rules_keyword_arguments():
     the rule functions, the score estimators and the function prior take."""
     import inspect
 
+    from repens.core.registry import FUNCTION_SPACE_OPTIONS
     from repens.jobs.rule_options import ESTIMATOR_OPTIONS, FUNCTION_PRIOR_OPTIONS, FUNCTION_SPACE, RULE_OPTIONS
     from repens.methods.updates import FUNCTION_SPACE_RULES
     from repens.models.scores import SCORE_ESTIMATORS
@@ -414,9 +415,9 @@ def test_declared_rule_options_are_the_rules_keyword_arguments():
     assert keywords(function_prior_score, {"outputs", "ctx"}) == FUNCTION_PRIOR_OPTIONS
     assert set(FUNCTION_SPACE_RULES) == FUNCTION_SPACE
     # the function-space forms take the weight-space options (wgd: estimator and its
-    # options, passed through) and the function prior's, by keyword
-    assert keywords(fwgd, {"params", "ctx"}) == {"estimator", "eta", "num_eigs"}
-    assert keywords(fsvgd, {"params", "ctx"}) == set()
+    # options, passed through), the function-space ones and the function prior's, by keyword
+    assert keywords(fwgd, {"params", "ctx"}) == {"estimator", "eta", "num_eigs"} | FUNCTION_SPACE_OPTIONS
+    assert keywords(fsvgd, {"params", "ctx"}) == RULE_OPTIONS["svgd"] | FUNCTION_SPACE_OPTIONS
 
 
 def test_svgd_direction_is_eq_6_term_by_term():

@@ -173,7 +173,7 @@ def _campaign():
 def test_campaign_queues_follow_the_paper_results_order():
     campaign = _campaign()
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
-    expand_variants(config)  # as the campaign reads it: de-code-init is a variant's method
+    expand_variants(config)  # as the campaign reads it: de-code-protocol is a variant's method
     image = campaign.build_queue(ROOT, "image")
     methods = config["experiments"]["image"]["methods"]
     table = (ROOT / "workflow" / "resources" / "table1_paper.csv").read_text()

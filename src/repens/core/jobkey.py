@@ -52,9 +52,10 @@ __all__ = [
 #: across a transposed copy, :func:`repens.models.posteriors.softmax_classes`; 5: large MLP stacks
 #: in blocks of rows, :data:`repens.models.particles.BLOCK_BYTES`; 6: a one-output layer's bias added
 #: after its product, not inside ``baddbmm``; 7: MLP activations feature-major, (n, H, B); 8:
-#: denormal floats flushed to zero on the CPU, :mod:`repens.core.denormals`)
+#: denormal floats flushed to zero on the CPU, :mod:`repens.core.denormals`; 9: the image MLP on
+#: the MLP path, ``StackedModel(..., input_shape=...)``, not under ``vmap``)
 #: is not resumed.
-ENGINE_VERSION = 8
+ENGINE_VERSION = 9
 
 #: spec fields that do not change results: display name, logging and checkpoint cadence,
 #: where the UCI data live

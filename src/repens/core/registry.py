@@ -30,6 +30,7 @@ from typing import Any
 __all__ = [
     "SPACES",
     "FUNCTION_PRIOR_OPTIONS",
+    "FUNCTION_SPACE_OPTIONS",
     "Rule",
     "Estimator",
     "Dataset",
@@ -67,6 +68,9 @@ SPACES = ("weight", "function")
 #: options of the function prior, taken by every function-space rule
 #: (repens.methods.updates.function_prior_score)
 FUNCTION_PRIOR_OPTIONS = frozenset({"function_prior", "prior_samples", "prior_eta", "gp_lengthscale", "gp_variance"})
+#: options every function-space form takes besides its function prior's: which output of
+#: the network the rule's kernel and scores see (repens.methods.updates.FUNCTION_OUTPUTS)
+FUNCTION_SPACE_OPTIONS = frozenset({"function_output"})
 
 
 @dataclass(frozen=True)
@@ -215,14 +219,19 @@ def rule_options_of(rule_name: str, space: str = "weight", estimator: str | None
     if spec.estimator and estimator in ESTIMATORS:
         options |= ESTIMATORS[estimator].options
     if space == "function":
-        options |= FUNCTION_PRIOR_OPTIONS
+        options |= FUNCTION_PRIOR_OPTIONS | FUNCTION_SPACE_OPTIONS
     return frozenset(options)
 
 
 _UPDATES = "repens.methods.updates"
 register_rule("ensemble", f"{_UPDATES}:ensemble")
 register_rule(
-    "svgd", f"{_UPDATES}:svgd", repulsive=True, function_space="fsvgd", function_space_function=f"{_UPDATES}:fsvgd"
+    "svgd",
+    f"{_UPDATES}:svgd",
+    options={"repulsion_scale"},
+    repulsive=True,
+    function_space="fsvgd",
+    function_space_function=f"{_UPDATES}:fsvgd",
 )
 register_rule(
     "wgd",

@@ -9,11 +9,13 @@ initialisation::
         methods: [de, svgd, ...]
         datasets: [fashionmnist]
         settings: {init: torch}
+        method_settings: {fsvgd: {function_output: softmax}}   # optional, per listed method
 
 makes, for each listed method ``m``, the method ``m-code-init``: ``m``'s entry, labelled
 "<m's label> (code's init)" and set beside ``m``'s paper row (``paper_row``), with ``m``'s
 settings at every layer of the experiment (:mod:`repens.pipeline.config`) and the variant's
-``settings`` on top of them, run on the listed data sets only. :func:`expand_variants` writes
+``settings`` on top of them (and its ``method_settings`` for ``m`` on top of those), run on
+the listed data sets only. :func:`expand_variants` writes
 these methods into the config as a user would by hand, so everything downstream (the grid,
 resolve_job, the tables, the budget) sees ordinary methods; :func:`dataset_methods` is the
 experiment's methods on one data set (a variant's methods only on its data sets).
@@ -82,6 +84,11 @@ def _check_variant(where: str, spec: Mapping[str, Any], methods: Mapping[str, An
         if base not in methods:
             known = sorted(methods)
             raise VariantError(f"{where}.methods[{i}]: unknown method {base!r}; defined under 'methods': {known}")
+    for base in spec.get("method_settings") or {}:
+        if base not in spec.get("methods", []):
+            raise VariantError(
+                f"{where}.method_settings.{base}: {base!r} is not among the variant's methods {spec.get('methods', [])}"
+            )
     for i, ds in enumerate(spec.get("datasets", [])):
         if ds not in (exp.get("datasets") or {}):
             raise VariantError(f"{where}.datasets[{i}]: {ds!r} is not a dataset of this experiment")
@@ -101,4 +108,5 @@ def _copy_settings(exp: dict[str, Any], base: str, name: str, spec: Mapping[str,
             on_dataset = datasets[ds] = datasets.get(ds) or {}
             per_method = on_dataset.setdefault("method_settings", {})
             own = copy.deepcopy(per_method.get(base) or {})
-            per_method[name] = {**own, **copy.deepcopy(spec.get("settings") or {})}
+            mine = (spec.get("method_settings") or {}).get(base) or {}
+            per_method[name] = {**own, **copy.deepcopy(spec.get("settings") or {}), **copy.deepcopy(mine)}

@@ -394,7 +394,7 @@ def run_image(
     torch.manual_seed(seed)
     data = load_image_data(inputs["train"], inputs["ood"], job.normalize, dev)
     net = build_model(job, data.input_shape, data.num_classes).to(dev)
-    model = StackedModel(net, chunk_size=job.chunk_size)
+    model = StackedModel(net, chunk_size=job.chunk_size, input_shape=data.input_shape)
     # the run's one random stream lives on the training device: batches, prior draws and
     # Langevin noise are drawn where they are used, with no host-to-device copy per step
     generator = torch.Generator(device=dev).manual_seed(seed)
@@ -433,8 +433,9 @@ NOT_STACKABLE = {
 
 class SeedStackModel(StackedModel):
     """A :class:`StackedModel` that also takes a stack of seeds: params (G, n, D) with one
-    input batch per seed (G, B, ...) gives outputs (G, n, B, ...). A network that is not a
-    plain MLP (the image models: ``Flatten`` first) runs under a ``vmap`` over the seeds of
+    input batch per seed (G, B, ...) gives outputs (G, n, B, ...). The image MLP (built with
+    its ``input_shape``) runs on the MLP path, one batched GEMM per layer for all seeds; a
+    network that is not an MLP (the ResNet) runs under a ``vmap`` over the seeds of
     the one-seed ``vmap`` over particles, which on the CPU computes every seed's outputs and
     their gradient bit for bit as the one-seed forward does
     (``tests/experiments/test_image_stack.py``); (n, D) params run as in the parent."""
@@ -725,7 +726,7 @@ def _run_stacked(jobs: list[ImageJob], outs: list[Path], checkpoint: Path, input
     torch.manual_seed(first.seed)
     data = load_image_data(inputs["train"], inputs["ood"], first.normalize, dev)
     net = build_model(first, data.input_shape, data.num_classes).to(dev)
-    model = SeedStackModel(net, chunk_size=first.chunk_size)
+    model = SeedStackModel(net, chunk_size=first.chunk_size, input_shape=data.input_shape)
     log.info("seed stack %s of job %s", seeds, json.dumps(first.spec, sort_keys=True))
     log.info(
         "device %s; %d seeds x %d particles of %d parameters; %d training images",

@@ -78,6 +78,8 @@ RULE_FIELDS = (
     "temperature",
     "mmd_weight",
     "anchor_divisor",
+    "function_output",
+    "repulsion_scale",
 )
 
 #: fields no settings layer of config.yaml sets: resolve_job fills in which run a job is
@@ -461,6 +463,12 @@ class Job(_Spec):
     #: anchored: what divides the anchoring term, n_train (Eq. 11) or batch (Pearce et al.'s code)
     #: (None: the rule's default, n_train)
     anchor_divisor: Literal["n_train", "batch"] | None = None
+    #: function space: the output the rule's kernel and scores see, logits or softmax (the
+    #: released code's default) (None: the rule's default, logits)
+    function_output: Literal["logits", "softmax"] | None = None
+    #: svgd (both spaces): factor on the kernel-gradient term, a number or num_train (N, the
+    #: released code's --num_train) (None: the rule's default, 1)
+    repulsion_scale: Literal["num_train"] | float | None = None
 
     # training -----------------------------------------------------------------
     #: number of particles (ensemble members)

@@ -26,12 +26,15 @@ from torch import Tensor
 from repens.core import registry
 from repens.core.registry import LiveMapping, load_function
 from repens.models.kernels import RBF, kernel_grad_sum, squared_distances
-from repens.models.posteriors import Batch, Posterior
+from repens.models.posteriors import Batch, Posterior, softmax_classes
 from repens.models.scores import SCORE_ESTIMATORS, ssge_score
 
 __all__ = [
     "Update",
     "repulsion_ratio",
+    "preconditioned_repulsion_ratio",
+    "FUNCTION_OUTPUTS",
+    "REPULSION_SCALES",
     "StepContext",
     "UPDATE_RULES",
     "FUNCTION_SPACE_RULES",
@@ -64,6 +67,22 @@ class Update:
     #: the space it works in (weights, or function values for the function-space rules),
     #: computed only when asked (the training loop asks at log steps; see :func:`repulsion_ratio`)
     forces: Callable[[], tuple[Tensor, Tensor]] | None = None
+    #: for a function-space rule, the map of a function-space vector (its ``forces``' space)
+    #: to weights (the Jacobian's transpose); ``None``: the rule works in weight space
+    pull_back: Callable[[Tensor], Tensor] | None = None
+
+
+def preconditioned_repulsion_ratio(update: Update, scale: Tensor) -> Tensor | None:
+    """``||scale * repulsion_w|| / ||scale * drift_w||`` with both terms in weight space
+    (a function-space rule's pulled back): the repulsion's share of the step once an optimizer
+    has rescaled each coordinate by ``scale`` (Adam's ``1 / (sqrt(v_hat) + eps)``), one value
+    per set of a stack; ``None`` for a rule with no repulsion."""
+    if update.forces is None:
+        return None
+    drift, repulsion = update.forces()
+    if update.pull_back is not None:
+        drift, repulsion = update.pull_back(drift), update.pull_back(repulsion)
+    return (scale * repulsion).flatten(-2).norm(dim=-1) / (scale * drift).flatten(-2).norm(dim=-1)
 
 
 def repulsion_ratio(update: Update) -> Tensor | None:
@@ -145,15 +164,32 @@ def ensemble(params: Tensor, ctx: StepContext) -> Update:
     return Update(grad_log_posterior(params, ctx))
 
 
-def svgd(params: Tensor, ctx: StepContext) -> Update:
-    """SVGD, Eq. 6: ``phi_i = 1/n sum_j [k(w_j, w_i) grad log p(w_j|D) + grad_{w_j} k(w_j, w_i)]``.
+#: what SVGD's and f-SVGD's ``repulsion_scale`` may be besides a number: ``"num_train"``, the
+#: posterior's N, as the authors' released code does with ``--num_train``
+#: (``methods/SVGD.py``, ``methods/f_SVGD.py``: ``num_t * grad_K``)
+REPULSION_SCALES = ("num_train",)
+
+
+def _repulsion_scale(scale: float | str, ctx: StepContext) -> float:
+    """The factor on SVGD's kernel-gradient term: a number, or ``"num_train"`` (N)."""
+    if isinstance(scale, str):
+        if scale not in REPULSION_SCALES:
+            raise ValueError(f"repulsion_scale {scale!r}; use a number or one of {list(REPULSION_SCALES)}")
+        return float(ctx.posterior.num_train)
+    return float(scale)
+
+
+def svgd(params: Tensor, ctx: StepContext, repulsion_scale: float | str = 1.0) -> Update:
+    """SVGD, Eq. 6: ``phi_i = 1/n sum_j [k(w_j, w_i) grad log p(w_j|D) + s grad_{w_j} k(w_j, w_i)]``
+    with ``s = repulsion_scale`` (1 in Eq. 6; ``"num_train"``: N, the released code's
+    ``--num_train``).
 
     For the RBF kernel ``sum_j grad_{w_j} k(w_j, w_i) = -sum_j grad_{w_i} k(w_i, w_j)``.
     """
     w = params.detach()
     gram, h = ctx.kernel.self_gram(w)
     score = grad_log_posterior(w, ctx)
-    direction = _svgd_direction(w, score, gram, h)
+    direction = _svgd_direction(w, score, gram, h, _repulsion_scale(repulsion_scale, ctx))
     return Update(direction, forces=partial(_svgd_forces, score, gram, direction))
 
 
@@ -287,6 +323,8 @@ def function_prior_score(
     prior_eta: float = 0.01,
     gp_lengthscale: float = 1.0,
     gp_variance: float = 1.0,
+    *,
+    output_map: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """``grad_f log p(f)`` at the particles' outputs ``outputs`` (n, B*C) on the batch inputs.
 
@@ -295,6 +333,9 @@ def function_prior_score(
     * ``gp``: analytic GP prior with RBF covariance
       ``gp_variance * exp(-|x-x'|^2 / (2 gp_lengthscale^2))`` per output, score
       ``-K_X^{-1} f`` (jitter 1e-6 * variance).
+
+    ``output_map``: what maps a network's outputs (..., B, C) to the values ``outputs`` holds
+    (the softmax, for a rule on probabilities); ``None``: the outputs themselves.
     """
     x = ctx.batch.x
     sets = outputs.dim() - 2  # leading axes of a stack of sets (0 for one set)
@@ -302,7 +343,8 @@ def function_prior_score(
         m = prior_samples or outputs.shape[-2]
         draws = prior_draws(ctx, outputs, m)
         with torch.no_grad():
-            prior_outputs = ctx.posterior.predict(draws, x).flatten(sets + 1)
+            prior_outputs = ctx.posterior.predict(draws, x)
+            prior_outputs = (prior_outputs if output_map is None else output_map(prior_outputs)).flatten(sets + 1)
         return ssge_score(prior_outputs, RBF(), eta=prior_eta, query=outputs)
     if function_prior == "gp":
         flat_x = x.flatten(sets + 1).to(outputs.dtype)  # (..., B, features)
@@ -314,26 +356,53 @@ def function_prior_score(
     raise ValueError(f"unknown function prior {function_prior!r}; known: ['gp', 'ssge']")
 
 
-def _function_space(params: Tensor, ctx: StepContext, prior_options: dict):
+#: which output of the network a function-space rule works on (option ``function_output``):
+#: ``logits`` (the default), or ``softmax``, the class probabilities, as the authors' released
+#: code does by default (``logit_soft=0``, ``utils/config.py``; ``methods/method_utils.py``)
+FUNCTION_OUTPUTS = ("logits", "softmax")
+
+
+def _function_space(params: Tensor, ctx: StepContext, prior_options: dict, function_output: str = "logits"):
     """The particles' outputs on the batch flattened to (..., n, B*C), ``grad_f log p(f | D)``
-    there, and the pull-back ``direction_f -> (df_i / dw_i)^T direction_f_i`` to weights."""
+    there, and the pull-back ``direction_f -> (df_i / dw_i)^T direction_f_i`` to weights.
+
+    ``function_output="softmax"``: ``f`` is the softmax of the logits ``z``; the likelihood's
+    score there is the released code's, ``d/dp [N/B sum_b log(p_b,y_b + 1e-15)]``
+    (:meth:`repens.models.posteriors.NetworkPosterior.probability_grad_log_likelihood`), the
+    function prior's draws are mapped to probabilities too, and the pull-back goes through
+    the softmax's Jacobian, ``v -> p * (v - <p, v>)`` per example, then the network's."""
     if ctx.batch is None or not hasattr(ctx.posterior, "outputs_with_pullback"):
         raise ValueError("function-space rules need a network posterior and a data batch")
+    if function_output not in FUNCTION_OUTPUTS:
+        raise ValueError(f"function_output {function_output!r}; known: {list(FUNCTION_OUTPUTS)}")
     outputs, pull_back = ctx.posterior.outputs_with_pullback(params, ctx.batch.x)
-    flat = outputs.flatten(params.dim() - 1)  # (..., n, B * C)
-    lik_score = ctx.posterior.output_grad_log_likelihood(outputs, ctx.batch).flatten(params.dim() - 1)
-    score = lik_score + function_prior_score(flat, ctx, **prior_options)
-    return flat, score, lambda direction_f: pull_back(direction_f.view_as(outputs))
+    lead = params.dim() - 1
+    if function_output == "logits":
+        seen, to_seen = outputs, None
+        lik_score = ctx.posterior.output_grad_log_likelihood(outputs, ctx.batch)
+        to_network = pull_back
+    else:
+        seen = to_seen = softmax_classes(outputs)
+        lik_score = ctx.posterior.probability_grad_log_likelihood(seen, ctx.batch)
+
+        def to_network(v: Tensor) -> Tensor:
+            return pull_back(seen * (v - (seen * v).sum(-1, keepdim=True)))
+
+    flat = seen.flatten(lead)  # (..., n, B * C)
+    output_map = None if to_seen is None else softmax_classes
+    score = lik_score.flatten(lead) + function_prior_score(flat, ctx, output_map=output_map, **prior_options)
+    return flat, score, lambda direction_f: to_network(direction_f.view_as(outputs))
 
 
-def _svgd_direction(x: Tensor, score: Tensor, gram: Tensor, h: Tensor) -> Tensor:
+def _svgd_direction(x: Tensor, score: Tensor, gram: Tensor, h: Tensor, repulsion_scale: float = 1.0) -> Tensor:
     """Eq. 6 for particles ``x`` (..., n, d) with scores ``score``:
-    ``1/n sum_j [k(x_j, x_i) score_j + grad_{x_j} k(x_j, x_i)]``. With ``xc = x - x_0`` the
+    ``1/n sum_j [k(x_j, x_i) score_j + s grad_{x_j} k(x_j, x_i)]`` (``s = repulsion_scale``,
+    the factor folded into ``2/h`` below). With ``xc = x - x_0`` the
     repulsion is ``(2/h) (diag(K 1) xc - K xc)`` (:func:`repens.models.kernels.kernel_grad_sum`), so
     the whole direction is one GEMM, ``K (score - (2/h) xc) + (2/h) (K 1) * xc``, over n:
     exactly ``score`` for one particle and exactly ``K score / n`` for coincident ones."""
     xc = x - x[..., :1, :]
-    two_over_h = 2.0 / h
+    two_over_h = 2.0 / h if repulsion_scale == 1.0 else 2.0 * repulsion_scale / h
     pushed = torch.addcmul(score, xc, two_over_h, value=-1.0) if torch.is_tensor(h) else score - two_over_h * xc
     direction = torch.matmul(gram, pushed)
     direction.addcmul_(gram.sum(-1, keepdim=True) * two_over_h, xc)
@@ -346,12 +415,21 @@ def _svgd_forces(score: Tensor, gram: Tensor, direction: Tensor) -> tuple[Tensor
     return drift, direction - drift
 
 
-def fsvgd(params: Tensor, ctx: StepContext, **prior_options) -> Update:
-    """Function-space SVGD, Eq. 7, on outputs over the batch, pulled back with the Jacobian."""
-    flat, score, pull_back = _function_space(params, ctx, prior_options)
+def fsvgd(
+    params: Tensor,
+    ctx: StepContext,
+    repulsion_scale: float | str = 1.0,
+    function_output: str = "logits",
+    **prior_options,
+) -> Update:
+    """Function-space SVGD, Eq. 7, on outputs over the batch (``function_output``: the logits
+    or their softmax), pulled back with the Jacobian; ``repulsion_scale`` as :func:`svgd`'s."""
+    flat, score, pull_back = _function_space(params, ctx, prior_options, function_output)
     gram, h = ctx.kernel.self_gram(flat)
-    direction_f = _svgd_direction(flat, score, gram, h)
-    return Update(pull_back(direction_f), forces=partial(_svgd_forces, score, gram, direction_f))
+    direction_f = _svgd_direction(flat, score, gram, h, _repulsion_scale(repulsion_scale, ctx))
+    return Update(
+        pull_back(direction_f), forces=partial(_svgd_forces, score, gram, direction_f), pull_back=pull_back
+    )
 
 
 def fwgd(
@@ -360,13 +438,15 @@ def fwgd(
     estimator: str = "kde",
     eta: float | None = None,
     num_eigs: int | None = None,
+    function_output: str = "logits",
     **prior_options,
 ) -> Update:
     """Function-space WGD, Eq. 5 with Eq. 20 (KDE) or the SGE/SSGE analogues:
-    ``phi_f = grad_f log p(f|D) - grad_f log rho(f)``, pulled back with the Jacobian."""
-    flat, score, pull_back = _function_space(params, ctx, prior_options)
+    ``phi_f = grad_f log p(f|D) - grad_f log rho(f)`` on the logits or their softmax
+    (``function_output``), pulled back with the Jacobian."""
+    flat, score, pull_back = _function_space(params, ctx, prior_options, function_output)
     density_score = SCORE_ESTIMATORS[estimator](flat, ctx.kernel, **_estimator_options(eta, num_eigs))
-    return Update(pull_back(score - density_score), forces=lambda: (score, -density_score))
+    return Update(pull_back(score - density_score), forces=lambda: (score, -density_score), pull_back=pull_back)
 
 
 def _estimator_options(eta: float | None, num_eigs: int | None) -> dict:

@@ -33,6 +33,17 @@ from torch.func import functional_call, vmap
 __all__ = ["StackedModel", "ParamSlot"]
 
 
+def _leading_flatten(module: nn.Module) -> nn.Module | None:
+    """The MLP of ``Sequential(Flatten(), mlp)`` (the image networks: every example's
+    features flattened, then the MLP); ``None`` for any other module."""
+    if not isinstance(module, nn.Sequential) or len(module) != 2:
+        return None
+    first, rest = module
+    if type(first) is not nn.Flatten or (first.start_dim, first.end_dim) != (1, -1):
+        return None
+    return rest
+
+
 def _mlp_layers(module: nn.Module) -> tuple[tuple[bool, bool], ...] | None:
     """For ``Sequential(Linear, ReLU, ..., Linear)``: per Linear, (whether a ReLU follows,
     whether it has a bias); ``None`` for any other module (it runs under ``vmap``)."""
@@ -266,9 +277,15 @@ class StackedModel:
         module: a template network; its own parameter values are never used by
             :meth:`forward` (they are replaced by the rows of ``params``).
         chunk_size: optional ``vmap`` chunk size to bound memory on large models.
+        input_shape: the shape of one example, e.g. (1, 28, 28). With it, a
+            ``Sequential(Flatten(), mlp)`` (the image MLP) runs on the MLP path, each
+            example's ``len(input_shape)`` trailing dimensions flattened first; without it
+            (the leading axes of the inputs would be ambiguous) it runs under ``vmap``.
     """
 
-    def __init__(self, module: nn.Module, chunk_size: int | None = None) -> None:
+    def __init__(
+        self, module: nn.Module, chunk_size: int | None = None, input_shape: tuple[int, ...] | None = None
+    ) -> None:
         self.module = module
         self.chunk_size = chunk_size
         slots, start = [], 0
@@ -279,7 +296,10 @@ class StackedModel:
         self.dim = start
         self.buffers = dict(module.named_buffers())
         self._sizes = [s.stop - s.start for s in self.slots]
-        self._mlp = _mlp_layers(module)
+        flattened = _leading_flatten(module) if input_shape is not None else None
+        #: how many trailing dimensions of the inputs make one example (flattened before the MLP)
+        self._example_dims = len(input_shape) if flattened is not None else 1
+        self._mlp = _mlp_layers(module if flattened is None else flattened)
         self._mlp_slots = _mlp_slots(self._mlp) if self._mlp is not None else ()
 
     def unflatten(self, row: Tensor) -> dict[str, Tensor]:
@@ -325,9 +345,11 @@ class StackedModel:
         :meth:`forward_saving_inputs` (a vector-Jacobian product, written out)."""
         return _mlp_backward(params, inputs, grad_out, self)
 
-    @staticmethod
-    def _per_group(params: Tensor, x: Tensor) -> Tensor:
-        """One input batch per group (G, B, in) -> (G, 1, B, in), shared by its particles."""
+    def _per_group(self, params: Tensor, x: Tensor) -> Tensor:
+        """Examples flattened to ``in`` features (``input_shape``'s MLP); one input batch per
+        group (G, B, in) -> (G, 1, B, in), shared by its particles."""
+        if self._example_dims > 1:
+            x = x.flatten(-self._example_dims)
         return x.unsqueeze(-3) if x.dim() == params.dim() else x
 
     def _forward_mlp(self, params: Tensor, x: Tensor) -> Tensor:

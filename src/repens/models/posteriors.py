@@ -135,6 +135,9 @@ def categorical_output_grad(outputs: Tensor, y: Tensor, noise_std: float | None 
     return grad.scatter_add_(-1, labels, torch.ones_like(labels, dtype=grad.dtype))
 
 
+#: what the released code adds to a probability inside its log (``log(p + 1e-15)``)
+PROBABILITY_FLOOR = 1e-15
+
 #: each likelihood's gradient with respect to the network outputs, in closed form
 OUTPUT_GRADS = {"gaussian": gaussian_output_grad, "categorical": categorical_output_grad}
 
@@ -187,12 +190,26 @@ class NetworkPosterior:
         p = params.requires_grad_(True)
         with torch.enable_grad():
             outputs = self.model(p, x)
-        return outputs.detach(), lambda v: torch.autograd.grad(outputs, p, grad_outputs=v)[0]
+        # retain_graph: the pull-back may be called again for a diagnostic after the step
+        # (repens.methods.updates.preconditioned_repulsion_ratio); the graph goes with the update
+        return outputs.detach(), lambda v: torch.autograd.grad(outputs, p, grad_outputs=v, retain_graph=True)[0]
 
     def output_grad_log_likelihood(self, outputs: Tensor, batch: Batch) -> Tensor:
         """``d/df`` of :meth:`log_likelihood_outputs` (full-data scaled) in closed form (:data:`OUTPUT_GRADS`)."""
         scale = self.num_train / outputs.shape[-2]
         return OUTPUT_GRADS[self.likelihood](outputs, batch.y, self.noise_std).mul_(scale)
+
+    def probability_grad_log_likelihood(self, probs: Tensor, batch: Batch) -> Tensor:
+        """The categorical likelihood's score with respect to the class probabilities ``probs``
+        (..., n, B, C), as the authors' released code computes it on softmax outputs
+        (``utils/distributions.py``, ``pred_idx=0``): ``d/dp [N/B sum_b log(p_b,y_b + 1e-15)]``,
+        ``N/B / (p_b,y_b + 1e-15)`` at each example's label and 0 elsewhere."""
+        if self.likelihood != "categorical":
+            raise ValueError(f"a rule on softmax outputs needs the categorical likelihood, not {self.likelihood!r}")
+        scale = self.num_train / probs.shape[-2]
+        labels = _targets(batch.y, probs).long().expand(probs.shape[:-1]).unsqueeze(-1)
+        at_label = probs.gather(-1, labels).add_(PROBABILITY_FLOOR).reciprocal_().mul_(scale)
+        return torch.zeros_like(probs).scatter_(-1, labels, at_label)
 
     def grad_log_likelihood(self, params: Tensor, batch: Batch) -> Tensor:
         """The full-data-scaled log-likelihood's gradient (..., D): the likelihood's output

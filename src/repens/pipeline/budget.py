@@ -412,7 +412,7 @@ class StageRun:
         self.job, self.stage = job, stage
         self.device = dev = resolve_device(device)
         shape = EXPERIMENTS[EXPERIMENT].shapes[job.dataset]
-        model = StackedModel(build_model(job, shape, 10).to(dev), chunk_size=job.chunk_size)
+        model = StackedModel(build_model(job, shape, 10).to(dev), chunk_size=job.chunk_size, input_shape=shape)
         self.generator = torch.Generator(device=dev).manual_seed(job.seed)
         g = torch.Generator().manual_seed(job.seed)
         n_images = max(images, job.batch_size)

@@ -42,7 +42,7 @@ from repens.core.atomic import torch_save_atomic
 from repens.core.environment import env_setting
 from repens.core.jobkey import ENGINE_VERSION, load_keyed_checkpoint
 from repens.methods.optimizers import OPTIMIZERS, make_optimizer
-from repens.methods.updates import StepContext, Update, repulsion_ratio
+from repens.methods.updates import StepContext, Update, preconditioned_repulsion_ratio, repulsion_ratio
 from repens.models.posteriors import Batch
 from repens.training.host_memory import keep_freed_memory
 from repens.training.step_graph import StepGraphs, StepState, backend_for
@@ -360,12 +360,23 @@ class Progress:
     def due(self, done: int) -> bool:
         return done % self.settings.log_every == 0 or done == self.settings.steps
 
-    def record(self, done: int, result: Update, params: Tensor, repulsion: list) -> None:
+    def record(
+        self,
+        done: int,
+        result: Update,
+        params: Tensor,
+        repulsion: list,
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> None:
         ratio = repulsion_ratio(result)
         extra = self.on_log(done, params.detach()) if self.on_log else {}
         if ratio is not None:
             repulsion.append((done, [significant(float(r)) for r in ratio.flatten()]))
             extra = {**extra, "repulsion": float(ratio.mean())}  # a stack's sets: their mean
+            scale = adam_scale(optimizer, params)
+            if scale is not None:
+                adam_ratio = preconditioned_repulsion_ratio(result, scale)
+                extra["repulsion_adam"] = float(adam_ratio.mean())
         rate = (done - self.start) / max(time.perf_counter() - self.t0, 1e-9)
         fields = " ".join(f"{k}={v:.4g}" for k, v in extra.items())
         log.info(
@@ -376,6 +387,24 @@ class Progress:
             (self.settings.steps - done) / rate,
             fields,
         )
+
+
+def adam_scale(optimizer: torch.optim.Optimizer | None, params: Tensor) -> Tensor | None:
+    """Adam's per-coordinate scaling of a direction, ``1 / (sqrt(v_hat) + eps)``, from its
+    state for ``params`` after its last step; ``None`` for another optimizer or before a step.
+    The repulsion's share of the step after it is logged as ``repulsion_adam=`` (the
+    weight-space forces rescaled by it: :func:`repens.methods.updates.preconditioned_repulsion_ratio`;
+    for a function-space rule the pull-back reads the particles after the step, one step
+    later than the forces: a diagnostic, not a replay of the step)."""
+    if not isinstance(optimizer, torch.optim.Adam) or params not in optimizer.state:
+        return None
+    state, group = optimizer.state[params], optimizer.param_groups[0]
+    if "exp_avg_sq" not in state:
+        return None
+    beta2, eps = group["betas"][1], group["eps"]
+    step = state["step"]
+    v_hat = state["exp_avg_sq"] / (1.0 - torch.pow(beta2, step.to(state["exp_avg_sq"])))
+    return v_hat.sqrt_().add_(eps).reciprocal_()
 
 
 class Every:
@@ -450,7 +479,7 @@ def run(
             done = index + 1
             loop.guard.stepped(done)
             if progress.due(done):
-                progress.record(done, result, loop.params, repulsion)
+                progress.record(done, result, loop.params, repulsion, loop.optimizer)
             stop_if_signalled(
                 stop,
                 lambda: checkpointer.save(loop, done, repulsion),  # noqa: B023 (called at once)

@@ -1,0 +1,170 @@
+"""Table 1's FashionMNIST step: seed-steps/s, achieved TFLOP/s and the share of the device's
+fp32 limit, per method and for the block (a script, not a test).
+
+For each method it times the real training loop (``repens.training.train.train``; on a GPU
+every step replayed from a CUDA graph where the rule allows) at the paper's sizes (MLP
+784-100-100-100-10, 50 particles, batch 256), ``--sets`` seeds stacked as one job, as the
+marginal step between a short and a long run (``bench_gpu_step.time_train``). FLOPs per step
+come from ``torch.utils.flop_counter`` on the CPU (``estimate_gpu_block.count_step``: the
+matmuls, all but a few percent of the work). It prints, per method, steps/s, seed-steps/s,
+TFLOP/s, and that rate as a share of the fp32 GEMM rate measured in the same run and of
+``--peak`` (the device's nominal fp32 peak); then the block: 5 seeds x 50,000 steps of every
+method listed (hyper-DE and the DE variants priced as DE; hyper-DE's search left out), its
+seed-steps/s and minutes at these rates, one job at a time.
+
+``--paths old new`` times the image network as the pipeline built it before (``Flatten`` then
+the MLP, under ``vmap``) and as it builds it now (the MLP path, inputs flattened first), in
+one run, alternating, and prints their ratio. ``--tf32`` allows TF32 matmuls (a measured
+option, off by default as in torch). ``--profile METHOD`` prints the top kernels of a few
+replayed steps of one method (torch.profiler), by device time.
+
+    python benchmarks/bench_table1.py --device cpu --threads 1 --paths old new --methods de kde-fwgd
+    python benchmarks/bench_table1.py --device cuda --sets 5 --peak 67
+    python benchmarks/bench_table1.py --device cuda --profile ssge-fwgd
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_engine  # noqa: E402
+import bench_gpu_step  # noqa: E402
+import estimate_gpu_block  # noqa: E402
+
+#: the block's runs per method: 5 seeds x 50,000 steps; DE priced for de, hyper-de and the two
+#: DE variants (wgd-lr, code-protocol's de)
+SEEDS, STEPS = 5, 50_000
+#: the image job's methods, as bench_engine defines them (hyper-DE: a DE step)
+MIX = ["de", "svgd", "fsvgd", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd", "anchored", "dle", "drle"]
+RUNS_PER_METHOD = {m: SEEDS for m in MIX} | {"de": 4 * SEEDS}
+
+
+@contextlib.contextmanager
+def image_path(path: str):
+    """``old``: the network as the pipeline built it before, ``Sequential(Flatten(), mlp)`` with
+    no ``input_shape`` (so under ``vmap``); ``new``: the bare MLP path the image job takes now."""
+    import torch
+
+    import repens.models.networks as models
+
+    bare = models.mlp
+    if path == "old":
+        models.mlp = lambda *a, **k: torch.nn.Sequential(torch.nn.Flatten(), bare(*a, **k))
+    try:
+        yield
+    finally:
+        models.mlp = bare
+
+
+def time_method(method: str, sets: int, steps: int, device: str, path: str) -> tuple[float, bool]:
+    config = {**bench_engine.CONFIGS["fashionmnist"], "rows": 4096}
+    with image_path(path):
+        seconds, _, replayed = bench_gpu_step.time_train(config, method, sets, steps, device == "cuda", device)
+    return seconds, replayed
+
+
+def profile(method: str, sets: int, device: str, top: int = 15) -> None:
+    """The top kernels of 20 replayed steps by device time (torch.profiler)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from repens.training.train import TrainSettings, TrainState, train
+
+    config = {**bench_engine.CONFIGS["fashionmnist"], "rows": 4096}
+    post, update, init, anchors, next_batch, context, g = bench_engine._setup(config, method, sets, device)
+    settings = TrainSettings(steps=10, lr=1e-4, log_every=10**9, nonfinite_check_every=50)
+    state = TrainState(init, anchors)
+    train(state, update, context, settings, g, next_batch)  # first use
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    long = TrainSettings(**{**settings.__dict__, "steps": 30})
+    with torch_profile(activities=activities) as prof:
+        train(state, update, context, long, g, next_batch)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    print(f"profile of {method} ({sets} set(s)), 30 steps (the first 10 eager, then replays):")
+    print(prof.key_averages().table(sort_by=sort, row_limit=top, max_name_column_width=60))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--methods", nargs="+", default=MIX, choices=MIX)
+    p.add_argument("--device", default="auto", help="cuda, cpu or auto")
+    p.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    p.add_argument("--sets", type=int, default=1, help="seeds stacked as one job")
+    p.add_argument("--steps", type=int, help="timed steps (default: 200 on a GPU, 5 on a CPU)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--paths", nargs="+", default=["new"], choices=["old", "new"])
+    p.add_argument("--peak", type=float, default=67.0, help="the device's nominal fp32 peak, TFLOP/s (H100/H200 SXM: 67)")
+    p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls")
+    p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (CPU seconds per method)")
+    p.add_argument("--profile", choices=MIX, help="profile this method instead")
+    p.add_argument("--json", help="also write the rows here")
+    args = p.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU"
+    if args.profile:
+        profile(args.profile, args.sets, device)
+        return
+    rate = bench_engine.gemm_rate(torch.get_num_threads(), device) / 1e3  # TFLOP/s
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    print(
+        f"device: {name}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), TF32 "
+        f"{'on' if args.tf32 else 'off'}; fp32 GEMM (TF32 off) {rate:.1f} TFLOP/s measured in this run; "
+        f"{args.sets} seed(s) stacked",
+        flush=True,
+    )
+    steps = args.steps or (200 if device == "cuda" else 5)
+    rows = []
+    for method in args.methods:
+        flops = None if args.no_flops else estimate_gpu_block.count_step(method, args.sets, 50, model="mlp")[0]
+        times: dict[str, list[float]] = {path: [] for path in args.paths}
+        replayed = True
+        for _ in range(args.rounds):
+            for path in args.paths:
+                seconds, used = time_method(method, args.sets, steps, device, path)
+                times[path].append(seconds)
+                replayed &= used or device != "cuda"
+        row = {"method": method, "sets": args.sets, "flops": flops, "replayed": replayed}
+        parts = []
+        for path in args.paths:
+            sec = statistics.median(times[path])
+            row[f"{path}_s"] = sec
+            text = f"{path}: {1 / sec:8.1f} steps/s {args.sets / sec:8.1f} seed-steps/s"
+            if flops:
+                tflops = flops / sec / 1e12
+                text += f" {tflops:6.2f} TFLOP/s ({tflops / rate:5.1%} of GEMM, {tflops / args.peak:5.1%} of peak)"
+            parts.append(text)
+        if len(args.paths) == 2:
+            parts.append(f"old/new {row['old_s'] / row['new_s']:.2f}x")
+        print(f"{method:10s} " + " | ".join(parts) + ("" if replayed else "  (eager: not captured)"), flush=True)
+        rows.append(row)
+    if "new" in args.paths and set(args.methods) == set(MIX):
+        seed_steps = sum(RUNS_PER_METHOD[r["method"]] * STEPS for r in rows)
+        seconds = sum(RUNS_PER_METHOD[r["method"]] * STEPS * r["new_s"] / args.sets for r in rows)
+        line = f"block: {seed_steps:,} seed-steps in {seconds / 60:.1f} min one job at a time, {seed_steps / seconds:,.0f} seed-steps/s"
+        if not args.no_flops:
+            total = sum(RUNS_PER_METHOD[r["method"]] * STEPS * r["flops"] / args.sets for r in rows)
+            line += f", {total / seconds / 1e12:.2f} TFLOP/s ({total / seconds / 1e12 / args.peak:.1%} of peak)"
+        print(line)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": name, "gemm_tflops": rate, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
