@@ -32,7 +32,7 @@ from repens.pipeline.last_good import shell as keep_last_good
 # Table 1's claims once more for each variant of the image experiment (config.yaml:
 # experiments.image.variants; repens.core.variants), each method m read as m-<variant>:
 # e.g. the scorecard at the authors' code's initialisation. On demand, not in `all`:
-# `snakemake results/claims_code-init.md`.
+# `snakemake results/claims_code-protocol.md`.
 IMAGE_VARIANTS = list(config["experiments"]["image"].get("variants") or {})
 
 CLAIMS_OUTPUTS = [

@@ -1,0 +1,311 @@
+"""The released code's protocol as options of the rules (function-space rules on softmax
+outputs, SVGD's repulsion times N), the image MLP on the MLP path, the repulsion's share
+after Adam's scaling, the variants that use them, and the reference tree's method rename.
+
+Comparisons between two code paths run in float64: both compute the same expressions in
+another order, so they differ by rounding alone, a few ulps of each product of length
+K <= 784 and of the kernel's exponentials; K * eps64 is 1.7e-13, and RTOL below leaves three
+orders of magnitude for the kernels' and estimators' amplification of it.
+"""
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from repens.core.jobkey import job_key
+from repens.core.variants import VariantError, expand_variants
+from repens.methods.updates import (
+    StepContext,
+    function_prior_score,
+    make_update,
+    preconditioned_repulsion_ratio,
+    repulsion_ratio,
+)
+from repens.models.kernels import RBF
+from repens.models.networks import build_model
+from repens.models.particles import StackedModel
+from repens.models.posteriors import Batch, NetworkPosterior
+from repens.models.scores import SCORE_ESTIMATORS
+from repens.pipeline.config import check_config, resolve_job
+from repens.training.train import adam_scale
+
+ROOT = Path(__file__).resolve().parents[1]
+RTOL = 1e-10
+SHAPE = (1, 4, 4)
+N_TRAIN, BATCH, PARTICLES = 100, 5, 6
+
+#: the image experiment's methods as their config entries give them
+METHODS = {
+    "de": ("ensemble", "weight", {}),
+    "svgd": ("svgd", "weight", {}),
+    "fsvgd": ("svgd", "function", {}),
+    "kde-wgd": ("wgd", "weight", {"estimator": "kde"}),
+    "sge-wgd": ("wgd", "weight", {"estimator": "sge", "eta": 0.01}),
+    "ssge-wgd": ("wgd", "weight", {"estimator": "ssge", "eta": 0.01}),
+    "kde-fwgd": ("wgd", "function", {"estimator": "kde"}),
+    "sge-fwgd": ("wgd", "function", {"estimator": "sge", "eta": 0.01}),
+    "ssge-fwgd": ("wgd", "function", {"estimator": "ssge", "eta": 0.01}),
+    "anchored": ("anchored", "weight", {}),
+    "dle": ("langevin", "weight", {"temperature": 1.0}),
+    "drle": ("langevin", "weight", {"temperature": 1.0, "mmd_weight": 1.0}),
+}
+
+
+def _problem(fast=True, seed=0):
+    torch.manual_seed(seed)
+    net = build_model({"model": "mlp", "hidden": [8, 8]}, SHAPE, 10).double()
+    model = StackedModel(net, input_shape=SHAPE) if fast else StackedModel(net)
+    g = torch.Generator().manual_seed(seed + 1)
+    params = model.sample_gaussian(PARTICLES, 1.0, g, dtype=torch.float64)
+    x = torch.rand(BATCH, *SHAPE, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 10, (BATCH,), generator=g)
+    return model, params, Batch(x, y)
+
+
+def _ctx(model, batch, anchors=None, seed=7):
+    post = NetworkPosterior(model, "categorical", num_train=N_TRAIN)
+    return StepContext(post, RBF(), torch.Generator().manual_seed(seed), batch, anchors)
+
+
+def _close(a, b, rtol=RTOL):
+    return ((a - b).abs().max() / b.abs().max()).item() <= rtol
+
+
+# ------------------------------------------------------------------ the image MLP's fast path
+def test_the_image_network_takes_the_mlp_path_only_with_its_input_shape():
+    net = build_model({"model": "mlp", "hidden": [8]}, SHAPE, 10)
+    assert StackedModel(net, input_shape=SHAPE).is_mlp
+    assert not StackedModel(net).is_mlp  # without the shape the inputs' axes are ambiguous: vmap
+    resnet = build_model({"model": "resnet", "depth": 8, "width": 2}, (3, 8, 8), 10)
+    assert not StackedModel(resnet, input_shape=(3, 8, 8)).is_mlp
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_rules_step_on_the_mlp_path_equals_the_vmap_path(method):
+    """One update of each rule on the image network: the MLP path (as run_image builds it)
+    against the network under vmap and autograd (as it ran before), in float64."""
+    rule, space, options = METHODS[method]
+    directions = []
+    for fast in (True, False):
+        model, params, batch = _problem(fast)
+        anchors = params.flip(0) if rule == "anchored" else None
+        if space == "function":
+            options = {**options, "prior_samples": PARTICLES}
+        directions.append(make_update(rule, space, **options)(params, _ctx(model, batch, anchors)).direction)
+    assert _close(*directions), method
+
+
+def test_a_seed_stack_on_the_mlp_path_equals_each_seed_alone():
+    """(G, n, D) particles with one batch per seed: each seed's outputs as its own (n, D) run."""
+    model, _, _ = _problem()
+    g = torch.Generator().manual_seed(3)
+    stack = torch.stack([model.sample_gaussian(PARTICLES, 1.0, g, dtype=torch.float64) for _ in range(3)])
+    x = torch.rand(3, BATCH, *SHAPE, generator=g, dtype=torch.float64)
+    out = model(stack, x)
+    assert out.shape == (3, PARTICLES, BATCH, 10)
+    for s in range(3):
+        assert _close(out[s], model(stack[s], x[s]))
+
+
+# ------------------------------------------------------------------ function space on softmax
+def _released_code_direction(model, params, batch, rule, estimator=None):
+    """The released code's f-WGD / f-SVGD step on softmax outputs (``pred_idx=0``), by autograd:
+    ``methods/WGD.py::f_WGD.phi`` and ``methods/f_SVGD.py::f_s_SVGD.phi`` with the GP prior in
+    place of the SSGE prior (deterministic), ``utils/distributions.py``'s likelihood."""
+    w = params.clone().requires_grad_(True)
+    probs = torch.softmax(model(w, batch.x), -1)
+    onehot = F.one_hot(batch.y, 10).to(probs)
+    loss = (-(onehot * torch.log(probs + 1e-15))).max(-1)[0].sum(-1) / BATCH
+    score = torch.autograd.grad((-loss * N_TRAIN).sum(), probs, retain_graph=True)[0].reshape(PARTICLES, -1)
+    flat = probs.reshape(PARTICLES, -1).detach()
+    ctx = _ctx(model, batch)
+    drive = score + function_prior_score(flat, ctx, function_prior="gp")
+    if rule == "svgd":
+        gram, h = RBF().self_gram(flat)
+        x = flat.clone().requires_grad_(True)
+        kernel = torch.exp(-torch.cdist(x, flat) ** 2 / h)
+        grad_k = -torch.autograd.grad(kernel.sum(), x)[0]
+        f_phi = (gram @ drive + grad_k) / PARTICLES
+    else:
+        options = {"eta": 0.01} if estimator == "sge" else {}
+        f_phi = drive - SCORE_ESTIMATORS[estimator](flat, RBF(), **options)
+    return torch.autograd.grad(probs.reshape(PARTICLES, -1), w, grad_outputs=f_phi)[0]
+
+
+@pytest.mark.parametrize("rule,estimator", [("svgd", None), ("wgd", "kde"), ("wgd", "sge")])
+@pytest.mark.parametrize("fast", [True, False])
+def test_function_space_on_softmax_outputs_is_the_released_codes_step(rule, estimator, fast):
+    model, params, batch = _problem(fast)
+    options = {"estimator": estimator} if estimator else {}
+    update = make_update(rule, "function", function_output="softmax", function_prior="gp", **options)
+    ours = update(params, _ctx(model, batch)).direction
+    assert _close(ours, _released_code_direction(model, params, batch, rule, estimator))
+
+
+def test_softmax_outputs_change_the_step_and_logits_stay_the_default():
+    model, params, batch = _problem()
+    on = {o: make_update("wgd", "function", estimator="kde", function_output=o) for o in ("logits", "softmax")}
+    default = make_update("wgd", "function", estimator="kde")(params, _ctx(model, batch)).direction
+    assert torch.equal(default, on["logits"](params, _ctx(model, batch)).direction)
+    assert not _close(on["softmax"](params, _ctx(model, batch)).direction, default, rtol=1e-3)
+
+
+def test_the_ssge_function_prior_sees_the_prior_networks_probabilities():
+    """With ``output_map`` the prior draws' outputs are mapped as the particles' are: the
+    score of a particle set equal to the draws' own probabilities is SSGE's on those."""
+    from repens.models.scores import ssge_score
+
+    model, params, batch = _problem()
+    ctx = _ctx(model, batch, seed=11)
+    draws = ctx.posterior.sample_prior(PARTICLES, torch.Generator().manual_seed(11)).double()  # as the rule draws
+    probs = torch.softmax(model(draws, batch.x), -1).flatten(1)
+    got = function_prior_score(probs, ctx, output_map=lambda z: torch.softmax(z, -1))
+    assert _close(got, ssge_score(probs, RBF(), eta=0.01, query=probs))
+
+
+def test_softmax_outputs_need_the_categorical_likelihood():
+    model, params, batch = _problem()
+    post = NetworkPosterior(model, "gaussian", num_train=N_TRAIN)
+    ctx = StepContext(post, RBF(), torch.Generator().manual_seed(0), batch)
+    with pytest.raises(ValueError, match="categorical likelihood"):
+        make_update("svgd", "function", function_output="softmax")(params, ctx)
+    with pytest.raises(ValueError, match="function_output 'probs'"):
+        make_update("svgd", "function", function_output="probs")(params, _ctx(model, batch))
+
+
+# ------------------------------------------------------------------ SVGD's repulsion times N
+@pytest.mark.parametrize("space", ["weight", "function"])
+def test_repulsion_scale_num_train_multiplies_the_repulsion_by_n_and_nothing_else(space):
+    model, params, batch = _problem()
+    one = make_update("svgd", space)(params, _ctx(model, batch))
+    scaled = make_update("svgd", space, repulsion_scale="num_train")(params, _ctx(model, batch))
+    (drift_1, rep_1), (drift_n, rep_n) = one.forces(), scaled.forces()
+    assert _close(drift_n, drift_1)
+    assert _close(rep_n, N_TRAIN * rep_1)
+    number = make_update("svgd", space, repulsion_scale=float(N_TRAIN))(params, _ctx(model, batch))
+    assert _close(number.direction, scaled.direction)
+    with pytest.raises(ValueError, match="repulsion_scale 'n'"):
+        make_update("svgd", space, repulsion_scale="n")(params, _ctx(model, batch))
+
+
+# ------------------------------------------------------------------ the repulsion after Adam
+def test_the_preconditioned_ratio_is_the_plain_one_under_a_uniform_scale():
+    model, params, batch = _problem()
+    for rule, space, options in (("wgd", "weight", {"estimator": "kde"}), ("svgd", "weight", {})):
+        update = make_update(rule, space, **options)(params, _ctx(model, batch))
+        uniform = preconditioned_repulsion_ratio(update, torch.full_like(params, 3.0))
+        assert _close(uniform, repulsion_ratio(update))
+    assert preconditioned_repulsion_ratio(make_update("ensemble")(params, _ctx(model, batch)), params) is None
+
+
+def test_a_function_space_rules_preconditioned_ratio_is_taken_in_weight_space():
+    model, params, batch = _problem()
+    update = make_update("wgd", "function", estimator="kde")(params, _ctx(model, batch))
+    drift_f, rep_f = update.forces()
+    scale = torch.rand(params.shape, generator=torch.Generator().manual_seed(5), dtype=params.dtype) + 0.1
+    want = (scale * update.pull_back(rep_f)).norm() / (scale * update.pull_back(drift_f)).norm()
+    assert _close(preconditioned_repulsion_ratio(update, scale), want)
+
+
+def test_adams_scale_is_its_bias_corrected_preconditioner():
+    params = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([params], lr=0.1, betas=(0.9, 0.99), eps=1e-8)
+    assert adam_scale(opt, params) is None  # no step yet
+    grads = [torch.randn(3, 4, dtype=torch.float64) for _ in range(3)]
+    for grad in grads:
+        params.grad = grad
+        opt.step()
+    v = sum(0.99 ** (2 - i) * 0.01 * g**2 for i, g in enumerate(grads)) / (1 - 0.99**3)
+    assert _close(adam_scale(opt, params), 1.0 / (v.sqrt() + 1e-8))
+    assert adam_scale(torch.optim.SGD([params], lr=0.1), params) is None
+
+
+# ------------------------------------------------------------------ the config's variants
+def _config():
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["scale"] = "paper"
+    return config
+
+
+def test_the_code_protocol_block_is_every_paper_method_with_softmax_only_for_function_space():
+    config = _config()
+    expand_variants(config)
+    check_config(config)
+    paper = ["de", "svgd", "fsvgd", "hyper-de", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd"]
+    for method in paper:
+        job = resolve_job(config, "image", "fashionmnist", f"{method}-code-protocol", 38)
+        base = resolve_job(config, "image", "fashionmnist", method, 38)
+        assert job["init"] == "torch" and job["lr"] == base["lr"] and job["prior_std"] == 1.0
+        function_space = config["methods"][method].get("space") == "function"
+        assert job.get("function_output") == ("softmax" if function_space else None), method
+    control = resolve_job(config, "image", "fashionmnist", "de-code-wgd-lr", 38)
+    assert (control["init"], control["lr"]) == ("torch", 0.001)
+    scaled = resolve_job(config, "image", "fashionmnist", "fsvgd-code-num-train", 38)
+    assert (scaled["repulsion_scale"], scaled["function_output"]) == ("num_train", "softmax")
+
+
+def test_a_variants_method_settings_must_name_its_methods():
+    config = _config()
+    variant = config["experiments"]["image"]["variants"]["code-num-train"]
+    variant["method_settings"]["de"] = {"lr": 0.1}
+    with pytest.raises(VariantError, match=r"variants\.code-num-train\.method_settings\.de: 'de' is not among"):
+        expand_variants(config)
+
+
+def test_an_option_a_variant_gives_a_rule_that_does_not_take_it_is_refused():
+    from repens.pipeline.config import ConfigError
+
+    config = _config()
+    config["experiments"]["image"]["variants"]["code-wgd-lr"]["settings"]["function_output"] = "softmax"
+    expand_variants(config)
+    with pytest.raises(ConfigError, match="function_output: option not used by method 'de-code-wgd-lr'"):
+        check_config(config)
+
+
+# ------------------------------------------------------------------ renaming runs in reference/
+def _rename_script():
+    spec = importlib.util.spec_from_file_location("rename_method", ROOT / "workflow/scripts/rename_method.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(tree, method, seed=38):
+    job = {"experiment": "image", "dataset": "fashionmnist", "method": method, "seed": seed, "lr": 0.0025}
+    log = f"logs/image/fashionmnist/{method}/seed{seed}.log"
+    run = tree / "image/fashionmnist" / method / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"job": job, "metrics": {"accuracy": 0.9}, "provenance": {"job_key": job_key(job), "log": log}}))
+    (tree / log).parent.mkdir(parents=True, exist_ok=True)
+    (tree / log).write_text("the log\n")
+    return job
+
+
+def test_renaming_a_method_moves_its_runs_and_rekeys_them(tmp_path):
+    old_job = _run(tmp_path, "de-old")
+    _rename_script().rename(tmp_path, "image", "fashionmnist", "de-old", "de-new")
+    data = json.loads((tmp_path / "image/fashionmnist/de-new/seed38/metrics.json").read_text())
+    assert data["job"] == {**old_job, "method": "de-new"}
+    assert data["provenance"]["job_key"] == job_key(data["job"])
+    assert data["provenance"]["renamed_from"]["job_key"] == job_key(old_job)
+    assert data["provenance"]["log"] == "logs/image/fashionmnist/de-new/seed38.log"
+    assert (tmp_path / data["provenance"]["log"]).read_text() == "the log\n"
+    assert not (tmp_path / "image/fashionmnist/de-old").exists()
+
+
+def test_a_run_that_is_not_the_job_it_claims_to_be_is_not_renamed(tmp_path):
+    _run(tmp_path, "de-old")
+    path = tmp_path / "image/fashionmnist/de-old/seed38/metrics.json"
+    data = json.loads(path.read_text())
+    forged = copy.deepcopy(data)
+    forged["job"]["lr"] = 0.001  # the key no longer is the spec's
+    path.write_text(json.dumps(forged))
+    with pytest.raises(SystemExit, match="is not the job 'de-old' it claims to be"):
+        _rename_script().rename(tmp_path, "image", "fashionmnist", "de-old", "de-new")
+    assert path.exists() and not (tmp_path / "image/fashionmnist/de-new").exists()
