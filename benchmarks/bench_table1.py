@@ -43,7 +43,20 @@ import estimate_gpu_block  # noqa: E402
 #: DE variants (wgd-lr, code-protocol's de)
 SEEDS, STEPS = 5, 50_000
 #: the image job's methods, as bench_engine defines them (hyper-DE: a DE step)
-MIX = ["de", "svgd", "fsvgd", "kde-wgd", "sge-wgd", "ssge-wgd", "kde-fwgd", "sge-fwgd", "ssge-fwgd", "anchored", "dle", "drle"]
+MIX = [
+    "de",
+    "svgd",
+    "fsvgd",
+    "kde-wgd",
+    "sge-wgd",
+    "ssge-wgd",
+    "kde-fwgd",
+    "sge-fwgd",
+    "ssge-fwgd",
+    "anchored",
+    "dle",
+    "drle",
+]
 RUNS_PER_METHOD = {m: SEEDS for m in MIX} | {"de": 4 * SEEDS}
 
 
@@ -104,7 +117,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, help="timed steps (default: 200 on a GPU, 5 on a CPU)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--paths", nargs="+", default=["new"], choices=["old", "new"])
-    p.add_argument("--peak", type=float, default=67.0, help="the device's nominal fp32 peak, TFLOP/s (H100/H200 SXM: 67)")
+    p.add_argument(
+        "--peak", type=float, default=67.0, help="the device's nominal fp32 peak, TFLOP/s (H100/H200 SXM: 67)"
+    )
     p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls")
     p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (CPU seconds per method)")
     p.add_argument("--profile", choices=MIX, help="profile this method instead")
@@ -157,7 +172,8 @@ def main() -> None:
     if "new" in args.paths and set(args.methods) == set(MIX):
         seed_steps = sum(RUNS_PER_METHOD[r["method"]] * STEPS for r in rows)
         seconds = sum(RUNS_PER_METHOD[r["method"]] * STEPS * r["new_s"] / args.sets for r in rows)
-        line = f"block: {seed_steps:,} seed-steps in {seconds / 60:.1f} min one job at a time, {seed_steps / seconds:,.0f} seed-steps/s"
+        rate_text = f"{seed_steps / seconds:,.0f} seed-steps/s"
+        line = f"block: {seed_steps:,} seed-steps in {seconds / 60:.1f} min one job at a time, {rate_text}"
         if not args.no_flops:
             total = sum(RUNS_PER_METHOD[r["method"]] * STEPS * r["flops"] / args.sets for r in rows)
             line += f", {total / seconds / 1e12:.2f} TFLOP/s ({total / seconds / 1e12 / args.peak:.1%} of peak)"

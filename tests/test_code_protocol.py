@@ -129,7 +129,7 @@ def _released_code_direction(model, params, batch, rule, estimator=None):
     if rule == "svgd":
         gram, h = RBF().self_gram(flat)
         x = flat.clone().requires_grad_(True)
-        kernel = torch.exp(-torch.cdist(x, flat) ** 2 / h)
+        kernel = torch.exp(-(torch.cdist(x, flat) ** 2) / h)
         grad_k = -torch.autograd.grad(kernel.sum(), x)[0]
         f_phi = (gram @ drive + grad_k) / PARTICLES
     else:
@@ -281,7 +281,9 @@ def _run(tree, method, seed=38):
     log = f"logs/image/fashionmnist/{method}/seed{seed}.log"
     run = tree / "image/fashionmnist" / method / f"seed{seed}"
     run.mkdir(parents=True)
-    (run / "metrics.json").write_text(json.dumps({"job": job, "metrics": {"accuracy": 0.9}, "provenance": {"job_key": job_key(job), "log": log}}))
+    (run / "metrics.json").write_text(
+        json.dumps({"job": job, "metrics": {"accuracy": 0.9}, "provenance": {"job_key": job_key(job), "log": log}})
+    )
     (tree / log).parent.mkdir(parents=True, exist_ok=True)
     (tree / log).write_text("the log\n")
     return job

@@ -427,9 +427,7 @@ def fsvgd(
     flat, score, pull_back = _function_space(params, ctx, prior_options, function_output)
     gram, h = ctx.kernel.self_gram(flat)
     direction_f = _svgd_direction(flat, score, gram, h, _repulsion_scale(repulsion_scale, ctx))
-    return Update(
-        pull_back(direction_f), forces=partial(_svgd_forces, score, gram, direction_f), pull_back=pull_back
-    )
+    return Update(pull_back(direction_f), forces=partial(_svgd_forces, score, gram, direction_f), pull_back=pull_back)
 
 
 def fwgd(

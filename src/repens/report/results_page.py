@@ -735,7 +735,10 @@ def write_page(
         "`reference/`; `snakemake -c2 rebuild --config scale=paper from_reference=true` rebuilds every table "
         'and figure from them without training (README, "Paper-scale results"). A claim counts as reproduced '
         "only at the paper's settings, over its seeds, with error bars: a cell with one seed is compared "
-        "with the paper's mean ± s.e. but has no spread of its own yet.",
+        "with the paper's mean ± s.e. but has no spread of its own yet. Each run was made by the commit "
+        "listed for it below; a rerun with today's code agrees with it within the run's own step-to-step "
+        "noise, not bit for bit (code changes since change float32 rounding; "
+        "[running.md](running.md#reproducing-a-committed-run) has the check).",
         "",
         "## What the tables rest on",
         "",
