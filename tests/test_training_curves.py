@@ -78,6 +78,7 @@ def test_the_figure_is_written_with_runs_and_without(tree, capsys):
 
 
 REPULSIVE = LINE + " repulsion={r}"
+ADAM = REPULSIVE + " repulsion_adam={a}"
 
 
 @pytest.fixture
@@ -87,7 +88,8 @@ def repulsive(tmp_path):
         logs / "s38.log", *[REPULSIVE.format(k=k, n=50000, t=0.3, m=0.4, r=r) for k, r in ((2500, 1e-9), (5000, 3e-9))]
     )
     _log(
-        logs / "s39.log", *[REPULSIVE.format(k=k, n=50000, t=0.3, m=0.4, r=r) for k, r in ((2500, 2e-8), (5000, 4e-8))]
+        logs / "s39.log",
+        *[ADAM.format(k=k, n=50000, t=0.3, m=0.4, r=r, a=a) for k, r, a in ((2500, 2e-8, 0.05), (5000, 4e-8, 0.07))],
     )
     _log(logs / "old.log", LINE.format(k=2500, n=50000, t=0.3, m=0.4))  # written before the diagnostic
     _log(logs / "de.log", LINE.format(k=2500, n=50000, t=0.3, m=0.4))  # no repulsion term
@@ -107,7 +109,11 @@ def repulsive(tmp_path):
 def test_the_repulsion_diagnostic_is_read_and_summarised_per_method(repulsive):
     ratios = repulsion_ratios(repulsive / "convergence.csv")
     assert set(ratios["method"]) == {"svgd"} and set(ratios["seed"]) == {38, 39}  # DE and the old log log none
-    summary = summarize_repulsion(ratios).set_index("method").loc["svgd"]
+    table = summarize_repulsion(ratios)
+    assert list(zip(table["method"], table["ratio"])) == [("svgd", "before Adam"), ("svgd", "after Adam's scaling")]
+    adam = table.set_index("ratio").loc["after Adam's scaling"]  # seed 39 alone logged it
+    assert adam["runs"] == 1 and adam["seeds"] == "39" and adam["mean"] == pytest.approx(0.06)
+    summary = table.set_index("ratio").loc["before Adam"]
     assert summary["runs"] == 2 and summary["seeds"] == "38 39" and summary["points"] == 2
     assert summary["mean"] == pytest.approx((2e-9 + 3e-8) / 2)  # the mean over runs of each run's mean
     assert summary["min"] == pytest.approx(1e-9) and summary["max"] == pytest.approx(4e-8)
@@ -120,7 +126,7 @@ def test_the_repulsion_figure_and_csv_are_written_with_runs_and_without(repulsiv
     args = ["--convergence", str(repulsive / "convergence.csv"), "--out", str(repulsive / "curves.png")]
     assert main([*args, "--repulsion-png", str(png), "--repulsion-csv", str(table)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert table.read_text().splitlines()[1].startswith("svgd,2,38 39,")
+    assert table.read_text().splitlines()[1].startswith("svgd,before Adam,2,38 39,")
     assert "repulsion diagnostic: 2 runs of 1 methods" in capsys.readouterr().out
     plot_repulsion(repulsion_ratios(repulsive / "convergence.csv", dataset="cifar10"), repulsive / "empty.png")
     assert (repulsive / "empty.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

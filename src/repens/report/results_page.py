@@ -77,8 +77,9 @@ PUBLISHED = (
 #: what a shown table holds, where its columns do not say it, after its "Table:" line
 TABLE_NOTES = {
     "table1_repulsion.csv": (
-        "the repulsion diagnostic of the repulsive rules, ||repulsion|| / ||drift|| of the update (before "
-        "Adam's scaling), read from the training logs that carry it: per method, the runs and seeds, the mean over "
+        "the repulsion diagnostic of the repulsive rules, ||repulsion|| / ||drift|| of the update before Adam's "
+        "scaling (in the space the rule works in) and after it (in weight space, logs that carry it), read from the "
+        "training logs: per method and ratio, the runs and seeds, the mean over "
         "runs of each run's mean over its logged steps, the smallest and largest logged value, the mean at the last "
         "logged step, and the logged steps per run ([image.md](image.md))"
     ),

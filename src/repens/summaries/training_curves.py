@@ -6,8 +6,9 @@ The picture beside the convergence verdicts: a late rise of the training NLL (th
 
 From the same logs, the repulsion diagnostic of the repulsive rules: ``repulsion=`` of each
 progress line, ||repulsion|| / ||drift|| of that step's update in the space the rule works
-in (:func:`repens.methods.updates.repulsion_ratio`), against the step and summarised per
-method (does the repulsion act at all at G.4's settings?).
+in (:func:`repens.methods.updates.repulsion_ratio`), and ``repulsion_adam=``, the same in
+weight space after Adam's per-coordinate scaling, against the step and summarised per
+method (does the repulsion act at all?).
 
 ``python -m repens.summaries.training_curves --convergence results/convergence.csv
 --out results/figures/table1_training.png [--repulsion-png P --repulsion-csv C]``
@@ -37,8 +38,10 @@ __all__ = [
 
 #: the progress fields drawn (the training loop's names) and their legend labels
 CURVES = {"train_nll": "training NLL", "monitor_nll": "held-out NLL"}
-#: the repulsion diagnostic's progress field and its label
-REPULSION = {"repulsion": "||repulsion|| / ||drift||"}
+#: the repulsion diagnostic's progress fields and their labels: the ratio in the space the rule
+#: works in, and the same in weight space after Adam's per-coordinate scaling
+#: (``repulsion_adam``, :func:`repens.training.train.adam_scale`; logs written before it have none)
+REPULSION = {"repulsion": "before Adam", "repulsion_adam": "after Adam's scaling"}
 
 
 def _run_segment(path: Path) -> list[tuple[int, dict[str, float]]]:
@@ -95,22 +98,26 @@ def repulsion_ratios(convergence_csv: Path | str, dataset: str = "fashionmnist")
 
 
 def summarize_repulsion(ratios: pd.DataFrame) -> pd.DataFrame:
-    """Per method (in the order of ``ratios``): the runs with the diagnostic (``runs``,
-    ``seeds``), the mean over runs of each run's mean ratio over its logged steps
-    (``mean``), the smallest and largest logged ratio (``min``, ``max``), the mean ratio
-    at the last logged step of each run (``last``) and the logged steps per run (``points``)."""
-    columns = ["method", "runs", "seeds", "mean", "min", "max", "last", "points"]
+    """Per method (in the order of ``ratios``) and ratio (``ratio``: a label of
+    :data:`REPULSION`): the runs with the diagnostic (``runs``, ``seeds``), the mean over
+    runs of each run's mean ratio over its logged steps (``mean``), the smallest and largest
+    logged ratio (``min``, ``max``), the mean ratio at the last logged step of each run
+    (``last``) and the logged steps per run (``points``)."""
+    columns = ["method", "ratio", "runs", "seeds", "mean", "min", "max", "last", "points"]
     if ratios.empty:
         return pd.DataFrame(columns=columns)
-    per_run = ratios.sort_values("step").groupby(["method", "seed"], sort=False)["value"]
+    per_run = ratios.sort_values("step").groupby(["method", "curve", "seed"], sort=False)["value"]
     runs = pd.DataFrame({"mean": per_run.mean(), "last": per_run.last(), "points": per_run.size()}).reset_index()
-    order = list(dict.fromkeys(ratios["method"]))
+    present = set(zip(ratios["method"], ratios["curve"]))
+    order = [(m, c) for m in dict.fromkeys(ratios["method"]) for c in REPULSION.values() if (m, c) in present]
     out = []
-    for method in order:
-        mine, values = runs[runs["method"] == method], ratios.loc[ratios["method"] == method, "value"]
+    for method, curve in order:
+        mine = runs[(runs["method"] == method) & (runs["curve"] == curve)]
+        values = ratios.loc[(ratios["method"] == method) & (ratios["curve"] == curve), "value"]
         out.append(
             {
                 "method": method,
+                "ratio": curve,
                 "runs": len(mine),
                 "seeds": " ".join(str(s) for s in sorted(mine["seed"])),
                 "mean": mine["mean"].mean(),
@@ -174,18 +181,36 @@ def plot_repulsion(ratios: pd.DataFrame, out_png: Path | str) -> None:
     from repens.report.style import figure_style
 
     with figure_style():
-        fig, ax = plt.subplots(figsize=(7.0, 3.6))
-        if ratios.empty:
-            ax.text(0.5, 0.5, "no Table 1 run logged the repulsion diagnostic", ha="center", va="center")
-            ax.set_axis_off()
-        else:
+        fig, axes = plt.subplots(1, len(REPULSION), figsize=(11.0, 3.6), sharey=True)
+        hue_order = list(dict.fromkeys(ratios["method"]))
+        # one distinct colour per method: "deep" repeats after ten
+        palette = sns.color_palette("deep" if len(hue_order) <= 10 else "husl", max(1, len(hue_order)))
+        for ax, label in zip(axes, REPULSION.values(), strict=True):
+            data = ratios[ratios["curve"] == label] if not ratios.empty else ratios
+            ax.set_title(f"||repulsion|| / ||drift||, {label}", fontsize="small")
+            if data.empty:
+                ax.text(0.5, 0.5, "no Table 1 run logged this ratio", ha="center", va="center")
+                ax.set_axis_off()
+                continue
             sns.lineplot(
-                data=ratios, x="step", y="value", hue="method", units="seed", estimator=None, palette="deep", ax=ax
+                data=data,
+                x="step",
+                y="value",
+                hue="method",
+                hue_order=hue_order,
+                units="seed",
+                estimator=None,
+                palette=palette,
+                ax=ax,
+                legend=label == list(REPULSION.values())[-1],
             )
             ax.set_yscale("log")
             ax.set_xlabel("step")
-            ax.set_ylabel(REPULSION["repulsion"])
-            sns.move_legend(ax, "upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", title_fontsize="x-small")
+            ax.set_ylabel("ratio of norms")
+            if ax.get_legend() is not None:
+                sns.move_legend(
+                    ax, "upper left", bbox_to_anchor=(1.0, 1.0), fontsize="x-small", title_fontsize="x-small"
+                )
         fig.tight_layout()
         save_figure(fig, out_png, "png", dpi=150)
         plt.close(fig)
