@@ -311,3 +311,35 @@ def test_a_run_that_is_not_the_job_it_claims_to_be_is_not_renamed(tmp_path):
     with pytest.raises(SystemExit, match="is not the job 'de-old' it claims to be"):
         _rename_script().rename(tmp_path, "image", "fashionmnist", "de-old", "de-new")
     assert path.exists() and not (tmp_path / "image/fashionmnist/de-new").exists()
+
+
+# ------------------------------------------------------------------ TF32 as a measured option
+@pytest.fixture
+def tf32_flags():
+    """torch's two TF32 flags, set to False for the test and restored after it."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_matmul_precision_is_a_setting_that_sets_tf32_for_matmuls_and_convolutions(tf32_flags):
+    from repens.experiments.image import apply_matmul_precision
+    from repens.jobs.job import ImageJob, SpecError
+
+    config = _config()
+    config["experiments"]["image"]["datasets"]["fashionmnist"]["matmul_precision"] = "high"
+    expand_variants(config)
+    check_config(config)
+    job = ImageJob.of(resolve_job(config, "image", "fashionmnist", "de", 38))
+    assert job.matmul_precision == "high"
+    unset = resolve_job(_config(), "image", "fashionmnist", "de", 38)
+    assert "matmul_precision" not in unset  # unset: no key, so no committed run's key changes
+    apply_matmul_precision(job)
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    apply_matmul_precision(job.replace(matmul_precision="highest"))
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    apply_matmul_precision(job.replace(matmul_precision=None))  # torch's defaults left alone
+    assert not torch.backends.cuda.matmul.allow_tf32
+    with pytest.raises(SpecError, match="matmul_precision"):
+        ImageJob.of({**unset, "matmul_precision": "medium"})

@@ -106,6 +106,23 @@ class ImageData:
         return tuple(self.x_train.shape[1:])
 
 
+def apply_matmul_precision(job: ImageJob) -> None:
+    """The job's ``matmul_precision`` for this process's float32 matmuls and cuDNN
+    convolutions: ``highest`` turns TF32 off for both, ``high`` allows it for both (as
+    PyTorch 1.7-1.11 did by default on Ampere GPUs, the authors' code's torch 1.8.1); unset
+    leaves torch's defaults (TF32 matmuls off, TF32 convolutions on). No effect on a CPU."""
+    if job.matmul_precision is None:
+        return
+    allow = job.matmul_precision == "high"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    log.info(
+        "float32 matmuls and convolutions: TF32 %s (matmul_precision %s)",
+        "allowed" if allow else "off",
+        job.matmul_precision,
+    )
+
+
 def _to_float(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> Tensor:
     out = torch.from_numpy(x).float().div_(255.0)
     return (out - torch.from_numpy(mean).view(1, -1, 1, 1)) / torch.from_numpy(std).view(1, -1, 1, 1)
@@ -390,6 +407,7 @@ def run_image(
     _check_inputs(inputs)
     started = time.time()
     dev = resolve_device(device)
+    apply_matmul_precision(job)
     seed = job.seed
     torch.manual_seed(seed)
     data = load_image_data(inputs["train"], inputs["ood"], job.normalize, dev)
@@ -723,6 +741,7 @@ def _run_stacked(jobs: list[ImageJob], outs: list[Path], checkpoint: Path, input
     started = time.time()
     first, seeds = jobs[0], [job.seed for job in jobs]
     dev = resolve_device(device)
+    apply_matmul_precision(first)
     torch.manual_seed(first.seed)
     data = load_image_data(inputs["train"], inputs["ood"], first.normalize, dev)
     net = build_model(first, data.input_shape, data.num_classes).to(dev)

@@ -590,6 +590,10 @@ class ImageJob(ImageNetwork, Job):
     normalize: Literal["unit", "standard"] = "unit"
     #: particles evaluated at once (None: all)
     chunk_size: int | None = None
+    #: float32 matmuls and convolutions on a GPU: highest = full fp32, high = TF32 allowed
+    #: (PyTorch 1.7-1.11's default on Ampere GPUs); None: torch's defaults
+    #: (repens.experiments.image.apply_matmul_precision)
+    matmul_precision: Literal["highest", "high"] | None = None
     #: hyper-deep ensemble: random search of the L2 strength first
     l2_search: bool = False
     #: log-uniform range of the L2 strength (prior precision) the search draws from
