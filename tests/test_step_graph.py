@@ -25,11 +25,11 @@ class CountingBackend(EagerBackend):
         self.warmups += 1
         return super().warm_up()
 
-    def capture(self, run, generator):
+    def capture(self, run, generators):
         if self.fail:
             raise RuntimeError("operation not permitted when stream is capturing")
         self.captured.append(run)
-        return super().capture(run, generator)
+        return super().capture(run, generators)
 
 
 def _batch(rows: int, value: float = 0.0) -> Batch:
@@ -114,7 +114,8 @@ class StuckStreamBackend(EagerBackend):
     """A faulty capture: every replay draws the same random numbers (the stream's state is
     put back before each), as a graph whose draws were baked in would."""
 
-    def capture(self, run, generator):
+    def capture(self, run, generators):
+        (generator,) = generators  # the one stream of the step
         start = generator.get_state()
 
         def replay():
@@ -127,21 +128,21 @@ class StuckStreamBackend(EagerBackend):
 class SkippingBackend(EagerBackend):
     """A faulty capture: the replay does nothing."""
 
-    def capture(self, run, generator):
+    def capture(self, run, generators):
         return lambda: None
 
 
 class ExtraDrawBackend(EagerBackend):
     """A faulty capture: the replays are right but the second moves the stream one draw too far."""
 
-    def capture(self, run, generator):
+    def capture(self, run, generators):
         calls = {"n": 0}
 
         def replay():
             out = run()
             calls["n"] += 1
             if calls["n"] == 2:
-                torch.rand(1, generator=generator)
+                torch.rand(1, generator=generators[0])
             return out
 
         return replay
@@ -281,3 +282,44 @@ def test_the_environment_turns_graphs_off(monkeypatch, graphs_on_the_cpu):
     assert graphs_on_the_cpu == []  # no backend was asked for
     monkeypatch.delenv("REPENS_CUDA_GRAPHS")
     assert TrainSettings(steps=1, lr=0.1).cuda_graphs is True
+
+
+def test_every_stream_of_a_stack_is_saved_and_a_second_streams_extra_draw_is_caught(caplog):
+    """A step drawing from two streams (a stack of seeds): the state holds both, and a replay
+    that moves the second one draw too far is caught as that stream's."""
+
+    class TwoStreams(NoisyStep):
+        def __init__(self) -> None:
+            super().__init__()
+            self.other = torch.Generator().manual_seed(1)
+            self.state = StepState(self.params, self.optimizer, (self.generator, self.other))
+
+        def __call__(self, batch):
+            torch.rand(2, generator=self.other)
+            return super().__call__(batch)
+
+    class SecondStreamDrawBackend(EagerBackend):
+        def capture(self, run, generators):
+            assert len(generators) == 2
+            calls = {"n": 0}
+
+            def replay():
+                out = run()
+                calls["n"] += 1
+                if calls["n"] == 2:
+                    torch.rand(1, generator=generators[1])
+                return out
+
+            return replay
+
+    good = TwoStreams()
+    graphs = StepGraphs(good, (good.generator, good.other), CountingBackend(), good.state, warmup=1)
+    for value in (0.0, 1.0, 2.0):
+        graphs(_batch(4, value), 0.1)
+    assert graphs.captures == 1
+    bad = TwoStreams()
+    graphs = StepGraphs(bad, (bad.generator, bad.other), SecondStreamDrawBackend(), bad.state, warmup=1)
+    with caplog.at_level(logging.WARNING, logger="repens.step_graph"):
+        for value in (0.0, 1.0, 2.0):
+            graphs(_batch(4, value), 0.1)
+    assert graphs.captures == 0 and "random stream 1's state" in caplog.text

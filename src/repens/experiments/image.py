@@ -484,13 +484,15 @@ class SeedStreams:
         return len(self.generators)
 
     def _check_not_capturing(self) -> None:
-        """A CUDA graph would replay one draw forever: the stack's in-step draws are eager."""
+        """The minibatch is drawn outside the captured step (its indices feed the static
+        batch the graph reads); a draw here inside a capture would be replayed forever."""
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("a seed stack's random draws cannot be captured in a CUDA graph")
+            raise RuntimeError("a seed stack's minibatch cannot be drawn inside a CUDA graph")
 
     def __call__(self, generator: torch.Generator) -> Batch:  # noqa: ARG002 (the stack's own streams)
         """Every seed's minibatch, as :func:`_batches` draws it from the seed's stream:
         (G, B, ...) images and (G, B) labels."""
+        self._check_not_capturing()
         n = self.x.shape[0]
         idx = torch.stack([torch.randint(n, (self.size,), generator=g, device=g.device) for g in self.generators])
         idx = idx.to(self.x.device)
@@ -499,8 +501,8 @@ class SeedStreams:
     def prior_draws(self, model: StackedModel, per_seed: int, std: float | Tensor) -> Tensor:
         """``per_seed`` prior draws from each seed's stream, (G * per_seed, D), as
         :meth:`repens.models.posteriors.NetworkPosterior.sample_prior` draws them (``std``: a
-        number, or one (n, 1) or (D,) tensor per seed, (G, ...))."""
-        self._check_not_capturing()
+        number, or one (n, 1) or (D,) tensor per seed, (G, ...)); inside a captured step too
+        (every seed's stream is registered with the graph: :func:`_stack_update`)."""
         rows = []
         for g, generator in enumerate(self.generators):
             scale = std[g] if isinstance(std, Tensor) and std.dim() == 3 else std
@@ -512,8 +514,8 @@ class SeedStreams:
     def add_langevin_noise(
         self, params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator, temperature: float
     ) -> None:  # noqa: ARG002 (the stack's own streams)
-        """:func:`repens.methods.updates.add_langevin_noise` with each seed's noise (n, D) from its stream."""
-        self._check_not_capturing()
+        """:func:`repens.methods.updates.add_langevin_noise` with each seed's noise (n, D) from its
+        stream; inside a captured step too, as :meth:`prior_draws`."""
         noise = torch.stack(
             [torch.randn(params.shape[1:], generator=g, dtype=params.dtype, device=g.device) for g in self.generators]
         )
@@ -598,18 +600,11 @@ class SeedStackPosterior(NetworkPosterior):
         return self.streams.prior_draws(self.model, n // sets, self.prior_std)
 
 
-def _draws_in_step(job: ImageJob) -> bool:
-    """Whether the job's update draws random numbers inside a step: Langevin noise, DRLE's
-    prior draws, the function-space rules' SSGE function prior (their default)."""
-    if job.rule == "langevin":
-        return (job.temperature is None or job.temperature != 0) or bool(job.mmd_weight)
-    return job.space == "function" and (job.function_prior or "ssge") == "ssge"
-
-
 def _stack_update(job: ImageJob, streams: SeedStreams):
     """The job's update rule, its Langevin noise drawn per seed (:meth:`SeedStreams.add_langevin_noise`);
-    captured as a CUDA graph only if it draws nothing inside a step (the graphs register
-    one stream, the run's, not the seeds')."""
+    captured as a CUDA graph as the one-seed job's step is, with every seed's stream
+    registered with the graph (``generators``: each replay advances each seed's stream by
+    what its draws in the step took, prior draws and Langevin noise)."""
     update = make_update(job.rule, job.space, **job.rule_options())
 
     def step(params: Tensor, ctx: StepContext) -> Update:
@@ -621,7 +616,8 @@ def _stack_update(job: ImageJob, streams: SeedStreams):
         noise = partial(streams.add_langevin_noise, temperature=result.after_step.keywords["temperature"])
         return dataclasses.replace(result, after_step=noise)
 
-    step.graph_safe = update.graph_safe and not _draws_in_step(job)
+    step.graph_safe = update.graph_safe
+    step.generators = tuple(streams.generators)
     return step
 
 

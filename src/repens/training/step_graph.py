@@ -8,9 +8,9 @@ flag, the optimizer step and the Langevin noise) once and replays it every step:
 * the step reads its minibatch from *static* buffers; each step copies the new batch
   into them (the batch itself is drawn outside the graph, on the device, from the run's
   generator, as in an eager step);
-* the run's generator is registered with the graph, so each replay advances it by what
-  the captured draws took (prior draws, Langevin noise): its checkpointed state is as
-  exact as an eager run's;
+* the run's generator, and for a stack of seeds every seed's stream, is registered with
+  the graph, so each replay advances each by what the captured draws took (prior draws,
+  Langevin noise): their checkpointed states are as exact as an eager run's;
 * a Python number baked into a graph is its learning rate (the optimizer's and the
   Langevin noise's): a step at a new learning rate (a staircase decay) captures a new
   graph and the old ones are freed; a new batch shape (the smaller last batch of an
@@ -78,8 +78,9 @@ class GraphBackend(Protocol):
     def warm_up(self) -> AbstractContextManager[None]:
         """Where the eager warm-up steps run."""
 
-    def capture(self, run: Replay, generator: torch.Generator) -> Replay:
-        """Record ``run`` (without running it) and return what runs it again."""
+    def capture(self, run: Replay, generators: tuple[torch.Generator, ...]) -> Replay:
+        """Record ``run`` (without running it) and return what runs it again; ``generators``:
+        the random streams the step draws from, each advanced by every replay."""
 
 
 class CudaCalls:
@@ -180,12 +181,15 @@ class CudaGraphBackend:
             yield
         self.cuda.current_stream().wait_stream(side)
 
-    def capture(self, run: Replay, generator: torch.Generator) -> Replay:
+    def capture(self, run: Replay, generators: tuple[torch.Generator, ...]) -> Replay:
         cuda = self.cuda
         if self._capture_stream is None:
             self._capture_stream = cuda.stream()
         graph, pool = cuda.graph(), cuda.pool()
-        graph.register_generator_state(generator)  # each replay advances the run's stream
+        if isinstance(generators, torch.Generator):
+            generators = (generators,)
+        for generator in generators:  # each replay advances every stream the step draws from
+            graph.register_generator_state(generator)
         cuda.before_capture()
         try:
             with _on_stream(cuda, self._capture_stream):
@@ -208,7 +212,7 @@ class EagerBackend:
     def warm_up(self) -> AbstractContextManager[None]:
         return nullcontext()
 
-    def capture(self, run: Replay, generator: torch.Generator) -> Replay:  # noqa: ARG002
+    def capture(self, run: Replay, generators: tuple[torch.Generator, ...]) -> Replay:  # noqa: ARG002
         return run
 
 
@@ -239,16 +243,18 @@ def _fill(static: Batch | None, batch: Batch | None) -> None:
 class StepState:
     """What a step changes, saved and put back in place (a captured graph keeps pointing at
     the same tensors): the particles, the optimizer's state tensors, other tensors the
-    step updates (the finiteness flag) and the generator's state."""
+    step updates (the finiteness flag) and the generators' states (a generator, or a tuple:
+    the run's and, for a stack of seeds, each seed's stream)."""
 
     def __init__(
         self,
         params: Tensor,
         optimizer: torch.optim.Optimizer,
-        generator: torch.Generator,
+        generator: torch.Generator | tuple[torch.Generator, ...],
         extra: tuple[Tensor, ...] = (),
     ) -> None:
-        self.params, self.optimizer, self.generator, self.extra = params, optimizer, generator, extra
+        self.generators = tuple(generator) if isinstance(generator, tuple | list) else (generator,)
+        self.params, self.optimizer, self.extra = params, optimizer, extra
 
     def tensors(self) -> list[Tensor]:
         """The tensors, in a fixed order (the optimizer's state exists from its first step on)."""
@@ -258,18 +264,19 @@ class StepState:
             *(v for state in self.optimizer.state.values() for v in state.values() if isinstance(v, Tensor)),
         ]
 
-    def save(self) -> tuple[list[Tensor], Tensor]:
-        return [t.detach().clone() for t in self.tensors()], self.generator.get_state()
+    def save(self) -> tuple[list[Tensor], list[Tensor]]:
+        return [t.detach().clone() for t in self.tensors()], [g.get_state() for g in self.generators]
 
-    def load(self, saved: tuple[list[Tensor], Tensor]) -> None:
-        values, generator_state = saved
+    def load(self, saved: tuple[list[Tensor], list[Tensor]]) -> None:
+        values, generator_states = saved
         with torch.no_grad():
             for t, v in zip(self.tensors(), values, strict=True):
                 t.copy_(v)
-        self.generator.set_state(generator_state)
+        for generator, state in zip(self.generators, generator_states, strict=True):
+            generator.set_state(state)
 
     @staticmethod
-    def difference(a: tuple[list[Tensor], Tensor], b: tuple[list[Tensor], Tensor]) -> str | None:
+    def difference(a: tuple[list[Tensor], list[Tensor]], b: tuple[list[Tensor], list[Tensor]]) -> str | None:
         """None if ``a`` and ``b`` are the same bit for bit (NaN included), else what differs."""
         for i, (x, y) in enumerate(zip(a[0], b[0], strict=True)):
             if x.shape != y.shape or not torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8)):
@@ -278,8 +285,9 @@ class StepState:
                     return what
                 err = float((x.double() - y.double()).abs().max())
                 return f"{what} (max difference {err:.3g}, largest entry {float(y.abs().max()):.3g})"
-        if not torch.equal(a[1], b[1]):
-            return "the random stream's state"
+        for i, (x, y) in enumerate(zip(a[1], b[1], strict=True)):
+            if not torch.equal(x, y):
+                return "the random stream's state" if len(a[1]) == 1 else f"random stream {i}'s state"
         return None
 
 
@@ -289,7 +297,8 @@ class StepGraphs:
 
     Args:
         step: the step; captured, it must not wait for the host.
-        generator: the run's random stream (registered with each graph).
+        generator: the run's random stream, or a tuple of every stream the step draws from
+            (a stack of seeds: the run's and each seed's), registered with each graph.
         backend: :class:`CudaGraphBackend` on a GPU, :class:`EagerBackend` in tests.
         state: what the step changes, for checking each new graph against an eager step.
         warmup: eager steps before the first capture (at least one).
@@ -298,12 +307,13 @@ class StepGraphs:
     def __init__(
         self,
         step: Callable[[Batch | None], Update],
-        generator: torch.Generator,
+        generator: torch.Generator | tuple[torch.Generator, ...],
         backend: GraphBackend,
         state: StepState,
         warmup: int = WARMUP_STEPS,
     ) -> None:
-        self.step, self.generator, self.backend, self.state = step, generator, backend, state
+        self.generators = tuple(generator) if isinstance(generator, tuple | list) else (generator,)
+        self.step, self.backend, self.state = step, backend, state
         self.warmup_left = max(1, int(warmup))  # the optimizer's state exists from its first step on
         self.graphs: dict[tuple, tuple[Batch | None, Replay]] = {}
         self.captures = 0
@@ -336,7 +346,7 @@ class StepGraphs:
             eager = self.state.save()
             self.state.load(before)
             try:
-                replay = self.backend.capture(lambda: self.step(static), self.generator)
+                replay = self.backend.capture(lambda: self.step(static), self.generators)
                 _fill(static, batch)
                 replay()
                 replay()

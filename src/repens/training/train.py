@@ -437,11 +437,13 @@ def _graphs_for(loop: LoopState, settings: TrainSettings) -> StepGraphs | None:
     backend = backend_for(loop.params.device) if settings.cuda_graphs and loop.guard.flag is not None else None
     if backend is None or not getattr(loop.update, "graph_safe", False):
         return None
+    # the run's stream and any the rule draws from besides (a seed stack's: its ``generators``)
+    generators = (loop.generator, *getattr(loop.update, "generators", ()))
     graphs = StepGraphs(
         partial(step, loop),
-        loop.generator,
+        generators,
         backend,
-        StepState(loop.params, loop.optimizer, loop.generator, (loop.guard.flag,)),
+        StepState(loop.params, loop.optimizer, generators, (loop.guard.flag,)),
     )
     log.info("the step is captured as a graph after %d eager steps and replayed", graphs.warmup_left)
     return graphs
