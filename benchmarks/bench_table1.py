@@ -21,6 +21,10 @@ replayed steps of one method (torch.profiler), by device time.
     python benchmarks/bench_table1.py --device cpu --threads 1 --paths old new --methods de kde-fwgd
     python benchmarks/bench_table1.py --device cuda --sets 5 --peak 67
     python benchmarks/bench_table1.py --device cuda --profile ssge-fwgd
+    python benchmarks/bench_table1.py --device cuda --config resnet32 --methods de kde-fwgd --steps 20
+
+``--config resnet32`` times CIFAR-10's ResNet32 step instead (20 particles, batch 128, inputs
+of CIFAR's shape; the data are not on the GPU machines) and prices CIFAR's block.
 """
 
 from __future__ import annotations
@@ -77,23 +81,52 @@ def image_path(path: str):
         models.mlp = bare
 
 
-def time_method(method: str, sets: int, steps: int, device: str, path: str) -> tuple[float, bool]:
-    config = {**bench_engine.CONFIGS["fashionmnist"], "rows": 4096}
+#: the networks timed: FashionMNIST's MLP, CIFAR-10's ResNet32 (inputs of CIFAR's shape, random:
+#: the data are not needed for a step's cost), each with its paper block's methods
+CONFIGS = {
+    "fashionmnist": {**bench_engine.CONFIGS["fashionmnist"], "rows": 4096},
+    "resnet32": {**bench_engine.CONFIGS["resnet32"], "rows": 512},
+}
+#: CIFAR-10's block: the paper's ten methods x 5 seeds (hyper-DE priced as DE)
+CIFAR_RUNS = {m: SEEDS for m in MIX[:9]} | {"de": 2 * SEEDS}
+
+
+def time_method(method: str, sets: int, steps: int, device: str, path: str, config: str = "fashionmnist"):
     with image_path(path):
-        seconds, _, replayed = bench_gpu_step.time_train(config, method, sets, steps, device == "cuda", device)
+        seconds, _, replayed = bench_gpu_step.time_train(CONFIGS[config], method, sets, steps, device == "cuda", device)
     return seconds, replayed
 
 
+def count_flops(config: str, method: str, sets: int, device: str) -> float:
+    """FLOPs of one step on ``device`` (``torch.utils.flop_counter``): a 2-step run minus a
+    1-step run, eagerly (FashionMNIST: ``estimate_gpu_block.count_step`` on the CPU)."""
+    if config == "fashionmnist":
+        return estimate_gpu_block.count_step(method, sets, 50, model="mlp")[0]
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from repens.training.train import TrainSettings, TrainState, train
+
+    totals = []
+    for steps in (1, 2):
+        post, update, init, anchors, next_batch, context, g = bench_engine._setup(CONFIGS[config], method, sets, device)
+        settings = TrainSettings(steps=steps, lr=1e-4, log_every=10**9, cuda_graphs=False)
+        with FlopCounterMode(display=False) as flops:
+            train(TrainState(init, anchors), update, context, settings, g, next_batch)
+        totals.append(flops.get_total_flops())
+    return totals[1] - totals[0]
+
+
 def profile(method: str, sets: int, device: str, top: int = 15) -> None:
-    """The top kernels of 20 replayed steps by device time (torch.profiler)."""
+    """The top kernels of 20 replayed steps by device time (torch.profiler), FashionMNIST's MLP."""
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
     from repens.training.train import TrainSettings, TrainState, train
 
-    config = {**bench_engine.CONFIGS["fashionmnist"], "rows": 4096}
-    post, update, init, anchors, next_batch, context, g = bench_engine._setup(config, method, sets, device)
+    post, update, init, anchors, next_batch, context, g = bench_engine._setup(
+        CONFIGS["fashionmnist"], method, sets, device
+    )
     settings = TrainSettings(steps=10, lr=1e-4, log_every=10**9, nonfinite_check_every=50)
     state = TrainState(init, anchors)
     train(state, update, context, settings, g, next_batch)  # first use
@@ -110,7 +143,8 @@ def profile(method: str, sets: int, device: str, top: int = 15) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--methods", nargs="+", default=MIX, choices=MIX)
+    p.add_argument("--config", default="fashionmnist", choices=sorted(CONFIGS), help="the network and its block")
+    p.add_argument("--methods", nargs="+", choices=MIX, help="default: the block's methods")
     p.add_argument("--device", default="auto", help="cuda, cpu or auto")
     p.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     p.add_argument("--sets", type=int, default=1, help="seeds stacked as one job")
@@ -144,15 +178,19 @@ def main() -> None:
         f"{args.sets} seed(s) stacked",
         flush=True,
     )
-    steps = args.steps or (200 if device == "cuda" else 5)
+    runs_per_method = RUNS_PER_METHOD if args.config == "fashionmnist" else CIFAR_RUNS
+    methods = args.methods or list(runs_per_method)
+    if args.config != "fashionmnist" and args.paths != ["new"]:
+        p.error("--paths old: the image MLP's earlier path; the ResNet has one")
+    steps = args.steps or ((200 if args.config == "fashionmnist" else 20) if device == "cuda" else 2)
     rows = []
-    for method in args.methods:
-        flops = None if args.no_flops else estimate_gpu_block.count_step(method, args.sets, 50, model="mlp")[0]
+    for method in methods:
+        flops = None if args.no_flops else count_flops(args.config, method, args.sets, device)
         times: dict[str, list[float]] = {path: [] for path in args.paths}
         replayed = True
         for _ in range(args.rounds):
             for path in args.paths:
-                seconds, used = time_method(method, args.sets, steps, device, path)
+                seconds, used = time_method(method, args.sets, steps, device, path, args.config)
                 times[path].append(seconds)
                 replayed &= used or device != "cuda"
         row = {"method": method, "sets": args.sets, "flops": flops, "replayed": replayed}
@@ -169,13 +207,13 @@ def main() -> None:
             parts.append(f"old/new {row['old_s'] / row['new_s']:.2f}x")
         print(f"{method:10s} " + " | ".join(parts) + ("" if replayed else "  (eager: not captured)"), flush=True)
         rows.append(row)
-    if "new" in args.paths and set(args.methods) == set(MIX):
-        seed_steps = sum(RUNS_PER_METHOD[r["method"]] * STEPS for r in rows)
-        seconds = sum(RUNS_PER_METHOD[r["method"]] * STEPS * r["new_s"] / args.sets for r in rows)
+    if "new" in args.paths and set(methods) == set(runs_per_method):
+        seed_steps = sum(runs_per_method[r["method"]] * STEPS for r in rows)
+        seconds = sum(runs_per_method[r["method"]] * STEPS * r["new_s"] / args.sets for r in rows)
         rate_text = f"{seed_steps / seconds:,.0f} seed-steps/s"
         line = f"block: {seed_steps:,} seed-steps in {seconds / 60:.1f} min one job at a time, {rate_text}"
         if not args.no_flops:
-            total = sum(RUNS_PER_METHOD[r["method"]] * STEPS * r["flops"] / args.sets for r in rows)
+            total = sum(runs_per_method[r["method"]] * STEPS * r["flops"] / args.sets for r in rows)
             line += f", {total / seconds / 1e12:.2f} TFLOP/s ({total / seconds / 1e12 / args.peak:.1%} of peak)"
         print(line)
     if args.json:

@@ -467,3 +467,31 @@ def test_a_tar_archive_is_extracted_through_a_staging_folder_of_its_own(tmp_path
         [".cifar10.lock", archive.name, images.CIFAR_FOLDER, "cifar10.npz"]
     )
     assert load_arrays(data / "cifar10.npz", "train")[0].shape == (10, 3, 32, 32)
+
+
+def test_a_tar_is_extracted_by_hand_where_python_has_no_data_filter(tmp_path, monkeypatch):
+    """Python 3.11.0-3.11.3 has no ``tarfile.data_filter``: the regular files come out the
+    same, and a member that would land outside the folder is refused, naming it."""
+    import io
+    import tarfile
+
+    from repens.data.images import _extract_data
+
+    def archive(name: str) -> Path:
+        path = tmp_path / f"{name.replace('/', '_')}.tar.gz"
+        with tarfile.open(path, "w:gz") as tar:
+            data = b"pixels"
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        return path
+
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    good = archive("batches/data_1")
+    with tarfile.open(good) as tar:
+        _extract_data(tar, tmp_path / "out", good)
+    assert (tmp_path / "out/batches/data_1").read_bytes() == b"pixels"
+    bad = archive("../escape")
+    with tarfile.open(bad) as tar, pytest.raises(ValueError, match="member '../escape' would be written outside"):
+        _extract_data(tar, tmp_path / "out2", bad)
+    assert not (tmp_path / "escape").exists()

@@ -495,6 +495,28 @@ def _md5(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def _extract_data(tar, dest: Path, archive: Path) -> None:  # noqa: ANN001 (a tarfile.TarFile)
+    """The archive's regular files and folders under ``dest``: ``extractall`` with the
+    ``data`` filter where Python has it (3.11.4 on), else the same by hand (a member with an
+    absolute name or a ``..`` part is refused, naming it; links and special files are left
+    out, as the files kept after extraction are the regular ones)."""
+    import tarfile
+
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    for member in tar.getmembers():
+        name = Path(member.name)
+        if name.is_absolute() or ".." in name.parts:
+            raise ValueError(f"{archive}: member {member.name!r} would be written outside the extraction folder")
+        if member.isdir():
+            (dest / name).mkdir(parents=True, exist_ok=True)
+        elif member.isfile():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            with tar.extractfile(member) as src, open(dest / name, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+
+
 def _extract(archive: Path, file: RemoteFile, root: Path) -> None:
     """Extract ``archive`` into ``root / file.folder``, each file through a temporary
     name of this process's own and a rename (a tar into a staging folder of its own)."""
@@ -509,7 +531,7 @@ def _extract(archive: Path, file: RemoteFile, root: Path) -> None:
         staging = Path(tempfile.mkdtemp(prefix=f".{archive.name}.{os.getpid()}-", suffix=".extract", dir=target))
         try:
             with tarfile.open(archive) as tar:
-                tar.extractall(staging, filter="data")
+                _extract_data(tar, staging, archive)
             for path in sorted(staging.rglob("*")):
                 if path.is_file() and not path.is_symlink():
                     dest = target / path.relative_to(staging)
