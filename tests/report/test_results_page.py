@@ -304,3 +304,36 @@ def test_a_shown_table_whose_columns_need_words_gets_its_note_after_its_link(tmp
     other = next(line for line in lines if line.startswith("Table: [`table1_vs_paper.csv`]"))
     assert other == "Table: [`table1_vs_paper.csv`](../reference/results/table1_vs_paper.csv)"  # no note, no sidecar
     assert set(results_page.TABLE_NOTES) <= {rel for s in results_page.SECTIONS for rel in s.tables}
+
+
+def test_a_scorecard_at_a_variants_settings_is_published_and_shown_before_the_main_one(tmp_path):
+    """``claims_<variant>.md`` / ``.csv`` (config claims_variants) are kept by publish and
+    shown as a section of their own ahead of the claim scorecard, without a second verdict rule."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    results, reference = tmp_path / "results", tmp_path / "reference"
+    _job(reference, "image/fashionmnist/de/seed38/metrics.json")
+    _table1_vs_paper(results / "table1_vs_paper.csv")
+    (results / "claims.md").write_text("# Claim scorecard\n\n1 claim: 1 reproduced.\n\n## Verdict rule\n\nThe rule.\n")
+    variant = (
+        "# Claim scorecard: Table 1's claims at the variant v\n\n1 claim: 1 not run.\n\n## Verdict rule\n\nAgain.\n"
+    )
+    (results / "claims_v.md").write_text(variant)
+    _write_csv(results / "claims_v.csv", [{"claim": "c", "verdict": "not run"}])
+    kept = [p.name for p in publish(results, reference)]
+    assert {"claims_v.md", "claims_v.csv"} <= set(kept)
+    text = write_page(reference, config, paper_seeds(config), tmp_path / "docs" / "results.md")
+    at_variant = text.index("## Claim scorecard: Table 1's claims at the variant v")
+    assert at_variant < text.index("## Claim scorecard\n") and "1 claim: 1 not run." in text
+    assert text.count("### Verdict rule") == 1 and "Again." not in text
+    assert not check(results, reference)
+
+
+def test_claims_variants_must_name_variants():
+    from repens.pipeline.config import ConfigError, check_config
+
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["scale"] = "paper"
+    config["experiments"]["image"]["claims_variants"] = ["code-protocol", "nope"]
+    expand_variants(config)
+    with pytest.raises(ConfigError, match=r"experiments\.image\.claims_variants\[1\]: 'nope' is not one of"):
+        check_config(config)

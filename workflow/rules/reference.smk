@@ -12,6 +12,12 @@ REBUILD_OUTPUTS = [
     *(IMAGE_OUTPUTS if reference_holds("image") else []),
     *(UCI_OUTPUTS if reference_holds("uci") else []),
     *CLAIMS_OUTPUTS,
+    *(
+        f"results/claims_{variant}.{ext}"
+        for variant in config["experiments"]["image"].get("claims_variants") or []
+        for ext in ("md", "csv")
+        if reference_holds("image")
+    ),
 ]
 
 

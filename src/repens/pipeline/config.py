@@ -265,6 +265,9 @@ def check_config(config: Mapping[str, Any]) -> None:
                     raise ConfigError(
                         f"{where}.{layer_name}report_datasets[{i}]: {ds!r} is not a dataset of this experiment"
                     )
+        for i, variant in enumerate(spec.get("claims_variants") or []):
+            if variant not in (spec.get("variants") or {}):
+                raise ConfigError(f"{where}.claims_variants[{i}]: {variant!r} is not one of the experiment's variants")
     _check_finite(config, "")
     for key, seeds in [("seeds", config["seeds"])] + [
         (f"experiments.{exp}.seeds", spec["seeds"])

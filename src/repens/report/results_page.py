@@ -206,7 +206,14 @@ def publish(results: Path | str, reference: Path | str, allow_drop: bool = False
         for folder in PUBLISHED_FOLDERS
         for p in sorted((results / folder).glob("*.png"))
     ]
-    for rel in [*PUBLISHED, *figures]:
+    # the scorecards at a variant's settings (config claims_variants: results/claims_<variant>.*)
+    variant_claims = [
+        p.name
+        for pattern in ("claims_*.md", "claims_*.csv")
+        for p in sorted(results.glob(pattern))
+        if p.name not in PUBLISHED
+    ]
+    for rel in [*PUBLISHED, *variant_claims, *figures]:
         for name in (rel, rel + ".provenance.json"):
             if (results / name).is_file():
                 (staged / name).parent.mkdir(parents=True, exist_ok=True)
@@ -551,6 +558,15 @@ def _table(path: Path) -> list[str]:
     return _mean_se(path)
 
 
+def _variant_claims_lines(md: Path, link: Path) -> list[str]:
+    """A scorecard at a variant's settings (``claims_<variant>.md``), as a section of its own:
+    its heading one level down, its verdict rule left to the main scorecard's section."""
+    lines = md.read_text().splitlines()
+    rule = next((i for i, line in enumerate(lines) if line.startswith("## Verdict rule")), len(lines))
+    body = [("##" + line[1:]) if line.startswith("#") else line for line in lines[:rule]]
+    return [*body, f"The verdict rule: the claim scorecard below; the file: [`{md.name}`]({link / md.name})."]
+
+
 def _claims_section(kept: Path, link: Path) -> list[str]:
     """The scorecard (``claims.md``) and, where kept, each claim's evidence figure."""
     md = kept / "claims.md"
@@ -755,6 +771,8 @@ def write_page(
     for section in SECTIONS:
         lines += _section_lines(section, kept, link)
     lines += ["", "## Convergence of the Table 1 and Table 2 rows", ""] + _convergence_lines(kept, link)
+    for md in sorted(kept.glob("claims_*.md")):
+        lines += ["", *_variant_claims_lines(md, link)]
     lines += ["", "## Claim scorecard", ""] + _claims_section(kept, link)
     text = "\n".join(lines).rstrip() + "\n"
     write_text_atomic(out, text)
