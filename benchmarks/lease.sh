@@ -21,6 +21,9 @@ export PYTHONPATH=src PYTHONUNBUFFERED=1
     git log -1 --format='code at %h' 2>/dev/null || true
     echo '$ python benchmarks/bench_table1.py --device cuda --rounds 1 --steps 100'
     timeout "${BENCH_SECONDS:-80}" python benchmarks/bench_table1.py --device cuda --rounds 1 --steps 100
+    echo '$ python benchmarks/bench_table1.py --device cuda --rounds 1 --steps 50 --sets 5 --no-flops --methods de kde-wgd ssge-fwgd drle'
+    timeout "${STACK_SECONDS:-40}" python benchmarks/bench_table1.py --device cuda --rounds 1 --steps 50 --sets 5 \
+        --no-flops --methods de kde-wgd ssge-fwgd drle
 } >"$out/bench.txt" 2>&1
 timeout "${PROFILE_SECONDS:-30}" python benchmarks/bench_table1.py --device cuda --profile ssge-fwgd >"$out/profile.txt" 2>&1
 left=$((total - ($(date +%s) - start)))
