@@ -378,18 +378,16 @@ def _function_space(params: Tensor, ctx: StepContext, prior_options: dict, funct
     outputs, pull_back = ctx.posterior.outputs_with_pullback(params, ctx.batch.x)
     lead = params.dim() - 1
     if function_output == "logits":
-        seen, to_seen = outputs, None
+        seen, output_map, to_network = outputs, None, pull_back
         lik_score = ctx.posterior.output_grad_log_likelihood(outputs, ctx.batch)
-        to_network = pull_back
     else:
-        seen = to_seen = softmax_classes(outputs)
+        seen, output_map = softmax_classes(outputs), softmax_classes
         lik_score = ctx.posterior.probability_grad_log_likelihood(seen, ctx.batch)
 
-        def to_network(v: Tensor) -> Tensor:
+        def to_network(v: Tensor) -> Tensor:  # the softmax's Jacobian (symmetric), then the network's
             return pull_back(seen * (v - (seen * v).sum(-1, keepdim=True)))
 
     flat = seen.flatten(lead)  # (..., n, B * C)
-    output_map = None if to_seen is None else softmax_classes
     score = lik_score.flatten(lead) + function_prior_score(flat, ctx, output_map=output_map, **prior_options)
     return flat, score, lambda direction_f: to_network(direction_f.view_as(outputs))
 
