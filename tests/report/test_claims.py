@@ -109,7 +109,7 @@ def test_every_agreement_claim_states_its_margin():
         "langevin-no-difference",
         "gaussian-fit",
     }
-    by_id = {c.id: c for c in cl.CLAIMS}
+    by_id = {c.id: c for c in cl.CLAIMS + cl.DIAGNOSTICS}
     for claim_id in agreements:
         assert by_id[claim_id].margin, claim_id
     # each check runs its comparisons with a margin (here, on absent tables: not run)
@@ -168,10 +168,15 @@ def test_the_rules_interval_covers_a_normal_mean_95_percent_of_the_time_at_every
         assert abs(fixed - 0.705) < 0.006
 
 
+def by_verdict(rows, verdict: str) -> list[str]:
+    return [r["id"] for r in rows if r["verdict"] == verdict]
+
+
 def test_diagnostics_are_apart_from_the_claims():
     """Checks of our own runs are diagnostics: not in CLAIMS, never in the claims' headline."""
     claim_ids = {c.id for c in cl.CLAIMS}
-    assert {d.id for d in cl.DIAGNOSTICS} == {"drle-repulsion-acts"}
+    # anchored-eq11 checks the method's description against numbers made by their code: ours
+    assert {d.id for d in cl.DIAGNOSTICS} == {"drle-repulsion-acts", "anchored-eq11-matches-pearce"}
     assert not claim_ids & {d.id for d in cl.DIAGNOSTICS}
     assert all(d.diagnostic for d in cl.DIAGNOSTICS) and not any(c.diagnostic for c in cl.CLAIMS)
     rows = [
@@ -471,7 +476,9 @@ def test_cli_writes_csv_and_markdown(tmp_path):
     assert rc == 0
     rows = list(csv.DictReader(out_csv.open()))
     assert len(rows) == len(cl.CLAIMS) >= 12
-    assert {r["verdict"] for r in rows} == {"not run"}  # a quick table, the others absent
+    # a quick table, the others absent; a claim that cannot be tested says so whatever its data
+    assert {r["verdict"] for r in rows if r["id"] != "langevin-no-difference"} == {"not run"}
+    assert by_verdict(rows, "not testable") == ["langevin-no-difference"]
     by_id = {r["id"]: r for r in rows}
     assert by_id["fmnist-improve-accuracy"]["figures"] == f"{table1}: quick scale"
     assert "no_table2.csv: missing" in by_id["anchored-matches-pearce"]["figures"]
@@ -481,11 +488,13 @@ def test_cli_writes_csv_and_markdown(tmp_path):
     md = out_md.read_text()
     assert md.startswith("# Claim scorecard")
     assert "| # | claim | source | figures | detectable | verdict | on the paper's numbers |" in md
-    assert md.count("| **not run** |") == len(cl.CLAIMS) + len(cl.DIAGNOSTICS) and "## Verdict rule" in md
+    assert md.count("| **not run** |") == len(cl.CLAIMS) + len(cl.DIAGNOSTICS) - 1 and "## Verdict rule" in md
+    assert md.count("| **not testable** |") == 1
     # the headline counts the papers' claims only; the diagnostics have their own CSV and section
-    assert f"{len(cl.CLAIMS)} claims: 0 reproduced, 0 contradicted, 0 inconclusive, {len(cl.CLAIMS)} not run" in md
+    n = len(cl.CLAIMS)
+    assert f"{n} claims: 0 reproduced, 0 contradicted, 0 inconclusive, {n - 1} not run, 1 not testable" in md
     diag = list(csv.DictReader(cl.diagnostics_path(out_csv).open()))
-    assert [r["id"] for r in diag] == ["drle-repulsion-acts"] and diag[0]["kind"] == "diagnostic"
+    assert [r["id"] for r in diag] == [d.id for d in cl.DIAGNOSTICS] and {r["kind"] for r in diag} == {"diagnostic"}
     assert "drle-repulsion-acts" not in by_id and {r["kind"] for r in rows} == {"claim"}
     assert "## Diagnostics" in md and "Diagnostics" in out_html.read_text()
     assert by_id["anchored-matches-pearce"]["margin"].startswith("RMSE ±5% of Pearce's value")
@@ -554,8 +563,10 @@ def test_uci_claims_on_table2(tmp_path):
     assert eq11.verdict == "contradicted"
     assert [c.verdict for c in eq11.comparisons].count("contradicted") == 2  # boston RMSE and NLL
     assert by_id["drle-repulsion-acts"].verdict == "reproduced"
-    # DLE (our runs started from a deep ensemble) and DE are not in this table: not run, naming the rows
-    assert by_id["langevin-no-difference"].verdict == "not run"
+    # DLE (our runs started from a deep ensemble) and DE are not in this table: not run, naming the rows;
+    # the claim itself is not testable (its comparisons are still made and shown)
+    assert by_id["langevin-no-difference"].verdict == "not testable"
+    assert cl.combine(by_id["langevin-no-difference"].comparisons) == "not run"
     assert (
         "table2_uci.csv: no rows for dle-burnin, de (kin8nm, concrete, energy, naval, power, protein, wine, yacht)"
         in cl.summary(by_id["langevin-no-difference"].comparisons)
@@ -565,7 +576,9 @@ def test_uci_claims_on_table2(tmp_path):
     # the same table at quick scale
     files["uci"] = _write_csv(tmp_path / "quick" / "table2_uci.csv", rows, "quick")
     assert {
-        r.verdict for r in cl.evaluate(cl.Evidence(files), cl.CLAIMS + cl.DIAGNOSTICS) if "uci" in r.claim.files
+        r.verdict
+        for r in cl.evaluate(cl.Evidence(files), cl.CLAIMS + cl.DIAGNOSTICS)
+        if "uci" in r.claim.files and not r.claim.untestable
     } == {"not run"}
 
 
@@ -751,10 +764,10 @@ def test_scorecard_reads_the_tables_the_pipeline_writes(tmp_path):
     assert by_id["fmnist-md-beats-entropy"]["verdict"] == "not run"  # f-SVGD and hyper-DE missing
     # identical NLL of DE, DLE and DRLE on the poster's datasets present; the others missing
     nodiff = by_id["langevin-no-difference"]
-    assert nodiff["verdict"] == "not run" and int(nodiff["n_reproduced"]) == 4  # yacht, energy x DLE, DRLE
-    assert nodiff["figures"].startswith("12 of 16 comparisons not run (") and nodiff["figures"].endswith(
-        "; 4 reproduced"
-    )
+    assert nodiff["verdict"] == "not testable" and int(nodiff["n_reproduced"]) == 4  # yacht, energy x DLE, DRLE
+    reason, _, figures = nodiff["figures"].partition(". 12 of 16")
+    assert reason.startswith("not testable: the poster's table does not say what its metric is")
+    assert figures.startswith(" comparisons not run (") and figures.endswith("; 4 reproduced")
     assert (
         "no rows for dle-burnin, de, drle-burnin (kin8nm, concrete, naval, power, protein, wine)" in nodiff["figures"]
     )

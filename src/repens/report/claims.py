@@ -139,6 +139,8 @@ __all__ = [
     "comparison_rows",
     "Claim",
     "CLAIMS",
+    "CLAIM_VERDICTS",
+    "NOT_TESTABLE",
     "DIAGNOSTICS",
     "Evidence",
     "PaperEvidence",
@@ -152,6 +154,11 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------- the scorecard
+
+#: a claim that cannot be tested (:attr:`repens.report.claim_list.Claim.untestable` says why)
+NOT_TESTABLE = "not testable"
+#: a claim's verdicts: its comparisons' (:data:`VERDICTS`), or not testable
+CLAIM_VERDICTS = (*VERDICTS, NOT_TESTABLE)
 
 
 @dataclass
@@ -169,7 +176,7 @@ def evaluate(evidence: Evidence, claims: Sequence[Claim] = CLAIMS) -> list[Resul
     out = []
     for claim in claims:
         comparisons = claim.check(evidence)
-        result = Result(claim, comparisons, combine(comparisons))
+        result = Result(claim, comparisons, NOT_TESTABLE if claim.untestable else combine(comparisons))
         if claim.reference:
             paper = PaperEvidence(claim.reference, evidence.paths, evidence.labels, evidence.group_spec)
             result.source_comparisons = claim.check(paper)
@@ -191,7 +198,7 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
                 "reading": c.reading,
                 "files": " ".join(shown_path(files.get(k) or FILES[k]) for k in c.files),
                 "verdict": r.verdict,
-                "figures": summary(r.comparisons),
+                "figures": (f"not testable: {c.untestable}. " if c.untestable else "") + summary(r.comparisons),
                 "source_verdict": r.source_verdict or "n/a",
                 "source_figures": summary(r.source_comparisons) if r.source_comparisons else "",
                 **{f"n_{v.replace(' ', '_')}": sum(x.verdict == v for x in r.comparisons) for v in VERDICTS},
@@ -232,7 +239,8 @@ LEGEND = (
     "reproduced if all are, else inconclusive. 'On the paper's numbers': the same check on the values the "
     "source paper prints (n/a where it shows a figure only, or where the claim is about matching them). "
     "Diagnostics are checks of our own runs, not claims of a paper: judged the same way, listed apart, not "
-    "counted among the claims."
+    "counted among the claims. **not testable**: a claim whose test the evidence cannot make (the reason in its "
+    "figures cell); its comparisons are shown, not judged."
 )
 
 
@@ -270,7 +278,11 @@ def _md_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def headline(rows: Sequence[Mapping[str, Any]]) -> str:
     """ "N claims: x reproduced, ...": the papers' claims only (diagnostics left out)."""
     claims = [r for r in rows if r.get("kind", "claim") != "diagnostic"]
-    counts = ", ".join(f"{sum(r['verdict'] == v for r in claims)} {v}" for v in VERDICTS)
+    counts = ", ".join(
+        f"{sum(r['verdict'] == v for r in claims)} {v}"
+        for v in CLAIM_VERDICTS
+        if v in VERDICTS or any(r["verdict"] == v for r in claims)
+    )
     return f"{len(claims)} claims: {counts}"
 
 
@@ -289,7 +301,7 @@ def scorecard_markdown(
     if diagnostics:
         counts = ", ".join(
             f"{sum(r['verdict'] == v for r in diagnostics)} {v}"
-            for v in VERDICTS
+            for v in CLAIM_VERDICTS
             if any(r["verdict"] == v for r in diagnostics)
         )
         lines += [
