@@ -216,6 +216,13 @@ def _check_method(name: str, entry: Mapping[str, Any]) -> None:
             raise ConfigError(f"{where}.{key}: option not used by rule {rule!r} in {space} space")
 
 
+def _check_claims_variants(where: str, spec: Mapping[str, Any]) -> None:
+    """Each of an experiment's ``claims_variants`` names one of its variants."""
+    for i, variant in enumerate(spec.get("claims_variants") or []):
+        if variant not in (spec.get("variants") or {}):
+            raise ConfigError(f"{where}.claims_variants[{i}]: {variant!r} is not one of the experiment's variants")
+
+
 def check_config(config: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` naming the key for mistakes a schema cannot see."""
     methods = config.get("methods") or {}
@@ -265,9 +272,7 @@ def check_config(config: Mapping[str, Any]) -> None:
                     raise ConfigError(
                         f"{where}.{layer_name}report_datasets[{i}]: {ds!r} is not a dataset of this experiment"
                     )
-        for i, variant in enumerate(spec.get("claims_variants") or []):
-            if variant not in (spec.get("variants") or {}):
-                raise ConfigError(f"{where}.claims_variants[{i}]: {variant!r} is not one of the experiment's variants")
+        _check_claims_variants(where, spec)
     _check_finite(config, "")
     for key, seeds in [("seeds", config["seeds"])] + [
         (f"experiments.{exp}.seeds", spec["seeds"])
