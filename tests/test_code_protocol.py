@@ -22,6 +22,7 @@ from repens.core.jobkey import job_key
 from repens.core.variants import VariantError, expand_variants
 from repens.methods.updates import (
     StepContext,
+    adam_preconditioner,
     function_prior_score,
     make_update,
     preconditioned_repulsion_ratio,
@@ -33,7 +34,6 @@ from repens.models.particles import StackedModel
 from repens.models.posteriors import Batch, NetworkPosterior
 from repens.models.scores import SCORE_ESTIMATORS
 from repens.pipeline.config import check_config, resolve_job
-from repens.training.train import adam_scale
 
 ROOT = Path(__file__).resolve().parents[1]
 RTOL = 1e-10
@@ -216,14 +216,14 @@ def test_a_function_space_rules_preconditioned_ratio_is_taken_in_weight_space():
 def test_adams_scale_is_its_bias_corrected_preconditioner():
     params = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.Adam([params], lr=0.1, betas=(0.9, 0.99), eps=1e-8)
-    assert adam_scale(opt, params) is None  # no step yet
+    assert adam_preconditioner(opt, params) is None  # no step yet
     grads = [torch.randn(3, 4, dtype=torch.float64) for _ in range(3)]
     for grad in grads:
         params.grad = grad
         opt.step()
     v = sum(0.99 ** (2 - i) * 0.01 * g**2 for i, g in enumerate(grads)) / (1 - 0.99**3)
-    assert _close(adam_scale(opt, params), 1.0 / (v.sqrt() + 1e-8))
-    assert adam_scale(torch.optim.SGD([params], lr=0.1), params) is None
+    assert _close(adam_preconditioner(opt, params), 1.0 / (v.sqrt() + 1e-8))
+    assert adam_preconditioner(torch.optim.SGD([params], lr=0.1), params) is None
 
 
 # ------------------------------------------------------------------ the config's variants

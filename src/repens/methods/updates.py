@@ -33,6 +33,7 @@ __all__ = [
     "Update",
     "repulsion_ratio",
     "preconditioned_repulsion_ratio",
+    "adam_preconditioner",
     "FUNCTION_OUTPUTS",
     "REPULSION_SCALES",
     "StepContext",
@@ -72,26 +73,33 @@ class Update:
     pull_back: Callable[[Tensor], Tensor] | None = None
 
 
-def preconditioned_repulsion_ratio(update: Update, scale: Tensor) -> Tensor | None:
+def preconditioned_repulsion_ratio(
+    update: Update, scale: Tensor, forces: tuple[Tensor, Tensor] | None = None
+) -> Tensor | None:
     """``||scale * repulsion_w|| / ||scale * drift_w||`` with both terms in weight space
     (a function-space rule's pulled back): the repulsion's share of the step once an optimizer
-    has rescaled each coordinate by ``scale`` (Adam's ``1 / (sqrt(v_hat) + eps)``), one value
-    per set of a stack; ``None`` for a rule with no repulsion."""
+    has rescaled each coordinate by ``scale`` (Adam's: :func:`adam_preconditioner`), one value
+    per set of a stack; ``None`` for a rule with no repulsion. ``forces``: the update's
+    ``forces()`` where the caller has them already."""
     if update.forces is None:
         return None
-    drift, repulsion = update.forces()
+    drift, repulsion = forces if forces is not None else update.forces()
     if update.pull_back is not None:
         drift, repulsion = update.pull_back(drift), update.pull_back(repulsion)
-    return (scale * repulsion).flatten(-2).norm(dim=-1) / (scale * drift).flatten(-2).norm(dim=-1)
+    return _norm_ratio(scale * drift, scale * repulsion)
 
 
-def repulsion_ratio(update: Update) -> Tensor | None:
+def repulsion_ratio(update: Update, forces: tuple[Tensor, Tensor] | None = None) -> Tensor | None:
     """``||repulsion|| / ||drift||`` of an update, one value per set of a stack (norms over
     the set's whole particle matrix); ``None`` for a rule with no repulsion (DE, anchored,
-    DLE). Shows whether the repulsion moves the particles at all next to the posterior's pull."""
+    DLE). Shows whether the repulsion moves the particles at all next to the posterior's pull.
+    ``forces``: the update's ``forces()`` where the caller has them already."""
     if update.forces is None:
         return None
-    drift, repulsion = update.forces()
+    return _norm_ratio(*(forces if forces is not None else update.forces()))
+
+
+def _norm_ratio(drift: Tensor, repulsion: Tensor) -> Tensor:
     return repulsion.flatten(-2).norm(dim=-1) / drift.flatten(-2).norm(dim=-1)
 
 
@@ -291,18 +299,28 @@ def langevin_noise_std(optimizer: torch.optim.Optimizer, params: Tensor, tempera
     not sample the target (tests/test_langevin.py: +22 to +225 % variance on a Gaussian);
     use SGD at the step of :mod:`repens.methods.step_size` (``step_size: curvature``).
     """
-    group = optimizer.param_groups[0]
-    lr = group["lr"]
-    if isinstance(optimizer, torch.optim.Adam):
-        state = optimizer.state[params]
-        beta2, eps = group["betas"][1], group["eps"]
-        step = state["step"]  # a tensor on the device for the fused Adam: no host round-trip
-        v_hat = state["exp_avg_sq"] / (1.0 - torch.pow(beta2, step.to(state["exp_avg_sq"])))
-        # sqrt(2 lr T / (sqrt(v_hat) + eps)) in place on v_hat, op for op what the expression
-        # computes (a number over a tensor is torch's reciprocal times the number): 4 fewer
+    lr = optimizer.param_groups[0]["lr"]
+    scale = adam_preconditioner(optimizer, params)
+    if scale is not None:
+        # sqrt(2 lr T / (sqrt(v_hat) + eps)) in place, op for op what the expression computes
+        # (a number over a tensor is torch's reciprocal times the number): 4 fewer
         # temporaries, 124 -> 106 us on the UCI stack (75k weights)
-        return v_hat.sqrt_().add_(eps).reciprocal_().mul_(2.0 * lr * temperature).sqrt_()
+        return scale.mul_(2.0 * lr * temperature).sqrt_()
     return math.sqrt(2.0 * lr * temperature)
+
+
+def adam_preconditioner(optimizer: torch.optim.Optimizer | None, params: Tensor) -> Tensor | None:
+    """Adam's per-coordinate scaling of a direction after its last step, ``1 / (sqrt(v_hat) +
+    eps)`` (a new tensor), from its state for ``params``; ``None`` for another optimizer or
+    before its first step. The Langevin noise (:func:`langevin_noise_std`) and the logged
+    repulsion share after Adam (:func:`preconditioned_repulsion_ratio`) both read it."""
+    if not isinstance(optimizer, torch.optim.Adam) or "exp_avg_sq" not in optimizer.state.get(params, {}):
+        return None
+    state, group = optimizer.state[params], optimizer.param_groups[0]
+    beta2, eps = group["betas"][1], group["eps"]
+    step = state["step"]  # a tensor on the device for the fused Adam: no host round-trip
+    v_hat = state["exp_avg_sq"] / (1.0 - torch.pow(beta2, step.to(state["exp_avg_sq"])))
+    return v_hat.sqrt_().add_(eps).reciprocal_()
 
 
 def add_langevin_noise(

@@ -40,7 +40,7 @@ __all__ = [
 CURVES = {"train_nll": "training NLL", "monitor_nll": "held-out NLL"}
 #: the repulsion diagnostic's progress fields and their labels: the ratio in the space the rule
 #: works in, and the same in weight space after Adam's per-coordinate scaling
-#: (``repulsion_adam``, :func:`repens.training.train.adam_scale`; logs written before it have none)
+#: (``repulsion_adam``, :func:`repens.methods.updates.adam_preconditioner`; logs written before it have none)
 REPULSION = {"repulsion": "before Adam", "repulsion_adam": "after Adam's scaling"}
 
 

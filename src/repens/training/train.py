@@ -42,7 +42,13 @@ from repens.core.atomic import torch_save_atomic
 from repens.core.environment import env_setting
 from repens.core.jobkey import ENGINE_VERSION, load_keyed_checkpoint
 from repens.methods.optimizers import OPTIMIZERS, make_optimizer
-from repens.methods.updates import StepContext, Update, preconditioned_repulsion_ratio, repulsion_ratio
+from repens.methods.updates import (
+    StepContext,
+    Update,
+    adam_preconditioner,
+    preconditioned_repulsion_ratio,
+    repulsion_ratio,
+)
 from repens.models.posteriors import Batch
 from repens.training.host_memory import keep_freed_memory
 from repens.training.step_graph import StepGraphs, StepState, backend_for
@@ -368,15 +374,18 @@ class Progress:
         repulsion: list,
         optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
-        ratio = repulsion_ratio(result)
+        forces = result.forces() if result.forces is not None else None  # once, for both ratios
+        ratio = repulsion_ratio(result, forces)
         extra = self.on_log(done, params.detach()) if self.on_log else {}
         if ratio is not None:
             repulsion.append((done, [significant(float(r)) for r in ratio.flatten()]))
             extra = {**extra, "repulsion": float(ratio.mean())}  # a stack's sets: their mean
-            scale = adam_scale(optimizer, params)
+            # the same share after Adam's per-coordinate scaling, in weight space (for a
+            # function-space rule the pull-back reads the particles after the step, one step
+            # later than the forces: a diagnostic, not a replay of the step)
+            scale = adam_preconditioner(optimizer, params)
             if scale is not None:
-                adam_ratio = preconditioned_repulsion_ratio(result, scale)
-                extra["repulsion_adam"] = float(adam_ratio.mean())
+                extra["repulsion_adam"] = float(preconditioned_repulsion_ratio(result, scale, forces).mean())
         rate = (done - self.start) / max(time.perf_counter() - self.t0, 1e-9)
         fields = " ".join(f"{k}={v:.4g}" for k, v in extra.items())
         log.info(
@@ -387,24 +396,6 @@ class Progress:
             (self.settings.steps - done) / rate,
             fields,
         )
-
-
-def adam_scale(optimizer: torch.optim.Optimizer | None, params: Tensor) -> Tensor | None:
-    """Adam's per-coordinate scaling of a direction, ``1 / (sqrt(v_hat) + eps)``, from its
-    state for ``params`` after its last step; ``None`` for another optimizer or before a step.
-    The repulsion's share of the step after it is logged as ``repulsion_adam=`` (the
-    weight-space forces rescaled by it: :func:`repens.methods.updates.preconditioned_repulsion_ratio`;
-    for a function-space rule the pull-back reads the particles after the step, one step
-    later than the forces: a diagnostic, not a replay of the step)."""
-    if not isinstance(optimizer, torch.optim.Adam) or params not in optimizer.state:
-        return None
-    state, group = optimizer.state[params], optimizer.param_groups[0]
-    if "exp_avg_sq" not in state:
-        return None
-    beta2, eps = group["betas"][1], group["eps"]
-    step = state["step"]
-    v_hat = state["exp_avg_sq"] / (1.0 - torch.pow(beta2, step.to(state["exp_avg_sq"])))
-    return v_hat.sqrt_().add_(eps).reciprocal_()
 
 
 class Every:
