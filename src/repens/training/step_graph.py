@@ -186,9 +186,7 @@ class CudaGraphBackend:
         if self._capture_stream is None:
             self._capture_stream = cuda.stream()
         graph, pool = cuda.graph(), cuda.pool()
-        if isinstance(generators, torch.Generator):
-            generators = (generators,)
-        for generator in generators:  # each replay advances every stream the step draws from
+        for generator in _streams(generators):  # each replay advances every stream the step draws from
             graph.register_generator_state(generator)
         cuda.before_capture()
         try:
@@ -240,6 +238,11 @@ def _fill(static: Batch | None, batch: Batch | None) -> None:
             getattr(static, f.name).copy_(getattr(batch, f.name))
 
 
+def _streams(generator: torch.Generator | tuple[torch.Generator, ...] | list) -> tuple[torch.Generator, ...]:
+    """A step's random streams as a tuple: one generator, or the run's and a stack's seeds'."""
+    return tuple(generator) if isinstance(generator, tuple | list) else (generator,)
+
+
 class StepState:
     """What a step changes, saved and put back in place (a captured graph keeps pointing at
     the same tensors): the particles, the optimizer's state tensors, other tensors the
@@ -253,7 +256,7 @@ class StepState:
         generator: torch.Generator | tuple[torch.Generator, ...],
         extra: tuple[Tensor, ...] = (),
     ) -> None:
-        self.generators = tuple(generator) if isinstance(generator, tuple | list) else (generator,)
+        self.generators = _streams(generator)
         self.params, self.optimizer, self.extra = params, optimizer, extra
 
     def tensors(self) -> list[Tensor]:
@@ -312,7 +315,7 @@ class StepGraphs:
         state: StepState,
         warmup: int = WARMUP_STEPS,
     ) -> None:
-        self.generators = tuple(generator) if isinstance(generator, tuple | list) else (generator,)
+        self.generators = _streams(generator)
         self.step, self.backend, self.state = step, backend, state
         self.warmup_left = max(1, int(warmup))  # the optimizer's state exists from its first step on
         self.graphs: dict[tuple, tuple[Batch | None, Replay]] = {}
