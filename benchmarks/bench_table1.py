@@ -41,26 +41,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_engine  # noqa: E402
 import bench_gpu_step  # noqa: E402
+import bench_image  # noqa: E402
 import estimate_gpu_block  # noqa: E402
 
 #: the block's runs per method: 5 seeds x 50,000 steps; DE priced for de, hyper-de and the two
 #: DE variants (wgd-lr, code-protocol's de)
 SEEDS, STEPS = 5, 50_000
-#: the image job's methods, as bench_engine defines them (hyper-DE: a DE step)
-MIX = [
-    "de",
-    "svgd",
-    "fsvgd",
-    "kde-wgd",
-    "sge-wgd",
-    "ssge-wgd",
-    "kde-fwgd",
-    "sge-fwgd",
-    "ssge-fwgd",
-    "anchored",
-    "dle",
-    "drle",
-]
+#: the image job's methods, as bench_image times them (hyper-DE: a DE step)
+MIX = bench_image.METHODS
 RUNS_PER_METHOD = {m: SEEDS for m in MIX} | {"de": 4 * SEEDS}
 
 
@@ -170,8 +158,7 @@ def main() -> None:
     if args.profile:
         profile(args.profile, args.sets, device)
         return
-    rate = bench_engine.gemm_rate(torch.get_num_threads(), device) / 1e3  # TFLOP/s
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    rate = bench_engine.gemm_rate(torch.get_num_threads(), device) / 1e3  # TFLOP/s (it restores the TF32 flag)
     print(
         f"device: {name}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), TF32 "
         f"{'on' if args.tf32 else 'off'}; fp32 GEMM (TF32 off) {rate:.1f} TFLOP/s measured in this run; "

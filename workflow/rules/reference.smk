@@ -13,10 +13,13 @@ REBUILD_OUTPUTS = [
     *(UCI_OUTPUTS if reference_holds("uci") else []),
     *CLAIMS_OUTPUTS,
     *(
-        f"results/claims_{variant}.{ext}"
-        for variant in config["experiments"]["image"].get("claims_variants") or []
-        for ext in ("md", "csv")
+        [
+            f"results/claims_{variant}.{ext}"
+            for variant in config["experiments"]["image"].get("claims_variants") or []
+            for ext in ("md", "csv")
+        ]
         if reference_holds("image")
+        else []
     ),
 ]
 
