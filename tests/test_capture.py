@@ -459,7 +459,10 @@ class FakeGraph:
     def register_generator_state(self, generator: torch.Generator) -> None:
         assert isinstance(generator, torch.Generator)
 
-    def capture_begin(self, pool) -> None:  # noqa: ANN001
+    def capture_begin(self, pool, capture_error_mode: str = "global") -> None:  # noqa: ANN001
+        # CUDA's default mode forbids unsafe calls to every thread during a capture: runs on
+        # other threads (several stacks in one process) would break it
+        assert capture_error_mode == "thread_local", capture_error_mode
         if self.cuda.current is self.cuda.default:
             raise RuntimeError("CUDA graphs must be captured on a non-default stream.")
         self.stream, self.pool = self.cuda.current, pool

@@ -3,8 +3,10 @@
 The Snakemake rules call these commands; everything also runs without Snakemake.
 
 * ``train --spec JSON --out FILE``: one training job (spec from ``repens.pipeline.config.resolve_job``).
-* ``train-stack --spec JSON --out FILE [--spec JSON --out FILE ...]``: one image method's seeds
-  trained as one stack, each seed's files as ``train`` writes them (:func:`repens.experiments.image.run_image_stack`).
+* ``train-stack --spec JSON --out FILE [--spec JSON --out FILE ...] [--stacks 5,5]``: one image
+  method's seeds trained as one stack, each seed's files as ``train`` writes them
+  (:func:`repens.experiments.image.run_image_stack`); ``--stacks``: several stacks side by side
+  in one process, a thread and a CUDA stream each (:mod:`repens.experiments.streams`).
 * ``hmc --spec JSON --out FILE``: the HMC reference of a toy problem (``resolve_hmc_job``).
 * ``prepare-images --dataset D --root DIR [--mirror DIR] --out NPZ``: an image data set, verified.
 * ``image-table ... METRICS...``: Table 1 and its comparison with the paper.
@@ -141,10 +143,12 @@ def _runtime(args: argparse.Namespace) -> dict:
 
 def _train_stack(args: argparse.Namespace) -> int:
     """``train-stack``: one method's seeds of one image data set trained as one stack
-    (:func:`repens.experiments.image.run_image_stack`), each seed's files stamped as ``train`` stamps them."""
-    from repens.experiments.image import run_image_stack, stack_settings
+    (:func:`repens.experiments.image.run_image_stack`), each seed's files stamped as ``train``
+    stamps them; with ``--stacks``, several such stacks side by side in this process, each on
+    a thread and a CUDA stream of its own (:func:`repens.experiments.streams.run_image_stacks`)."""
+    from repens.experiments.image import run_image_stack
+    from repens.experiments.streams import check_stacks
     from repens.jobs.job import ImageJob, Job, SpecError
-    from repens.training.train import Interrupted, NonFiniteError
 
     try:  # jobs that are not one image method's seeds: one line naming the difference
         runtime_fields = _runtime_fields(args.runtime)
@@ -154,10 +158,15 @@ def _train_stack(args: argparse.Namespace) -> int:
             raise SpecError(f"train-stack takes image jobs, got experiment {other[0]!r}")
         if len(args.out) != len(jobs):
             raise SpecError(f"{len(jobs)} --spec but {len(args.out)} --out; give one --out per --spec, in order")
-        stack_settings(jobs)
+        outs = [Path(out) for out in args.out]
+        sizes = _stack_sizes(args.stacks, len(jobs))
+        if len(sizes) > 1 and args.checkpoint:
+            raise SpecError("--checkpoint names one stack's checkpoint; with several --stacks each has its own")
+        cuts = [sum(sizes[:k]) for k in range(len(sizes) + 1)]
+        stacks = [(jobs[a:b], outs[a:b]) for a, b in zip(cuts, cuts[1:])]
+        check_stacks(stacks)
     except (SpecError, json.JSONDecodeError) as err:
         raise SystemExit(f"error: --spec: {err}") from None
-    outs = [Path(out) for out in args.out]
     runtime = _runtime(args)
     from contextlib import ExitStack
 
@@ -168,19 +177,70 @@ def _train_stack(args: argparse.Namespace) -> int:
             for out in outs:
                 locks.enter_context(job_lock(out, logging.getLogger("repens.train")))
             check_granted_gpu(args.device)
-            run_image_stack(jobs, outs, _path(args.checkpoint), **runtime)
+            if len(stacks) == 1:
+                outcomes = [_outcome(lambda: run_image_stack(jobs, outs, _path(args.checkpoint), **runtime))]
+            else:
+                from repens.experiments.streams import run_image_stacks
+
+                whose = logging.Formatter("%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+                for handler in logging.getLogger().handlers:  # each line names its stack
+                    handler.setFormatter(whose)
+                outcomes = run_image_stacks(stacks, **runtime)
     except (JobBusy, GpuUnusable) as err:
         logging.getLogger("repens").error("%s", err)
         return 75 if isinstance(err, JobBusy) else 2
-    except NonFiniteError as err:
-        logging.getLogger("repens").error("%s", err)
-        return 3
-    except Interrupted as err:
-        logging.getLogger("repens").warning("%s", err)
-        return 128 + err.signum
-    for job, out in zip(jobs, outs):
-        _stamp([out, out.with_name("predictions.npz")], job.spec, args.log)
-    return 0
+    for (stack_jobs, stack_outs), outcome in zip(stacks, outcomes):
+        if outcome is None:
+            for job, out in zip(stack_jobs, stack_outs):
+                _stamp([out, out.with_name("predictions.npz")], job.spec, args.log)
+    return _exit_code(outcomes)
+
+
+def _stack_sizes(text: str | None, count: int) -> list[int]:
+    """``--stacks 5,5,1``: the sizes of the stacks the --spec/--out pairs form, in order
+    (default: one stack of all), positive and adding up to the pairs' count."""
+    from repens.jobs.job import SpecError
+
+    if not text:
+        return [count]
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise SpecError(f"--stacks: {text!r} is not a list of stack sizes such as 5,5,1") from None
+    if any(size < 1 for size in sizes) or sum(sizes) != count:
+        raise SpecError(f"--stacks {text}: sizes of at least 1 adding up to the {count} --spec/--out pairs")
+    return sizes
+
+
+def _outcome(run: Callable[[], None]) -> BaseException | None:
+    try:
+        run()
+    except Exception as err:  # noqa: BLE001 (reported by _exit_code)
+        return err
+    return None
+
+
+def _exit_code(outcomes: list[BaseException | None]) -> int:
+    """The process's exit status from its stacks' outcomes (each failure logged in one line):
+    a stop signal's 128 + signum first (the runner then takes the others for interrupted), a
+    non-finite update's 3, any other error re-raised (its traceback) after the others ended."""
+    from repens.training.train import Interrupted, NonFiniteError
+
+    failed = [err for err in outcomes if err is not None]
+    for err in failed:
+        if isinstance(err, Interrupted):
+            logging.getLogger("repens").warning("%s", err)
+        elif isinstance(err, NonFiniteError):
+            logging.getLogger("repens").error("%s", err)
+    stopped = [err for err in failed if isinstance(err, Interrupted)]
+    if stopped:
+        return 128 + stopped[0].signum  # 143 for SIGTERM, 130 for SIGINT
+    other = [err for err in failed if not isinstance(err, NonFiniteError)]
+    if other:
+        for err in other[1:]:
+            logging.getLogger("repens").error("another stack failed too", exc_info=err)
+        raise other[0]
+    return 3 if failed else 0
 
 
 def _stamp(paths: list[Path], job: dict, log_file: str | None) -> None:
@@ -702,6 +762,12 @@ def _train_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", action="append", required=True, help="that seed's metrics file (repeat, in --spec order)")
     p.add_argument("--runtime", help="the jobs' fields that do not change a result, as JSON (as train's)")
     p.add_argument("--checkpoint", help="the stack's checkpoint (default: the first OUT.stack.ckpt)")
+    p.add_argument(
+        "--stacks",
+        metavar="SIZES",
+        help="several stacks side by side, one thread and CUDA stream each: the --spec/--out pairs "
+        "in stacks of these sizes, in order (e.g. 5,5,1; default: one stack of all)",
+    )
     p.add_argument("--input", action="append", metavar="KEY=PATH", help="train=DATA.npz, ood=OOD.npz")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to train")
 

@@ -44,6 +44,7 @@ the eager step is logged once and the run goes on eagerly.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import fields, replace
@@ -72,6 +73,13 @@ log = logging.getLogger("repens.step_graph")
 WARMUP_STEPS = 3
 
 Replay = Callable[[], Update]
+
+#: one capture at a time in a process. Runs on other threads, each on its own stream
+#: (:mod:`repens.experiments.streams`), go on replaying and stepping meanwhile: a capture is
+#: begun in CUDA's ``thread_local`` mode, which forbids the unsafe calls (an allocation, a
+#: synchronisation) to the capturing thread only, and the allocator sends to the graph's pool
+#: only what is allocated on the capture's stream
+_ONE_CAPTURE = threading.Lock()
 
 
 class GraphBackend(Protocol):
@@ -137,7 +145,7 @@ def _captured(graph, pool: tuple[int, int], run: Replay) -> Update:  # noqa: ANN
     capture ended whatever happens: when ``run`` raises (a host-to-device copy, a host wait:
     the capture is invalidated), ``capture_end`` still runs and ``run``'s error is the one
     raised (``capture_end``'s own, an invalidated capture, says less)."""
-    graph.capture_begin(pool)
+    graph.capture_begin(pool, capture_error_mode="thread_local")
     try:
         result = run()
     except BaseException:
@@ -188,13 +196,14 @@ class CudaGraphBackend:
         graph, pool = cuda.graph(), cuda.pool()
         for generator in _streams(generators):  # each replay advances every stream the step draws from
             graph.register_generator_state(generator)
-        cuda.before_capture()
-        try:
-            with _on_stream(cuda, self._capture_stream):
-                result = _captured(graph, pool, run)
-        except BaseException:
-            _abandon(cuda, graph, pool)
-            raise
+        with _ONE_CAPTURE:
+            cuda.before_capture()
+            try:
+                with _on_stream(cuda, self._capture_stream):
+                    result = _captured(graph, pool, run)
+            except BaseException:
+                _abandon(cuda, graph, pool)
+                raise
 
         def replay() -> Update:
             graph.replay()

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -117,30 +118,39 @@ class Interrupted(RuntimeError):
 #: signals that checkpoint and stop a run that has a checkpoint file
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+#: the stop read by runs on threads other than the main one (several stacks in one process,
+#: :mod:`repens.experiments.streams`), where no handler can be set: the main thread's
+#: :func:`stop_signals` handlers set it too, and clear it when they are taken down
+_THREADS_STOP: dict[str, int | None] = {"signum": None}
+
 
 @contextmanager
 def stop_signals(catch: bool = True) -> Iterator[dict[str, int | None]]:
     """While inside, :data:`STOP_SIGNALS` set ``stop["signum"]`` of the yielded dict instead
     of ending the process, so a loop can checkpoint and stop at its next step; the previous
-    handlers come back on exit. ``catch=False`` (a run without a checkpoint file) and a thread
-    other than the main one (where handlers cannot be set) catch nothing."""
+    handlers come back on exit. ``catch=False`` (a run without a checkpoint file) catches
+    nothing. On a thread other than the main one (where handlers cannot be set) the yielded
+    dict is the one the main thread's handlers set: a run there stops when the process is
+    signalled while the main thread is inside :func:`stop_signals`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield _THREADS_STOP if catch else {"signum": None}
+        return
     stop: dict[str, int | None] = {"signum": None}
     previous: dict[int, Any] = {}
     if catch:
 
         def handler(signum: int, frame: Any) -> None:  # noqa: ARG001
-            stop["signum"] = signum
+            stop["signum"] = _THREADS_STOP["signum"] = signum
 
         for signum in STOP_SIGNALS:
-            try:
-                previous[signum] = signal.signal(signum, handler)
-            except ValueError:  # not the main thread
-                break
+            previous[signum] = signal.signal(signum, handler)
     try:
         yield stop
     finally:
         for signum, old in previous.items():
             signal.signal(signum, signal.SIG_DFL if old is None else old)
+        if previous:
+            _THREADS_STOP["signum"] = None
 
 
 @dataclass(frozen=True)
