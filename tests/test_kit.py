@@ -39,9 +39,10 @@ SHARED = Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "dat
 
 FAKE_REPENS = textwrap.dedent('''
     """`train --spec JSON --out F`: ticks of 0.05 s, a checkpoint on SIGTERM, resumed from it;
-    `train-stack --spec JSON --out F ...` (the specs equal but for seed): the same for all its
-    seeds at once, checkpoint `<first F>.stack.ckpt` keyed by the seeds (other seeds: set
-    aside, a fresh start); an image spec also writes predictions.npz beside F;
+    `train-stack --spec JSON --out F ...` (the specs equal but for seed; with `--stacks`, several
+    such stacks side by side): the same for all its seeds at once, checkpoint
+    `<first F>.stack.ckpt` keyed by the seeds (other seeds: set aside, a fresh start); an image
+    spec also writes predictions.npz beside F;
     `prepare-images ... --out F`: writes F. Each start and end is appended to $FAKE_EVENTS."""
     import json, os, signal, sys, time
     from pathlib import Path
@@ -72,8 +73,13 @@ FAKE_REPENS = textwrap.dedent('''
     outs = [Path(o) for o in opts("--out")]
     spec, out = specs[0], outs[0]
     if args[0] == "train-stack":
-        assert len(specs) == len(outs) > 1 and len({s["seed"] for s in specs}) == len(specs), args
-        assert all({**s, "seed": 0} == {**spec, "seed": 0} for s in specs), args
+        sizes = [int(n) for n in opt("--stacks").split(",")] if opt("--stacks") else [len(specs)]
+        assert len(specs) == len(outs) > 1 and sum(sizes) == len(specs), args
+        if len(sizes) > 1:  # stacks side by side: each one method's seeds
+            print(f"stacks side by side: {sizes}", flush=True)
+        else:
+            assert len({s["seed"] for s in specs}) == len(specs), args
+            assert all({**s, "seed": 0} == {**spec, "seed": 0} for s in specs), args
         ckpt = out.with_name(out.name + ".stack.ckpt")
         seeds = [s["seed"] for s in specs]
         def save(tick):
@@ -579,6 +585,55 @@ def test_stack_seeds_runs_the_seeds_of_one_image_job_as_one_stack(node):
     assert len(_starts(node)) == 4
 
 
+def test_side_by_side_trains_several_image_tasks_in_one_process(node):
+    """``side_by_side=2``: the de stack and the svgd stack share one process (train-stack
+    --stacks 3,2); the next image task opens a process of its own; a job that is not an image
+    job never joins. Each job keeps its record, benchmark and log."""
+    de = [node.image_job("de", seed, ticks=4) for seed in (1, 2, 3)]
+    svgd = [node.image_job("svgd", seed, ticks=3) for seed in (1, 2)]
+    other_lr = node.image_job("de", 4, ticks=2, lr=0.1)
+    plain = node.job("plain", ticks=2, seed=1)
+    node.jobs([de[0], svgd[0], plain, de[1], other_lr, svgd[1], de[2]])
+    rc, out = node.run(parallel=1, stack_seeds=True, side_by_side=2, device="cpu")
+    assert rc == 0, out
+    starts = _starts(node)
+    assert [(_command(e["argv"]), len(e["outs"])) for e in starts] == [("train-stack", 5), ("train", 1), ("train", 1)]
+    together = starts[0]["argv"]
+    assert kit._option(together, "--stacks") == "3,2"
+    assert together[: together.index("--stacks")] == [
+        "--threads",
+        "1",
+        "train-stack",
+        "--input",
+        "train=data/images/fake.npz",
+        "--input",
+        "ood=data/images/ood.npz",
+        "--device",
+        "cpu",
+    ]
+    assert starts[0]["outs"] == [j["id"] for j in de + svgd]
+    assert {starts[1]["out"], starts[2]["out"]} == {plain["id"], other_lr["id"]}
+    state = node.state()
+    for job in de + svgd:
+        record = state["jobs"][job["id"]]
+        assert record["status"] == "done" and record["attempts"][0]["stack"]["jobs"] == [j["id"] for j in de + svgd]
+        assert "stacks side by side: [3, 2]" in (node.dir / job["log"]).read_text()
+        assert (node.dir / job["benchmark"]).is_file()
+    assert state["calls"][-1]["side_by_side"] == 2
+
+
+def test_side_by_side_key_takes_image_training_tasks_of_one_command_line(node):
+    de, svgd = node.image_job("de", 1), node.image_job("svgd", 2)
+    stack = kit.stack_argv([de["argv"], node.image_job("de", 2)["argv"]])
+    assert kit.side_by_side_key(de["argv"]) == kit.side_by_side_key(svgd["argv"]) == kit.side_by_side_key(stack)
+    assert kit.side_by_side_key(kit._with_option(de["argv"], "--device", "cuda")) != kit.side_by_side_key(de["argv"])
+    assert kit.side_by_side_key(node.job("plain", seed=1)["argv"]) is None
+    assert kit.side_by_side_key([*de["argv"], "--checkpoint", "x.ckpt"]) is None
+    argv = kit.side_by_side_argv([stack, svgd["argv"]])
+    assert kit._option(argv, "--stacks") == "2,1" and kit.command_of(argv) == "train-stack"
+    assert kit._spec_out_pairs(argv) == kit._spec_out_pairs(stack) + kit._spec_out_pairs(svgd["argv"])
+
+
 @pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
 def test_an_interrupted_stack_resumes_from_its_checkpoint(node):
     jobs = [node.image_job("de", seed, ticks=80) for seed in (1, 2)]
@@ -720,9 +775,11 @@ def test_stack_key_takes_only_image_train_jobs_with_a_seed(node):
 
 @pytest.mark.slow
 def test_stack_seeds_with_the_real_train_stack_equals_the_seeds_run_one_by_one(tmp_path):
-    """Two seeds of a tiny image job on synthetic data: run-jobs --stack-seeds runs one real
-    ``python -m repens train-stack``, and each seed's metrics and predictions equal those of
-    its own ``train`` job run by run-jobs without it (one thread, as the rule runs them)."""
+    """Two seeds of a tiny image job and one of another method, on synthetic data: run-jobs
+    --stack-seeds runs one real ``python -m repens train-stack`` for the two seeds, and with
+    --side-by-side 2 one process trains that stack and the other job side by side; each
+    seed's metrics and predictions equal those of its own ``train`` job run by run-jobs
+    without either (one thread, as the rule runs them)."""
     import numpy as np
 
     from repens.pipeline.config import resolve_job
@@ -737,11 +794,11 @@ def test_stack_seeds_with_the_real_train_stack_equals_the_seeds_run_one_by_one(t
             arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y.astype(np.int64)
         np.savez(tmp_path / f"{name}.npz", **arrays)
     jobs = []
-    for seed in (38, 39):
-        spec = dict(resolve_job(config, "image", "fashionmnist", "de", seed))
+    for method, seed in (("de", 38), ("de", 39), ("kde-fwgd", 38)):
+        spec = dict(resolve_job(config, "image", "fashionmnist", method, seed))
         spec.update(particles=2, steps=8, hidden=[8], batch_size=16, log_every=4)
         spec = json.dumps(spec, sort_keys=True)
-        base = f"results/image/fashionmnist/de/seed{seed}"
+        base = f"results/image/fashionmnist/{method}/seed{seed}"
         argv = [
             "--threads",
             "1",
@@ -766,33 +823,36 @@ def test_stack_seeds_with_the_real_train_stack_equals_the_seeds_run_one_by_one(t
                 "argv": argv,
                 "spec": spec,
                 "outputs": [f"{base}/metrics.json", f"{base}/predictions.npz"],
-                "log": f"logs/image/fashionmnist/de/seed{seed}.log",
+                "log": f"logs/image/fashionmnist/{method}/seed{seed}.log",
                 "benchmark": f"{base}/benchmark.tsv",
                 "inputs": [],
             }
         )
     results = {}
-    for how, stacked in (("stack", True), ("single", False)):
+    for how, stacked, side in (("stack", True, 1), ("side", True, 2), ("single", False, 1)):
         work = tmp_path / how
         work.mkdir()
         (work / "jobs.json").write_text(
             json.dumps({"kit": kit.KIT_FORMAT, "snakemake": {}, "jobs": jobs, "prepare": []})
         )
         out = io.StringIO()
-        assert run_jobs(work / "jobs.json", directory=work, stack_seeds=stacked, parallel=2, out=out) == 0, (
-            out.getvalue() + "".join((work / j["log"]).read_text() for j in jobs)
-        )
+        rc = run_jobs(work / "jobs.json", directory=work, stack_seeds=stacked, side_by_side=side, parallel=2, out=out)
+        assert rc == 0, out.getvalue() + "".join((work / j["log"]).read_text() for j in jobs)
         assert ("in 1 seed stack(s)" in out.getvalue()) == stacked
+        assert ("3 jobs side by side (stacks of 2,1)" in out.getvalue()) == (side > 1), out.getvalue()
         results[how] = work
-    for job in jobs:
-        stack, single = (results[how] / job["id"] for how in ("stack", "single"))
-        assert json.loads(stack.read_text())["metrics"] == json.loads(single.read_text())["metrics"]
-        assert json.loads(stack.read_text())["seed_stack"]["seeds"] == [38, 39]
-        a, b = (np.load(p.with_name("predictions.npz")) for p in (stack, single))
-        for key in set(a.files) - {"provenance"}:
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-        assert (results["stack"] / job["benchmark"]).is_file()
-        assert "seed stack [38, 39]" in (results["stack"] / job["log"]).read_text()
+    for how in ("stack", "side"):
+        for job in jobs:
+            stack, single = results[how] / job["id"], results["single"] / job["id"]
+            assert json.loads(stack.read_text())["metrics"] == json.loads(single.read_text())["metrics"]
+            a, b = (np.load(p.with_name("predictions.npz")) for p in (stack, single))
+            for key in set(a.files) - {"provenance"}:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+            assert (results[how] / job["benchmark"]).is_file()
+        for job in jobs[:2]:
+            assert json.loads((results[how] / job["id"]).read_text())["seed_stack"]["seeds"] == [38, 39]
+            assert "seed stack [38, 39]" in (results[how] / job["log"]).read_text()
+    assert "2 stacks side by side on cpu" in (results["side"] / jobs[2]["log"]).read_text()
 
 
 # -- pack and import ------------------------------------------------------------------------

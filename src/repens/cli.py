@@ -659,6 +659,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
         stack_seeds=args.stack_seeds,
         expect_margin=args.expect_margin,
         then=args.then,
+        side_by_side=args.side_by_side,
     )
 
 
@@ -681,6 +682,7 @@ def _lease(args: argparse.Namespace) -> int:
         stack_seeds=args.stack_seeds,
         expect_margin=args.expect_margin,
         then=args.then,
+        side_by_side=args.side_by_side,
     )
 
 
@@ -1002,7 +1004,19 @@ def _run_jobs_args(p: argparse.ArgumentParser) -> None:
         help="run the image jobs that differ only in seed as one train-stack per group (each seed keeps "
         "its outputs, log, state; benchmark.tsv: the stack's time split evenly across its seeds)",
     )
+    _side_by_side_arg(p)
     _expect_margin_arg(p)
+
+
+def _side_by_side_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--side-by-side",
+        type=int,
+        default=1,
+        metavar="K",
+        help="up to K image training tasks (seed stacks, single jobs) in one process, a thread and a CUDA "
+        "stream each (train-stack --stacks); --parallel then counts processes (default 1: a process each)",
+    )
 
 
 def _expect_margin_arg(p: argparse.ArgumentParser) -> None:
@@ -1040,6 +1054,7 @@ def _lease_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--raw", default="data/raw", help="the original image archives (default data/raw)")
     p.add_argument("--directory", "-d", default=".", help="where the jobs' paths are (default: here)")
     p.add_argument("--stack-seeds", action="store_true", help="as run-jobs --stack-seeds")
+    _side_by_side_arg(p)
     _expect_margin_arg(p)
 
 

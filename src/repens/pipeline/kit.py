@@ -552,6 +552,46 @@ def stack_argv(argvs: Sequence[Sequence[str]]) -> list[str]:
     return base + [w for argv in argvs for w in ("--spec", _option(argv, "--spec"), "--out", _option(argv, "--out"))]
 
 
+def _spec_out_pairs(argv: Sequence[str]) -> list[tuple[str, str]]:
+    """The ``--spec`` / ``--out`` values of a ``train`` or ``train-stack`` command line, paired in order."""
+    specs = [argv[i + 1] for i, w in enumerate(argv[:-1]) if w == "--spec"]
+    outs = [argv[i + 1] for i, w in enumerate(argv[:-1]) if w == "--out"]
+    return list(zip(specs, outs))
+
+
+def side_by_side_argv(argvs: Sequence[Sequence[str]]) -> list[str]:
+    """One ``train-stack --stacks SIZES`` command line that trains the stacks (``train-stack``)
+    and single image jobs (``train``, a stack of one) of ``argvs`` side by side in one process,
+    a thread and a CUDA stream each (:mod:`repens.experiments.streams`); they share all but
+    ``--spec`` / ``--out`` (:func:`side_by_side_key`)."""
+    base = _with_option(_per_job_removed(argvs[0]), "--stacks", None)
+    i = _command_index(base)
+    assert i is not None and base[i] in ("train", "train-stack"), base
+    base[i] = "train-stack"
+    pairs = [_spec_out_pairs(argv) for argv in argvs]
+    sizes = ",".join(str(len(p)) for p in pairs)
+    return base + ["--stacks", sizes] + [w for p in pairs for spec, out in p for w in ("--spec", spec, "--out", out)]
+
+
+def side_by_side_key(argv: Sequence[str]) -> str | None:
+    """What tasks trained side by side in one process share: their command line but the
+    command (``train`` or ``train-stack``), ``--spec``, ``--out``, ``--stacks`` and the per-job
+    ``--attempts``; None for a task that cannot join them (another command, a ``--checkpoint``
+    of its own, or not an image job)."""
+    if command_of(argv) not in ("train", "train-stack") or _option(argv, "--checkpoint") is not None:
+        return None
+    pairs = _spec_out_pairs(argv)
+    try:
+        if not pairs or any(json.loads(spec).get("experiment") != "image" for spec, _ in pairs):
+            return None
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    base = _with_option(_per_job_removed(argv), "--stacks", None)
+    i = _command_index(base)
+    assert i is not None
+    return json.dumps(base[:i] + base[i + 1 :])
+
+
 def stack_groups(jobs: Sequence[dict[str, Any]], argvs: Sequence[Sequence[str]] | None = None) -> list[list[int]]:
     """The indices of ``jobs`` (with their command lines ``argvs``, by default their own)
     grouped for ``--stack-seeds``: jobs of one :func:`stack_key` with distinct seeds form a
@@ -595,6 +635,14 @@ class _Task:
     def jobs(self) -> list[str]:
         """The ids of the jobs this task runs (none for a data step)."""
         return list(self.members) if self.members else [self.key] if self.kind == "job" else []
+
+
+def _what(task: _Task) -> str:
+    """A task of several jobs in words: a stack of seeds, or stacks side by side."""
+    sizes = _option(task.argv, "--stacks")
+    if sizes:
+        return f"{len(task.members)} jobs side by side (stacks of {sizes})"
+    return f"a stack of {len(task.members)} seeds"
 
 
 def _gpu_name() -> str | None:
@@ -652,11 +700,13 @@ class _Runner:
         stack_seeds: bool = False,
         expect_margin: float = EXPECT_MARGIN,
         then: float = 0.0,
+        side_by_side: int = 1,
     ) -> None:
         _check_deadline(deadline, float(min_run), prepare_only)  # before anything is read or run
         self.data = _load_jobs(jobs_file)
         self.by_id = {job["id"]: job for job in self.data["jobs"]}
         self.stack_seeds = bool(stack_seeds)
+        self.side_by_side = max(1, int(side_by_side))
         self.directory = Path(directory)
         self.state_path = Path(state) if state else self.directory / DEFAULT_STATE
         self.state = _load_state(self.state_path)
@@ -679,6 +729,7 @@ class _Runner:
             "deadline": deadline,
             "device": device,
             "stack_seeds": self.stack_seeds,
+            "side_by_side": self.side_by_side,
             "events": [],
         }
         src = str(Path(__file__).resolve().parents[2])
@@ -780,6 +831,8 @@ class _Runner:
             tasks.append(task)
         if self.stack_seeds:
             tasks = self._stack(tasks)
+        if self.side_by_side > 1:
+            tasks = self._side_by_side(tasks)
         return list(preps.values()) + tasks, status
 
     def _stack(self, tasks: list[_Task]) -> list[_Task]:
@@ -828,6 +881,49 @@ class _Runner:
             merged.append((min(place[t.key] for t in members), task))
         return [task for _, task in sorted(merged, key=lambda item: item[0])]
 
+    def _side_by_side(self, tasks: list[_Task]) -> list[_Task]:
+        """``tasks`` with up to ``side_by_side`` image training tasks (stacks of seeds and
+        single jobs) that share their command line but ``--spec`` / ``--out``
+        (:func:`side_by_side_key`) merged into one process, ``train-stack --stacks``, which
+        trains them at once, a thread and a CUDA stream each (:mod:`repens.experiments.streams`).
+        The merged task's jobs are its tasks' jobs, in order: each keeps its outputs, state
+        record, log (copied as a stack's is) and ``benchmark.tsv`` (the process's time split
+        evenly across all its jobs); each stack keeps its own checkpoint, so a job stopped
+        here resumes in a process of another make-up. Tasks go in their order; the merged
+        task takes the place of its first."""
+        merged: list[_Task] = []
+        open_groups: dict[str, list[_Task]] = {}
+        order: list[list[_Task] | _Task] = []
+        for task in tasks:
+            key = side_by_side_key(task.argv) if task.kind == "job" else None
+            if key is None:
+                order.append(task)
+                continue
+            group = open_groups.get(key)
+            if group is None or len(group) >= self.side_by_side:
+                group = open_groups[key] = []
+                order.append(group)
+            group.append(task)
+        for item in order:
+            if isinstance(item, _Task):
+                merged.append(item)
+            elif len(item) == 1:
+                merged.append(item[0])
+            else:
+                jobs = [job for t in item for job in t.jobs]
+                merged.append(
+                    _Task(
+                        "job",
+                        jobs[0],
+                        side_by_side_argv([t.argv for t in item]),
+                        item[0].log,
+                        [o for t in item for o in t.outputs],
+                        sorted({n for t in item for n in t.needs}),
+                        members=jobs,
+                    )
+                )
+        return merged
+
     def _resumes_alone(self, task: _Task) -> bool:
         """Whether ``task`` (a ``train`` job) has a checkpoint of its own, ``<out>.ckpt``, and no
         stack checkpoint ``<out>.stack.ckpt``: it then runs alone and resumes, rather than
@@ -861,7 +957,7 @@ class _Runner:
         task.log_handle.write(f"\n== repens run-jobs {_now()}: {shlex.join(task.argv)}\n".encode())
         if task.members:
             task.log_handle.write(
-                f"== a stack of {len(task.members)} seeds, one process: this call's output is "
+                f"== {_what(task)}, one process: this call's output is "
                 f"copied to each seed's log when it ends\n".encode()
             )
         task.log_handle.flush()
@@ -892,7 +988,7 @@ class _Runner:
             book.setdefault(key, {"attempts": []}).update(status="running", pid=task.proc.pid)
         self.save()
         if task.members:
-            self.say(f"start a stack of {len(task.members)} seeds (train-stack): {', '.join(task.members)}")
+            self.say(f"start {_what(task)} (train-stack): {', '.join(task.members)}")
         else:
             self.say(f"start {task.key}" + (" (data)" if task.kind == "prepare" else ""))
         for key in task.jobs or [task.key]:
@@ -971,7 +1067,7 @@ class _Runner:
                     path.write_text(_benchmark_tsv(record["attempts"]))
             self.say(
                 f"{how} {key} after {seconds:.1f} s (exit {code}"
-                + (f"; a stack of {share} seeds, {seconds / share:.1f} s each" if task.members else "")
+                + (f"; {_what(task)}, {seconds / share:.1f} s each" if task.members else "")
                 + ")"
             )
             self.event(key, how, returncode=code, seconds=round(seconds, 1))
@@ -1049,7 +1145,7 @@ class _Runner:
             for task in running:
                 self.say(
                     f"SIGKILL {task.key}"
-                    + (f" (a stack of {len(task.members)} seeds)" if task.members else "")
+                    + (f" ({_what(task)})" if task.members else "")
                     + f": no exit {self.grace:g} s after SIGTERM"
                 )
                 task.proc.kill()
@@ -1199,6 +1295,7 @@ def run_jobs(
     stack_seeds: bool = False,
     expect_margin: float = EXPECT_MARGIN,
     then: float = 0.0,
+    side_by_side: int = 1,
 ) -> int:
     """Run the jobs of ``jobs_file`` (:func:`export_jobs`) in ``directory``, ``parallel`` at a
     time, as ``python -m repens`` subprocesses; prepare their missing inputs first (image
@@ -1214,7 +1311,9 @@ def run_jobs(
 
     ``stack_seeds``: the image ``train`` jobs that differ only in their seed run as one
     ``python -m repens train-stack`` per group, each seed still a job of its own
-    (:meth:`_Runner._stack`).
+    (:meth:`_Runner._stack`). ``side_by_side`` K > 1: up to K image training tasks (stacks
+    and single jobs) of one command line share one process, a thread and a CUDA stream each
+    (:meth:`_Runner._side_by_side`); ``parallel`` counts processes.
 
     Returns 0 when every job is finished, 75 when some remain (call again), 1 when a job
     failed; a ``deadline`` not above ``min_run`` is refused first (:func:`_check_deadline`)."""
@@ -1236,6 +1335,7 @@ def run_jobs(
         stack_seeds=stack_seeds,
         expect_margin=expect_margin,
         then=then,
+        side_by_side=side_by_side,
     ).run()
 
 
@@ -1529,6 +1629,7 @@ def lease(
     stream: Any = None,
     expect_margin: float = EXPECT_MARGIN,
     then: float = 0.0,
+    side_by_side: int = 1,
 ) -> int:
     """One call of a short device lease, over by ``until`` seconds after it starts: the jobs
     of ``jobs_file`` matching ``only`` run (:func:`run_jobs`) until a deadline that leaves
@@ -1558,6 +1659,7 @@ def lease(
         stack_seeds=stack_seeds,
         expect_margin=expect_margin,
         then=then,
+        side_by_side=side_by_side,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     pack(
