@@ -20,8 +20,14 @@ replayed steps of one method (torch.profiler), by device time.
 
     python benchmarks/bench_table1.py --device cpu --threads 1 --paths old new --methods de kde-fwgd
     python benchmarks/bench_table1.py --device cuda --sets 5 --peak 67
+    python benchmarks/bench_table1.py --device cuda --sets 5 --steps 50 --rounds 1 --side-by-side
     python benchmarks/bench_table1.py --device cuda --profile ssge-fwgd
     python benchmarks/bench_table1.py --device cuda --config resnet32 --methods de kde-fwgd --steps 20
+
+``--side-by-side`` also times the methods listed all at once in one process, a thread and a
+CUDA stream each (as ``train-stack --stacks`` and ``run-jobs --side-by-side`` train them), and
+prints their seed-steps/s together, the ratio to the same steps one stack at a time, and the
+block's minutes at that rate.
 
 ``--config resnet32`` times CIFAR-10's ResNet32 step instead (20 particles, batch 128, inputs
 of CIFAR's shape; the data are not on the GPU machines) and prices CIFAR's block.
@@ -104,6 +110,46 @@ def count_flops(config: str, method: str, sets: int, device: str) -> float:
     return totals[1] - totals[0]
 
 
+def time_side_by_side(methods: list[str], sets: int, steps: int, device: str) -> float:
+    """Seconds per round of steps with every method of ``methods`` (``sets`` seeds stacked each)
+    training at once in this process, a thread and a CUDA stream each, as
+    ``train-stack --stacks`` trains them (:func:`repens.experiments.streams.own_stream`): the
+    marginal round, ``(T(10 + steps) - T(10)) / steps`` with all threads started together."""
+    import threading
+    import time
+
+    import torch
+
+    from repens.experiments.streams import own_stream
+    from repens.training.train import TrainSettings, TrainState, train
+
+    dev = torch.device(device)
+    setups = [bench_engine._setup(CONFIGS["fashionmnist"], method, sets, device) for method in methods]
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def run_all(steps_each: int) -> float:
+        def one(k: int) -> None:
+            post, update, init, anchors, next_batch, context, g = setups[k]
+            settings = TrainSettings(steps=steps_each, lr=1e-4, log_every=10**9, nonfinite_check_every=50)
+            with own_stream(dev):
+                train(TrainState(init, anchors), update, context, settings, g, next_batch)
+                sync()
+
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(len(setups))]
+        sync()
+        t0 = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        sync()
+        return time.perf_counter() - t0
+
+    run_all(10)  # the device's first-use costs, every method's
+    short, long = run_all(10), run_all(10 + steps)
+    return (long - short) / steps
+
+
 def profile(method: str, sets: int, device: str, top: int = 15) -> None:
     """The top kernels of 20 replayed steps by device time (torch.profiler), FashionMNIST's MLP."""
     import torch
@@ -145,6 +191,12 @@ def main() -> None:
     p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls")
     p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (CPU seconds per method)")
     p.add_argument("--profile", choices=MIX, help="profile this method instead")
+    p.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="also time the methods listed all at once in this process, a thread and a CUDA stream "
+        "each (train-stack --stacks, run-jobs --side-by-side), and price the block at that rate",
+    )
     p.add_argument("--json", help="also write the rows here")
     args = p.parse_args()
 
@@ -203,8 +255,27 @@ def main() -> None:
             total = sum(runs_per_method[r["method"]] * STEPS * r["flops"] / args.sets for r in rows)
             line += f", {total / seconds / 1e12:.2f} TFLOP/s ({total / seconds / 1e12 / args.peak:.1%} of peak)"
         print(line)
+    together = None
+    if args.side_by_side and "new" in args.paths:
+        seconds = statistics.median(time_side_by_side(methods, args.sets, steps, device) for _ in range(args.rounds))
+        alone = sum(r["new_s"] for r in rows)
+        seed_steps = len(methods) * args.sets / seconds
+        line = (
+            f"side by side: {len(methods)} stacks of {args.sets} seed(s) in one process, a thread and a stream "
+            f"each: {seed_steps:,.0f} seed-steps/s, {alone / seconds:.2f}x the same steps one stack at a time"
+        )
+        if not args.no_flops:
+            tflops = sum(r["flops"] for r in rows) / seconds / 1e12
+            line += f", {tflops:.2f} TFLOP/s ({tflops / rate:.1%} of GEMM, {tflops / args.peak:.1%} of peak)"
+        if set(methods) == set(runs_per_method):
+            block = sum(runs_per_method[m] * STEPS for m in methods)
+            line += f"; the block ({block:,} seed-steps) in {block / seed_steps / 60:.1f} min at this rate"
+        print(line, flush=True)
+        together = {"seconds": seconds, "seed_steps_per_s": seed_steps, "speedup": alone / seconds}
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": name, "gemm_tflops": rate, "rows": rows}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"device": name, "gemm_tflops": rate, "rows": rows, "side_by_side": together}, indent=1)
+        )
 
 
 if __name__ == "__main__":
