@@ -476,8 +476,12 @@ def test_cli_writes_csv_and_markdown(tmp_path):
     assert rc == 0
     rows = list(csv.DictReader(out_csv.open()))
     assert len(rows) == len(cl.CLAIMS) >= 12
-    # a quick table, the others absent; a claim that cannot be tested says so whatever its data
-    assert {r["verdict"] for r in rows if r["id"] != "langevin-no-difference"} == {"not run"}
+    # a quick table, the others absent; a claim that cannot be tested says so whatever its data,
+    # and one that the paper's own printed values contradict is false on them, run or not
+    false_on_paper = ["cifar-repulsive-beat-svgd", "table1-improve-over-de", "anchored-approaches-gp"]
+    assert by_verdict(rows, "false on the paper's own numbers") == false_on_paper
+    assert {r["verdict"] for r in rows if r["id"] not in ["langevin-no-difference", *false_on_paper]} == {"not run"}
+    assert {r["runs_verdict"] for r in rows} == {"not run"}
     assert by_verdict(rows, "not testable") == ["langevin-no-difference"]
     by_id = {r["id"]: r for r in rows}
     assert by_id["fmnist-improve-accuracy"]["figures"] == f"{table1}: quick scale"
@@ -488,11 +492,15 @@ def test_cli_writes_csv_and_markdown(tmp_path):
     md = out_md.read_text()
     assert md.startswith("# Claim scorecard")
     assert "| # | claim | source | figures | detectable | verdict | on the paper's numbers |" in md
-    assert md.count("| **not run** |") == len(cl.CLAIMS) + len(cl.DIAGNOSTICS) - 1 and "## Verdict rule" in md
+    assert md.count("| **not run** |") == len(cl.CLAIMS) + len(cl.DIAGNOSTICS) - 4 and "## Verdict rule" in md
     assert md.count("| **not testable** |") == 1
+    assert md.count("| **false on the paper's own numbers** |") == 3
     # the headline counts the papers' claims only; the diagnostics have their own CSV and section
     n = len(cl.CLAIMS)
-    assert f"{n} claims: 0 reproduced, 0 contradicted, 0 inconclusive, {n - 1} not run, 1 not testable" in md
+    assert (
+        f"{n} claims: 0 reproduced, 0 contradicted, 0 inconclusive, {n - 4} not run, "
+        "3 false on the paper's own numbers, 1 not testable" in md
+    )
     diag = list(csv.DictReader(cl.diagnostics_path(out_csv).open()))
     assert [r["id"] for r in diag] == [d.id for d in cl.DIAGNOSTICS] and {r["kind"] for r in diag} == {"diagnostic"}
     assert "drle-repulsion-acts" not in by_id and {r["kind"] for r in rows} == {"claim"}
@@ -576,7 +584,7 @@ def test_uci_claims_on_table2(tmp_path):
     # the same table at quick scale
     files["uci"] = _write_csv(tmp_path / "quick" / "table2_uci.csv", rows, "quick")
     assert {
-        r.verdict
+        combine(r.comparisons)
         for r in cl.evaluate(cl.Evidence(files), cl.CLAIMS + cl.DIAGNOSTICS)
         if "uci" in r.claim.files and not r.claim.untestable
     } == {"not run"}
@@ -1069,3 +1077,46 @@ def test_table1_claim_reads_the_row_verdict_where_the_table_records_one(tmp_path
     assert [c.reason for c in result.comparisons if c.reason][0] == (
         "not converged: image/fashionmnist/sge-fwgd: monitor_nll mean drift over 5 run(s) -0.05 > tol"
     )
+
+
+def _hand_made_claim(ours: tuple[float, float], printed: tuple[float, float], **extra) -> cl.Claim:
+    """A claim "a > b" whose check reads our runs' two means (``ours``, 5 seeds, s.e. 0.01)
+    or, on the paper's evidence, its two printed values (``printed``, error 0.01)."""
+
+    def check(ev):
+        if isinstance(ev, cl.PaperEvidence):
+            a, b = (Estimate(f"printed {x}", x, 0.01, 0, cl.PUBLISHED) for x in printed)
+        else:
+            a, b = (est(x, 0.01, n=5) for x in ours)
+        return [compare(a, ">", b)]
+
+    return cl.Claim("hand-made", "Table 9", "a beats b", "a > b", ("table1",), check, reference="table1_paper", **extra)
+
+
+@pytest.mark.parametrize(
+    ("ours", "printed", "verdict", "runs"),
+    [
+        ((1.0, 0.5), (1.0, 0.5), "reproduced", "reproduced"),  # holds on both
+        ((1.0, 0.5), (0.5, 1.0), "false on the paper's own numbers", "reproduced"),  # our runs hold it; its table not
+        ((0.5, 1.0), (0.5, 1.0), "false on the paper's own numbers", "contradicted"),
+        ((0.5, 1.0), (1.0, 0.5), "contradicted", "contradicted"),  # a failed reproduction
+        ((1.0, 0.5), (1.0, 0.99), "reproduced", "reproduced"),  # inconclusive on its table: ours decide
+    ],
+)
+def test_a_claim_its_own_paper_contradicts_is_false_on_its_numbers_whatever_our_runs(
+    tmp_path, ours, printed, verdict, runs
+):
+    claim = _hand_made_claim(ours, printed)
+    (result,) = cl.evaluate(cl.Evidence({}), [claim])
+    assert result.verdict == verdict and cl.combine(result.comparisons) == runs
+    (row,) = cl.scorecard_rows([result], {"table1": tmp_path / "t.csv"})
+    assert row["verdict"] == verdict and row["runs_verdict"] == runs
+    if verdict == cl.FALSE_ON_PAPER:
+        assert row["figures"].startswith("false on the paper's own numbers: the same check on its printed values")
+        assert f"our runs: {runs}." in row["figures"]
+    assert cl.headline([row]) == "1 claims: " + ", ".join(
+        f"{int(v == verdict)} {v}" for v in cl.VERDICTS + ((verdict,) if verdict not in cl.VERDICTS else ())
+    )
+    # a claim that cannot be tested stays so, whatever its paper's numbers
+    (untestable,) = cl.evaluate(cl.Evidence({}), [_hand_made_claim(ours, printed, untestable="no metric")])
+    assert untestable.verdict == cl.NOT_TESTABLE

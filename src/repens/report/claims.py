@@ -157,8 +157,12 @@ __all__ = [
 
 #: a claim that cannot be tested (:attr:`repens.report.claim_list.Claim.untestable` says why)
 NOT_TESTABLE = "not testable"
-#: a claim's verdicts: its comparisons' (:data:`VERDICTS`), or not testable
-CLAIM_VERDICTS = (*VERDICTS, NOT_TESTABLE)
+#: a claim that the same check contradicts on the values its own paper prints: a finding
+#: about the claim, whatever our runs show (their verdict is kept beside it, ``runs_verdict``)
+FALSE_ON_PAPER = "false on the paper's own numbers"
+#: a claim's verdicts: its comparisons' (:data:`VERDICTS`), false on the paper's own
+#: numbers, or not testable
+CLAIM_VERDICTS = (*VERDICTS, FALSE_ON_PAPER, NOT_TESTABLE)
 
 
 @dataclass
@@ -172,15 +176,21 @@ class Result:
 
 def evaluate(evidence: Evidence, claims: Sequence[Claim] = CLAIMS) -> list[Result]:
     """Run every claim's check on our results and, where the paper prints the numbers,
-    on the paper's."""
+    on the paper's. A claim's verdict: not testable (:attr:`Claim.untestable`), else false on
+    the paper's own numbers (:data:`FALSE_ON_PAPER`: the check on them is contradicted), else
+    its comparisons' (:func:`combine`)."""
     out = []
     for claim in claims:
         comparisons = claim.check(evidence)
-        result = Result(claim, comparisons, NOT_TESTABLE if claim.untestable else combine(comparisons))
+        result = Result(claim, comparisons, combine(comparisons))
         if claim.reference:
             paper = PaperEvidence(claim.reference, evidence.paths, evidence.labels, evidence.group_spec)
             result.source_comparisons = claim.check(paper)
             result.source_verdict = combine(result.source_comparisons)
+        if claim.untestable:
+            result.verdict = NOT_TESTABLE
+        elif result.source_verdict == "contradicted":
+            result.verdict = FALSE_ON_PAPER
         out.append(result)
     return out
 
@@ -198,7 +208,8 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
                 "reading": c.reading,
                 "files": " ".join(shown_path(files.get(k) or FILES[k]) for k in c.files),
                 "verdict": r.verdict,
-                "figures": (f"not testable: {c.untestable}. " if c.untestable else "") + summary(r.comparisons),
+                "runs_verdict": combine(r.comparisons),
+                "figures": _verdict_reason(r) + summary(r.comparisons),
                 "source_verdict": r.source_verdict or "n/a",
                 "source_figures": summary(r.source_comparisons) if r.source_comparisons else "",
                 **{f"n_{v.replace(' ', '_')}": sum(x.verdict == v for x in r.comparisons) for v in VERDICTS},
@@ -209,6 +220,18 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
             }
         )
     return rows
+
+
+def _verdict_reason(r: Result) -> str:
+    """What opens a claim's figures cell where its verdict is not its runs' own."""
+    if r.claim.untestable:
+        return f"not testable: {r.claim.untestable}. "
+    if r.verdict == FALSE_ON_PAPER:
+        return (
+            f"false on the paper's own numbers: the same check on its printed values is contradicted "
+            f"({summary(r.source_comparisons, limit=2)}); our runs: {combine(r.comparisons)}. "
+        )
+    return ""
 
 
 LEGEND = (
@@ -240,7 +263,9 @@ LEGEND = (
     "source paper prints (n/a where it shows a figure only, or where the claim is about matching them). "
     "Diagnostics are checks of our own runs, not claims of a paper: judged the same way, listed apart, not "
     "counted among the claims. **not testable**: a claim whose test the evidence cannot make (the reason in its "
-    "figures cell); its comparisons are shown, not judged."
+    "figures cell); its comparisons are shown, not judged. **false on the paper's own numbers**: the same check, "
+    "run on the values the source paper prints, contradicts the claim: a finding about the claim, not a failed "
+    "reproduction; what our runs say is kept beside it (figures cell, the CSV's runs_verdict)."
 )
 
 
