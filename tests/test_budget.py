@@ -294,6 +294,7 @@ def test_saved_timings_read_back_to_the_same_budget(tmp_path, capsys):
     image["methods"] = ["de", "hyper-de"]
     image.pop("variants")
     image.pop("claims_variants")  # they name a variant
+    image.pop("paper_protocol")
     image["report_datasets"] = ["fashionmnist"]
     image["datasets"]["fashionmnist"].update(particles=3, batch_size=8, hidden=[8])
     image["settings"]["search_trials"] = 6

@@ -1178,6 +1178,7 @@ def tiny_config(mirror: Path) -> dict:
     image["methods"], image["seeds"] = ["de", "dle"], [38]
     image.pop("variants")  # the two methods alone
     image.pop("claims_variants")  # they name a variant
+    image.pop("paper_protocol")
     image["quick"] = {
         "settings": {"particles": 2, "steps": 20, "log_every": 50},
         "method_settings": {"de": {"steps": 600}},

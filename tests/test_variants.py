@@ -16,6 +16,7 @@ def _config(scale="paper", **variant):
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     config["scale"] = scale
     config["experiments"]["image"]["claims_variants"] = ["code-init"]
+    config["experiments"]["image"]["paper_protocol"] = "code-init"
     config["experiments"]["image"]["variants"] = {
         "code-init": {
             "label": "code's init",

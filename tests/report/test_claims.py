@@ -491,7 +491,10 @@ def test_cli_writes_csv_and_markdown(tmp_path):
     assert by_id["gaussian-fit"]["source_verdict"] == "n/a"
     md = out_md.read_text()
     assert md.startswith("# Claim scorecard")
-    assert "| # | claim | source | figures | detectable | verdict | on the paper's numbers |" in md
+    assert (
+        "| # | claim | source | scored at | figures | detectable | verdict | on the paper's numbers "
+        "| under another protocol |" in md
+    )
     assert md.count("| **not run** |") == len(cl.CLAIMS) + len(cl.DIAGNOSTICS) - 4 and "## Verdict rule" in md
     assert md.count("| **not testable** |") == 1
     assert md.count("| **false on the paper's own numbers** |") == 3
@@ -1120,3 +1123,59 @@ def test_a_claim_its_own_paper_contradicts_is_false_on_its_numbers_whatever_our_
     # a claim that cannot be tested stays so, whatever its paper's numbers
     (untestable,) = cl.evaluate(cl.Evidence({}), [_hand_made_claim(ours, printed, untestable="no metric")])
     assert untestable.verdict == cl.NOT_TESTABLE
+
+
+def _two_protocol_claim(ours: tuple[float, float] | None, other: tuple[float, float]) -> cl.Claim:
+    """A Table 1 claim "a > b" whose check reads the code-protocol block's two means (``ours``;
+    None: one seed, not run) or, on the G.4 block's evidence (no variant), ``other``; the paper
+    prints nothing that decides it."""
+
+    def check(ev):
+        if isinstance(ev, cl.PaperEvidence):
+            a, b = (Estimate(f"printed {x}", x, 1.0, 0, cl.PUBLISHED) for x in (1.0, 0.5))
+            return [compare(a, ">", b)]
+        if ev.variant:
+            if ours is None:
+                return [compare(est(1.0, math.nan, n=1), ">", est(0.5, math.nan, n=1))]
+            return [compare(est(ours[0], 0.01), ">", est(ours[1], 0.01))]
+        return [compare(est(other[0], 0.01), ">", est(other[1], 0.01))]
+
+    return cl.Claim("two-protocols", "Table 1", "a beats b", "a > b", ("table1",), check, reference="table1_paper")
+
+
+@pytest.mark.parametrize(
+    ("ours", "other", "verdict", "other_verdict"),
+    [
+        (None, (0.5, 1.0), "differs under another protocol", "contradicted"),  # not run where the paper measured
+        (None, (1.0, 0.5), "not run", "reproduced"),  # holds elsewhere: still not run at the paper's protocol
+        ((1.0, 0.5), (0.5, 1.0), "reproduced", "contradicted"),  # the paper's protocol decides
+        ((0.5, 1.0), (1.0, 0.5), "contradicted", "reproduced"),
+    ],
+)
+def test_table1_claims_are_scored_at_the_papers_protocol_with_the_other_beside(ours, other, verdict, other_verdict):
+    code, g4 = cl.Evidence({}, variant="code-protocol", code_metrics=True), cl.Evidence({})
+    (result,) = cl.evaluate(code, [_two_protocol_claim(ours, other)], "the authors' code", ("G.4's text", g4))
+    assert (result.verdict, result.other_verdict) == (verdict, other_verdict)
+    assert result.protocol == "the authors' code" and result.other_protocol == "G.4's text"
+    (row,) = cl.scorecard_rows([result], {})
+    assert row["protocol"] == "the authors' code" and row["other_protocol"] == f"G.4's text: {other_verdict}"
+    if verdict == cl.DIFFERS:
+        assert row["figures"].startswith("differs under another protocol: under G.4's text the check is contradicted")
+        assert "at the authors' code: " in row["figures"] and "no standard error" in row["figures"]
+    # a claim that does not read Table 1 keeps its own protocol and has no other
+    (toy,) = cl.evaluate(code, [c for c in cl.CLAIMS if c.id == "funnel-best"], "the authors' code", ("x", g4))
+    assert toy.protocol.startswith("the paper's text") and toy.other_protocol == ""
+
+
+def test_the_code_protocol_reads_the_codes_metric_columns_where_the_table_has_them(tmp_path):
+    row = {"block": "fashionmnist", "method": "de-code-protocol", "label": "DE", "extra": 0}
+    for metric, value in (("nll", 0.26), ("nll_code", 0.13), ("accuracy", 91.2), ("md_ratio", 5.0)):
+        row.update({f"{metric}_mean": value, f"{metric}_se": 0.01, f"{metric}_n": 5})
+    table = _write_csv(tmp_path / "table1.csv", [row], "paper")
+    code = cl.Evidence({"table1": table}, variant="code-protocol", code_metrics=True)
+    assert code.table1("fashionmnist", "de", "nll").value == 0.13  # the code's NLL, -log mean p
+    assert code.table1("fashionmnist", "de", "nll").label.endswith("(code's)")
+    assert code.table1("fashionmnist", "de", "accuracy").value == 91.2  # defined alike
+    assert code.table1("fashionmnist", "de", "md_ratio").value == 5.0  # no md_ratio_code column here: as is
+    ours = cl.Evidence({"table1": table}, variant="code-protocol")
+    assert ours.table1("fashionmnist", "de", "nll").value == 0.26

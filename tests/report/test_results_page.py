@@ -337,3 +337,15 @@ def test_claims_variants_must_name_variants():
     expand_variants(config)
     with pytest.raises(ConfigError, match=r"experiments\.image\.claims_variants\[1\]: 'nope' is not one of"):
         check_config(config)
+
+
+def test_the_paper_protocol_must_name_a_variant():
+    from repens.pipeline.config import ConfigError, check_config
+
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["scale"] = "paper"
+    assert config["experiments"]["image"]["paper_protocol"] == "code-protocol"
+    config["experiments"]["image"]["paper_protocol"] = "code-protocl"
+    expand_variants(config)
+    with pytest.raises(ConfigError, match=r"experiments\.image\.paper_protocol: 'code-protocl' is not one of"):
+        check_config(config)

@@ -155,9 +155,15 @@ rule summarize_claims:
         ),
         labels=method_labels(),
         groups=method_groups_json(),
+        # Table 1's claims at the protocol that produced the paper's numbers (config.yaml)
+        protocol=(
+            f"--paper-protocol {config['experiments']['image']['paper_protocol']}"
+            if config["experiments"]["image"].get("paper_protocol")
+            else ""
+        ),
     shell:
         keep_last_good(
-            "python -m repens claims --labels {params.labels:q} --groups {params.groups:q}"
+            "python -m repens claims --labels {params.labels:q} --groups {params.groups:q} {params.protocol}"
             " --synthetic {params.synthetic:q} --toy {params.toy:q} --table1 {params.table1:q}"
             " --uci {params.uci:q} --table1-paper {input.table1_paper:q} --uci-seeds {input.uci_seeds:q}"
             " --convergence {input.convergence:q}"

@@ -217,10 +217,13 @@ def _check_method(name: str, entry: Mapping[str, Any]) -> None:
 
 
 def _check_claims_variants(where: str, spec: Mapping[str, Any]) -> None:
-    """Each of an experiment's ``claims_variants`` names one of its variants."""
+    """Each of an experiment's ``claims_variants``, and its ``paper_protocol``, names one of its variants."""
     for i, variant in enumerate(spec.get("claims_variants") or []):
         if variant not in (spec.get("variants") or {}):
             raise ConfigError(f"{where}.claims_variants[{i}]: {variant!r} is not one of the experiment's variants")
+    protocol = spec.get("paper_protocol")
+    if protocol is not None and protocol not in (spec.get("variants") or {}):
+        raise ConfigError(f"{where}.paper_protocol: {protocol!r} is not one of the experiment's variants")
 
 
 def check_config(config: Mapping[str, Any]) -> None:

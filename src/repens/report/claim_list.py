@@ -46,6 +46,11 @@ UCI_DATASETS = registry.uci_datasets()
 POSTER_DATASETS = ("kin8nm", "concrete", "energy", "naval", "power", "protein", "wine", "yacht")
 
 MAIN = "D'Angelo & Fortuin 2021"
+#: the protocols the claims' runs follow (Table 1's: the scorecard's, repens.report.claims)
+TEXT = "the paper's text (its Sec. 4 and App. G settings)"
+PEARCE_CODE = "Pearce et al.'s published code (their Table 4 protocol; the anchoring divided by the batch's rows)"
+PEARCE_EQ11 = "Pearce et al.'s Table 4 protocol with their Eq. 11 (the anchoring divided by N)"
+PEARCE_PROTOCOL = "Pearce et al.'s Table 4 protocol (the poster names none of its own)"
 PEARCE = "Pearce et al. 2020"
 WILD = "Wild et al. 2023"
 
@@ -74,6 +79,9 @@ class Claim:
     #: why the claim cannot be tested (its verdict is then "not testable", whatever its
     #: comparisons, which are still shown); empty: a testable claim
     untestable: str = ""
+    #: the protocol its runs follow, named (a Table 1 claim's is the scorecard's: the
+    #: protocol of the Table 1 block it is scored on, :func:`repens.report.claims.evaluate`)
+    protocol: str = ""
 
 
 # ---- equivalence margins of the agreement claims (docs/claims.md gives each reason)
@@ -290,6 +298,7 @@ CLAIMS: tuple[Claim, ...] = (
         _gaussian_fit,
         margin="0: 'almost perfectly' read as no worse than exact samples; the i.i.d. floor is itself the "
         "tolerance (one-sided: reproduced when the 2-s.e. interval of the difference lies below 0)",
+        protocol=TEXT,
     ),
     Claim(
         "funnel-best",
@@ -298,6 +307,7 @@ CLAIMS: tuple[Claim, ...] = (
         "energy distance to Neal's funnel: sge-WGD and SVGD each < kde-WGD and ssge-WGD",
         _SYN,
         _funnel_best,
+        protocol=TEXT,
     ),
     Claim(
         "regression-weight-gap",
@@ -307,6 +317,7 @@ CLAIMS: tuple[Claim, ...] = (
         "epistemic predictive sd in the gap over HMC's (gap_sd_epistemic_ratio) < 1 for DE, SVGD, kde/sge/ssge-WGD",
         _TOY,
         _regression_weight_gap,
+        protocol=TEXT,
     ),
     Claim(
         "regression-function-gap",
@@ -319,6 +330,7 @@ CLAIMS: tuple[Claim, ...] = (
         margin=f"±{GAP_RATIO:g} of HMC's sd (a practical tolerance: the paper reads Fig. 1 by eye; the weight-space "
         "methods it calls 'unable to capture' the gap reach about 0.3, so a quarter of HMC's sd is well "
         "inside the contrast the paper draws)",
+        protocol=TEXT,
     ),
     Claim(
         "regression-function-closer",
@@ -329,6 +341,7 @@ CLAIMS: tuple[Claim, ...] = (
         "weight-space method",
         _TOY,
         _regression_function_closer,
+        protocol=TEXT,
     ),
     Claim(
         "classification-overconfident",
@@ -338,6 +351,7 @@ CLAIMS: tuple[Claim, ...] = (
         "mean predictive entropy far from the data < HMC's, for DE, SVGD, kde/sge/ssge-WGD and f-SVGD",
         _TOY,
         _classification_overconfident,
+        protocol=TEXT,
     ),
     Claim(
         "classification-fwgd-distance-aware",
@@ -348,6 +362,7 @@ CLAIMS: tuple[Claim, ...] = (
         "every weight-space method and f-SVGD",
         _TOY,
         _classification_distance_aware,
+        protocol=TEXT,
     ),
     Claim(
         "fmnist-improve-accuracy",
@@ -471,6 +486,7 @@ CLAIMS: tuple[Claim, ...] = (
         f"±{PEARCE_NLL:g} nats: the smallest differences Pearce et al. name ('Deep Ensembles holds a slight "
         "advantage': NLL 0.04 on power, 0.06 on protein; 'slightly worse than the GP': RMSE 2.5% on power, "
         "3% on wine, NLL 0.03 on power and wine)",
+        protocol=PEARCE_CODE,
     ),
     Claim(
         "anchored-approaches-gp",
@@ -485,6 +501,7 @@ CLAIMS: tuple[Claim, ...] = (
         margin=f"RMSE ±{GP_RMSE_REL:.0%} of the GP's, NLL ±{GP_NLL:g} nats: 'approaching' the GP while 'slightly "
         "worse than the GP', at the gaps their own Table 1 calls slight (7 of 9 datasets: up to 8% in RMSE, "
         "boston; up to 0.13 nats, kin8nm)",
+        protocol=PEARCE_EQ11,
     ),
     Claim(
         "langevin-no-difference",
@@ -504,6 +521,7 @@ CLAIMS: tuple[Claim, ...] = (
         margin=f"±{PEARCE_NLL:g} nats of NLL: the poster names no scale of its own; these runs use Pearce et al.'s "
         "protocol and predictive, so the smallest difference that benchmark's paper names (see "
         "anchored-matches-pearce)",
+        protocol=PEARCE_PROTOCOL,
     ),
 )
 
@@ -524,6 +542,7 @@ DIAGNOSTICS: tuple[Claim, ...] = (
         "advantage': NLL 0.04 on power, 0.06 on protein; 'slightly worse than the GP': RMSE 2.5% on power, "
         "3% on wine, NLL 0.03 on power and wine)",
         diagnostic=True,
+        protocol=PEARCE_EQ11,
     ),
     Claim(
         "drle-repulsion-acts",
@@ -537,5 +556,6 @@ DIAGNOSTICS: tuple[Claim, ...] = (
         ("uci",),
         _drle_repulsion_acts,
         diagnostic=True,
+        protocol=PEARCE_PROTOCOL,
     ),
 )

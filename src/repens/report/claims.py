@@ -160,9 +160,21 @@ NOT_TESTABLE = "not testable"
 #: a claim that the same check contradicts on the values its own paper prints: a finding
 #: about the claim, whatever our runs show (their verdict is kept beside it, ``runs_verdict``)
 FALSE_ON_PAPER = "false on the paper's own numbers"
-#: a claim's verdicts: its comparisons' (:data:`VERDICTS`), false on the paper's own
-#: numbers, or not testable
-CLAIM_VERDICTS = (*VERDICTS, FALSE_ON_PAPER, NOT_TESTABLE)
+#: a claim not run at the protocol that produced the paper's numbers whose runs under
+#: another protocol contradict it: a finding about that protocol, not a verdict on the paper
+DIFFERS = "differs under another protocol"
+#: a claim's verdicts: its comparisons' (:data:`VERDICTS`, at the protocol that produced the
+#: paper's numbers), differs under another protocol, false on the paper's own numbers, or
+#: not testable
+CLAIM_VERDICTS = (*VERDICTS, DIFFERS, FALSE_ON_PAPER, NOT_TESTABLE)
+#: Table 1's protocols: the Appendix G.4 text's (the image experiment's own methods) and the
+#: released code's (the variant config.yaml names ``paper_protocol``, read with the code's
+#: metric definitions); the paper's Table 1 numbers came from the latter (docs/image.md)
+G4_TEXT = "Appendix G.4's text (prior initialisation; our metric definitions)"
+CODE_PROTOCOL = (
+    "the authors' released code (Table 1 block {variant}: PyTorch's default initialisation, the "
+    "function-space rules on softmax outputs; the code's NLL, ECE and MD ratio)"
+)
 
 
 @dataclass
@@ -172,25 +184,50 @@ class Result:
     verdict: str
     source_comparisons: list[Comparison] = field(default_factory=list)
     source_verdict: str = ""
+    #: the protocol the comparisons' runs follow
+    protocol: str = ""
+    #: the same check on runs of another protocol (a Table 1 claim's other block), its name
+    other_protocol: str = ""
+    other_comparisons: list[Comparison] = field(default_factory=list)
+    other_verdict: str = ""
 
 
-def evaluate(evidence: Evidence, claims: Sequence[Claim] = CLAIMS) -> list[Result]:
+def evaluate(
+    evidence: Evidence,
+    claims: Sequence[Claim] = CLAIMS,
+    table1_protocol: str = G4_TEXT,
+    other: tuple[str, Evidence] | None = None,
+) -> list[Result]:
     """Run every claim's check on our results and, where the paper prints the numbers,
-    on the paper's. A claim's verdict: not testable (:attr:`Claim.untestable`), else false on
-    the paper's own numbers (:data:`FALSE_ON_PAPER`: the check on them is contradicted), else
-    its comparisons' (:func:`combine`)."""
+    on the paper's; a Table 1 claim's also on ``other`` (another protocol's name and
+    evidence) where given. ``table1_protocol`` names the protocol of ``evidence``'s Table 1
+    block (the other claims name theirs, :attr:`Claim.protocol`).
+
+    A claim's verdict: not testable (:attr:`Claim.untestable`), else false on the paper's own
+    numbers (:data:`FALSE_ON_PAPER`: the check on them is contradicted), else its comparisons'
+    (:func:`combine`), except that a claim not run at its protocol whose runs under the other
+    protocol contradict it :data:`DIFFERS` (the other protocol's verdict is shown beside
+    every Table 1 claim)."""
     out = []
     for claim in claims:
         comparisons = claim.check(evidence)
-        result = Result(claim, comparisons, combine(comparisons))
+        table1 = "table1" in claim.files
+        protocol = table1_protocol if table1 else claim.protocol
+        result = Result(claim, comparisons, combine(comparisons), protocol=protocol)
         if claim.reference:
             paper = PaperEvidence(claim.reference, evidence.paths, evidence.labels, evidence.group_spec)
             result.source_comparisons = claim.check(paper)
             result.source_verdict = combine(result.source_comparisons)
+        if table1 and other is not None:
+            result.other_protocol, other_evidence = other
+            result.other_comparisons = claim.check(other_evidence)
+            result.other_verdict = combine(result.other_comparisons)
         if claim.untestable:
             result.verdict = NOT_TESTABLE
         elif result.source_verdict == "contradicted":
             result.verdict = FALSE_ON_PAPER
+        elif result.verdict == "not run" and result.other_verdict == "contradicted":
+            result.verdict = DIFFERS
         out.append(result)
     return out
 
@@ -209,6 +246,9 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
                 "files": " ".join(shown_path(files.get(k) or FILES[k]) for k in c.files),
                 "verdict": r.verdict,
                 "runs_verdict": combine(r.comparisons),
+                "protocol": r.protocol,
+                "other_protocol": f"{r.other_protocol}: {r.other_verdict}" if r.other_protocol else "",
+                "other_figures": summary(r.other_comparisons) if r.other_protocol else "",
                 "figures": _verdict_reason(r) + summary(r.comparisons),
                 "source_verdict": r.source_verdict or "n/a",
                 "source_figures": summary(r.source_comparisons) if r.source_comparisons else "",
@@ -230,6 +270,11 @@ def _verdict_reason(r: Result) -> str:
         return (
             f"false on the paper's own numbers: the same check on its printed values is contradicted "
             f"({summary(r.source_comparisons, limit=2)}); our runs: {combine(r.comparisons)}. "
+        )
+    if r.verdict == DIFFERS:
+        return (
+            f"differs under another protocol: under {r.other_protocol} the check is contradicted "
+            f"({summary(r.other_comparisons, limit=2)}); at {r.protocol}: "
         )
     return ""
 
@@ -265,7 +310,12 @@ LEGEND = (
     "counted among the claims. **not testable**: a claim whose test the evidence cannot make (the reason in its "
     "figures cell); its comparisons are shown, not judged. **false on the paper's own numbers**: the same check, "
     "run on the values the source paper prints, contradicts the claim: a finding about the claim, not a failed "
-    "reproduction; what our runs say is kept beside it (figures cell, the CSV's runs_verdict)."
+    "reproduction; what our runs say is kept beside it (figures cell, the CSV's runs_verdict). Every claim names "
+    "the protocol its runs follow ('scored at'): Table 1's claims are scored at the protocol that produced the "
+    "paper's numbers (the authors' released code, with the code's metric definitions), and the same check on the "
+    "runs at Appendix G.4's text is shown beside them ('under another protocol'): a finding about that protocol, "
+    "not a verdict on the paper. **differs under another protocol**: a claim not run at the paper's protocol that "
+    "the other protocol's runs contradict."
 )
 
 
@@ -275,8 +325,9 @@ def _md_cell(text: str) -> str:
 
 def _md_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = [
-        "| # | claim | source | figures | detectable | verdict | on the paper's numbers |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| # | claim | source | scored at | figures | detectable | verdict | on the paper's numbers "
+        "| under another protocol |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for i, r in enumerate(rows, 1):
         margin = f"; margin {r['margin']}" if r.get("margin") else ""
@@ -289,10 +340,12 @@ def _md_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                     str(i),
                     claim,
                     r["source"],
+                    r.get("protocol", ""),
                     r["figures"],
                     r.get("detectable", ""),
                     f"**{r['verdict']}**",
                     r["source_verdict"],
+                    r.get("other_protocol", ""),
                 )
             )
             + " |"
@@ -419,6 +472,7 @@ def write_scorecard(
     diagnostics: Sequence[Claim] = DIAGNOSTICS,
     groups: Mapping[str, Sequence[Any]] | None = None,
     variant: str | None = None,
+    paper_protocol: str | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate every claim and diagnostic on the tables in ``files`` (keys of
     :data:`FILES`; a missing path or file makes its checks "not run"), with the method
@@ -427,16 +481,26 @@ def write_scorecard(
     of the comparisons (:func:`comparisons_path`), the Markdown and, when ``out_html`` is
     given, the HTML without figures (:func:`write_scorecard_html` adds them). Returns the
     rows, claims first. ``variant``: Table 1's claims alone, on the variant's methods
-    (:class:`repens.report.evidence.Evidence`), no diagnostics."""
+    (:class:`repens.report.evidence.Evidence`), no diagnostics. ``paper_protocol``: the
+    variant whose Table 1 block follows the protocol that produced the paper's numbers (the
+    released code's): Table 1's claims are scored on it with the code's metric definitions,
+    and on the image experiment's own methods (Appendix G.4's text) as another protocol."""
     import pandas as pd
 
     from repens.core.atomic import write_text_atomic
     from repens.report.tables import plain_table, write_table
 
     evidence = Evidence(files, labels, groups, variant)
+    table1_protocol, other = G4_TEXT, None
     if variant:
         claims, diagnostics = [c for c in claims if "table1" in c.files], []
-    results, diag_results = evaluate(evidence, claims), evaluate(evidence, diagnostics)
+        table1_protocol = f"the variant {variant}"
+    elif paper_protocol:
+        other = (G4_TEXT, evidence)
+        evidence = Evidence(files, labels, groups, paper_protocol, code_metrics=True)
+        table1_protocol = CODE_PROTOCOL.format(variant=paper_protocol)
+    results = evaluate(evidence, claims, table1_protocol, other)
+    diag_results = evaluate(evidence, diagnostics, table1_protocol, other)
     rows = scorecard_rows(results, files)
     diag_rows = scorecard_rows(diag_results, files)
     scales = {}

@@ -14,7 +14,7 @@ from typing import Any
 from repens.core import registry
 from repens.core.errors import DataFileError
 from repens.report.files import read_json
-from repens.report.image import PAPER_SEEDS, paper_se
+from repens.report.image import CODE_PAPER_KEYS, PAPER_SEEDS, paper_se
 from repens.report.verdicts import (
     EXACT,
     PUBLISHED,
@@ -135,6 +135,10 @@ class Evidence:
         variant: read each Table 1 method ``m`` as the variant's ``m-<variant>`` (its row
             and its runs' convergence; :mod:`repens.core.variants`): the claims at the
             variant's settings. A method the variant does not run is then "not run".
+        code_metrics: read each Table 1 metric the released code defines otherwise as the
+            code defines it, where the table has that column (:data:`CODE_PAPER_KEYS`:
+            ``nll`` as ``nll_code``, ``ece`` as ``ece_code``, ``md_ratio`` as ``md_ratio_code``):
+            the paper's columns at the protocol that produced them.
     """
 
     def __init__(
@@ -143,9 +147,11 @@ class Evidence:
         labels: Mapping[str, str] | None = None,
         groups: Mapping[str, Sequence[Any]] | None = None,
         variant: str | None = None,
+        code_metrics: bool = False,
     ):
         self.labels = dict(labels or {})
         self.variant = variant
+        self.code_metrics = code_metrics
         self.group_spec = {**DEFAULT_GROUPS, **{k: _tuples(v) for k, v in (groups or {}).items()}}
         unknown = sorted(set(self.group_spec) - set(DEFAULT_GROUPS))
         if unknown:
@@ -252,6 +258,12 @@ class Evidence:
     # ---- Table 1: one row per (block = dataset, method), <metric>_mean/_se/_n
     def table1(self, dataset: str, method: str, metric: str) -> Estimate:
         method = f"{method}-{self.variant}" if self.variant else method
+        if self.code_metrics:
+            code = {paper: code for code, paper in CODE_PAPER_KEYS.items()}.get(metric)
+            rows, _ = self.rows("table1")
+            if code and rows and f"{code}_mean" in rows[0]:
+                label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)} (code's)"
+                return self._block_cell("table1", dataset, method, code, label)
         label = f"{self.label(method)} {METRIC_LABELS.get(metric, metric)}"
         return self._block_cell("table1", dataset, method, metric, label)
 
