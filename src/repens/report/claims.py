@@ -297,7 +297,12 @@ LEGEND = (
     "below +delta, contradicted when wholly above. "
     "'Detectable': the half-width of the interval the rule reads (the smallest difference the error bars can "
     "detect: for an ordering t_a se_a + t_b se_b); where it exceeds an agreement's margin, that comparison cannot "
-    "be reproduced at the measured error bars. **not run**: a "
+    "be reproduced at the measured error bars. **Paired**: where both quantities come from runs of the same seeds "
+    "that share their data, target draws and HMC reference (the toys and the synthetic targets), the rule reads "
+    "the interval of the seeds' differences, mean(d) ± t s.e.(d) at n - 1 degrees of freedom: an ordering is "
+    "reproduced when it lies wholly on the claimed side of 0, contradicted when wholly on the other ('paired over "
+    "n seeds' in the figures); elsewhere (Table 1 and Table 2 read means; a printed value) the unpaired rule "
+    "above. **not run**: a "
     "quantity's file or row is missing, or it was made at a scale other than paper, or from fewer than 2 seeds "
     "(no standard error). **inconclusive (not converged)**: a comparison resting on a Table 1 / Table 2 row that "
     "did not converge (results/convergence.csv: a Table 1 row whose mean over seeds still drifts, or one of whose "
@@ -424,6 +429,7 @@ COMPARISON_COLUMNS = (
     "difference",
     "detectable",
     "margin",
+    "paired",
     "verdict",
     "reason",
 )
@@ -455,6 +461,7 @@ def comparison_rows(results: Sequence[Result]) -> list[dict[str, Any]]:
                     "difference": c.difference,
                     "detectable": c.detectable,
                     "margin": "" if c.margin is None else c.margin,
+                    "paired": c.paired,
                     "verdict": c.verdict,
                     "reason": c.reason,
                 }

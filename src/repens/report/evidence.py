@@ -84,6 +84,15 @@ def _mean_se(values: Sequence[float]) -> tuple[float, float, int]:
     return mean, math.sqrt(var / len(xs)), len(xs)
 
 
+def _seeds(by_seed: Mapping[Any, float]) -> tuple[tuple[str, float], ...]:
+    """A quantity's values by seed, for a paired comparison (:func:`repens.report.verdicts.compare`):
+    the toys' and synthetic targets' runs of one seed share its data, target draws and HMC
+    reference; empty where a seed is not named (a table of means)."""
+    if any(seed in (None, "") for seed in by_seed):
+        return ()
+    return tuple(sorted((str(seed), value) for seed, value in by_seed.items() if _finite(value)))
+
+
 #: The display names of a few metrics in the figures.
 METRIC_LABELS = {
     "accuracy": "accuracy (%)",
@@ -187,7 +196,9 @@ class Evidence:
             return Estimate.absent(label, f"{self.paths['synthetic']}: no {target}/{method} row")
         by_seed = {r.get("seed"): _float(r.get(metric)) for r in mine}
         mean, se, n = _mean_se(list(by_seed.values()))
-        return Estimate(label, mean, se, n, self._scale("synthetic", mine), str(self.paths["synthetic"]))
+        return Estimate(
+            label, mean, se, n, self._scale("synthetic", mine), str(self.paths["synthetic"]), per_seed=_seeds(by_seed)
+        )
 
     def iid_floor(self, target: str, metric: str, like: str, with_error: bool = True) -> Estimate:
         """The metric of as many exact i.i.d. target samples as ``like``'s particles (the
@@ -253,7 +264,7 @@ class Evidence:
             return Estimate.absent(label, f"{self.paths['toy']}: no column {metric}")
         by_seed = {r.get("seed"): _float(r.get(metric)) for r in mine}
         mean, se, n = _mean_se(list(by_seed.values()))
-        return Estimate(label, mean, se, n, scale, source)
+        return Estimate(label, mean, se, n, scale, source, per_seed=_seeds(by_seed))
 
     # ---- Table 1: one row per (block = dataset, method), <metric>_mean/_se/_n
     def table1(self, dataset: str, method: str, metric: str) -> Estimate:

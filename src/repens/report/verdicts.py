@@ -93,6 +93,10 @@ class Estimate:
     rounding: float = 0.0
     converged: bool | None = None
     convergence: str = ""
+    #: (seed, value) of each run behind the mean, where runs of one seed share their data
+    #: and reference with the other quantity's (toys, synthetic targets): the comparison is
+    #: then paired (:func:`_paired`); empty: unpaired
+    per_seed: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def constant(cls, label: str, value: float) -> Estimate:
@@ -168,6 +172,8 @@ class Comparison:
     margin: float | None = None
     difference: float = math.nan
     detectable: float = math.nan
+    #: seeds the comparison pairs (a and b from runs of the same seeds); 0: unpaired
+    paired: int = 0
 
     @property
     def undetectable(self) -> bool:
@@ -180,14 +186,66 @@ class Comparison:
             and self.detectable > self.margin
         )
 
+    @property
+    def n(self) -> int:
+        """The seeds (or splits) the comparison rests on: the pairs, else the larger run count."""
+        return self.paired or max(self.a.n, self.b.n)
+
+    def n_to_decide(self) -> float | None:
+        """For an agreement whose error bars are wider than its margin (:attr:`undetectable`):
+        the smallest n (seeds or splits, of every run side) at which the interval of the
+        difference, at the error per run measured here, would fit inside the margin with the
+        difference measured here; ``inf`` where no n would (a printed error, which more runs
+        do not shrink, is alone wider than the margin); None where the difference itself lies
+        outside the margin (more runs would contradict it, not reproduce it) or the
+        comparison is not such an agreement."""
+        if not self.undetectable:
+            return None
+        room = self.margin - abs(self.difference)
+        if room <= 0:
+            return None
+        if self.paired:
+            unit = self.detectable / quantile(self.paired - 1) * math.sqrt(self.paired)  # sd of the differences
+            fixed_var, run_var, rounding = 0.0, unit**2, 0.0
+        else:
+            fixed_var, run_var, rounding = 0.0, 0.0, self.a.rounding + self.b.rounding
+            for e in (self.a, self.b):
+                se = max(e.se, e.rounding)
+                if e.scale in (PUBLISHED, EXACT) or e.n < 2:
+                    fixed_var += se**2
+                else:
+                    run_var += se**2 * e.n  # the per-run variance, divided by n' below
+        if quantile(math.inf) * math.sqrt(fixed_var) + rounding >= room:
+            return math.inf
+        for n in range(max(self.n, 2) + 1, 100_001):
+            if quantile(n - 1) * math.sqrt(fixed_var + run_var / n) + rounding <= room:
+                return float(n)
+        return math.inf
+
+    def decidable_text(self) -> str:
+        """ "cannot be decided at n = k ..." for an agreement its error bars cannot decide, else ''."""
+        if not self.undetectable:
+            return ""
+        need = self.n_to_decide()
+        head = f"cannot be decided at n = {self.n}"
+        if need is None:
+            return f"{head}: the difference lies outside the margin"
+        if math.isinf(need):
+            return f"{head} nor at any n: the printed error alone is wider than the margin"
+        return f"{head}: about n = {need:.0f} would decide it"
+
     def text(self) -> str:
         head = f"{self.a.text()} {self.relation} {self.b.text()}"
         if self.reason.startswith(NOT_CONVERGED):  # the verdict is not the figures': say why
             return f"{head}: {self.verdict} ({self.reason})"
+        pair = f", paired over {self.paired} seeds" if self.paired else ""
         if self.margin is not None and _finite(self.difference):
-            note = "; error bars wider than the margin" if self.undetectable else ""
+            note = f"; error bars wider than the margin: {self.decidable_text()}" if self.undetectable else ""
             sign = {"~": "±", "<=": "+", ">=": "-"}[self.relation]
-            head += f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}, margin {sign}{_num(self.margin, 3)}{note})"
+            bound = f"margin {sign}{_num(self.margin, 3)}{note}"
+            head += f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}{pair}, {bound})"
+        elif self.paired and _finite(self.difference):
+            head += f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}{pair})"
         return f"{head}: {self.verdict}"
 
 
@@ -238,6 +296,8 @@ def _compare(
     problems = [p for p in (a.problem(), b.problem()) if p]
     if problems:
         return Comparison(a, relation, b, "not run", "; ".join(dict.fromkeys(problems)), margin)
+    if k is None and _pairs(a, b):
+        return _paired(a, relation, b, margin)
     (se_a, r_a), (se_b, r_b) = _half(a), _half(b)
     diff = a.value - b.value
     if margin is None:  # ordering: disjoint intervals
@@ -269,6 +329,50 @@ def _compare(
     return Comparison(a, relation, b, verdict, "", margin, diff, half)
 
 
+def _pairs(a: Estimate, b: Estimate) -> list[tuple[float, float]]:
+    """``a``'s and ``b``'s values seed by seed where both come from runs of the same seeds
+    (two or more; :attr:`Estimate.per_seed`), else empty (the comparison is then unpaired)."""
+    if not a.per_seed or not b.per_seed or a.scale in (PUBLISHED, EXACT) or b.scale in (PUBLISHED, EXACT):
+        return []
+    xa, xb = dict(a.per_seed), dict(b.per_seed)
+    if set(xa) != set(xb) or len(xa) < 2:
+        return []
+    return [(xa[s], xb[s]) for s in sorted(xa)]
+
+
+def _paired(a: Estimate, relation: str, b: Estimate, margin: float | None) -> Comparison:
+    """``a <relation> b`` on runs that share their seeds (data, target draws, HMC reference):
+    the paired test, on the seeds' differences ``d_s = a_s - b_s``: the interval
+    ``mean(d) ± t s.e.(d)``, t Student's at ``n - 1`` degrees of freedom. An ordering is
+    reproduced when the interval lies wholly on the claimed side of 0, contradicted when
+    wholly on the other, else inconclusive; an agreement reads it against its margin as the
+    unpaired rule does. What the seeds share cancels in ``d``, so the interval is the
+    difference's own, not two intervals side by side."""
+    d = [x - y for x, y in _pairs(a, b)]
+    n = len(d)
+    mean = sum(d) / n
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
+    half = quantile(n - 1) * se
+    lo, hi = mean - half, mean + half
+    if relation == ">":
+        verdict = "reproduced" if lo > 0 else "contradicted" if hi < 0 else "inconclusive"
+    elif relation == "<":
+        verdict = "reproduced" if hi < 0 else "contradicted" if lo > 0 else "inconclusive"
+    elif relation == "~":
+        verdict = (
+            "reproduced"
+            if -margin <= lo and hi <= margin
+            else "contradicted"
+            if hi < -margin or lo > margin
+            else "inconclusive"
+        )
+    elif relation == "<=":
+        verdict = "reproduced" if hi <= margin else "contradicted" if lo > margin else "inconclusive"
+    else:  # ">="
+        verdict = "reproduced" if lo >= -margin else "contradicted" if hi < -margin else "inconclusive"
+    return Comparison(a, relation, b, verdict, "", margin, mean, half, paired=n)
+
+
 def detectable_summary(comparisons: Sequence[Comparison]) -> str:
     """The smallest differences the error bars of the comparisons that ran can detect
     (range), and on how many an agreement's margin is below it (cannot be reproduced)."""
@@ -282,9 +386,24 @@ def detectable_summary(comparisons: Sequence[Comparison]) -> str:
     if wide:
         text += (
             f"; above the margin on {len(wide)} of {len(agreements)} comparisons: those cannot be "
-            "reproduced at these error bars"
+            f"decided at n = {_range([c.n for c in wide])}"
         )
+        needs = [c.n_to_decide() for c in wide]
+        finite = [n for n in needs if n is not None and not math.isinf(n)]
+        never = sum(1 for n in needs if n is not None and math.isinf(n))
+        parts = []
+        if finite:
+            parts.append(f"about n = {_range([int(n) for n in finite])} would decide {len(finite)}")
+        if never:
+            parts.append(f"no n would decide {never} (a printed error alone is wider than the margin)")
+        if parts:
+            text += " (" + "; ".join(parts) + ")"
     return text
+
+
+def _range(values: Sequence[int]) -> str:
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def combine(comparisons: Sequence[Comparison]) -> str:
