@@ -33,6 +33,14 @@ rule rebuild:
         REBUILD_OUTPUTS,
 
 
+def restored_spec(wildcards):
+    """The job a run of the tree is taken for (its training or HMC rule's spec): the
+    copy is refused unless the run stores it (repens restore-result)."""
+    if wildcards.method == "hmc":
+        return hmc_spec(wildcards.experiment)(wildcards)
+    return job_spec(wildcards.experiment)(wildcards)
+
+
 if FROM_REFERENCE:
 
     localrules:
@@ -48,8 +56,12 @@ if FROM_REFERENCE:
         wildcard_constraints:
             experiment="synthetic|toy|uci|image",
             file=r"particles\.npz|predictions\.npz|metrics\.json|diagnostics\.json",
+        params:
+            spec=restored_spec,
+            reference=REFERENCE,
         shell:
-            "cp {input:q} {output:q} 2> {log:q}"
+            "python -m repens restore-result --reference {params.reference:q} --spec {params.spec:q}"
+            " {input:q} {output:q} > {log:q} 2>&1"
 
     ruleorder: restore_result > train_synthetic
     ruleorder: restore_result > sample_hmc > train_toy
