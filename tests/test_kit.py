@@ -1359,3 +1359,11 @@ def test_a_pack_missing_or_changing_a_listed_file_is_refused(node, tmp_path, mon
     with pytest.raises(KitError, match=f"pack member '{predictions}'.*{why}"):
         kit.import_results([evil], directory=login, verify=False, prepare=False, metadata=False, stream=io.StringIO())
     assert not (login / "results").exists()
+
+
+def test_a_yaml_error_in_the_configfile_is_named_with_its_line_before_snakemake_runs(tmp_path, monkeypatch):
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("scale: paper\nseeds: [42\n")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("Snakemake was run"))
+    with pytest.raises(KitError, match=rf"^--configfile {re.escape(str(extra))}:3:1: YAML syntax error"):
+        kit._snakemake(["-n", "all"], "dry run", directory=tmp_path, configfile=str(extra))

@@ -275,9 +275,10 @@ def check_config(config: Mapping[str, Any]) -> None:
         _check_claims_variants(where, spec)
     _check_finite(config, "")
     for key, seeds in [("seeds", config["seeds"])] + [
-        (f"experiments.{exp}.seeds", spec["seeds"])
+        (f"experiments.{exp}.{block}seeds", layer["seeds"])
         for exp, spec in (config.get("experiments") or {}).items()
-        if "seeds" in spec
+        for block, layer in (("", spec), ("quick.", spec.get("quick") or {}))
+        if isinstance(layer, Mapping) and "seeds" in layer
     ]:
         _check_seeds(key, seeds)
     for exp, spec in (config.get("experiments") or {}).items():

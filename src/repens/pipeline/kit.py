@@ -292,9 +292,24 @@ def snakemake_command(
     return command
 
 
+def _check_configfile(configfile: str) -> None:
+    """A :class:`KitError` ``<file>:<line>:<column>: YAML syntax error ...`` for a config
+    file Snakemake would fail to read (:func:`repens.pipeline.checks.check_yaml_file`)."""
+    from repens.pipeline.checks import CheckError, check_yaml_file
+
+    path = Path(configfile)  # Snakemake reads it from where it runs
+    if path.is_file():
+        try:
+            check_yaml_file(path)
+        except CheckError as err:
+            raise KitError(f"--configfile {err}") from None
+
+
 def _snakemake(args: Sequence[str], what: str, ok: str | None = None, **kwargs: Any) -> str:
     """Run Snakemake; its output (stdout and stderr), or a KitError with its last lines
     (unless the output says ``ok``)."""
+    if kwargs.get("configfile"):  # a YAML error: its file and line, not Snakemake's generic message
+        _check_configfile(kwargs["configfile"])
     command = snakemake_command(args, **kwargs)
     proc = subprocess.run(command, capture_output=True, text=True)
     out = proc.stdout + proc.stderr
