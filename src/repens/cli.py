@@ -22,6 +22,8 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 * ``budget [--scale paper] [--timings F | --save-timings F]``: device-hours of Table 1's
   jobs per dataset x method on this device (step times timed here or read), before any
   run (:mod:`repens.pipeline.budget`).
+* ``restore-result REF_FILE OUT --spec JSON``: a run of the reference tree copied into results/
+  after :func:`repens.core.results.check_result` and its SHA-256 in ``runs.json`` (rule ``restore_result``).
 * ``where FILE [--dataset D --method M --metric KEY]``: where a result or a table row came
   from (commit, versions, device, job spec, log; :mod:`repens.jobs.provenance`).
 * ``export-jobs TARGETS --out jobs.json``, ``run-jobs jobs.json --parallel K --deadline S``,
