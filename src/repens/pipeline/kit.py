@@ -1663,12 +1663,8 @@ def import_results(
 ) -> dict[str, Any]:
     """Put a pack's finished jobs in place in ``directory`` so Snakemake takes them as built.
 
-    0. A pack is data, never code: every member must be a file its manifest lists, each
-       finished job's files under ``results/`` or ``logs/`` with the SHA-256 the manifest
-       gives, each result storing the job's spec (:func:`repens.core.results.check_result`);
-       the manifest's Snakemake config is read as ``key=value`` words, never as options.
-       Only the finished jobs' files (and the node's data-step logs this machine lacks) are
-       written; anything else stops the import before a file is moved, naming the member.
+    0. The pack is data (:func:`_check_members`, :func:`_config_words`): else nothing
+       is moved and Snakemake never runs; only the finished jobs' files are written.
     1. ``verify``: each job's spec must be what Snakemake would pass now (a dry run under
        ``config`` / ``configfile``, by default those of the export), else nothing is
        imported: results of another config would otherwise pass for this one's.
@@ -1683,8 +1679,7 @@ def import_results(
     stream = stream or sys.stdout
     directory = Path(directory)
     staging = directory / f".repens-import-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
+    shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
         manifest = read_pack(parts, staging)
@@ -1692,17 +1687,15 @@ def import_results(
         config = _config_words(exported.get("config") or []) if config is None else list(config)
         configfile = configfile if configfile is not None else _configfile(exported.get("configfile"))
         where = dict(directory=directory, snakefile=snakefile, config=config, configfile=configfile)
-        finished = _check_manifest(manifest)
-        _check_members(staging, manifest, finished)
+        finished = _check_members(staging, manifest)
         if verify and finished:
             _verify_pack(finished, exported, where)
         inputs = _prepare_inputs(finished, directory, where, prepare=prepare, cores=cores, stream=stream)
         moved = _move_into_place(staging, directory, manifest, finished, inputs)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    outputs = [p for job in finished for p in job["outputs"]]
     if metadata and finished:
-        _record_metadata(finished, outputs, where, cores=cores)
+        _record_metadata(finished, [p for job in finished for p in job["outputs"]], where, cores=cores)
     print(
         f"imported {len(finished)} finished job(s), {len(moved)} file(s), into {directory}"
         + ("; Snakemake takes them as built" if metadata else ""),
@@ -1796,10 +1789,14 @@ def _check_manifest(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return finished
 
 
-def _check_members(staging: Path, manifest: dict[str, Any], finished: list[dict[str, Any]]) -> None:
-    """Every unpacked member is a file the manifest lists (a finished job's, with its
-    SHA-256, or a log), and each finished job's results are its spec's
-    (:func:`repens.core.results.check_result`); else a :class:`KitError` naming the member."""
+def _check_members(staging: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The finished jobs of the pack unpacked in ``staging`` once every path of its
+    manifest is checked (:func:`_check_manifest`), every unpacked member is a file the
+    manifest lists (a finished job's, with its SHA-256, or a log) and each finished job's
+    results are its spec's (:func:`repens.core.results.check_result`); else a
+    :class:`KitError` naming the member. A pack is data: the finished jobs' files under
+    ``results/`` and ``logs/`` are all it may write."""
+    finished = _check_manifest(manifest)
     listed = {rel for job in manifest["jobs"] for rel in job.get("files") or []} | set(manifest.get("logs") or [])
     for path in sorted(p for p in staging.rglob("*") if p.is_file()):
         rel = path.relative_to(staging).as_posix()
@@ -1814,6 +1811,7 @@ def _check_members(staging: Path, manifest: dict[str, Any], finished: list[dict[
             if _file_sha256(staging / rel) != job["sha256"][rel]:
                 raise KitError(f"pack member {rel!r}: its SHA-256 is not the manifest's; nothing was imported")
         _check_results(staging, job)
+    return finished
 
 
 def _check_results(staging: Path, job: dict[str, Any]) -> None:
