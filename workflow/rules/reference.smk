@@ -33,14 +33,6 @@ rule rebuild:
         REBUILD_OUTPUTS,
 
 
-def restored_spec(wildcards):
-    """The job a run of the tree is taken for (its training or HMC rule's spec): the
-    copy is refused unless the run stores it (repens restore-result)."""
-    if wildcards.method == "hmc":
-        return hmc_spec(wildcards.experiment)(wildcards)
-    return job_spec(wildcards.experiment)(wildcards)
-
-
 if FROM_REFERENCE:
 
     localrules:
