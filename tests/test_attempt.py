@@ -157,3 +157,35 @@ def test_a_duplicate_hmc_or_stack_command_refuses_too(holder, capsys):
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 2 and all("another attempt is running this job" in line for line in lines)
     assert not out.exists()
+
+
+def test_a_lock_of_bytes_that_are_not_utf8_is_taken_over_saying_why(tmp_path, caplog):
+    out = tmp_path / "out.json"
+    lock = out.with_name(out.name + ".lock")
+    lock.write_bytes(b'{"host": "\xff\xfe", "pid": 1}')
+    with caplog.at_level(logging.WARNING):
+        with job_lock(out, LOG):
+            assert json.loads(lock.read_text())["pid"] == os.getpid()
+    (line,) = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
+    assert "unreadable" in line and str(lock) in line
+
+
+def test_a_long_stale_lock_naming_a_live_pid_of_this_host_is_taken_over(tmp_path, caplog):
+    """A pid alive again (reused) does not keep a lock that nobody refreshed for two days."""
+    out = tmp_path / "out.json"
+    lock = out.with_name(out.name + ".lock")
+    lock.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getppid()}))
+    os.utime(lock, (time.time() - 2 * 86400, time.time() - 2 * 86400))
+    with caplog.at_level(logging.WARNING):
+        with job_lock(out, LOG):
+            assert json.loads(lock.read_text())["pid"] == os.getpid()
+    (line,) = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
+    assert "not refreshed for" in line
+
+
+def test_a_lock_being_written_holds(tmp_path):
+    out = tmp_path / "out.json"
+    out.with_name(out.name + ".lock").write_bytes(b"")
+    with pytest.raises(JobBusy):
+        with job_lock(out, LOG):
+            pass

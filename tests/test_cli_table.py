@@ -45,6 +45,7 @@ def test_the_commands_the_workflow_calls_are_there():
         "pack",
         "lease",
         "import-results",
+        "restore-result",
     } == names
 
 

@@ -184,6 +184,7 @@ BAD = {
     "string seed": (_set("seeds", ["forty-two"]), "seeds.0"),
     "repeated seed": (_set("seeds", [42, 42]), "seeds[1]"),
     "repeated experiment seed": (_set("experiments.toy.seeds", [1, 2, 1]), "experiments.toy.seeds[2]"),
+    "repeated quick seed": (_set("experiments.toy.quick.seeds", [42, 42]), "experiments.toy.quick.seeds[1]"),
     "seed beyond the generator": (_set("seeds", [2**64]), "seeds[0]"),
     "negative seed": (_set("seeds", [-1]), "seeds[0]"),
     "nan learning rate": (_set("experiments.synthetic.settings.lr", float("nan")), "experiments.synthetic.settings.lr"),

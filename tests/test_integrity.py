@@ -446,6 +446,30 @@ def test_damaged_final_record_is_set_aside_and_the_job_trains(tmp_path):
     np.testing.assert_array_equal(np.load(out)["particles"], first)
 
 
+def test_a_forged_final_record_of_another_spec_is_set_aside_and_the_job_trains(tmp_path):
+    """A record whose key is this job's but whose output is another spec's (the output
+    replaced, its SHA-256 recomputed) is not restored."""
+    from repens.core.jobkey import FINAL_MAGIC, write_final_record
+
+    out = tmp_path / "results" / "particles.npz"
+    assert _run(synthetic_spec(), out, tmp_path / "first.log") == 0
+    first = np.load(out)["particles"]
+    record = final_record_path(out.with_name(out.name + ".ckpt"))
+    data = record.read_bytes()
+    key = json.loads(data[len(FINAL_MAGIC) : data.index(b"\n", len(FINAL_MAGIC))])["key"]
+    other = tmp_path / "other" / "particles.npz"
+    assert _run({**synthetic_spec(), "steps": 20}, other, tmp_path / "other.log") == 0
+    out.write_bytes(other.read_bytes())
+    write_final_record(record, key, [out])  # this job's key around the other job's output
+    out.unlink()
+    assert _run(synthetic_spec(), out, tmp_path / "second.log") == 0
+    second = _log_of(tmp_path / "second.log")
+    (line,) = [ln for ln in second.splitlines() if "final record" in ln and "set aside" in ln]
+    assert "not this job's result" in line and "steps 20, not 40" in line
+    assert "from the final record" not in second and "step 40/40" in second
+    np.testing.assert_array_equal(np.load(out)["particles"], first)
+
+
 def test_final_key_follows_the_input_data(tmp_path):
     data = tmp_path / "train.npz"
     data.write_bytes(b"one")

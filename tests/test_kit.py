@@ -12,6 +12,7 @@ jsonschema can be imported (a sitecustomize makes each import fail and logs it).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -116,8 +117,11 @@ FAKE_REPENS = textwrap.dedent('''
     for s, o in zip(specs, outs):
         o.write_text(json.dumps({"ticks": s["ticks"], "resumed_at": start, **({"seed": s["seed"]} if "seed" in s
                                                                              else {})}))
-        if s.get("experiment") == "image":
-            o.with_name("predictions.npz").write_text(f"predictions of seed {s['seed']}")
+        if s.get("experiment") == "image":  # results that store their job's spec, as train's do
+            o.write_text(json.dumps({**json.loads(o.read_text()), "job": s}))
+            import numpy as np
+            with open(o.with_name("predictions.npz"), "wb") as fh:
+                np.savez(fh, job=np.array(json.dumps(s)))
     if ckpt.exists():
         ckpt.unlink()
     event("end")
@@ -1298,3 +1302,129 @@ def test_a_next_call_on_the_same_machine_lets_a_longer_job_start_and_resume_ther
     rc, out = node.run(parallel=1, deadline=1.0, then=5.0)
     assert rc == 75 and "start results/fake/long/out.json" in out, out
     assert node.state()["jobs"][long["id"]]["attempts"][-1]["status"] == "interrupted"
+
+
+def _repack(parts, out: Path, edit) -> Path:
+    """The pack ``parts`` written again to ``out`` after ``edit(manifest, members)`` (name -> bytes)."""
+    members = {}
+    with tarfile.open(parts[0], "r:gz") as tar:
+        for member in tar:
+            members[member.name] = tar.extractfile(member).read()
+    manifest = json.loads(members.pop("manifest.json"))
+    edit(manifest, members)
+    with tarfile.open(out, "w:gz") as tar:
+        for name, blob in [("manifest.json", json.dumps(manifest).encode()), *members.items()]:
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    return out
+
+
+def _no_snakemake(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"Snakemake was run: {args}")
+
+    monkeypatch.setattr(kit, "_snakemake", refuse)
+    monkeypatch.setattr(kit, "_dry_run", refuse)
+
+
+def _login(tmp_path, job) -> Path:
+    """A login machine's working directory holding ``job``'s inputs."""
+    login = tmp_path / "login"
+    for path in job["inputs"]:
+        (login / path).parent.mkdir(parents=True, exist_ok=True)
+        (login / path).write_text("data")
+    return login
+
+
+def _image_pack(node, tmp_path):
+    jobs = [node.image_job("de", 1, ticks=2)]
+    node.jobs(jobs)
+    assert node.run()[0] == 0
+    return jobs[0], pack(node.dir / "jobs.json", tmp_path / "r", directory=node.dir, stream=io.StringIO())
+
+
+@pytest.mark.parametrize(
+    "member", ["Snakefile", "config.yaml", ".snakemake/metadata/x", "profiles/default/config.yaml"]
+)
+def test_a_pack_member_its_manifest_does_not_list_is_refused_and_nothing_runs(node, tmp_path, monkeypatch, member):
+    job, parts = _image_pack(node, tmp_path)
+    evil = _repack(parts, tmp_path / "evil.tar.gz", lambda m, files: files.update({member: b"rule all: shell: 'rm'"}))
+    _no_snakemake(monkeypatch)
+    login = tmp_path / "login"
+    with pytest.raises(KitError, match=f"pack member '{re.escape(member)}': not a file its manifest lists"):
+        kit.import_results([evil], directory=login, stream=io.StringIO())
+    assert not [p for p in login.rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize(
+    "where, word",
+    [("config", "--delete-all-output"), ("config", "scale"), ("configfile", "--forceall"), ("file", "Snakefile")],
+)
+def test_a_manifest_that_names_options_or_files_outside_results_and_logs_is_refused(
+    node, tmp_path, monkeypatch, where, word
+):
+    job, parts = _image_pack(node, tmp_path)
+
+    def edit(manifest, files):
+        if where == "file":  # listed by the job, with its SHA-256: still not a result
+            entry = manifest["jobs"][0]
+            entry["files"].append(word)
+            entry["sha256"][word] = hashlib.sha256(b"x").hexdigest()
+            files[word] = b"x"
+        else:
+            manifest["snakemake"][where] = [word] if where == "config" else word
+
+    evil = _repack(parts, tmp_path / "evil.tar.gz", edit)
+    _no_snakemake(monkeypatch)
+    login = tmp_path / "login"
+    with pytest.raises(KitError, match=re.escape(repr(word))):
+        kit.import_results([evil], directory=login, stream=io.StringIO())
+    assert not [p for p in login.rglob("*") if p.is_file()]
+
+
+def test_a_pack_whose_result_is_of_another_spec_is_refused(node, tmp_path, monkeypatch):
+    """The manifest's spec is right (Snakemake would run it) but the metrics file is of
+    another spec, its SHA-256 in the manifest recomputed."""
+    job, parts = _image_pack(node, tmp_path)
+    metrics = job["outputs"][0]
+
+    def edit(manifest, files):
+        data = json.loads(files[metrics])
+        files[metrics] = json.dumps({**data, "job": {**data["job"], "ticks": 5}}).encode()
+        manifest["jobs"][0].setdefault("sha256", {})[metrics] = hashlib.sha256(files[metrics]).hexdigest()
+
+    evil = _repack(parts, tmp_path / "evil.tar.gz", edit)
+    _no_snakemake(monkeypatch)
+    login = _login(tmp_path, job)
+    with pytest.raises(KitError, match=f"pack member '{metrics}': holds the result of another job.*ticks 5, not 2"):
+        kit.import_results([evil], directory=login, verify=False, prepare=False, metadata=False, stream=io.StringIO())
+    assert not (login / metrics).exists()
+
+
+@pytest.mark.parametrize("damage", ["missing", "changed"])
+def test_a_pack_missing_or_changing_a_listed_file_is_refused(node, tmp_path, monkeypatch, damage):
+    job, parts = _image_pack(node, tmp_path)
+    predictions = job["outputs"][1]
+
+    def edit(manifest, files):
+        if damage == "missing":
+            del files[predictions]
+        else:
+            files[predictions] += b"\0"
+
+    evil = _repack(parts, tmp_path / "evil.tar.gz", edit)
+    _no_snakemake(monkeypatch)
+    login = _login(tmp_path, job)
+    why = "listed but not in the pack" if damage == "missing" else "its SHA-256 is not the manifest's"
+    with pytest.raises(KitError, match=f"pack member '{predictions}'.*{why}"):
+        kit.import_results([evil], directory=login, verify=False, prepare=False, metadata=False, stream=io.StringIO())
+    assert not (login / "results").exists()
+
+
+def test_a_yaml_error_in_the_configfile_is_named_with_its_line_before_snakemake_runs(tmp_path, monkeypatch):
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("scale: paper\nseeds: [42\n")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("Snakemake was run"))
+    with pytest.raises(KitError, match=rf"^--configfile {re.escape(str(extra))}:3:1: YAML syntax error"):
+        kit._snakemake(["-n", "all"], "dry run", directory=tmp_path, configfile=str(extra))

@@ -24,6 +24,8 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 * ``budget [--scale paper] [--timings F | --save-timings F]``: device-hours of Table 1's
   jobs per dataset x method on this device (step times timed here or read), before any
   run (:mod:`repens.pipeline.budget`).
+* ``restore-result REF_FILE OUT --spec JSON``: a run of the reference tree copied into results/
+  after :func:`repens.core.results.check_result` and its SHA-256 in ``runs.json`` (rule ``restore_result``).
 * ``where FILE [--dataset D --method M --metric KEY]``: where a result or a table row came
   from (commit, versions, device, job spec, log; :mod:`repens.jobs.provenance`).
 * ``export-jobs TARGETS --out jobs.json``, ``run-jobs jobs.json --parallel K --deadline S``,
@@ -90,7 +92,7 @@ def _train_locked(job, out: Path, checkpoint: Path, runtime: dict, log_file: str
     # a job that finished before (Snakemake may delete outputs it took as incomplete): restored, not retrained
     outputs = [out.with_name("predictions.npz"), out] if job.experiment == "image" else [out]  # out: last
     record, key = final_record_path(checkpoint), final_key(job.spec, runtime)
-    if restore_final_outputs(record, key, outputs, logging.getLogger("repens.train")):
+    if restore_final_outputs(record, key, outputs, logging.getLogger("repens.train"), check=job.spec):
         return 0
     try:
         RUNNERS[job.experiment](job, out, checkpoint, **runtime)
@@ -423,6 +425,35 @@ def _uci_table(args: argparse.Namespace) -> int:
         if table:
             _sidecar(table, args.inputs)
     return 0
+
+
+def _restore_result(args: argparse.Namespace) -> int:
+    """``restore-result``: a run of the reference tree copied into results/ for the job it
+    is taken for, after :func:`repens.core.results.check_result` and the SHA-256 that
+    ``runs.json`` lists for it; any failure is one line naming the file, nothing copied."""
+    from repens.core.atomic import write_bytes_atomic
+    from repens.core.results import ResultMismatch, check_result
+    from repens.report.results_page import changed_runs
+
+    source, out = Path(args.input), Path(args.out)
+    try:
+        spec = json.loads(args.spec)
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"error: --spec: not JSON ({err})") from None
+    rel = os.path.relpath(source, args.reference)
+    for _, why in changed_runs(args.reference, [Path(rel).as_posix()]):
+        raise ResultMismatch(source, why)
+    data = source.read_bytes()
+    check_result(source, spec)
+    write_bytes_atomic(out, data)
+    return 0
+
+
+def _restore_result_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", help="the run's file in the reference tree")
+    p.add_argument("out", help="where it goes under results/")
+    p.add_argument("--spec", required=True, help="the job the file is taken for (JSON, as train's --spec)")
+    p.add_argument("--reference", default="reference", help="the reference tree (its results/runs.json)")
 
 
 def _reference(args: argparse.Namespace) -> int:
@@ -1185,6 +1216,12 @@ COMMANDS: tuple[Command, ...] = (
         "GPU node, one call of a short lease: run-jobs until a deadline that leaves time to pack, then pack",
         _lease_args,
         _lease,
+    ),
+    Command(
+        "restore-result",
+        "a run of the reference tree into results/, checked against its job and runs.json",
+        _restore_result_args,
+        _restore_result,
     ),
     Command(
         "import-results",

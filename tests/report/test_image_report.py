@@ -261,3 +261,31 @@ def test_table1_vs_paper_html_is_wide_and_human_named(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "vs.csv")))  # long: one row per dataset, method and metric
     assert {"ours_mean", "difference_in_errors", "error_basis"} <= set(rows[0])
     assert any(r["metric"] == "NLL (code: -log mean p)" and r["method"] == "de" for r in rows)
+
+
+def _table1(tmp_path, inputs):
+    out = {k: tmp_path / f"t.{k}" for k in ("tex", "png", "csv")}
+    write_table1(
+        inputs, REFERENCE, {"de": "DE", "svgd": "SVGD"}, ["fashionmnist"], ["de", "svgd"], out["tex"], out["png"],
+        out["csv"], tmp_path / "vs.csv",
+    )  # fmt: skip
+    return out
+
+
+def test_a_run_copied_over_another_stops_table1_naming_both_files(tmp_path):
+    de = [_metrics(tmp_path / f"de/seed{s}/metrics.json", "de", s, 0.9) for s in (38, 39)]
+    svgd = [_metrics(tmp_path / f"svgd/seed{s}/metrics.json", "svgd", s, 0.9) for s in (38, 40)]
+    svgd[1].write_bytes(de[0].read_bytes())  # DE seed 38 copied over SVGD seed 40
+    with pytest.raises(ValueError, match="one run counted twice") as err:
+        _table1(tmp_path, de + svgd)
+    assert str(svgd[1]) in str(err.value) and str(de[0]) in str(err.value)
+    assert not (tmp_path / "t.csv").exists()
+
+
+def test_a_non_finite_metric_stops_table1_naming_the_file(tmp_path):
+    runs = [_metrics(tmp_path / f"de/seed{s}/metrics.json", "de", s, 0.9) for s in (38, 39)]
+    runs[1].write_text(runs[1].read_text().replace('"accuracy": 0.9', '"accuracy": NaN'))
+    with pytest.raises(ValueError, match="metrics.accuracy is not a finite number") as err:
+        _table1(tmp_path, runs)
+    assert str(runs[1]) in str(err.value)
+    assert not (tmp_path / "t.csv").exists()

@@ -210,7 +210,8 @@ def test_publish_lists_the_runs_the_tables_rest_on_and_check_sees_them_change(tm
     assert check(results, reference) == []
     _job(reference, "image/fashionmnist/de/seed38/metrics.json", torch="other")
     assert check(results, reference) == [
-        "image/fashionmnist/de/seed38/metrics.json: changed since the kept tables were built from it"
+        "image/fashionmnist/de/seed38/metrics.json: changed since the kept tables were built from it (its SHA-256 "
+        f"is not the one in {reference / 'results' / 'runs.json'})"
     ]
 
 

@@ -176,6 +176,14 @@ def hmc_spec(experiment):
     return spec
 
 
+def restored_spec(wildcards):
+    """The job a run of the tree is taken for (its training or HMC rule's spec): the
+    copy is refused unless the run stores it (repens restore-result)."""
+    if wildcards.method == "hmc":
+        return hmc_spec(wildcards.experiment)(wildcards)
+    return job_spec(wildcards.experiment)(wildcards)
+
+
 def method_labels():
     """Display names of every method (and of the HMC reference), as JSON for the plots."""
     labels = {

@@ -48,8 +48,12 @@ if FROM_REFERENCE:
         wildcard_constraints:
             experiment="synthetic|toy|uci|image",
             file=r"particles\.npz|predictions\.npz|metrics\.json|diagnostics\.json",
+        params:
+            spec=restored_spec,
+            reference=REFERENCE,
         shell:
-            "cp {input:q} {output:q} 2> {log:q}"
+            "python -m repens restore-result --reference {params.reference:q} --spec {params.spec:q}"
+            " {input:q} {output:q} > {log:q} 2>&1"
 
     ruleorder: restore_result > train_synthetic
     ruleorder: restore_result > sample_hmc > train_toy

@@ -306,13 +306,46 @@ def _read_final_record(record: Path, names: list[str]) -> tuple[str | None, list
     return key, outputs, ""
 
 
+def _foreign_output(record: Path, outputs: Sequence[Path], contents: Sequence[bytes], spec: Mapping[str, Any]) -> str:
+    """Why a final record's copies are not the job ``spec``'s results ("" if they are):
+    each copy that is a result file, checked in a scratch folder beside the record."""
+    import shutil
+    import tempfile
+
+    from repens.core.errors import DataFileError
+    from repens.core.results import RESULT_FILES, check_result
+
+    scratch = Path(tempfile.mkdtemp(prefix=".final-check-", dir=record.parent))
+    try:
+        for path, content in zip(outputs, contents):
+            if Path(path).name not in RESULT_FILES:
+                continue
+            copy = scratch / Path(path).name
+            copy.write_bytes(content)
+            try:
+                check_result(copy, spec)
+            except DataFileError as err:
+                return f"holds a copy of {Path(path).name} that is not this job's result ({err.problem})"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return ""
+
+
 def restore_final_outputs(
-    record: Path, key: str, outputs: Sequence[Path], log: logging.Logger, then: str = "training"
+    record: Path,
+    key: str,
+    outputs: Sequence[Path],
+    log: logging.Logger,
+    then: str = "training",
+    check: Mapping[str, Any] | None = None,
 ) -> bool:
     """Write ``outputs`` from the final record ``record`` when it was made under ``key``
     and every copy matches its SHA-256 (in the order given; put the file that marks the
-    job done last); ``True`` if it did. A record made under another key, for other
-    outputs, or damaged is set aside (``<name>.stale``, one log line ending in ``then``)."""
+    job done last); ``True`` if it did. ``check``: the job's spec, which every restored
+    result must store (:func:`repens.core.results.check_result`: a record whose header
+    was rewritten around another job's outputs). A record made under another key, for
+    other outputs, damaged or holding another job's result is set aside (``<name>.stale``,
+    one log line ending in ``then``) and nothing of it stays in place."""
     from repens.core.atomic import write_bytes_atomic
 
     if not record.exists():
@@ -329,6 +362,12 @@ def restore_final_outputs(
         stale = _set_aside_as(record)
         log.warning("final record %s %s; set aside as %s, %s", record, why, stale.name, then)
         return False
+    if check is not None:
+        why = _foreign_output(record, outputs, contents, check)
+        if why:
+            stale = _set_aside_as(record)
+            log.warning("final record %s %s; set aside as %s, %s", record, why, stale.name, then)
+            return False
     for path, content in zip(outputs, contents):
         write_bytes_atomic(path, content)
     log.info(

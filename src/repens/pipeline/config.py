@@ -277,12 +277,7 @@ def check_config(config: Mapping[str, Any]) -> None:
                     )
         _check_claims_variants(where, spec)
     _check_finite(config, "")
-    for key, seeds in [("seeds", config["seeds"])] + [
-        (f"experiments.{exp}.seeds", spec["seeds"])
-        for exp, spec in (config.get("experiments") or {}).items()
-        if "seeds" in spec
-    ]:
-        _check_seeds(key, seeds)
+    _check_all_seeds(config)
     for exp, spec in (config.get("experiments") or {}).items():
         _check_experiment(config, exp, spec)
         _check_hmc(config, exp, spec)
@@ -298,6 +293,18 @@ def _check_finite(value: Any, where: str) -> None:
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             _check_finite(v, f"{where}[{i}]")
+
+
+def _check_all_seeds(config: Mapping[str, Any]) -> None:
+    """:func:`_check_seeds` of every seed list: the global one, each experiment's and each
+    quick block's."""
+    for key, seeds in [("seeds", config["seeds"])] + [
+        (f"experiments.{exp}.{block}seeds", layer["seeds"])
+        for exp, spec in (config.get("experiments") or {}).items()
+        for block, layer in (("", spec), ("quick.", spec.get("quick") or {}))
+        if isinstance(layer, Mapping) and "seeds" in layer
+    ]:
+        _check_seeds(key, seeds)
 
 
 def _check_seeds(where: str, seeds: list) -> None:

@@ -292,9 +292,24 @@ def snakemake_command(
     return command
 
 
+def _check_configfile(configfile: str) -> None:
+    """A :class:`KitError` ``<file>:<line>:<column>: YAML syntax error ...`` for a config
+    file Snakemake would fail to read (:func:`repens.pipeline.checks.check_yaml_file`)."""
+    from repens.pipeline.checks import CheckError, check_yaml_file
+
+    path = Path(configfile)  # Snakemake reads it from where it runs
+    if path.is_file():
+        try:
+            check_yaml_file(path)
+        except CheckError as err:
+            raise KitError(f"--configfile {err}") from None
+
+
 def _snakemake(args: Sequence[str], what: str, ok: str | None = None, **kwargs: Any) -> str:
     """Run Snakemake; its output (stdout and stderr), or a KitError with its last lines
     (unless the output says ``ok``)."""
+    if kwargs.get("configfile"):  # a YAML error: its file and line, not Snakemake's generic message
+        _check_configfile(kwargs["configfile"])
     command = snakemake_command(args, **kwargs)
     proc = subprocess.run(command, capture_output=True, text=True)
     out = proc.stdout + proc.stderr
@@ -1439,7 +1454,7 @@ def pack(
     # room for the manifest (a few KiB a job) and the tar and gzip framing
     limit = int(max_files) * int(max_bytes) - 64 * 1024 - 4096 * len(data["jobs"])
     chosen, left = _choose_for_pack(data, book, directory, limit, checkpoints=checkpoints, only_new=only_new)
-    manifest = _pack_manifest(data, book, jobs_file, chosen, left)
+    manifest = _pack_manifest(data, book, jobs_file, chosen, left, directory)
     paths = _write_pack(out, manifest, chosen, directory, max_bytes)
     if len(paths) > max_files:  # cannot happen: jobs were counted at their uncompressed size
         raise KitError(f"the pack needs {len(paths)} files, more than --max-files {max_files}")
@@ -1494,10 +1509,23 @@ def _choose_for_pack(
     return chosen, left
 
 
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _pack_manifest(
-    data: dict[str, Any], book: dict[str, Any], jobs_file: Path | str, chosen: list, left: list[str]
+    data: dict[str, Any],
+    book: dict[str, Any],
+    jobs_file: Path | str,
+    chosen: list,
+    left: list[str],
+    directory: Path = Path("."),
 ) -> dict[str, Any]:
-    """The manifest.json of a pack of ``chosen``."""
+    """The manifest.json of a pack of ``chosen`` (each job's files with their SHA-256)."""
     return {
         "kit": KIT_FORMAT,
         "created": _now(),
@@ -1509,6 +1537,7 @@ def _pack_manifest(
                 **{k: job.get(k) for k in ("id", "rule", "wildcards", "spec", "outputs", "inputs", "benchmark", "log")},
                 "status": status,
                 "files": files,
+                "sha256": {rel: _file_sha256(directory / rel) for rel in files},
                 "attempts": book["jobs"].get(job["id"], {}).get("attempts", []),
             }
             for job, status, files in chosen
@@ -1736,6 +1765,8 @@ def import_results(
 ) -> dict[str, Any]:
     """Put a pack's finished jobs in place in ``directory`` so Snakemake takes them as built.
 
+    0. The pack is data (:func:`_check_members`, :func:`_config_words`): else nothing
+       is moved and Snakemake never runs; only the finished jobs' files are written.
     1. ``verify``: each job's spec must be what Snakemake would pass now (a dry run under
        ``config`` / ``configfile``, by default those of the export), else nothing is
        imported: results of another config would otherwise pass for this one's.
@@ -1750,25 +1781,23 @@ def import_results(
     stream = stream or sys.stdout
     directory = Path(directory)
     staging = directory / f".repens-import-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
+    shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
         manifest = read_pack(parts, staging)
         exported = manifest.get("snakemake") or {}
-        config = list(exported.get("config") or []) if config is None else list(config)
-        configfile = configfile if configfile is not None else exported.get("configfile")
+        config = _config_words(exported.get("config") or []) if config is None else list(config)
+        configfile = configfile if configfile is not None else _configfile(exported.get("configfile"))
         where = dict(directory=directory, snakefile=snakefile, config=config, configfile=configfile)
-        finished = [job for job in manifest["jobs"] if job["status"] in ("done", "present")]
+        finished = _check_members(staging, manifest)
         if verify and finished:
             _verify_pack(finished, exported, where)
         inputs = _prepare_inputs(finished, directory, where, prepare=prepare, cores=cores, stream=stream)
         moved = _move_into_place(staging, directory, manifest, finished, inputs)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    outputs = [p for job in finished for p in job["outputs"]]
     if metadata and finished:
-        _record_metadata(finished, outputs, where, cores=cores)
+        _record_metadata(finished, [p for job in finished for p in job["outputs"]], where, cores=cores)
     print(
         f"imported {len(finished)} finished job(s), {len(moved)} file(s), into {directory}"
         + ("; Snakemake takes them as built" if metadata else ""),
@@ -1781,6 +1810,128 @@ def import_results(
             file=stream,
         )
     return {"jobs": [job["id"] for job in finished], "files": moved, "config": config, "configfile": configfile}
+
+
+#: the folders of the working directory a pack may write into
+PACK_FOLDERS = ("results/", "logs/")
+#: a word of the manifest's Snakemake config: ``key=value``, never an option
+_CONFIG_WORD = re.compile(r"^[A-Za-z_][\w.]*=")
+
+
+def _config_words(words: Any) -> list[str]:
+    """The manifest's Snakemake config, each word checked to be ``key=value`` data (a word
+    that Snakemake would read as an option is refused, naming it)."""
+    if not isinstance(words, list):
+        raise KitError("pack manifest: snakemake.config is not a list of key=value words; nothing was imported")
+    for word in words:
+        if not isinstance(word, str) or not _CONFIG_WORD.match(word):
+            raise KitError(f"pack manifest: snakemake.config word {word!r} is not key=value; nothing was imported")
+    return list(words)
+
+
+def _configfile(path: Any) -> str | None:
+    """The manifest's ``--configfile``: a relative path of a file, never an option."""
+    if path is None:
+        return None
+    if (
+        not isinstance(path, str)
+        or not path
+        or path.startswith("-")
+        or Path(path).is_absolute()
+        or ".." in Path(path).parts
+    ):
+        raise KitError(f"pack manifest: snakemake.configfile {path!r} is not a relative path; nothing was imported")
+    return path
+
+
+def _pack_path(path: Any, what: str, folders: Sequence[str] = PACK_FOLDERS) -> str:
+    """``path`` from a manifest: relative, inside the working directory, under ``folders``
+    (empty: anywhere), not an option; else a :class:`KitError` naming it."""
+    if not isinstance(path, str) or path.startswith("-"):
+        raise KitError(f"pack manifest: {what} {path!r} is not a path; nothing was imported")
+    name = _safe_name(path)
+    if folders and not name.startswith(tuple(folders)):
+        raise KitError(
+            f"pack manifest: {what} {path!r} is not under {' or '.join(folders)}: a pack adds results and logs "
+            "only; nothing was imported"
+        )
+    return name
+
+
+def _check_manifest(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The finished jobs of ``manifest``, every path it names checked (:func:`_pack_path`):
+    outputs, files, benchmark and log under results/ or logs/, each output and its SHA-256
+    listed among the job's files."""
+    jobs = manifest.get("jobs")
+    if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
+        raise KitError("pack manifest: 'jobs' is not a list of jobs; nothing was imported")
+    for rel in manifest.get("logs") or []:
+        _pack_path(rel, "log", ("logs/",))
+    finished = [job for job in jobs if job.get("status") in ("done", "present")]
+    for job in finished:
+        job_id = job.get("id")
+        files, hashes = job.get("files"), job.get("sha256")
+        if not isinstance(files, list) or not isinstance(hashes, dict):
+            raise KitError(
+                f"pack manifest: job {job_id!r} lists no files with their SHA-256 (a pack of an older kit? pack it "
+                "again); nothing was imported"
+            )
+        outputs = job.get("outputs") or []
+        if not isinstance(outputs, list) or not outputs:
+            raise KitError(f"pack manifest: job {job_id!r} lists no outputs; nothing was imported")
+        for rel in [*files, *outputs]:
+            _pack_path(rel, f"file of job {job_id!r}")
+        for rel in job.get("inputs") or []:
+            _pack_path(rel, f"input of job {job_id!r}", ())
+        missing = [rel for rel in [*outputs, *files] if rel not in files or rel not in hashes]
+        if missing:
+            raise KitError(
+                f"pack manifest: job {job_id!r} does not list {missing[0]} with its SHA-256; nothing was imported"
+            )
+    return finished
+
+
+def _check_members(staging: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The finished jobs of the pack unpacked in ``staging`` once every path of its
+    manifest is checked (:func:`_check_manifest`), every unpacked member is a file the
+    manifest lists (a finished job's, with its SHA-256, or a log) and each finished job's
+    results are its spec's (:func:`repens.core.results.check_result`); else a
+    :class:`KitError` naming the member. A pack is data: the finished jobs' files under
+    ``results/`` and ``logs/`` are all it may write."""
+    finished = _check_manifest(manifest)
+    listed = {rel for job in manifest["jobs"] for rel in job.get("files") or []} | set(manifest.get("logs") or [])
+    for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+        rel = path.relative_to(staging).as_posix()
+        if rel not in listed:
+            raise KitError(f"pack member {rel!r}: not a file its manifest lists; nothing was imported")
+    for job in finished:
+        for rel in job["files"]:
+            if not (staging / rel).is_file():
+                raise KitError(
+                    f"pack member {rel!r} of job {job['id']!r}: listed but not in the pack; nothing was imported"
+                )
+            if _file_sha256(staging / rel) != job["sha256"][rel]:
+                raise KitError(f"pack member {rel!r}: its SHA-256 is not the manifest's; nothing was imported")
+        _check_results(staging, job)
+    return finished
+
+
+def _check_results(staging: Path, job: dict[str, Any]) -> None:
+    """:func:`repens.core.results.check_result` of each of ``job``'s outputs that is a
+    result file, against the job's spec."""
+    from repens.core.errors import DataFileError
+    from repens.core.results import RESULT_FILES, check_result
+
+    try:
+        spec = json.loads(job.get("spec") or "")
+    except (TypeError, ValueError):
+        raise KitError(f"pack manifest: job {job['id']!r} has no JSON spec; nothing was imported") from None
+    for rel in job["outputs"]:
+        if Path(rel).name in RESULT_FILES:
+            try:
+                check_result(staging / rel, spec)
+            except DataFileError as err:
+                raise KitError(f"pack member {rel!r}: {err.problem}; nothing was imported") from None
 
 
 def _verify_pack(finished: list[dict[str, Any]], exported: dict[str, Any], where: dict[str, Any]) -> None:
@@ -1832,8 +1983,8 @@ def _move_into_place(
     for path in sorted(p for p in staging.rglob("*") if p.is_file()):
         rel = path.relative_to(staging).as_posix()
         dest = directory / rel
-        if rel in node_logs and dest.exists():
-            continue
+        if rel not in finished_files and (rel not in node_logs or dest.exists()):
+            continue  # an unfinished job's log or checkpoint, or a log this machine has
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(path, dest)
         if rel in finished_files:

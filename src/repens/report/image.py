@@ -17,6 +17,7 @@ import pandas as pd
 
 from repens.core import registry
 from repens.core.errors import DataFileError
+from repens.core.results import check_result
 from repens.report.files import RecordedJob, read_json
 from repens.report.tables import (
     Column,
@@ -85,9 +86,10 @@ OOD_LABELS = {d: registry.ood_label(d) for d in registry.datasets_of("image") if
 
 def load_records(paths: Sequence[Path | str]) -> list[dict[str, Any]]:
     """One flat record per run (dataset, method, seed, scale, the metrics)."""
-    records = []
+    records, seen = [], {}
     for path in paths:
         data = read_json(path, "image metrics", required=("job", "metrics"))
+        check_result(path, data=data, seen=seen)  # finite numbers, each job once
         job, metrics = data["job"], data["metrics"]
         recorded = RecordedJob.read(job, path, "a metrics file written by an image job", ("dataset", "method", "seed"))
         if not isinstance(metrics, dict):

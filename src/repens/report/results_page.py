@@ -185,6 +185,26 @@ def published_runs(reference: Path | str) -> dict[str, str] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def changed_runs(reference: Path | str, only: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """The runs listed in ``reference/results/runs.json`` (``only``: those of them, paths
+    relative to the tree) that the tree lacks or holds with another SHA-256: (path, why)."""
+    reference = Path(reference)
+    listed = published_runs(reference) or {}
+    problems = []
+    for rel in listed if only is None else [r for r in only if r in listed]:
+        if not (reference / rel).is_file():
+            problems.append((rel, f"listed in {reference / 'results' / RUNS} but not in the tree"))
+        elif _sha256(reference / rel) != listed[rel]:
+            problems.append(
+                (
+                    rel,
+                    f"changed since the kept tables were built from it (its SHA-256 is not the one in "
+                    f"{reference / 'results' / RUNS})",
+                )
+            )
+    return problems
+
+
 def publish(results: Path | str, reference: Path | str, allow_drop: bool = False) -> list[Path]:
     """Replace ``reference/results/`` by the files of :data:`PUBLISHED` that ``results``
     holds (tables with their provenance sidecars) and ``runs.json``: the tree's runs the
@@ -274,12 +294,7 @@ def check(results: Path | str, reference: Path | str, rtol: float = RTOL) -> lis
     tables = sorted(p for p in kept.rglob("*.csv"))
     if not tables:
         return [f"{kept}: no tables kept (python -m repens reference publish)"]
-    problems = []
-    for rel, digest in (published_runs(reference) or {}).items():
-        if not (Path(reference) / rel).is_file():
-            problems.append(f"{rel}: listed in {kept / RUNS} but not in the tree")
-        elif _sha256(Path(reference) / rel) != digest:
-            problems.append(f"{rel}: changed since the kept tables were built from it")
+    problems = [f"{rel}: {why}" for rel, why in changed_runs(reference)]
     for table in tables:
         rel = table.relative_to(kept)
         built = results / rel

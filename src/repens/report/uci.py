@@ -19,6 +19,7 @@ import pandas as pd
 
 from repens.core import registry
 from repens.core.errors import DataFileError
+from repens.core.results import check_result
 from repens.report.files import RecordedJob, read_json
 from repens.report.tables import (
     Column,
@@ -61,9 +62,10 @@ DATASET_LABELS = {d: registry.dataset_label(d) for d in registry.uci_datasets()}
 
 def load_records(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], str]:
     """Per-split records ``{dataset, method, seed, split, rmse, nll, ...}`` and the runs' scale."""
-    records, scales = [], set()
+    records, scales, seen = [], set(), {}
     for path in paths:
         summary = read_json(path, "UCI metrics", required=("job", "splits"))
+        check_result(path, data=summary, seen=seen)  # finite numbers, each job once
         recorded = RecordedJob.read(summary["job"], path, "a metrics file written by a UCI job", ("dataset", "method"))
         if not isinstance(summary["splits"], list) or not all(isinstance(s, dict) for s in summary["splits"]):
             raise DataFileError(path, "not a metrics file written by a UCI job ('splits' is not a list of objects)")

@@ -8,10 +8,13 @@ the holder's host, pid and SLURM job id. A thread refreshes its modification tim
 duplicate submitted after the controlling Snakemake was lost and rerun with
 ``--unlock``) finds the lock and stops with one line naming the holder, instead of
 training over it from the holder's checkpoint. A lock is taken over only when its holder
-is gone: on the same host, when its pid is no longer alive; on another host, when it has
-not been refreshed for :data:`STALE_SECONDS` (so the nodes' clocks, or the file server's,
-must agree to within a few minutes; a job killed with SIGKILL leaves a lock that blocks
-its rerun on another node for at most that long).
+is gone, and the log line says why: it has not been refreshed for :data:`STALE_SECONDS`
+(ten refresh periods), whatever its pid (a pid alive again on the same host is another
+process); on the same host, its pid is no longer alive; or its content is not a holder's
+JSON (read as bytes, never raised on; an empty lock younger than a refresh period is being
+written). So the nodes' clocks, or the file server's, must agree to within a few minutes;
+a job killed with SIGKILL leaves a lock that blocks its rerun on another node for at most
+that long.
 
 **The attempt log**: Snakemake deletes a job's ``log:`` before each attempt, so the line
 saying why an attempt ended would be lost; :func:`keep_attempt_log` appends every
@@ -77,27 +80,40 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _holder_alive(holder: Mapping, age: float, stale_seconds: float) -> bool:
+def _gone_why(holder: Mapping | None, age: float, stale_seconds: float) -> str | None:
+    """Why the holder of a lock refreshed ``age`` seconds ago is gone (None: it may be
+    alive). ``holder`` None: the lock's bytes are not a holder's JSON."""
+    if age >= stale_seconds:  # its holder refreshes it every refresh_seconds: whatever the pid, it is gone
+        return f"not refreshed for {age:.0f} s, over {stale_seconds:.0f} s"
+    if holder is None:
+        return "unreadable (not a holder's JSON)"
     if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-        return _pid_alive(holder["pid"])
-    return age < stale_seconds
+        if not _pid_alive(holder["pid"]):
+            return f"its pid {holder['pid']} is not alive on this host"
+    return None
 
 
-def _read_holder(path: Path) -> tuple[dict, float] | None:
-    """The lock's holder and its age in seconds; None if the lock is gone."""
+def _read_holder(path: Path, refresh_seconds: float = REFRESH_SECONDS) -> tuple[dict | None, float] | None:
+    """The lock's holder (None: unreadable) and its age in seconds; None if the lock is
+    gone. Read as bytes: any content (not UTF-8, not JSON) is judged, never raised on; an
+    empty lock younger than a refresh period is being written (judged by its age alone)."""
     try:
         age = time.time() - path.stat().st_mtime
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
+    if not data.strip() and age < refresh_seconds:
+        return {}, age
     try:
-        holder = json.loads(text)
-    except ValueError:
-        holder = {}  # being written, or torn: judged by its age alone
-    return (holder if isinstance(holder, dict) else {}), age
+        holder = json.loads(data.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError
+        return None, age
+    return (holder if isinstance(holder, dict) else None), age
 
 
-def _take_lock(path: Path, me: dict, log: logging.Logger, stale_seconds: float) -> None:
+def _take_lock(
+    path: Path, me: dict, log: logging.Logger, stale_seconds: float, refresh_seconds: float = REFRESH_SECONDS
+) -> None:
     """:func:`job_lock`'s taking of the lock file ``path`` for ``me`` (a gone holder's taken
     over); raises :class:`JobBusy` where another attempt holds it or keeps taking it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,21 +121,23 @@ def _take_lock(path: Path, me: dict, log: logging.Logger, stale_seconds: float) 
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            found = _read_holder(path)
+            found = _read_holder(path, refresh_seconds)
             if found is None:
                 continue  # released meanwhile
             holder, age = found
-            if _holder_alive(holder, age, stale_seconds):
+            why = _gone_why(holder, age, stale_seconds)
+            if why is None:
                 raise JobBusy(
-                    f"another attempt is running this job ({_holder_text(holder)}; lock {path} "
+                    f"another attempt is running this job ({_holder_text(holder or {})}; lock {path} "
                     f"refreshed {age:.0f} s ago): not training over it; wait for it, or stop it "
                     f"(scancel --signal=TERM) and rerun"
                 ) from None
             log.warning(
-                "lock %s of an attempt that is gone (%s, refreshed %.0f s ago) taken over",
+                "lock %s of an attempt that is gone (%s, refreshed %.0f s ago) taken over: %s",
                 path,
-                _holder_text(holder),
+                _holder_text(holder or {}),
                 age,
+                why,
             )
             path.unlink(missing_ok=True)
             continue
@@ -151,7 +169,7 @@ def job_lock(
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    _take_lock(path, me, log, stale_seconds)
+    _take_lock(path, me, log, stale_seconds, refresh_seconds)
 
     stop = threading.Event()
 
@@ -170,7 +188,7 @@ def job_lock(
         stop.set()
         thread.join()
         found = _read_holder(path)
-        if found is not None and found[0].get("pid") == me["pid"] and found[0].get("host") == me["host"]:
+        if found is not None and found[0] and found[0].get("pid") == me["pid"] and found[0].get("host") == me["host"]:
             path.unlink(missing_ok=True)
 
 
