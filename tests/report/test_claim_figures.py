@@ -44,11 +44,18 @@ ABSENT = compare(
 )
 
 
-def _claim(id_, comparisons, diagnostic=False):
-    return Claim(id_, "test", "words", "reading", (), lambda ev: list(comparisons), diagnostic=diagnostic)
+def _claim(id_, comparisons, diagnostic=False, limit=False):
+    return Claim(id_, "test", "words", "reading", (), lambda ev: list(comparisons), diagnostic=diagnostic, limit=limit)
 
 
-CLAIMS = (_claim("ordered", [ORDER, AGREE]), _claim("all-not-run", [ABSENT, ABSENT]), _claim("stuck", [STUCK, ORDER]))
+#: "stuck": a claim about a limit (the convergence gate applies); "caveat": the same
+#: comparisons in a fixed-budget claim (scored as run, the run named)
+CLAIMS = (
+    _claim("ordered", [ORDER, AGREE]),
+    _claim("all-not-run", [ABSENT, ABSENT]),
+    _claim("stuck", [STUCK, ORDER], limit=True),
+    _claim("caveat", [STUCK, ORDER]),
+)
 DIAGNOSTICS = (_claim("own-check", [AGREE], diagnostic=True),)
 
 
@@ -78,6 +85,8 @@ def test_comparisons_csv_has_one_row_per_comparison_with_its_numbers(scorecard):
         ("all-not-run", "claim", "2"),
         ("stuck", "claim", "1"),
         ("stuck", "claim", "2"),
+        ("caveat", "claim", "1"),
+        ("caveat", "claim", "2"),
         ("own-check", "diagnostic", "1"),
     ]
     first = rows[0]
@@ -133,7 +142,7 @@ def test_one_figure_per_claim_each_coloured_by_its_verdicts(scorecard, tmp_path)
     assert (
         sorted(p.name for p in written)
         == sorted(p.name for p in out.iterdir())
-        == ["all-not-run.png", "ordered.png", "own-check.png", "stuck.png"]
+        == ["all-not-run.png", "caveat.png", "ordered.png", "own-check.png", "stuck.png"]
     )
     for png in written:
         image = Image.open(png)
@@ -150,6 +159,9 @@ def test_a_not_converged_comparison_is_marked_and_labels_are_short(scorecard):
     frame = cf.read_comparisons(cl.comparisons_path(scorecard))
     stuck = frame[frame["claim"] == "stuck"].sort_values("index")
     assert stuck["reason"].iloc[0].startswith(cf.NOT_CONVERGED)
+    caveat = frame[frame["claim"] == "caveat"].sort_values("index")
+    assert caveat["caveat"].iloc[0].startswith(cf.NOT_CONVERGED) and caveat["verdict"].iloc[0] == "reproduced"
+    assert cf.not_converged(caveat).tolist() == [True, False] == cf.not_converged(stuck).tolist()
     assert cf.NOT_CONVERGED == cl.NOT_CONVERGED  # the figures read the scorecard's marker
     assert cf.comparison_label(stuck.iloc[0]) == "kde acc > de acc"
     long = {"a": "anchored-code RMSE (concrete)", "relation": "~", "b": "Pearce's anchored RMSE (concrete) " * 3}

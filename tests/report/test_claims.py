@@ -272,9 +272,13 @@ def _table1(path: Path, scale: str, accuracy: dict[str, tuple[float, float]], n:
     return _write_csv(path, rows, scale)
 
 
-def _fmnist(ev):
+def _fmnist(ev, limit: bool = False):
+    """fmnist-improve-accuracy (a fixed-budget claim); ``limit``: the same check as a claim
+    about the methods' limit, which the convergence gate applies to."""
+    from dataclasses import replace
+
     claim = next(c for c in cl.CLAIMS if c.id == "fmnist-improve-accuracy")
-    results = cl.evaluate(ev, [claim])
+    results = cl.evaluate(ev, [replace(claim, limit=limit)])
     return results[0]
 
 
@@ -864,7 +868,7 @@ def replace_converged(e: Estimate, converged):
     return replace(e, converged=converged, convergence="r")
 
 
-def test_table1_claim_inconclusive_on_an_unconverged_run(tmp_path):
+def test_an_unconverged_run_gates_a_limit_claim_and_is_a_caveat_of_a_fixed_budget_one(tmp_path):
     files = {
         "table1": _table1(tmp_path / "table1.csv", "paper", ACCURACY),
         "table1_paper": RESOURCES / "table1_paper.csv",
@@ -886,7 +890,15 @@ def test_table1_claim_inconclusive_on_an_unconverged_run(tmp_path):
         for r in all_ok
     ]
     files["convergence"] = _convergence(tmp_path / "bad.csv", bad)
-    result = _fmnist(cl.Evidence(files))
+    # a fixed-budget claim (every claim of the scorecard): scored as run, the run named as a caveat
+    as_run = _fmnist(cl.Evidence(files))
+    assert as_run.verdict == "reproduced"
+    caveats = [c for c in as_run.comparisons if c.caveat]
+    assert len(caveats) == 2 and not any(c.reason for c in as_run.comparisons)
+    assert "[caveat, not converged: image/fashionmnist/sge-fwgd/seed38: monitor_nll drift" in caveats[0].text()
+    assert "not converged: image/fashionmnist/sge-fwgd/seed38" in cl.summary(as_run.comparisons)
+    # a claim about the methods' limit: inconclusive
+    result = _fmnist(cl.Evidence(files), limit=True)
     assert result.verdict == "inconclusive" and result.source_verdict == "inconclusive"
     stuck = [c for c in result.comparisons if c.reason]
     assert len(stuck) == 2 and all(c.verdict == "inconclusive" for c in stuck)  # sge-fWGD against DE and SVGD
@@ -897,7 +909,8 @@ def test_table1_claim_inconclusive_on_an_unconverged_run(tmp_path):
     assert cl.Evidence(files).table1("fashionmnist", "sge-fwgd", "accuracy").converged is False
     # would be contradicted (below DE beyond the error bars): inconclusive
     files["table1"] = _table1(tmp_path / "low" / "table1.csv", "paper", {**ACCURACY, "sge-fwgd": (90.0, 0.01)})
-    assert _fmnist(cl.Evidence(files)).verdict == "inconclusive"
+    assert _fmnist(cl.Evidence(files), limit=True).verdict == "inconclusive"
+    assert _fmnist(cl.Evidence(files)).verdict == "contradicted"
     # unknown (an empty cell, or no row for the runs) does not block
     unknown = [r if r[2] != "sge-fwgd" else ("image", "fashionmnist", "sge-fwgd", "", "log not found") for r in all_ok]
     files["convergence"] = _convergence(tmp_path / "unknown.csv", unknown)
@@ -1075,9 +1088,12 @@ def test_table1_claim_reads_the_row_verdict_where_the_table_records_one(tmp_path
         writer = csv.DictWriter(f, fieldnames=conv.CONVERGENCE_COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(table)
-    result = _fmnist(cl.Evidence(files))
+    result = _fmnist(cl.Evidence(files), limit=True)
     assert result.verdict == "inconclusive"
     assert [c.reason for c in result.comparisons if c.reason][0] == (
+        "not converged: image/fashionmnist/sge-fwgd: monitor_nll mean drift over 5 run(s) -0.05 > tol"
+    )
+    assert [c.caveat for c in _fmnist(cl.Evidence(files)).comparisons if c.caveat][0] == (
         "not converged: image/fashionmnist/sge-fwgd: monitor_nll mean drift over 5 run(s) -0.05 > tol"
     )
 
@@ -1251,3 +1267,30 @@ def test_the_paired_test_errs_at_its_stated_rate():
         hits += compare(a, ">", b).verdict == "reproduced"
     rate, se = hits / draws, math.sqrt(0.025 * 0.975 / draws)
     assert abs(rate - 0.025) < 4 * se, rate
+
+
+def test_an_agreement_its_error_bars_cannot_reach_says_at_which_n_it_would_be_decided():
+    """Margin 0.1, difference 0.02: at n = 5 with a per-run sd of 0.5 the interval's half-width
+    (2.31 x sqrt(2 x 0.25 / 5) = 0.73) is far above the margin; the n that brings it within the
+    room left (0.08) is found by the same t-interval; a printed error of 0.1 alone is wider
+    than the margin at any n; a difference outside the margin is not called decidable."""
+    sd, n = 0.5, 5
+    a = Estimate("a", 1.02, sd / math.sqrt(n), n, "paper")
+    b = Estimate("b", 1.0, sd / math.sqrt(n), n, "paper")
+    c = compare(a, "~", b, margin=0.1)
+    assert c.verdict == "inconclusive" and c.undetectable
+    need = c.n_to_decide()
+    # the smallest n whose interval t_{n-1} sqrt(2 sd^2 / n) fits in margin - |difference|
+    fits = [m for m in range(6, 5000) if cl.quantile(m - 1) * math.sqrt(2 * sd**2 / m) <= 0.1 - 0.02]
+    assert need == fits[0]
+    assert f"cannot be decided at n = 5: about n = {fits[0]} would decide it" in c.text()
+    wider = compare(a, "~", Estimate("paper", 1.0, 0.1, 0, cl.PUBLISHED), margin=0.1)
+    assert math.isinf(wider.n_to_decide()) and "nor at any n" in wider.text()
+    outside = compare(Estimate("a", 1.2, 0.3, 5, "paper"), "~", b, margin=0.1)
+    assert outside.undetectable and outside.n_to_decide() is None
+    assert "the difference lies outside the margin" in outside.text()
+    summary = cl.detectable_summary([c, wider, outside])
+    assert "above the margin on 3 of 3 comparisons: those cannot be decided at n = 5" in summary
+    assert f"about n = {fits[0]} would decide 1" in summary and "no n would decide 1" in summary
+    # within reach: no such statement
+    assert compare(a, "~", b, margin=2.0).n_to_decide() is None

@@ -1326,9 +1326,8 @@ def run_jobs(
 
     ``stack_seeds``: the image ``train`` jobs that differ only in their seed run as one
     ``python -m repens train-stack`` per group, each seed still a job of its own
-    (:meth:`_Runner._stack`). ``side_by_side`` K > 1: up to K image training tasks (stacks
-    and single jobs) of one command line share one process, a thread and a CUDA stream each
-    (:meth:`_Runner._side_by_side`); ``parallel`` counts processes.
+    (:meth:`_Runner._stack`); ``side_by_side`` K > 1: up to K image training tasks in one
+    process, a thread and a CUDA stream each (:meth:`_Runner._side_by_side`).
 
     Returns 0 when every job is finished, 75 when some remain (call again), 1 when a job
     failed; a ``deadline`` not above ``min_run`` is refused first (:func:`_check_deadline`)."""
@@ -1664,12 +1663,10 @@ def lease(
     of ``jobs_file`` matching ``only`` run (:func:`run_jobs`) until a deadline that leaves
     ``grace`` seconds for the last checkpoints and ``pack_reserve`` to pack, and no job starts
     that could not finish (:meth:`_Runner.fits`; ``then``: seconds of a next call on the same
-    machine, which count as left: a job stopped at the deadline resumes there). Then every
-    finished job is packed into ``out_dir/results.tar.gz*`` (:func:`pack`, at most
+    machine). Then every finished job is packed into ``out_dir/results.tar.gz*`` (:func:`pack`, at most
     :data:`LEASE_PACK_FILES` files of :data:`LEASE_PACK_MIB` MiB), the logs and the run's state
     into ``out_dir/logs.tar.gz``. Returns :func:`run_jobs`' code (0: all done; 75: work
-    remains; 1: a job failed); a ``until`` too short for any job is a :class:`KitError`
-    before anything runs."""
+    remains; 1: a job failed); a ``until`` too short for any job is a :class:`KitError`."""
     stream = stream or sys.stdout
     directory, out_dir = Path(directory), Path(out_dir)
     deadline = _lease_deadline(until, grace, pack_reserve, min_run)

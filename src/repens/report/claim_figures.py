@@ -56,6 +56,7 @@ COLUMNS = (
     "margin",
     "verdict",
     "reason",
+    "caveat",
 )
 #: the numeric ones (empty or "nan": none)
 NUMERIC = ("index", "difference", "detectable", "margin")
@@ -104,6 +105,12 @@ def comparison_label(row: Any, width: int = LABEL_WIDTH) -> str:
     room = width - len(rel) - 2
     b = _short(b, max(room - len(a), 12))
     return f"{_short(a, room - len(b))} {rel} {b}"
+
+
+def not_converged(rows: pd.DataFrame) -> pd.Series:
+    """Which comparisons rest on runs that did not converge: gated (the reason) or scored as
+    run with a caveat."""
+    return rows["reason"].str.startswith(NOT_CONVERGED) | rows["caveat"].str.startswith(NOT_CONVERGED)
 
 
 def _short_reason(reason: str) -> str:
@@ -212,7 +219,7 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
     n = len(rows)
     y = np.arange(n)[::-1].astype(float)  # the first comparison on top
     ran = rows["verdict"] != "not run"
-    stuck = rows["reason"].str.startswith(NOT_CONVERGED)
+    stuck = not_converged(rows)
     lo_scale, hi_scale = _scale(rows[ran])
     symlog = hi_scale / lo_scale > SYMLOG_RATIO
     left, right, linthresh = _x_range(rows, ran, symlog, lo_scale)

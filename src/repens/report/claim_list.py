@@ -82,6 +82,11 @@ class Claim:
     #: the protocol its runs follow, named (a Table 1 claim's is the scorecard's: the
     #: protocol of the Table 1 block it is scored on, :func:`repens.report.claims.evaluate`)
     protocol: str = ""
+    #: a claim about a method's limit (a sampler's posterior, what a method reaches given
+    #: time), whose comparisons resting on unconverged runs are inconclusive; False: a claim
+    #: about a fixed-budget protocol, scored as run, unconverged runs named as a caveat
+    #: (:func:`repens.report.verdicts.as_run`)
+    limit: bool = False
 
 
 # ---- equivalence margins of the agreement claims (docs/claims.md gives each reason)

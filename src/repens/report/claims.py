@@ -115,6 +115,7 @@ from repens.report.verdicts import (  # noqa: F401 (the scorecard's names, in on
     VERDICTS,
     Comparison,
     Estimate,
+    as_run,
     combine,
     compare,
     detectable_summary,
@@ -210,7 +211,8 @@ def evaluate(
     every Table 1 claim)."""
     out = []
     for claim in claims:
-        comparisons = claim.check(evidence)
+        scored = (lambda cs: cs) if claim.limit else (lambda cs: [as_run(c) for c in cs])
+        comparisons = scored(claim.check(evidence))
         table1 = "table1" in claim.files
         protocol = table1_protocol if table1 else claim.protocol
         result = Result(claim, comparisons, combine(comparisons), protocol=protocol)
@@ -220,7 +222,7 @@ def evaluate(
             result.source_verdict = combine(result.source_comparisons)
         if table1 and other is not None:
             result.other_protocol, other_evidence = other
-            result.other_comparisons = claim.check(other_evidence)
+            result.other_comparisons = scored(claim.check(other_evidence))
             result.other_verdict = combine(result.other_comparisons)
         if claim.untestable:
             result.verdict = NOT_TESTABLE
@@ -304,11 +306,13 @@ LEGEND = (
     "n seeds' in the figures); elsewhere (Table 1 and Table 2 read means; a printed value) the unpaired rule "
     "above. **not run**: a "
     "quantity's file or row is missing, or it was made at a scale other than paper, or from fewer than 2 seeds "
-    "(no standard error). **inconclusive (not converged)**: a comparison resting on a Table 1 / Table 2 row that "
-    "did not converge (results/convergence.csv: a Table 1 row whose mean over seeds still drifts, or one of whose "
-    "runs degraded late; a Table 2 row whose run did not converge), whatever its figures; unknown convergence is shown "
-    "('[convergence unknown]') but does not block. A claim is contradicted if any of its comparisons is, else not "
-    "run if any is, else "
+    "(no standard error). **Convergence**: a claim about a fixed-budget protocol (Table 1's 50,000 steps, Pearce "
+    "et al.'s epochs: every claim here) is scored as run, a comparison resting on a Table 1 / Table 2 row that did "
+    "not converge (results/convergence.csv: a Table 1 row whose mean over seeds still drifts, or one of whose runs "
+    "degraded late; a Table 2 row whose run did not converge) marked '[caveat, not converged: ...]'; a claim about "
+    "a method's limit would be **inconclusive (not converged)** there, whatever its figures. Unknown convergence is "
+    "shown ('[convergence unknown]') but does not block. A claim is contradicted if any of its comparisons is, "
+    "else not run if any is, else "
     "reproduced if all are, else inconclusive. 'On the paper's numbers': the same check on the values the "
     "source paper prints (n/a where it shows a figure only, or where the claim is about matching them). "
     "Diagnostics are checks of our own runs, not claims of a paper: judged the same way, listed apart, not "
@@ -432,6 +436,7 @@ COMPARISON_COLUMNS = (
     "paired",
     "verdict",
     "reason",
+    "caveat",
 )
 
 
@@ -464,9 +469,28 @@ def comparison_rows(results: Sequence[Result]) -> list[dict[str, Any]]:
                     "paired": c.paired,
                     "verdict": c.verdict,
                     "reason": c.reason,
+                    "caveat": c.caveat,
                 }
             )
     return rows
+
+
+def _protocols(
+    files: Mapping[str, Path | str | None],
+    labels: Mapping[str, str] | None,
+    groups: Mapping[str, Sequence[Any]] | None,
+    variant: str | None,
+    paper_protocol: str | None,
+) -> tuple[Evidence, str, tuple[str, Evidence] | None]:
+    """The evidence Table 1's claims are scored on, its protocol's name, and the other
+    protocol's (name, evidence) shown beside them, if any (:func:`write_scorecard`)."""
+    if variant:
+        return Evidence(files, labels, groups, variant), f"the variant {variant}", None
+    g4 = Evidence(files, labels, groups)
+    if not paper_protocol:
+        return g4, G4_TEXT, None
+    code = Evidence(files, labels, groups, paper_protocol, code_metrics=True)
+    return code, CODE_PROTOCOL.format(variant=paper_protocol), (G4_TEXT, g4)
 
 
 def write_scorecard(
@@ -497,15 +521,9 @@ def write_scorecard(
     from repens.core.atomic import write_text_atomic
     from repens.report.tables import plain_table, write_table
 
-    evidence = Evidence(files, labels, groups, variant)
-    table1_protocol, other = G4_TEXT, None
+    evidence, table1_protocol, other = _protocols(files, labels, groups, variant, paper_protocol)
     if variant:
         claims, diagnostics = [c for c in claims if "table1" in c.files], []
-        table1_protocol = f"the variant {variant}"
-    elif paper_protocol:
-        other = (G4_TEXT, evidence)
-        evidence = Evidence(files, labels, groups, paper_protocol, code_metrics=True)
-        table1_protocol = CODE_PROTOCOL.format(variant=paper_protocol)
     results = evaluate(evidence, claims, table1_protocol, other)
     diag_results = evaluate(evidence, diagnostics, table1_protocol, other)
     rows = scorecard_rows(results, files)

@@ -174,6 +174,9 @@ class Comparison:
     detectable: float = math.nan
     #: seeds the comparison pairs (a and b from runs of the same seeds); 0: unpaired
     paired: int = 0
+    #: a fixed-budget comparison scored as run on runs that did not converge: which, and why
+    #: (:func:`as_run`); empty: none
+    caveat: str = ""
 
     @property
     def undetectable(self) -> bool:
@@ -238,6 +241,7 @@ class Comparison:
         head = f"{self.a.text()} {self.relation} {self.b.text()}"
         if self.reason.startswith(NOT_CONVERGED):  # the verdict is not the figures': say why
             return f"{head}: {self.verdict} ({self.reason})"
+        caveat = f" [caveat, {self.caveat}]" if self.caveat else ""
         pair = f", paired over {self.paired} seeds" if self.paired else ""
         if self.margin is not None and _finite(self.difference):
             note = f"; error bars wider than the margin: {self.decidable_text()}" if self.undetectable else ""
@@ -246,7 +250,7 @@ class Comparison:
             head += f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}{pair}, {bound})"
         elif self.paired and _finite(self.difference):
             head += f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}{pair})"
-        return f"{head}: {self.verdict}"
+        return f"{head}: {self.verdict}{caveat}"
 
 
 def _half(e: Estimate) -> tuple[float, float]:
@@ -266,6 +270,17 @@ def compare(a: Estimate, relation: str, b: Estimate, k: float | None = None, mar
         return c
     why = "; ".join(dict.fromkeys(e.convergence or "no reason recorded" for e in failed))
     return replace(c, verdict="inconclusive", reason=f"{NOT_CONVERGED}: {why}")
+
+
+def as_run(c: Comparison) -> Comparison:
+    """``c`` scored on its figures where :func:`compare` made it inconclusive because a run did
+    not converge, the unconverged runs kept as its :attr:`Comparison.caveat`: a claim about a
+    fixed-budget protocol (Table 1's 50,000 steps, Pearce et al.'s epochs) is about what that
+    budget gives, converged or not; the gate stays for claims about a method's limit
+    (:attr:`repens.report.claim_list.Claim.limit`)."""
+    if not c.reason.startswith(NOT_CONVERGED):
+        return c
+    return replace(_compare(c.a, c.relation, c.b, margin=c.margin), caveat=c.reason)
 
 
 def _compare(
@@ -445,10 +460,11 @@ def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
     verdict = combine(comparisons)
 
     def counts(items: Sequence[Comparison]) -> str:
-        stuck = sum(c.reason.startswith(NOT_CONVERGED) for c in items)
+        def stuck(v: str) -> int:
+            return sum(c.verdict == v and (c.reason.startswith(NOT_CONVERGED) or bool(c.caveat)) for c in items)
+
         return ", ".join(
-            f"{sum(c.verdict == v for c in items)} {v}"
-            + (f" ({stuck} of them not converged)" if v == "inconclusive" and stuck else "")
+            f"{sum(c.verdict == v for c in items)} {v}" + (f" ({stuck(v)} of them not converged)" if stuck(v) else "")
             for v in VERDICTS
             if any(c.verdict == v for c in items)
         )
@@ -483,9 +499,10 @@ def _not_converged(comparisons: Sequence[Comparison], limit: int = 4) -> str:
     inconclusive, the first with its reason (empty if none)."""
     runs: dict[str, str] = {}
     for c in comparisons:
-        if c.reason.startswith(NOT_CONVERGED):
-            for m in _RUN.finditer(c.reason):
-                runs.setdefault(m["run"], m["why"].strip())
+        for text in (c.reason, c.caveat):
+            if text.startswith(NOT_CONVERGED):
+                for m in _RUN.finditer(text):
+                    runs.setdefault(m["run"], m["why"].strip())
     if not runs:
         return ""
     items = list(runs.items())
