@@ -1294,3 +1294,48 @@ def test_an_agreement_its_error_bars_cannot_reach_says_at_which_n_it_would_be_de
     assert f"about n = {fits[0]} would decide 1" in summary and "no n would decide 1" in summary
     # within reach: no such statement
     assert compare(a, "~", b, margin=2.0).n_to_decide() is None
+
+
+def test_table1_cells_of_the_same_seeds_are_compared_paired(tmp_path):
+    """Table 1 with its runs file beside it: two rows whose seeds share a large seed effect are
+    compared on the seeds' differences; a cell that is not the mean of its runs (a ratio of
+    means, say) is compared unpaired; without the runs file, unpaired as before."""
+    shared = [0.0, 0.6, -0.4, 1.0, -0.8]
+    runs, rows = [], []
+    for method, offset in (("sge-wgd", 0.1), ("de", 0.0)):
+        values = [90 + s + offset + 0.001 * i for i, s in enumerate(shared)]
+        runs += [
+            {"dataset": "fashionmnist", "method": method, "seed": 38 + i, "accuracy": v} for i, v in enumerate(values)
+        ]
+        mean, se, n = evidence._mean_se(values)
+        rows.append(
+            {
+                "block": "fashionmnist",
+                "method": method,
+                "label": method,
+                "extra": 0,
+                "accuracy_mean": mean,
+                "accuracy_se": se,
+                "accuracy_n": n,
+                "md_ratio_mean": 5.0 + offset,
+                "md_ratio_se": 0.5,
+                "md_ratio_n": 5,
+            }
+        )
+        runs[-5:] = [{**r, "md_ratio": 4.0 + offset} for r in runs[-5:]]  # not the cell's 5.0: a ratio of means
+    table = _write_csv(tmp_path / "table1.csv", rows, "paper")
+    ev = cl.Evidence({"table1": table})
+    assert (
+        compare(
+            ev.table1("fashionmnist", "sge-wgd", "accuracy"), ">", ev.table1("fashionmnist", "de", "accuracy")
+        ).verdict
+        == "inconclusive"
+    )
+    _write_csv(tmp_path / "table1_runs.csv", runs)
+    ev = cl.Evidence({"table1": table})
+    a, b = ev.table1("fashionmnist", "sge-wgd", "accuracy"), ev.table1("fashionmnist", "de", "accuracy")
+    paired = compare(a, ">", b)
+    assert paired.paired == 5 and paired.verdict == "reproduced"
+    assert paired.difference == pytest.approx(0.1)
+    ratio = compare(ev.table1("fashionmnist", "sge-wgd", "md_ratio"), ">", ev.table1("fashionmnist", "de", "md_ratio"))
+    assert ratio.paired == 0

@@ -74,6 +74,10 @@ def test_table1_files(tmp_path):
     de = next(r for r in table if r["method"] == "de")
     assert float(de["aupr_entropy_mean"]) == pytest.approx(0.8) and float(de["brier_mean"]) == pytest.approx(0.15)
     assert de["fpr95_md_mean"] == "nan"  # written before the metric existed
+    # each run's metrics beside the table: what a paired comparison reads seed by seed
+    runs = list(csv.DictReader(open(tmp_path / "t_runs.csv")))
+    assert [(r["method"], r["seed"]) for r in runs] == [("de", "38"), ("de", "39"), ("dle", "38"), ("dle", "39")]
+    assert [float(r["accuracy"]) for r in runs if r["method"] == "de"] == pytest.approx([90.0, 92.0])  # in %
     assert "AUPR" not in tex and "Brier" not in tex
     assert r"D'Angelo \& Fortuin" in tex and r"Accuracy in \%" in tex  # the caption, escaped
     assert out["png"].read_bytes()[:4] == b"\x89PNG"  # Table 1 keeps its PNG

@@ -106,6 +106,8 @@ rule summarize_image:
             subcategory="Tables",
             labels={"output": "Table 1", "format": "HTML"},
         ),
+        # each run's metrics, written beside csv by the same command (repens.report.image.runs_path)
+        runs="results/table1_runs.csv",
         vs_paper="results/table1_vs_paper.csv",
         vs_paper_html=report(
             "results/table1_vs_paper.html",

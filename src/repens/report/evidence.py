@@ -14,7 +14,7 @@ from typing import Any
 from repens.core import registry
 from repens.core.errors import DataFileError
 from repens.report.files import read_json
-from repens.report.image import CODE_PAPER_KEYS, PAPER_SEEDS, paper_se
+from repens.report.image import CODE_PAPER_KEYS, PAPER_SEEDS, paper_se, runs_path
 from repens.report.verdicts import (
     EXACT,
     PUBLISHED,
@@ -303,7 +303,32 @@ class Evidence:
             str(self.paths[key]),
             converged=converged,
             convergence=why,
+            per_seed=self._per_seed(key, dataset, method, metric, _float(r[f"{metric}_mean"])),
         )
+
+    def _per_seed(self, key: str, dataset: str, method: str, metric: str, mean: float) -> tuple[tuple[str, float], ...]:
+        """A block table's cell seed by seed, from the runs file beside it (Table 1's
+        ``table1_runs.csv``, :func:`repens.report.image.runs_path`): the runs of one seed
+        share it with the other methods' runs of that seed, so comparisons of two cells pair
+        them. Empty where the file is absent or its values do not average to the cell's mean
+        (a ratio of means, say: the comparison is then unpaired)."""
+        if key != "table1" or self.paths.get(key) is None:
+            return ()
+        runs_key = f"{key}_runs"
+        if runs_key not in self._rows:
+            self._rows[runs_key] = _read_csv(runs_path(self.paths[key]))
+        rows, _ = self._rows[runs_key]
+        if not rows:
+            return ()
+        mine = {
+            r.get("seed"): _float(r.get(metric))
+            for r in rows
+            if (r.get("dataset"), r.get("method")) == (dataset, method)
+        }
+        values = _seeds(mine)
+        if not values or not math.isclose(sum(v for _, v in values) / len(values), mean, rel_tol=1e-9, abs_tol=1e-12):
+            return ()
+        return values
 
     # ---- whether the runs behind a Table 1 / Table 2 row converged (results/convergence.csv)
     def convergence(self, experiment: str, dataset: str, method: str) -> tuple[bool | None, str]:

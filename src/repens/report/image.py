@@ -26,6 +26,7 @@ from repens.report.tables import (
     mean_pm_text,
     mean_se,
     mean_se_table,
+    plain_table,
     signed_text,
     with_labels,
     write_table,
@@ -36,6 +37,7 @@ __all__ = [
     "EXTRA_COLUMNS",
     "DATASET_LABELS",
     "load_records",
+    "runs_path",
     "read_reference",
     "row_label",
     "write_table1",
@@ -433,6 +435,35 @@ def _write_vs_paper(
     )
 
 
+def runs_path(table_csv: Path | str) -> Path:
+    """Where a table's runs go, one row per run: ``<stem>_runs.csv`` beside ``table_csv``."""
+    table_csv = Path(table_csv)
+    return table_csv.with_name(f"{table_csv.stem}_runs.csv")
+
+
+def _write_runs(records: Sequence[Mapping[str, Any]], columns: Sequence[Column], out_csv: Path) -> None:
+    """One row per run (dataset, method, seed and its value of every column, on the table's
+    scale): what a paired comparison of two rows of the table reads seed by seed
+    (:mod:`repens.report.claims`)."""
+
+    def scaled(value: Any, column: Column) -> float:
+        return float(value) * column.scale if isinstance(value, (int, float)) else math.nan
+
+    frame = pd.DataFrame(
+        [
+            {
+                "dataset": r["dataset"],
+                "method": r["method"],
+                "seed": r["seed"],
+                **{c.key: scaled(r.get(c.key), c) for c in columns},
+            }
+            for r in records
+        ],
+        columns=["dataset", "method", "seed", *(c.key for c in columns)],
+    ).sort_values(["dataset", "method", "seed"], kind="stable")
+    write_table(plain_table(frame, title="Table 1: each run's metrics"), out_csv=out_csv)
+
+
 def write_table1(
     inputs: Sequence[Path | str],
     reference: Path | str,
@@ -482,6 +513,7 @@ def write_table1(
         tabcolsep="4pt",
     )
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv, out_png=out_png)
+    _write_runs(records, TABLE1_COLUMNS + EXTRA_COLUMNS, runs_path(out_csv))
     _write_vs_paper(
         records,
         ref,

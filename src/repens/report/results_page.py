@@ -58,6 +58,7 @@ PUBLISHED = (
     "figures/fig1_regression.png",
     "figures/fig3_classification.png",
     "table1.csv",
+    "table1_runs.csv",
     "table1_vs_paper.csv",
     "table1.png",
     "table2_uci.csv",

@@ -202,7 +202,7 @@ class Comparison:
         do not shrink, is alone wider than the margin); None where the difference itself lies
         outside the margin (more runs would contradict it, not reproduce it) or the
         comparison is not such an agreement."""
-        if not self.undetectable:
+        if not self.undetectable or self.verdict != "inconclusive":
             return None
         room = self.margin - abs(self.difference)
         if room <= 0:
@@ -226,8 +226,9 @@ class Comparison:
         return math.inf
 
     def decidable_text(self) -> str:
-        """ "cannot be decided at n = k ..." for an agreement its error bars cannot decide, else ''."""
-        if not self.undetectable:
+        """ "cannot be decided at n = k ..." for an inconclusive agreement its error bars cannot
+        decide, else ''."""
+        if not self.undetectable or self.verdict != "inconclusive":
             return ""
         need = self.n_to_decide()
         head = f"cannot be decided at n = {self.n}"
@@ -244,7 +245,8 @@ class Comparison:
         caveat = f" [caveat, {self.caveat}]" if self.caveat else ""
         pair = f", paired over {self.paired} seeds" if self.paired else ""
         if self.margin is not None and _finite(self.difference):
-            note = f"; error bars wider than the margin: {self.decidable_text()}" if self.undetectable else ""
+            decide = self.decidable_text()
+            note = f"; error bars wider than the margin: {decide}" if decide else ""
             sign = {"~": "±", "<=": "+", ">=": "-"}[self.relation]
             bound = f"margin {sign}{_num(self.margin, 3)}{note}"
             head += f" (a-b {self.difference:+.3g} ± {self.detectable:.2g}{pair}, {bound})"
@@ -397,7 +399,7 @@ def detectable_summary(comparisons: Sequence[Comparison]) -> str:
     lo, hi = min(c.detectable for c in ran), max(c.detectable for c in ran)
     text = _num(lo, 2) if _num(lo, 2) == _num(hi, 2) else f"{_num(lo, 2)}-{_num(hi, 2)}"
     agreements = [c for c in ran if c.relation == "~"]
-    wide = [c for c in agreements if c.undetectable]
+    wide = [c for c in agreements if c.undetectable and c.verdict == "inconclusive"]
     if wide:
         text += (
             f"; above the margin on {len(wide)} of {len(agreements)} comparisons: those cannot be "
