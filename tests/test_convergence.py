@@ -391,3 +391,29 @@ def test_a_row_with_an_unknown_run_is_unknown_and_other_rows_need_every_run():
     assert cv.row_verdict(runs).converged is None
     uci = [("seed1", cv.Verdict(True, "ok", "uci")), ("seed2", cv.Verdict(False, "under-fit", "uci"))]
     assert cv.row_verdict(uci).converged is False and "seed2: under-fit" in cv.row_verdict(uci).reason
+
+
+def test_a_sampler_whose_fit_rises_from_its_deep_ensemble_start_is_not_degraded(tmp_path):
+    """A run at the deep ensemble's fit (0.14) for its first half, then spreading to 0.17 and
+    flat: for a Langevin rule that is sampling, not degradation (no such test); for a rule
+    that maximises, the same series is a late degradation."""
+    _uci_run(tmp_path, "de", 0.15)
+    for method, rule in (("drle-burnin", "langevin"), ("svgd", "svgd")):
+        path = _uci_run(tmp_path, method, 0.17)
+        record = json.loads(path.read_text())
+        record["job"]["rule"] = rule
+        path.write_text(json.dumps(record))
+        log = tmp_path / f"logs/uci/boston/{method}/seed42.log"
+        values = [0.14] * 10 + [0.17] * 10
+        log.write_text(
+            "".join(
+                f"x repens.train INFO step {(i + 1) * 1200}/24000  263.5 steps/s  ETA 0s  "
+                f"train_rmse_std_units_mean={v:.4g}\n"
+                for i, v in enumerate(values)
+            )
+        )
+        verdict = cv.check_uci_run(path)
+        if rule == "langevin":
+            assert verdict.converged is True and "late degradation" not in verdict.reason, verdict.reason
+        else:
+            assert verdict.converged is False and "late degradation" in verdict.reason, verdict.reason

@@ -478,10 +478,9 @@ def write_table1(
     out_vs_paper_html: Path | None = None,
     paper_rows: Mapping[str, str] | None = None,
 ) -> None:
-    """Write Table 1 (LaTeX, PNG, CSV, HTML) and the comparison with the paper's values
-    (CSV, HTML), all through :func:`repens.report.tables.write_table`. ``paper_rows``:
-    method -> the paper's row a method without its own is set beside (config
-    ``paper_row``).
+    """Write Table 1 (LaTeX, PNG, CSV, HTML), its runs (:func:`runs_path`) and the comparison
+    with the paper's values (CSV, HTML), all through :func:`repens.report.tables.write_table`.
+    ``paper_rows``: method -> the paper's row a method without its own is set beside.
 
     The CSV has the paper's columns and :data:`EXTRA_COLUMNS` (AUPR, FPR95, Brier, mutual
     information); the LaTeX, HTML and PNG only the paper's."""
