@@ -417,3 +417,25 @@ def test_a_sampler_whose_fit_rises_from_its_deep_ensemble_start_is_not_degraded(
             assert verdict.converged is True and "late degradation" not in verdict.reason, verdict.reason
         else:
             assert verdict.converged is False and "late degradation" in verdict.reason, verdict.reason
+
+
+def test_a_burned_in_sampler_is_fitted_against_its_own_burn_in_not_a_full_budget_deep_ensemble(tmp_path):
+    """Tiny noise (the RMS-resolution bound, about 7 % at n = 455): DE trained for the whole
+    budget reaches 0.100; the sampler's own deep-ensemble burn-in (half the budget) reached
+    0.145 and the sampler sits at 0.150 after it. Against DE it would read as under-fit;
+    against its own start, the reference its design gives it, it fits."""
+    _uci_run(tmp_path, "de", 0.10, noise_std=3e-4)
+    run = _uci_run(tmp_path, "dle-burnin", 0.15, noise_std=3e-4)
+    log = tmp_path / "logs/uci/boston/dle-burnin/seed42.log"
+    burn = [
+        f"x repens.train INFO step {i * 1200}/12000  263.5 steps/s  ETA 0s  train_rmse_std_units_mean=0.145"
+        for i in range(1, 11)
+    ]
+    sampler = [line.replace("/24000", "/12000") for line in log.read_text().splitlines()[:10]]
+    marker = "x repens.fitting INFO burn-in: 12000 of 24000 steps as a deep ensemble (adam, lr 0.05), then langevin"
+    log.write_text("\n".join([marker, *burn, *sampler]) + "\n")
+    verdict = cv.check_uci_run(run)
+    assert verdict.converged is True and "its own burn-in's 0.145" in verdict.reason, verdict.reason
+    log.write_text("\n".join(sampler) + "\n")  # no burn-in in its log: against DE, under-fit
+    verdict = cv.check_uci_run(run)
+    assert verdict.converged is False and "under-fit" in verdict.reason and "DE 0.1" in verdict.reason

@@ -96,7 +96,9 @@ its training RMSE rising from a deep-ensemble start as its particles spread is t
 sampling), and *fit quality*: the final training RMSE ``r`` against the reference fit
 ``r_ref = max(sigma_lik, r_DE)`` (``sigma_lik = job.noise_std``, the likelihood's
 noise sd in the same units; ``r_DE`` the deep ensemble's final training RMSE on the same
-dataset and seed, from its log). Under the Gaussian likelihood the run's fit is
+dataset and seed, from its log; for a sampler started from a deep-ensemble burn-in, the
+burn-in's own final training RMSE instead: a deep ensemble of half the budget by design).
+Under the Gaussian likelihood the run's fit is
 ``n (r^2 - r_ref^2) / (2 sigma_lik^2)`` nats of log-likelihood below the reference fit
 (``n`` training rows per split); under a Laplace approximation a posterior sample lies
 ``chi2_d / 2`` nats below the best fit with ``d <= n`` effective parameters, at most
@@ -468,6 +470,11 @@ def _find_log(metrics_path: Path, metrics: Mapping[str, Any], log: Path | str | 
     return None
 
 
+#: where :func:`_history` leaves a log's deep-ensemble burn-in segments (not judged) for the
+#: fit check of the sampler after it (:func:`_uci_fit_parts`)
+_BURN_IN_SEGMENTS = "_burn_in_segments"
+
+
 def _history(metrics_path: Path, log: Path | str | None) -> tuple[list[dict[str, Any]] | None, str, list[str], dict]:
     """Segments, where they came from (for the reason), files read, the metrics."""
     metrics = _read_json(metrics_path)
@@ -487,6 +494,7 @@ def _history(metrics_path: Path, log: Path | str | None) -> tuple[list[dict[str,
         )
     parsed = parse_log(found)
     segs = [s for s in parsed if not s.get("burn_in")]
+    metrics = {**metrics, _BURN_IN_SEGMENTS: [s for s in parsed if s.get("burn_in")]}
     if not segs:
         return (
             None,
@@ -660,6 +668,10 @@ def _uci_fit_parts(
         r_ref = None
         details.update(train_rmse=r, n_train=n, noise_std=sigma)
         parts.append((True, f"fit: DE is the reference (train RMSE {r:.4g}, noise_std {sigma:.3g})"))
+    elif (r_burn := _final_train_rmse(metrics.get(_BURN_IN_SEGMENTS) or [])) is not None:
+        # started from its own deep ensemble of half the budget: judged against that fit,
+        # not against a deep ensemble trained for the whole budget
+        r_ref, ref_text = max(sigma, r_burn), f"max(noise_std {sigma:.3g}, its own burn-in's {r_burn:.4g})"
     else:
         r_ref, r_de, ref_text = _uci_fit_reference(path, de_metrics, de_log, sigma, sources, parts)
     if r_ref is not None:
