@@ -436,6 +436,19 @@ def test_a_burned_in_sampler_is_fitted_against_its_own_burn_in_not_a_full_budget
     log.write_text("\n".join([marker, *burn, *sampler]) + "\n")
     verdict = cv.check_uci_run(run)
     assert verdict.converged is True and "its own burn-in's 0.145" in verdict.reason, verdict.reason
-    log.write_text("\n".join(sampler) + "\n")  # no burn-in in its log: against DE, under-fit
+    log.write_text("\n".join(sampler) + "\n")  # no burn-in in its log: against DE, beyond its bound
     verdict = cv.check_uci_run(run)
-    assert verdict.converged is False and "under-fit" in verdict.reason and "DE 0.1" in verdict.reason
+    assert verdict.converged is not True and "> bound" in verdict.reason and "DE 0.1" in verdict.reason
+
+
+def test_a_regularised_fit_beyond_the_rms_resolution_is_not_called_under_fit(tmp_path):
+    """Tiny noise (yacht's): the bound is DE's fit plus the RMS's resolution (about 7 %); an
+    ensemble with a prior at 1.2x DE's fit is not judged on fit (stable, so not 'under-fit');
+    at boston's noise (0.25) the same check still calls a fit far beyond the bound under-fit."""
+    _uci_run(tmp_path / "tiny", "de", 0.10, noise_std=3e-4)
+    regularised = cv.check_uci_run(_uci_run(tmp_path / "tiny", "anchored", 0.12, noise_std=3e-4))
+    assert regularised.converged is None and "fit not judged" in regularised.reason, regularised.reason
+    assert "under-fit" not in regularised.reason
+    _uci_run(tmp_path / "noisy", "de", 0.15)
+    under = cv.check_uci_run(_uci_run(tmp_path / "noisy", "dle", 0.47))
+    assert under.converged is False and "under-fit" in under.reason
