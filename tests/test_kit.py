@@ -524,6 +524,20 @@ def test_a_job_left_running_by_a_killed_runner_is_stopped_before_it_runs_again(n
 # -- seed stacks (--stack-seeds) ------------------------------------------------------------
 
 
+#: a train-stack's command line before its jobs: the first job's, --device overridden
+STACK_ARGV = [
+    "--threads",
+    "1",
+    "train-stack",
+    "--input",
+    "train=data/images/fake.npz",
+    "--input",
+    "ood=data/images/ood.npz",
+    "--device",
+    "cpu",
+]
+
+
 def _starts(node):
     return [e for e in node.events() if e["what"] == "start"]
 
@@ -548,15 +562,7 @@ def test_stack_seeds_runs_the_seeds_of_one_image_job_as_one_stack(node):
     stack = next(e for e in starts if e["outs"][0] == de[0]["id"])
     # the first seed's command line (--device overridden), then each seed's --spec and --out, in order
     assert stack["argv"] == [
-        "--threads",
-        "1",
-        "train-stack",
-        "--input",
-        "train=data/images/fake.npz",
-        "--input",
-        "ood=data/images/ood.npz",
-        "--device",
-        "cpu",
+        *STACK_ARGV,
         *[w for j in de for w in ("--spec", j["spec"], "--out", j["id"])],
     ]
     assert next(e for e in starts if e["outs"][0] == svgd[0]["id"])["outs"] == [j["id"] for j in svgd]
@@ -604,17 +610,7 @@ def test_side_by_side_trains_several_image_tasks_in_one_process(node):
     assert [(_command(e["argv"]), len(e["outs"])) for e in starts] == [("train-stack", 5), ("train", 1), ("train", 1)]
     together = starts[0]["argv"]
     assert kit._option(together, "--stacks") == "3,2"
-    assert together[: together.index("--stacks")] == [
-        "--threads",
-        "1",
-        "train-stack",
-        "--input",
-        "train=data/images/fake.npz",
-        "--input",
-        "ood=data/images/ood.npz",
-        "--device",
-        "cpu",
-    ]
+    assert together[: together.index("--stacks")] == STACK_ARGV
     assert starts[0]["outs"] == [j["id"] for j in de + svgd]
     assert {starts[1]["out"], starts[2]["out"]} == {plain["id"], other_lr["id"]}
     state = node.state()

@@ -330,20 +330,25 @@ def _compare(
         return Comparison(a, relation, b, verdict, "", None, diff, half)
     k_d = quantile(welch_dof(se_a, a.dof, se_b, b.dof)) if k is None else k
     half = k_d * math.sqrt(se_a**2 + se_b**2) + r_a + r_b
-    lo, hi = diff - half, diff + half
+    return Comparison(
+        a, relation, b, _interval_verdict(relation, diff - half, diff + half, margin), "", margin, diff, half
+    )
+
+
+def _interval_verdict(relation: str, lo: float, hi: float, margin: float | None) -> str:
+    """The verdict of ``a <relation> b`` from the interval ``[lo, hi]`` of ``a - b``: an
+    ordering by the side of 0 it lies on; an agreement (``~``: two one-sided tests) or a
+    non-inferiority (``<=``, ``>=``) by where it lies against ``margin``."""
+    if relation == ">":
+        return "reproduced" if lo > 0 else "contradicted" if hi < 0 else "inconclusive"
+    if relation == "<":
+        return "reproduced" if hi < 0 else "contradicted" if lo > 0 else "inconclusive"
     if relation == "~":
-        verdict = (
-            "reproduced"
-            if -margin <= lo and hi <= margin
-            else "contradicted"
-            if hi < -margin or lo > margin
-            else "inconclusive"
-        )
-    elif relation == "<=":
-        verdict = "reproduced" if hi <= margin else "contradicted" if lo > margin else "inconclusive"
-    else:  # ">="
-        verdict = "reproduced" if lo >= -margin else "contradicted" if hi < -margin else "inconclusive"
-    return Comparison(a, relation, b, verdict, "", margin, diff, half)
+        inside, outside = -margin <= lo and hi <= margin, hi < -margin or lo > margin
+        return "reproduced" if inside else "contradicted" if outside else "inconclusive"
+    if relation == "<=":
+        return "reproduced" if hi <= margin else "contradicted" if lo > margin else "inconclusive"
+    return "reproduced" if lo >= -margin else "contradicted" if hi < -margin else "inconclusive"  # ">="
 
 
 def _pairs(a: Estimate, b: Estimate) -> list[tuple[float, float]]:
@@ -370,23 +375,7 @@ def _paired(a: Estimate, relation: str, b: Estimate, margin: float | None) -> Co
     mean = sum(d) / n
     se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
     half = quantile(n - 1) * se
-    lo, hi = mean - half, mean + half
-    if relation == ">":
-        verdict = "reproduced" if lo > 0 else "contradicted" if hi < 0 else "inconclusive"
-    elif relation == "<":
-        verdict = "reproduced" if hi < 0 else "contradicted" if lo > 0 else "inconclusive"
-    elif relation == "~":
-        verdict = (
-            "reproduced"
-            if -margin <= lo and hi <= margin
-            else "contradicted"
-            if hi < -margin or lo > margin
-            else "inconclusive"
-        )
-    elif relation == "<=":
-        verdict = "reproduced" if hi <= margin else "contradicted" if lo > margin else "inconclusive"
-    else:  # ">="
-        verdict = "reproduced" if lo >= -margin else "contradicted" if hi < -margin else "inconclusive"
+    verdict = _interval_verdict(relation, mean - half, mean + half, margin)
     return Comparison(a, relation, b, verdict, "", margin, mean, half, paired=n)
 
 
