@@ -273,3 +273,11 @@ def test_metrics_table_one_notation_per_column_and_the_best_in_bold(tmp_path):
     tex = out_tex.read_text()
     assert r"\textbf{\boldmath $" in tex  # a bold cell in math is bold in LaTeX too
     assert "$$" not in tex.split(r"\begin{tabular}", 1)[1]  # one math span per cell
+
+
+def test_a_run_with_a_non_finite_particle_never_reaches_the_table(tmp_path):
+    x = np.random.default_rng(0).normal(size=(20, 2))
+    x[3, 1] = np.nan
+    bad = _write_run(tmp_path / "bad.npz", x)
+    with pytest.raises(ValueError, match=r"bad\.npz: particles hold a non-finite number"):
+        steps.metrics_summary([bad], reference_samples=500)

@@ -427,3 +427,17 @@ def test_an_unconverged_hmc_reference_is_flagged_in_the_distance_table_and_figur
     job["hmc"] = {**job["hmc"], "rhat_max": 1000, "ess_min": 0}
     np.savez(hmc, **{**arrays, "job": np.array(json.dumps(job, sort_keys=True))})
     assert steps.load_predictions(hmc).converged is False
+
+
+def test_a_run_twice_or_a_non_finite_prediction_never_reaches_the_distance_table(tmp_path, files):
+    reg, _ = files
+    with pytest.raises(ValueError, match=r"de/seed41/predictions\.npz: method 'de' appears twice"):
+        steps.distance_frame((reg["hmc"], [reg["de"], reg["de"]]))
+    arrays = dict(np.load(reg["kde-fwgd"]))
+    arrays["f_test"] = arrays["f_test"].copy()
+    arrays["f_test"][0, 0] = np.inf
+    bad = tmp_path / "bad" / "predictions.npz"
+    bad.parent.mkdir()
+    np.savez(bad, **arrays)
+    with pytest.raises(ValueError, match=r"bad/predictions\.npz: .* holds a non-finite number"):
+        steps.distance_frame((reg["hmc"], [bad]))

@@ -32,6 +32,7 @@ import torch
 
 from repens.core.atomic import save_npz_atomic, write_json_atomic
 from repens.core.errors import DataError, one_line
+from repens.core.results import ResultMismatch
 from repens.evaluation.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
 from repens.models.targets import make_target
 from repens.report.synthetic import METRIC_KEYS, Run, load_run
@@ -207,7 +208,8 @@ def compute_metrics(
 
 
 def _by_target(runs: Sequence[Run]) -> dict[str, list[Run]]:
-    """The runs grouped by target (first appearance order); a run given twice is an error."""
+    """The runs grouped by target (first appearance order); a run given twice, or with a
+    non-finite particle, is an error naming the file."""
     seen: dict[tuple, Path] = {}
     by_target: dict[str, list[Run]] = {}
     for run in runs:
@@ -217,6 +219,10 @@ def _by_target(runs: Sequence[Run]) -> dict[str, list[Run]]:
                 f"{run.path}: duplicate run (target, method, seed, scale, n, steps) = {key}, also in {seen[key]}"
             )
         seen[key] = run.path
+        if not np.isfinite(run.particles).all():  # NaN metrics never reach the table
+            raise ResultMismatch(
+                run.path, "particles hold a non-finite number; a result must not reach a table with it"
+            )
         by_target.setdefault(run.target, []).append(run)
     return by_target
 

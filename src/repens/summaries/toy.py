@@ -44,6 +44,7 @@ import numpy as np
 
 from repens.core.atomic import save_npz_atomic, write_json_atomic
 from repens.core.errors import DataError, DataFileError, one_line
+from repens.core.results import ResultMismatch
 from repens.data.toy import REGRESSION_CLUSTERS
 from repens.evaluation.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
 from repens.report.files import read_npz
@@ -193,6 +194,9 @@ def load_predictions(path: Path | str) -> ToyPredictions:
     y_train = np.asarray(arrays["y_train"])
     _check_shapes(path, dataset, x_train, x_test, y_train)
     fields = (_regression_fields if dataset == "regression" else _classification_fields)(path, arrays, x_test, y_train)
+    for name, value in fields.items():  # a prediction that is not a number never reaches a table
+        if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
+            raise ResultMismatch(path, f"{name!r} holds a non-finite number; a result must not reach a table with it")
     converged = None
     if "converged" in arrays:
         converged = bool(np.asarray(arrays["converged"]))
