@@ -429,6 +429,18 @@ def test_finished_job_is_restored_not_retrained_after_its_outputs_are_deleted(
     assert out.read_bytes() != written[out] and record.exists() and record.with_name(record.name + ".stale").exists()
 
 
+def _retrained_without_the_record(out: Path, tmp_path: Path, first: np.ndarray) -> str:
+    """The synthetic job run again with its output gone: its final record set aside (the
+    log line saying so is returned), the job trained again to the first run's particles."""
+    out.unlink()
+    assert _run(synthetic_spec(), out, tmp_path / "second.log") == 0
+    second = _log_of(tmp_path / "second.log")
+    (line,) = [ln for ln in second.splitlines() if "final record" in ln and "set aside" in ln]
+    assert "from the final record" not in second and "step 40/40" in second
+    np.testing.assert_array_equal(np.load(out)["particles"], first)
+    return line
+
+
 def test_damaged_final_record_is_set_aside_and_the_job_trains(tmp_path):
     out = tmp_path / "results" / "particles.npz"
     assert _run(synthetic_spec(), out, tmp_path / "first.log") == 0
@@ -437,13 +449,8 @@ def test_damaged_final_record_is_set_aside_and_the_job_trains(tmp_path):
     data = bytearray(record.read_bytes())
     data[-10] ^= 0x01
     record.write_bytes(bytes(data))
-    out.unlink()
-    assert _run(synthetic_spec(), out, tmp_path / "second.log") == 0
-    second = _log_of(tmp_path / "second.log")
-    (line,) = [ln for ln in second.splitlines() if "final record" in ln and "set aside" in ln]
+    line = _retrained_without_the_record(out, tmp_path, first)
     assert "damaged" in line or "SHA-256" in line
-    assert "from the final record" not in second and "step 40/40" in second
-    np.testing.assert_array_equal(np.load(out)["particles"], first)
 
 
 def test_a_forged_final_record_of_another_spec_is_set_aside_and_the_job_trains(tmp_path):
@@ -461,13 +468,8 @@ def test_a_forged_final_record_of_another_spec_is_set_aside_and_the_job_trains(t
     assert _run({**synthetic_spec(), "steps": 20}, other, tmp_path / "other.log") == 0
     out.write_bytes(other.read_bytes())
     write_final_record(record, key, [out])  # this job's key around the other job's output
-    out.unlink()
-    assert _run(synthetic_spec(), out, tmp_path / "second.log") == 0
-    second = _log_of(tmp_path / "second.log")
-    (line,) = [ln for ln in second.splitlines() if "final record" in ln and "set aside" in ln]
+    line = _retrained_without_the_record(out, tmp_path, first)
     assert "not this job's result" in line and "steps 20, not 40" in line
-    assert "from the final record" not in second and "step 40/40" in second
-    np.testing.assert_array_equal(np.load(out)["particles"], first)
 
 
 def test_final_key_follows_the_input_data(tmp_path):

@@ -353,12 +353,11 @@ def _archives(dataset: str | None) -> list[dict[str, str]]:
     return [{"path": os.path.normpath(f"{f.folder}/{f.filename}"), "md5": f.md5} for f in entry.files] if entry else []
 
 
-def _md5(path: Path) -> str:
-    digest = hashlib.md5()
+def _file_digest(path: Path, algorithm: str) -> str:
+    """The hex digest of ``path``'s bytes (``md5`` for the image archives' registry, ``sha256``
+    for a pack's files), read in chunks."""
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, algorithm).hexdigest()
 
 
 def stage_raw(prepare: Sequence[dict[str, Any]], stage: Path, directory: Path = Path(".")) -> list[Path]:
@@ -372,7 +371,7 @@ def stage_raw(prepare: Sequence[dict[str, Any]], stage: Path, directory: Path = 
         places = [p for p in (_option(step["argv"], "--mirror"), _option(step["argv"], "--root")) if p]
         for archive in step.get("archives", []):
             dest = stage / archive["path"]
-            if dest.is_file() and _md5(dest) == archive["md5"]:
+            if dest.is_file() and _file_digest(dest, "md5") == archive["md5"]:
                 staged.append(dest)
                 continue
             source = next(
@@ -381,7 +380,7 @@ def stage_raw(prepare: Sequence[dict[str, Any]], stage: Path, directory: Path = 
             if source is None:
                 missing.append(f"{archive['path']} (looked in {', '.join(places) or 'no folder'})")
                 continue
-            if _md5(source) != archive["md5"]:
+            if _file_digest(source, "md5") != archive["md5"]:
                 raise KitError(f"{source}: wrong MD5 (want {archive['md5']}); not staged")
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, dest)
@@ -1508,14 +1507,6 @@ def _choose_for_pack(
     return chosen, left
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _pack_manifest(
     data: dict[str, Any],
     book: dict[str, Any],
@@ -1536,7 +1527,7 @@ def _pack_manifest(
                 **{k: job.get(k) for k in ("id", "rule", "wildcards", "spec", "outputs", "inputs", "benchmark", "log")},
                 "status": status,
                 "files": files,
-                "sha256": {rel: _file_sha256(directory / rel) for rel in files},
+                "sha256": {rel: _file_digest(directory / rel, "sha256") for rel in files},
                 "attempts": book["jobs"].get(job["id"], {}).get("attempts", []),
             }
             for job, status, files in chosen
@@ -1907,7 +1898,7 @@ def _check_members(staging: Path, manifest: dict[str, Any]) -> list[dict[str, An
                 raise KitError(
                     f"pack member {rel!r} of job {job['id']!r}: listed but not in the pack; nothing was imported"
                 )
-            if _file_sha256(staging / rel) != job["sha256"][rel]:
+            if _file_digest(staging / rel, "sha256") != job["sha256"][rel]:
                 raise KitError(f"pack member {rel!r}: its SHA-256 is not the manifest's; nothing was imported")
         _check_results(staging, job)
     return finished
