@@ -220,10 +220,17 @@ class Comparison:
                     run_var += se**2 * e.n  # the per-run variance, divided by n' below
         if quantile(math.inf) * math.sqrt(fixed_var) + rounding >= room:
             return math.inf
-        for n in range(max(self.n, 2) + 1, 100_001):
-            if quantile(n - 1) * math.sqrt(fixed_var + run_var / n) + rounding <= room:
-                return float(n)
-        return math.inf
+
+        def fits(n: int) -> bool:  # the half-width at n runs falls with n (t and 1/n both do)
+            return quantile(n - 1) * math.sqrt(fixed_var + run_var / n) + rounding <= room
+
+        lo, hi = max(self.n, 2), 100_000  # fits(lo) is False (undetectable); the smallest n that fits
+        if not fits(hi):
+            return math.inf
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+        return float(hi)
 
     def decidable_text(self) -> str:
         """ "cannot be decided at n = k ..." for an inconclusive agreement its error bars cannot
