@@ -1,7 +1,8 @@
 """repens: reproduce "Repulsive Deep Ensembles are Bayesian" (D'Angelo & Fortuin 2021).
 
     snakemake -c2                        # quick scale on a CPU (config.yaml: scale)
-    snakemake -c2 all --config scale=paper   # Appendix G settings (targets before --config)
+    snakemake -c2 all --config scale=paper   # Appendix G settings, Table 2 included
+    snakemake --profile slurm            # the same paper-scale grid on a SLURM cluster
 
 One experiment per file under workflow/rules/. To add one: write
 workflow/rules/<experiment>.smk (its training rule and its aggregate localrules,
@@ -55,6 +56,7 @@ rule all:
         SYNTHETIC_OUTPUTS,
         TOY_OUTPUTS,
         IMAGE_OUTPUTS,
+        UCI_OUTPUTS if TABLE2_IN_ALL else [],
         CLAIMS_OUTPUTS,
 
 

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -146,9 +147,57 @@ def test_profile_resolves_from_the_repository_root():
     assert "executor" not in default
 
 
+def planned(output: str) -> Counter:
+    """Job counts by rule of a dry run (its "Job stats" table)."""
+    stats = output.split("Job stats:", 1)[1].split("\ntotal", 1)[0]
+    return Counter({m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)})
+
+
+def scales(output: str) -> set[str]:
+    """The scales named by the training jobs' specs in a dry run's shell commands."""
+    return set(re.findall(r'"scale": "(\w+)"', output))
+
+
+def test_profile_plans_the_paper_table2_and_scorecard_included(tmp_path):
+    """`snakemake --profile slurm` is the paper: its scale (profiles/slurm/paper.yaml),
+    Table 2 in the default target, the scorecard after it; --config keys given on the
+    command line keep the scale, and scale=quick still asks for the quick grid."""
+    path, _ = fake_cluster(tmp_path)
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    uci = config["experiments"]["uci"]
+    rc, out = snakemake(tmp_path, path=path)
+    assert rc == 0, out
+    jobs = planned(out)
+    assert scales(out) == {"paper"}, scales(out)
+    # Table 2: one job per (dataset, method, seed), every split inside it
+    uci_seeds = len(uci.get("seeds") or [42])
+    assert jobs["train_uci"] == len(uci["datasets"]) * len(uci["methods"]) * uci_seeds, jobs
+    assert jobs["summarize_uci"] == 1 and jobs["download_uci"] == len(uci["datasets"]), jobs
+    assert re.search(r"^rule summarize_claims:\n\s+input:.*results/table2_uci\.csv", out, re.M), out
+    # every paper-scale image job: each dataset's methods x the paper's seeds
+    image = config["experiments"]["image"]
+    seeds = image.get("seeds") or config["seeds"]
+    assert jobs["train_image"] >= len(image["datasets"]) * len(image["methods"]) * len(seeds), jobs
+    # a key of one's own on the command line keeps the paper's scale
+    rc, out = snakemake(tmp_path, "--config", "device=cpu", path=path)
+    assert rc == 0 and scales(out) == {"paper"} and planned(out) == jobs, out
+    rc, out = snakemake(tmp_path, "--config", "scale=quick", path=path)
+    assert rc == 0 and scales(out) == {"quick"} and "train_uci" not in planned(out), out
+
+
+def test_dry_run_without_slurm_says_so_in_one_line(tmp_path):
+    line = "No SLURM here (no sbatch on PATH): the plan is what the slurm profile would submit"
+    rc, out = snakemake(tmp_path, path=no_slurm_path(tmp_path))
+    assert rc == 0, out
+    assert out.count(line) == 1, out
+    (tmp_path / "cluster").mkdir()
+    rc, out = snakemake(tmp_path, path=fake_cluster(tmp_path / "cluster")[0])
+    assert rc == 0 and line not in out, out
+
+
 def test_plan_has_gpus_on_image_jobs_only(tmp_path):
-    # the default target plus Table 2 (not part of `all`), so every training rule is planned
-    rc, out = snakemake(tmp_path, "all", "results/table2_uci.tex", path=no_slurm_path(tmp_path))
+    # the default target (Table 2 included at the profile's paper scale): every training rule
+    rc, out = snakemake(tmp_path, "all", path=no_slurm_path(tmp_path))
     assert rc == 0, out
     found = resources_by_rule(out)
     gpu_rules = {rule for rule, lines in found.items() if any(re.search(r"\bgpu=|gres=", line) for line in lines)}

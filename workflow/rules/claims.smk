@@ -2,10 +2,11 @@
 # anchored / Langevin claims of the seed papers) checked on the result tables, with the
 # figures it rests on and a verdict (repens.report.claims). It reads tables only.
 #
-# Its inputs are the tables of `rule all` (synthetic, toys, Table 1), so it never makes
-# `all` train more. Table 2 (UCI) is not in `all`: the scorecard reads it if it is there
-# (a param, not an input, so asking for the scorecard never trains UCI); its content
-# hash is a param too, so a new Table 2 reruns the scorecard. Without it, the UCI claims
+# Its inputs are the tables of `rule all` (synthetic, toys, Table 1; Table 2 at the
+# paper's scale), so it never makes `all` train more. At quick scale Table 2 (UCI) is not
+# in `all`: the scorecard reads it if it is there (a param, not an input, so asking for
+# the scorecard never trains UCI); its content hash is a param too, so a new Table 2
+# reruns the scorecard. Without it, the UCI claims
 # say "not run". With claims_build_table1: false, Table 1 is read the same way (a
 # paper-scale scorecard on a machine without a GPU).
 #
@@ -71,7 +72,9 @@ rule check_convergence:
     input:
         # the tables whose runs it checks are built first (Table 2: only from the tree)
         table1=claims_input("image", CLAIMS_TABLE1) if CLAIMS_BUILD_TABLE1 else [],
-        uci_table=claims_input("uci", CLAIMS_UCI_TABLE) if FROM_REFERENCE else [],
+        uci_table=(
+            claims_input("uci", CLAIMS_UCI_TABLE) if FROM_REFERENCE or TABLE2_IN_ALL else []
+        ),
     output:
         CLAIMS_CONVERGENCE,
     log:
@@ -126,8 +129,11 @@ rule summarize_claims:
         table1=claims_input("image", CLAIMS_TABLE1) if CLAIMS_BUILD_TABLE1 else [],
         table1_paper=f"{workflow.basedir}/workflow/resources/table1_paper.csv",
         uci_seeds=UCI_SEEDS,
-        # from the reference tree Table 2 costs nothing: build it before the scorecard
-        uci_table=claims_input("uci", CLAIMS_UCI_TABLE) if FROM_REFERENCE else [],
+        # built before the scorecard where `all` builds it (paper scale) or where it costs
+        # nothing (from the reference tree)
+        uci_table=(
+            claims_input("uci", CLAIMS_UCI_TABLE) if FROM_REFERENCE or TABLE2_IN_ALL else []
+        ),
         convergence=CLAIMS_CONVERGENCE,
     output:
         csv="results/claims.csv",

@@ -379,6 +379,21 @@ def check_profile():
     check_gpu_forms(settings)
     if "SLURM_JOB_ID" not in os.environ and shutil.which("sinfo"):
         check_gpu_partitions(settings)
+    if slurm_resources(settings) and not shutil.which("sbatch"):
+        print(
+            "No SLURM here (no sbatch on PATH): the plan is what the slurm profile would "
+            "submit; submitting it needs a SLURM login node.",
+            file=sys.stderr,
+        )
+
+
+def slurm_resources(settings):
+    """Whether the resources name SLURM's (``slurm_partition`` & co.: the slurm profile
+    is in use; Snakemake tells a Snakefile nothing of its executor when it loads)."""
+    named = [str(arg).split("=", 1)[0] for arg in settings.default_resources.args or []]
+    for resources in settings.overwrite_resources.values():
+        named += list(resources)
+    return any(name.startswith("slurm_") for name in named)
 
 
 def _static(resource):
