@@ -79,7 +79,9 @@ def device_of(run: Path) -> tuple[str, bool]:
 def price(jobs, reference: Path):
     """Per rule: jobs, GPU jobs, jobs priced, their hours, jobs without a committed time,
     the devices the times come from."""
-    table = defaultdict(lambda: {"jobs": 0, "gpu": 0, "priced": 0, "hours": 0.0, "unpriced": Counter(), "devices": set()})
+    table = defaultdict(
+        lambda: {"jobs": 0, "gpu": 0, "priced": 0, "hours": 0.0, "unpriced": Counter(), "devices": set()}
+    )
     for rule, wildcards, resources in jobs:
         row = table[rule]
         row["jobs"] += 1
@@ -102,23 +104,26 @@ def price(jobs, reference: Path):
 
 
 def report(table) -> str:
+    header = ("rule", "jobs", "on a GPU", "priced from the tree", "hours (those priced)", "times measured on")
     lines = [
-        "| rule | jobs | on a GPU | priced from the tree | hours (those priced) | where the times were measured | no committed time |",
+        "| " + " | ".join((*header, "no committed time")) + " |",
         "| --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for rule, row in table.items():
         unpriced = ", ".join(f"{n} {d}" for d, n in sorted(row["unpriced"].items())) or ""
         priced = f"{row['priced']}" if rule in TRAINING else ""
         hours = f"{row['hours']:.1f}" if rule in TRAINING and row["priced"] else ""
-        lines.append(
-            f"| {rule} | {row['jobs']} | {row['gpu']} | {priced} | {hours} | {', '.join(sorted(row['devices']))} | {unpriced} |"
-        )
+        devices = ", ".join(sorted(row["devices"]))
+        lines.append(f"| {rule} | {row['jobs']} | {row['gpu']} | {priced} | {hours} | {devices} | {unpriced} |")
     total = sum(r["jobs"] for r in table.values())
     gpu_hours = sum(r["hours"] for r in table.values() if r["gpu"])
     cpu_hours = sum(r["hours"] for rule, r in table.items() if rule in TRAINING and not r["gpu"])
     lines.append(f"| **total** | **{total}** | {sum(r['gpu'] for r in table.values())} | | | | |")
     lines.append("")
-    lines.append(f"GPU jobs priced: {gpu_hours:.1f} GPU-hours at one GPU per job (upper bound: the committed GPU runs shared their GPU)")
+    lines.append(
+        f"GPU jobs priced: {gpu_hours:.1f} GPU-hours at one GPU per job "
+        "(upper bound: the committed GPU runs shared their GPU)"
+    )
     lines.append(f"CPU jobs priced: {cpu_hours:.1f} core-hours (one core per job)")
     return "\n".join(lines)
 

@@ -87,6 +87,9 @@ class Claim:
     #: about a fixed-budget protocol, scored as run, unconverged runs named as a caveat
     #: (:func:`repens.report.verdicts.as_run`)
     limit: bool = False
+    #: the claim in plain words, one short line (the results page's first screen); empty:
+    #: its ``words``
+    title: str = ""
 
 
 # ---- equivalence margins of the agreement claims (docs/claims.md gives each reason)
@@ -317,6 +320,7 @@ CLAIMS: tuple[Claim, ...] = (
         margin="0: 'almost perfectly' read as no worse than exact samples; the i.i.d. floor is itself the "
         "tolerance (one-sided: reproduced when the 2-s.e. interval of the difference lies below 0)",
         protocol=TEXT,
+        title="SGE-WGD, SSGE-WGD and SVGD fit a 2-D Gaussian almost perfectly (Fig. 2)",
     ),
     Claim(
         "funnel-best",
@@ -326,6 +330,7 @@ CLAIMS: tuple[Claim, ...] = (
         _SYN,
         _funnel_best,
         protocol=TEXT,
+        title="SGE-WGD and SVGD sample Neal's funnel best (Fig. F.1)",
     ),
     Claim(
         "regression-weight-gap",
@@ -336,6 +341,7 @@ CLAIMS: tuple[Claim, ...] = (
         _TOY,
         _regression_weight_gap,
         protocol=TEXT,
+        title="Weight-space methods miss the uncertainty between the clusters (Fig. 1)",
     ),
     Claim(
         "regression-function-gap",
@@ -349,6 +355,7 @@ CLAIMS: tuple[Claim, ...] = (
         "methods it calls 'unable to capture' the gap reach about 0.3, so a quarter of HMC's sd is well "
         "inside the contrast the paper draws)",
         protocol=TEXT,
+        title="Function-space methods capture the uncertainty between the clusters (Fig. 1)",
     ),
     Claim(
         "regression-function-above-weight",
@@ -361,6 +368,7 @@ CLAIMS: tuple[Claim, ...] = (
         _TOY,
         _regression_function_above_weight,
         protocol=TEXT,
+        title="Function-space methods are more uncertain there than weight-space ones (Fig. 1)",
     ),
     Claim(
         "regression-function-closer",
@@ -372,6 +380,7 @@ CLAIMS: tuple[Claim, ...] = (
         _TOY,
         _regression_function_closer,
         protocol=TEXT,
+        title="Function-space predictives are the closest to HMC's (Fig. 1)",
     ),
     # Sec. 4's Figure 3 paragraph, one claim per sentence it splices: the weight-space
     # methods, f-SVGD, and the fWGDs' two properties
@@ -383,6 +392,7 @@ CLAIMS: tuple[Claim, ...] = (
         _TOY,
         _overconfident(lambda ev: ev.groups.weight_space),
         protocol=TEXT,
+        title="Weight-space methods are overconfident far from the data (Fig. 3)",
     ),
     Claim(
         "classification-fsvgd-overconfident",
@@ -392,6 +402,7 @@ CLAIMS: tuple[Claim, ...] = (
         _TOY,
         _overconfident(lambda ev: ("fsvgd",)),
         protocol=TEXT,
+        title="f-SVGD is overconfident far from the data too (Fig. 3)",
     ),
     Claim(
         "classification-fwgd-near-far",
@@ -401,6 +412,7 @@ CLAIMS: tuple[Claim, ...] = (
         _TOY,
         _classification_fwgd_near_far,
         protocol=TEXT,
+        title="fWGD is confident near the data, uncertain far from it (Fig. 3)",
     ),
     Claim(
         "classification-fwgd-closer-far",
@@ -410,6 +422,7 @@ CLAIMS: tuple[Claim, ...] = (
         _TOY,
         _classification_fwgd_closer_far,
         protocol=TEXT,
+        title="fWGD is the closest to HMC far from the data (Fig. 3)",
     ),
     Claim(
         "fmnist-improve-accuracy",
@@ -419,6 +432,7 @@ CLAIMS: tuple[Claim, ...] = (
         _T1,
         _fmnist_improve,
         "table1",
+        title="Every WGD and fWGD beats DE and SVGD in accuracy (FashionMNIST)",
     ),
     Claim(
         "fmnist-sge-best-accuracy",
@@ -428,6 +442,7 @@ CLAIMS: tuple[Claim, ...] = (
         _T1,
         _fmnist_sge_best,
         "table1",
+        title="sge-WGD has the best accuracy (FashionMNIST)",
     ),
     Claim(
         "fmnist-function-ood",
@@ -438,6 +453,7 @@ CLAIMS: tuple[Claim, ...] = (
         _T1,
         _fmnist_function_ood,
         "table1",
+        title="Each fWGD detects OOD better than its WGD (FashionMNIST)",
     ),
     Claim(
         "fmnist-function-diversity",
@@ -448,6 +464,7 @@ CLAIMS: tuple[Claim, ...] = (
         _T1,
         _fmnist_function_diversity,
         "table1",
+        title="Each fWGD has higher entropy and MD ratios than its WGD (FashionMNIST)",
     ),
     Claim(
         "fmnist-function-nll",
@@ -457,6 +474,7 @@ CLAIMS: tuple[Claim, ...] = (
         _T1,
         _fmnist_function_nll,
         "table1",
+        title="The fWGDs have the lowest NLL (FashionMNIST)",
     ),
     Claim(
         "fmnist-md-beats-entropy",
@@ -466,6 +484,7 @@ CLAIMS: tuple[Claim, ...] = (
         _T1,
         _fmnist_md_vs_entropy,
         "table1",
+        title="Model disagreement detects OOD better than entropy (FashionMNIST)",
     ),
     Claim(
         "fmnist-hyperde-md",
@@ -478,6 +497,7 @@ CLAIMS: tuple[Claim, ...] = (
         "table1",
         margin=f"±{AUROC:g} AUROC: the same paragraph calls fWGD's AUROC(H) 'better' than kde/sge-WGD's at "
         "+0.011 and +0.009, and hyper-DE's AUROC(MD) 'comparable' at 0.001-0.003 from the fWGD (Table 1)",
+        title="By MD, hyper-DE detects OOD as well as the fWGDs (FashionMNIST)",
     ),
     Claim(
         "cifar-weight-beats-function",
@@ -488,6 +508,7 @@ CLAIMS: tuple[Claim, ...] = (
         _T1,
         _cifar_weight_beats_function,
         "table1",
+        title="Weight-space beats function-space in accuracy and OOD (CIFAR-10)",
     ),
     Claim(
         "cifar-repulsive-beat-svgd",
@@ -499,6 +520,7 @@ CLAIMS: tuple[Claim, ...] = (
         _T1,
         _cifar_repulsive_vs_svgd,
         "table1",
+        title="Every WGD and fWGD beats SVGD in diversity, accuracy, OOD (CIFAR-10)",
     ),
     Claim(
         "cifar-de-best-entropy",
@@ -508,6 +530,7 @@ CLAIMS: tuple[Claim, ...] = (
         _T1,
         _cifar_de_best_entropy,
         "table1",
+        title="DE detects OOD best by entropy (CIFAR-10)",
     ),
     Claim(
         "table1-improve-over-de",
@@ -517,6 +540,7 @@ CLAIMS: tuple[Claim, ...] = (
         _T1,
         _table1_improve_over_de,
         "table1",
+        title="Every WGD and fWGD beats DE in accuracy and diversity (Table 1)",
     ),
     # Their numbers came from their code, which divides the anchoring term by the batch's
     # rows (anchored-code): the like-for-like reproduction. Their Eq. 11 divides it by N
@@ -534,6 +558,7 @@ CLAIMS: tuple[Claim, ...] = (
         "advantage': NLL 0.04 on power, 0.06 on protein; 'slightly worse than the GP': RMSE 2.5% on power, "
         "3% on wine, NLL 0.03 on power and wine)",
         protocol=PEARCE_CODE,
+        title="Our anchored ensembles match Pearce et al.'s UCI numbers",
     ),
     Claim(
         "anchored-approaches-gp",
@@ -549,6 +574,7 @@ CLAIMS: tuple[Claim, ...] = (
         "worse than the GP', at the gaps their own Table 1 calls slight (7 of 9 datasets: up to 8% in RMSE, "
         "boston; up to 0.13 nats, kin8nm)",
         protocol=PEARCE_EQ11,
+        title="Anchored ensembles approach the equivalent GP (UCI)",
     ),
     Claim(
         "langevin-no-difference",
@@ -569,6 +595,7 @@ CLAIMS: tuple[Claim, ...] = (
         "protocol and predictive, so the smallest difference that benchmark's paper names (see "
         "anchored-matches-pearce)",
         protocol=PEARCE_PROTOCOL,
+        title="DLE and DRLE do no differently from DE (Wild et al., UCI)",
     ),
 )
 

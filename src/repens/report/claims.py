@@ -242,6 +242,7 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
         rows.append(
             {
                 "id": c.id,
+                "title": c.title or c.words,
                 "source": c.source,
                 "claim": c.words,
                 "reading": c.reading,

@@ -755,6 +755,7 @@ def write_page(
     import os
 
     from repens.core.atomic import write_text_atomic
+    from repens.report.answers import answers_lines
 
     reference, out = Path(reference), Path(out)
     kept = reference / "results"
@@ -762,6 +763,13 @@ def write_page(
     inv = inventory(reference, config, seeds)
     lines = [
         "# Paper-scale results",
+        "",
+        "What held of *Repulsive Deep Ensembles are Bayesian* (D'Angelo & Fortuin 2021) and of the two "
+        "related papers, at which protocol, and why; the tables and figures follow. Generated from the "
+        "committed paper-scale runs (`reference/`); how: [below](#how-this-page-is-made).",
+        "",
+        *answers_lines(kept, link, config),
+        "## How this page is made",
         "",
         "Generated from the reference tree (`reference/`) by `python -m repens reference page`; do not edit. "
         "Every number below comes from a run at the paper's settings whose files are committed under "
@@ -773,7 +781,7 @@ def write_page(
         "noise, not bit for bit (code changes since change float32 rounding; "
         "[running.md](running.md#reproducing-a-committed-run) has the check).",
         "",
-        "## What the tables rest on",
+        "### What the tables rest on",
         "",
         f"The runs listed in [`runs.json`]({link / RUNS}) (the tree's runs when the tables were last built); "
         "runs the campaign has committed since then join at the next `python -m repens reference publish`. "
