@@ -314,6 +314,7 @@ def _prepare_images(args: argparse.Namespace) -> int:
 
 def _image_table(args: argparse.Namespace) -> int:
     from repens.report.image import write_table1
+    from repens.summaries.convergence import unconverged_image_rows
 
     write_table1(
         [Path(p) for p in args.inputs],
@@ -328,6 +329,8 @@ def _image_table(args: argparse.Namespace) -> int:
         out_html=_path(args.out_html),
         out_vs_paper_html=_path(args.out_vs_paper_html),
         paper_rows=json.loads(args.paper_rows),
+        groups=json.loads(args.groups),
+        unconverged=set(unconverged_image_rows(args.inputs, args.log_root)),
     )
     for table in (args.out_csv, args.out_vs_paper):
         _sidecar(table, args.inputs)
@@ -827,6 +830,12 @@ def _image_table_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--datasets", required=True, help="comma-separated, in block order")
     p.add_argument("--methods", required=True, help="comma-separated, in row order")
+    p.add_argument(
+        "--groups",
+        default="{}",
+        help="JSON: method key -> its protocol, in block order (a protocol named 'controls...' is never bold)",
+    )
+    p.add_argument("--log-root", default=None, help="where the runs' logs are (a rebuild: the reference tree)")
     _outputs(p, "tex", "png", "csv", TABLE_HTML, "vs-paper", ("vs-paper-html", "the comparison as HTML"))
     p.add_argument("inputs", nargs="+", help="metrics.json files written by image training jobs")
 

@@ -293,3 +293,64 @@ def test_a_non_finite_metric_stops_table1_naming_the_file(tmp_path):
         _table1(tmp_path, runs)
     assert str(runs[1]) in str(err.value)
     assert not (tmp_path / "t.csv").exists()
+
+
+def _bold_of(tmp_path, groups, unconverged=()):
+    """(method -> {column: best}) from the CSV of a Table 1 with one DE run per protocol,
+    kde-WGD best in accuracy and NLL at G.4's text, DE best at the code's protocol."""
+    inputs = [
+        _metrics(tmp_path / "m/de.json", "de", 38, 0.89, nll=0.31),
+        _metrics(tmp_path / "m/kde.json", "kde-wgd", 38, 0.90, nll=0.30),
+        _metrics(tmp_path / "m/fsvgd.json", "fsvgd", 38, 0.95, nll=0.10),
+        _metrics(tmp_path / "m/dec.json", "de-code-protocol", 38, 0.91, nll=0.13),
+        _metrics(tmp_path / "m/kdec.json", "kde-wgd-code-protocol", 38, 0.905, nll=0.14),
+        _metrics(tmp_path / "m/ctl.json", "de-wgd-lr", 38, 0.99, nll=0.01),
+    ]
+    methods = ["de", "kde-wgd", "fsvgd", "de-code-protocol", "kde-wgd-code-protocol", "de-wgd-lr"]
+    out = tmp_path / "t1.csv"
+    write_table1(
+        inputs,
+        REFERENCE,
+        {},
+        ["fashionmnist"],
+        methods,
+        tmp_path / "t.tex",
+        tmp_path / "t.png",
+        out,
+        tmp_path / "vs.csv",
+        groups=groups,
+        unconverged=unconverged,
+    )
+    rows = list(csv.DictReader(out.open()))
+    return [r["method"] for r in rows], {r["method"]: (r["accuracy_best"], r["nll_best"]) for r in rows}
+
+
+GROUPS = {
+    "de-code-protocol": "authors' code (the paper's numbers)",
+    "kde-wgd-code-protocol": "authors' code (the paper's numbers)",
+    "de": "Appendix G.4's text",
+    "kde-wgd": "Appendix G.4's text",
+    "fsvgd": "Appendix G.4's text",
+    "de-wgd-lr": "controls (other settings)",
+}
+
+
+def test_table1_bold_is_the_best_of_each_protocol_never_a_control(tmp_path):
+    order, best = _bold_of(tmp_path, GROUPS)
+    # blocks in the groups' order: the paper's protocol first, the controls last
+    assert order == ["de-code-protocol", "kde-wgd-code-protocol", "de", "kde-wgd", "fsvgd", "de-wgd-lr"]
+    assert best["de-code-protocol"] == ("1", "1") and best["kde-wgd-code-protocol"] == ("0", "0")
+    assert best["fsvgd"] == ("1", "1") and best["de"] == ("0", "0")
+    # the control has the best numbers of the table but ranks in no block
+    assert best["de-wgd-lr"] == ("0", "0")
+
+
+def test_table1_bold_skips_rows_that_did_not_converge(tmp_path):
+    _, best = _bold_of(tmp_path, GROUPS, unconverged={("fashionmnist", "fsvgd")})
+    assert best["fsvgd"] == ("0", "0") and best["kde-wgd"] == ("1", "1")
+
+
+def test_table1_without_groups_ranks_every_row_in_one_block(tmp_path):
+    order, best = _bold_of(tmp_path, {})
+    assert order[0] == "de" and best["de-wgd-lr"] == ("1", "1")
+    assert sum(b == ("1", "1") for b in best.values()) == 1

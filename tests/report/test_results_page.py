@@ -11,6 +11,7 @@ import yaml
 from repens.core.variants import expand_variants
 from repens.pipeline.config import paper_seeds
 from repens.report import results_page
+from repens.report.answers import VERDICT_ORDER
 from repens.report.results_page import check, inventory, publish, write_page
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -350,3 +351,43 @@ def test_the_paper_protocol_must_name_a_variant():
     expand_variants(config)
     with pytest.raises(ConfigError, match=r"experiments\.image\.paper_protocol: 'code-protocl' is not one of"):
         check_config(config)
+
+
+def test_page_leads_with_what_held_why_table1_differs_and_what_the_repulsion_does(tmp_path):
+    """The first sections answer: the scorecard by verdict class (every claim once, in its
+    class, with the protocol it was scored at), then Table 1's two protocols beside the
+    paper, then the repulsion's size and controls; provenance and detailed tables after."""
+    import csv
+
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    text = write_page(ROOT / "reference", config, paper_seeds(config), tmp_path / "docs" / "results.md")
+    heads = [line for line in text.splitlines() if line.startswith("## ")]
+    assert heads[:4] == [
+        "## What held",
+        "## Why Table 1 differs from the paper",
+        "## What the repulsion does",
+        "## How this page is made",
+    ], heads
+    held = text.split("## What held", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        r for r in csv.DictReader((ROOT / "reference" / "results" / "claims.csv").open()) if r["kind"] != "diagnostic"
+    ]
+    table = [
+        line for line in held.splitlines() if line.startswith("| ") and not line.startswith(("| verdict", "| ---"))
+    ]
+    assert len(table) == len(rows)
+    verdict = ""
+    for line, row in zip(table, sorted(rows, key=lambda r: VERDICT_ORDER.index(r["verdict"]))):
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        verdict = cells[0] or verdict
+        assert verdict.startswith(f"**{row['verdict']}**"), (line, row["verdict"])
+        assert (row.get("title") or row["claim"]) in cells[1]
+        assert cells[2] == row["protocol"].split(" (")[0]
+    why = text.split("## Why Table 1 differs from the paper", 1)[1].split("\n## ", 1)[0]
+    assert why.count("\n| ") == 2 + 10  # header, rule, the paper's ten FashionMNIST rows
+
+
+def test_scorecard_counts_every_verdict_class_in_the_page_order():
+    from repens.report.claims import CLAIM_VERDICTS
+
+    assert sorted(VERDICT_ORDER) == sorted(CLAIM_VERDICTS)

@@ -197,6 +197,31 @@ def paper_rows_json():
     return json.dumps(paper_rows(config), sort_keys=True)
 
 
+def protocol_groups_json():
+    """Table 1's blocks, as JSON: each image method -> its protocol, the paper's first
+    (experiments.image.paper_protocol: the variant whose numbers the paper printed), then
+    Appendix G.4's text (the experiment's own methods), then the other variants, controls
+    that are never ranked (repens.report.image.protocol_blocks)."""
+    image = config["experiments"]["image"]
+    paper = image.get("paper_protocol")
+    variants = image.get("variants") or {}
+    made = {
+        f"{base}-{name}": name for name, spec in variants.items() for base in spec["methods"]
+    }
+    groups = {}
+    for method in experiment_methods("image"):
+        variant = made.get(method)
+        if variant is None:
+            groups[method] = "Appendix G.4's text"
+        elif variant == paper:
+            groups[method] = f"{variants[paper].get('label', paper)} (the paper's numbers)"
+        else:
+            groups[method] = "controls (other settings)"
+    order = [g for g in groups.values() if g.endswith("(the paper's numbers)")]
+    ranked = sorted(groups, key=lambda m: (groups[m] not in order, groups[m].startswith("controls")))
+    return json.dumps({m: groups[m] for m in ranked})
+
+
 def method_groups_json():
     """The method groups the claims compare (repens.pipeline.config.method_groups), as JSON."""
     return json.dumps(dataclasses.asdict(method_groups(config)))
@@ -390,7 +415,7 @@ def check_profile():
 def slurm_resources(settings):
     """Whether the resources name SLURM's (``slurm_partition`` & co.: the slurm profile
     is in use; Snakemake tells a Snakefile nothing of its executor when it loads)."""
-    named = [str(arg).split("=", 1)[0] for arg in settings.default_resources.args or []]
+    named = [str(arg).split("=", 1)[0] for arg in getattr(settings.default_resources, "args", None) or []]
     for resources in settings.overwrite_resources.values():
         named += list(resources)
     return any(name.startswith("slurm_") for name in named)

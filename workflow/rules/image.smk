@@ -125,10 +125,15 @@ rule summarize_image:
         datasets=",".join(report_datasets(config, "image")),
         methods=",".join(experiment_methods("image")),
         paper_rows=paper_rows_json(),
+        # blocks by protocol; bold only among a block's converged rows (their logs: the
+        # reference tree's in a rebuild)
+        groups=protocol_groups_json(),
+        log_root=f"--log-root {REFERENCE}" if FROM_REFERENCE else "",
     shell:
         keep_last_good(
             "python -m repens image-table --reference {input.reference:q}"
             " --labels {params.labels:q} --paper-rows {params.paper_rows:q}"
+            " --groups {params.groups:q} {params.log_root}"
             " --datasets {params.datasets} --methods {params.methods}"
             " --out-tex {output.tex:q} --out-png {output.png:q} --out-csv {output.csv:q}"
             " --out-html {output.html:q} --out-vs-paper {output.vs_paper:q}"

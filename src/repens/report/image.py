@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from repens.core.errors import DataFileError
 from repens.core.results import check_result
 from repens.report.files import RecordedJob, read_json
 from repens.report.tables import (
+    Block,
     Column,
     Table,
     build_blocks,
@@ -382,15 +384,18 @@ def _table1_caption_note(
     ood = ", ".join(f"{DATASET_LABELS.get(d, d)} vs {OOD_LABELS.get(d, '?')}" for d in datasets)
     caption = (
         "BNN image classification (Table 1 of D'Angelo & Fortuin 2021, reproduced). Mean $\\pm$ standard "
-        f"error over seeds {seeds}; n: seeds per row.{spread} Best value per dataset in "
-        f"bold. OOD sets: {ood}. "
+        f"error over seeds {seeds}; n: seeds per row.{spread} One block of rows per dataset and protocol; "
+        "bold: the best value of a block among its rows at that protocol whose runs converged. "
+        f"OOD sets: {ood}. "
         "AUROC(H) and AUROC(MD): OOD detection by predictive entropy and by model disagreement; "
         "$H_o/H_t$, $MD_o/MD_t$: OOD over test means. ECE: 15 equal-width bins of the top-label "
-        f"confidence. Accuracy in %. Rows below the rule are methods the paper does not report. "
+        "confidence; (code): the column as the authors' released code computes it, the definition behind the "
+        "paper's numbers. Accuracy in %. Rows below the rule are methods the paper does not report. "
         f"Scale: {scale} ({sizes})."
     )
     note = (
-        f"mean ± s.e. over seeds; n: seeds per row; bold: best per dataset; scale {scale}; seeds {seeds}; "
+        f"mean ± s.e. over seeds; n: seeds per row; bold: best of its block among the block's converged rows "
+        f"(none in a block of controls); (code): the authors' code's definition; seeds {seeds}; "
         f"{sizes}; ECE: 15 equal-width top-label bins"
         + ("; n = 1: one seed, no ± (our seed-to-seed spread not measured yet)" if single else "")
     )
@@ -464,6 +469,32 @@ def _write_runs(records: Sequence[Mapping[str, Any]], columns: Sequence[Column],
     write_table(plain_table(frame, title="Table 1: each run's metrics"), out_csv=out_csv)
 
 
+def protocol_blocks(
+    records: Sequence[Mapping[str, Any]],
+    datasets: Sequence[str],
+    rows: Sequence[tuple[str, str, bool]],
+    groups: Mapping[str, str],
+    unconverged: Collection[tuple[str, str]],
+) -> list[Block]:
+    """Table 1's blocks: per dataset, one per protocol of ``groups`` (in its order; a
+    method it does not name joins the last), each row ranked for bold unless its block is
+    of controls or its runs did not converge."""
+    order = list(dict.fromkeys(groups.values())) or [""]
+    out = []
+    for d in datasets:
+        for group in order:
+            members = [r for r in rows if groups.get(r[0], order[-1]) == group]
+            label = DATASET_LABELS.get(d, d) + (f": {group}" if len(order) > 1 else "")
+            for block in build_blocks(records, TABLE1_COLUMNS + EXTRA_COLUMNS, [(d, label)], members):
+                ranked = [
+                    replace(r, ranked=not group.startswith("controls") and (d, r.key) not in unconverged)
+                    for r in block.rows
+                ]
+                if ranked:
+                    out.append(replace(block, rows=ranked))
+    return out
+
+
 def write_table1(
     inputs: Sequence[Path | str],
     reference: Path | str,
@@ -477,10 +508,16 @@ def write_table1(
     out_html: Path | None = None,
     out_vs_paper_html: Path | None = None,
     paper_rows: Mapping[str, str] | None = None,
+    groups: Mapping[str, str] | None = None,
+    unconverged: Collection[tuple[str, str]] = (),
 ) -> None:
     """Write Table 1 (LaTeX, PNG, CSV, HTML), its runs (:func:`runs_path`) and the comparison
     with the paper's values (CSV, HTML), all through :func:`repens.report.tables.write_table`.
     ``paper_rows``: method -> the paper's row a method without its own is set beside.
+    ``groups``: method -> its protocol's name, in the order of the blocks (one block per
+    dataset and protocol; default: one per dataset); a name starting with ``controls``
+    makes a block whose rows are never bold. ``unconverged``: (dataset, method) rows whose
+    runs did not converge, never bold either.
 
     The CSV has the paper's columns and :data:`EXTRA_COLUMNS` (AUPR, FPR95, Brier, mutual
     information); the LaTeX, HTML and PNG only the paper's."""
@@ -489,20 +526,20 @@ def write_table1(
     paper_methods = {m for (_, m) in ref}
     rows = [(m, labels.get(m, m), m not in paper_methods) for m in methods]
     rows = [r for r in rows if not r[2]] + [r for r in rows if r[2]]  # extra rows below the rule
-    blocks = build_blocks(
-        records, TABLE1_COLUMNS + EXTRA_COLUMNS, [(d, DATASET_LABELS.get(d, d)) for d in datasets], rows
-    )
+    blocks = protocol_blocks(records, datasets, rows, groups or {}, set(unconverged))
     scale = records[0]["scale"] if records else "?"
     seeds = _seed_list(r["seed"] for r in records)
     counts = pd.Series([(r["dataset"], r["method"]) for r in records], dtype=object).value_counts()
     single = bool((counts == 1).any())
     sizes = _table1_sizes(records, datasets)
     caption, note = _table1_caption_note(datasets, scale=scale, seeds=seeds, sizes=sizes, single=single)
+    protocols = list(dict.fromkeys((groups or {}).values()))
     table = mean_se_table(
         blocks,
-        TABLE1_COLUMNS,
+        TABLE1_COLUMNS + CODE_COLUMNS,
         csv_columns=TABLE1_COLUMNS + EXTRA_COLUMNS,
-        title="Table 1: BNN image classification (mean ± s.e. over seeds)",
+        title=f"Table 1: BNN image classification, {scale} scale"
+        + (f"; blocks by protocol: {', '.join(protocols)}" if len(protocols) > 1 else ""),
         caption=caption,
         label="tab:table1",
         note=note,

@@ -128,6 +128,9 @@ class Row:
     label: str
     cells: dict[str, Cell]
     extra: bool = False
+    #: whether the row competes for its block's best (bold) values: False for a row not
+    #: comparable with the rest (another protocol, a run that did not converge)
+    ranked: bool = True
 
 
 @dataclass(frozen=True)
@@ -208,9 +211,12 @@ def _sci(value: float, significant: int, kind: str) -> str:
 
 
 def best_rows(block: Block, column: Column) -> set[str]:
-    """Keys of the rows whose displayed mean is the best of the block (ties: all)."""
+    """Keys of the ranked rows (``Row.ranked``) whose displayed mean is the best of those
+    of the block (ties: all)."""
     shown = {
-        r.key: _shown(r.cells[column.key].mean, column) for r in block.rows if math.isfinite(r.cells[column.key].mean)
+        r.key: _shown(r.cells[column.key].mean, column)
+        for r in block.rows
+        if r.ranked and math.isfinite(r.cells[column.key].mean)
     }
     if not shown or column.better is None:
         return set()

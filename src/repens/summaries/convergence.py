@@ -32,6 +32,31 @@ CONVERGENCE_COLUMNS = (
 )
 
 
+def _log_under(metrics_path: Path, log_root: Path | str | None) -> Path | None:
+    """``<log_root>/<provenance.log>`` of a run, where ``log_root`` is given and it exists."""
+    if log_root is None:
+        return None
+    try:
+        rel = (json.loads(metrics_path.read_text()).get("provenance") or {}).get("log")
+    except (OSError, ValueError):
+        return None
+    path = Path(log_root) / rel if rel else None
+    return path if path is not None and path.is_file() else None
+
+
+def unconverged_image_rows(metrics: Sequence[Path | str], log_root: Path | str | None = None) -> set[tuple[str, str]]:
+    """The (dataset, method) Table 1 rows whose runs (``metrics``, the image runs'
+    ``metrics.json``) did not converge, by the row verdict ``convergence.csv`` gives them
+    (:func:`repens.summaries.converged.row_verdict`); an unknown verdict is not counted."""
+    from repens.summaries.converged import check_image_run, row_verdict
+
+    runs: dict[tuple[str, str], list] = {}
+    for path in map(Path, metrics):
+        verdict = check_image_run(path, log=_log_under(path, log_root))
+        runs.setdefault((path.parts[-4], path.parts[-3]), []).append((path.parts[-2], verdict))
+    return {key for key, row in runs.items() if row_verdict(row).converged is False}
+
+
 def convergence_rows(results: Path | str = "results", log_root: Path | str | None = None) -> list[dict[str, str]]:
     """The convergence verdict (:mod:`repens.summaries.converged`) of every Table 1 and Table 2 run
     present under ``results`` (``<results>/{image,uci}/<dataset>/<method>/seed<N>/metrics.json``).
@@ -45,14 +70,7 @@ def convergence_rows(results: Path | str = "results", log_root: Path | str | Non
     results = Path(results)
 
     def log_of(metrics_path: Path) -> Path | None:
-        if log_root is None:
-            return None
-        try:
-            rel = (json.loads(metrics_path.read_text()).get("provenance") or {}).get("log")
-        except (OSError, ValueError):
-            return None
-        path = Path(log_root) / rel if rel else None
-        return path if path is not None and path.is_file() else None
+        return _log_under(metrics_path, log_root)
 
     rows = []
     verdicts: dict[tuple[str, str, str], list] = {}
