@@ -66,14 +66,13 @@ def device_of(run: Path) -> tuple[str, bool]:
     """(the device a run trained on, whether it is a GPU): its provenance (``cpu (...)``
     or the GPU's name), else its campaign record's CPU."""
     metrics = run / "metrics.json"
-    if metrics.is_file():
-        device = json.loads(metrics.read_text()).get("provenance", {}).get("device")
-        if device:
-            return device.split(" (")[0], not device.startswith("cpu")
+    device = json.loads(metrics.read_text()).get("provenance", {}).get("device") if metrics.is_file() else None
+    if device and not device.startswith("cpu"):
+        return device.split(" (")[0], True
     campaign = run / "campaign.json"
     if campaign.is_file():
-        return json.loads(campaign.read_text()).get("cpu", "cpu"), False
-    return "unknown CPU", False
+        return json.loads(campaign.read_text()).get("cpu", "a CPU"), False
+    return "a CPU", False
 
 
 def price(jobs, reference: Path):

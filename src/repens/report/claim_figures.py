@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ SYMLOG_RATIO = 100.0
 #: the reason of a comparison that did not converge starts with this (repens.report.claims)
 NOT_CONVERGED = "not converged"
 LABEL_WIDTH = 70
-REASON_WIDTH = 70
+REASON_WIDTH = 58
 #: a saved figure's palette: greys, and tints of each verdict colour towards white and
 #: towards the margin band's grey (a third of the bytes of full colour, every colour kept)
 BAND_GREY = 0.85
@@ -116,7 +117,8 @@ def not_converged(rows: pd.DataFrame) -> pd.Series:
 def _short_reason(reason: str) -> str:
     """The first part of a "not run" reason, file paths by their name."""
     first = str(reason).split("; ")[0]
-    words = [Path(w.rstrip(":")).name + (":" if w.endswith(":") else "") if "/" in w else w for w in first.split()]
+    # a file named before what it lacks says less than what it lacks: left out
+    words = [w for w in first.split() if not (w.endswith(":") and "." in Path(w.rstrip(":")).name)]
     return _short(" ".join(words), REASON_WIDTH)
 
 
@@ -240,12 +242,23 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
         labels = [comparison_label(r) + (" (not converged)" if stuck.loc[i] else "") for i, r in rows.iterrows()]
         ax.set_yticks(y, labels, fontsize=7.5)
         unit = "\n(symmetric-log axis: the rows differ in scale)" if symlog else ""
-        ax.set_xlabel(f"a - b ± the half-width the rule reads{unit}", fontsize=8.5)
+        ax.set_xlabel(
+            f"difference: left side minus right side of each row\n(bar: the interval its verdict reads){unit}",
+            fontsize=8.5,
+        )
         ax.tick_params(axis="x", labelsize=8)
         sns.despine(ax=ax, left=True)
         ax.grid(axis="x", color="0.92", lw=0.6, zorder=0)
         title = f"{claim}: {verdict}" + (" (diagnostic)" if rows["kind"].iloc[0] == "diagnostic" else "")
-        ax.set_title(title, fontsize=10.5, loc="left", color=VERDICT_COLOURS.get(verdict, (0, 0, 0)), fontweight="bold")
+        # across the figure's whole width (an axes title starts right of the row labels)
+        fig.suptitle(
+            textwrap.fill(title, 100),
+            x=0.01,
+            ha="left",
+            fontsize=10.5,
+            color=VERDICT_COLOURS.get(verdict, (0, 0, 0)),
+            fontweight="bold",
+        )
         _legend(fig, rows, ran, stuck)
         _save_png(fig, out_png)
 

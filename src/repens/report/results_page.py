@@ -120,9 +120,11 @@ SECTIONS = (
     ),
     Section(
         "uci",
-        "Table 2: UCI regression",
-        "Pearce et al. (2020), Table 4 and App. E.7 (anchored ensembles, 5 members), and Wild et al. "
-        "(2023) (DLE, DRLE): RMSE and NLL over the standard splits.",
+        "Table 2: UCI regression (Pearce et al.'s protocol)",
+        "Not in D'Angelo & Fortuin (2021), whose only table is Table 1. Our runs at Pearce et al.'s "
+        "(2020) protocol (their Table 4 and App. E.7: anchored ensembles of 5 members), beside Pearce et "
+        "al.'s Table 1 (NLL), App. C Tables 2-3 (RMSE and the variants; the ReLU GP) and Wild et al.'s "
+        "(2023) poster table (DLE, DRLE): RMSE and NLL over the standard splits.",
         ("table2_uci.csv", "table2_vs_seeds.csv"),
         (),
         ("table2_vs_de.csv",),
@@ -698,7 +700,7 @@ def _table_link(kept: Path, link: Path, rel: str, also: bool = False) -> str:
 
 def _section_lines(section: Any, kept: Path, link: Path) -> list[str]:
     """One section of the page: its kept tables (with their provenance) and figures."""
-    lines = ["", f"## {section.title}", "", f"The paper: {section.paper}", ""]
+    lines = ["", f"## {section.title}", "", f"Source: {section.paper}", ""]
     have = False
     for rel in section.tables:
         if (kept / rel).is_file():
