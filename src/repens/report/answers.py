@@ -21,6 +21,16 @@ from repens.report.claims import CLAIM_VERDICTS, DIFFERS, FALSE_ON_PAPER, NOT_TE
 VERDICT_ORDER = ("reproduced", "contradicted", FALSE_ON_PAPER, DIFFERS, "inconclusive", NOT_TESTABLE, "not run")
 assert set(VERDICT_ORDER) == set(CLAIM_VERDICTS)
 
+#: what a verdict class means, where its name alone does not say it
+GLOSS = {
+    FALSE_ON_PAPER: "the same check on the values the paper itself prints contradicts them",
+    DIFFERS: "not decided at the protocol that produced the paper's numbers (seeds still to run); at "
+    "another protocol our runs contradict them",
+    "inconclusive": "the error bars cannot tell",
+    NOT_TESTABLE: "the source does not say what it measured",
+    "not run": "the runs they need are not in the tree yet",
+}
+
 #: the metrics of the protocol comparison: accuracy, and NLL as the authors' code computes
 #: it (the definition that produced the paper's column)
 PROTOCOL_METRICS = (("Accuracy (%)", "accuracy (%)", 2), ("NLL (code: -log mean p)", "NLL, the code's", 3))
@@ -44,30 +54,30 @@ def short_protocol(protocol: str) -> str:
 
 
 def scorecard_lines(claims_csv: Path, link: Path) -> list[str]:
-    """The claims by verdict class, one row each: its title (linked to its evidence figure
+    """The claims by verdict class, one line each: its title (linked to its evidence figure
     where kept) and the protocol it was scored at."""
     rows = pd.read_csv(claims_csv, keep_default_na=False)
     rows = rows[rows.get("kind", "claim") != "diagnostic"]
-    counts = ", ".join(f"{(rows.verdict == v).sum()} {v}" for v in VERDICT_ORDER if (rows.verdict == v).any())
     figures = claims_csv.parent / "figures" / "claims"
     lines = [
-        f"{len(rows)} claims of the three papers, compound ones split, each scored at a named protocol: "
-        f"**{counts}**. Table 1's claims are scored at the authors' released code's protocol, which produced "
-        "the paper's numbers; a claim that the same check contradicts on the paper's own printed values is "
-        "false on its own numbers, whatever our runs say. The verdict rule and every comparison: "
-        "[claim scorecard](#claim-scorecard).",
+        f"{len(rows)} claims of the three papers, compound ones split, each scored at the protocol named after "
+        "it; Table 1's at the authors' released code's, which produced the paper's numbers. How a verdict "
+        "is reached: [claim scorecard](#claim-scorecard).",
         "",
-        "| verdict | claim | scored at |",
-        "| --- | --- | --- |",
     ]
     for verdict in VERDICT_ORDER:
         group = rows[rows.verdict == verdict]
-        for i, (_, r) in enumerate(group.iterrows()):
+        if group.empty:
+            continue
+        gloss = f": {GLOSS[verdict]}" if verdict in GLOSS else ""
+        lines.append(f"**{verdict[0].upper() + verdict[1:]} ({len(group)})**{gloss}")
+        lines.append("")
+        for _, r in group.iterrows():
             title = r.get("title") or r["claim"]
             figure = figures / f"{r['id']}.png"
             claim = f"[{title}]({link / 'figures' / 'claims' / figure.name})" if figure.is_file() else title
-            head = f"**{verdict}** ({len(group)})" if i == 0 else ""
-            lines.append(f"| {head} | {claim} | {short_protocol(r['protocol'])} |")
+            lines.append(f"- {claim} · *{short_protocol(r['protocol'])}*")
+        lines.append("")
     return lines
 
 

@@ -368,7 +368,7 @@ CLAIMS: tuple[Claim, ...] = (
         _TOY,
         _regression_function_above_weight,
         protocol=TEXT,
-        title="Function-space methods are more uncertain between the clusters than weight-space ones (Fig. 1)",
+        title="Function-space methods are more uncertain in the gap than weight-space ones (Fig. 1)",
     ),
     Claim(
         "regression-function-closer",

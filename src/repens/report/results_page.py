@@ -766,9 +766,9 @@ def write_page(
     lines = [
         "# Paper-scale results",
         "",
-        "What held of *Repulsive Deep Ensembles are Bayesian* (D'Angelo & Fortuin 2021) and of the two "
-        "related papers, at which protocol, and why; the tables and figures follow. Generated from the "
-        "committed paper-scale runs (`reference/`); how: [below](#how-this-page-is-made).",
+        "What held of *Repulsive Deep Ensembles are Bayesian* (D'Angelo & Fortuin 2021) and two related "
+        "papers, at which protocol, and why, from the committed paper-scale runs "
+        "([how](#how-this-page-is-made)); the tables and figures follow.",
         "",
         *answers_lines(kept, link, config),
         "## How this page is made",
