@@ -372,17 +372,18 @@ def test_page_leads_with_what_held_why_table1_differs_and_what_the_repulsion_doe
     rows = [
         r for r in csv.DictReader((ROOT / "reference" / "results" / "claims.csv").open()) if r["kind"] != "diagnostic"
     ]
-    table = [
-        line for line in held.splitlines() if line.startswith("| ") and not line.startswith(("| verdict", "| ---"))
-    ]
-    assert len(table) == len(rows)
-    verdict = ""
-    for line, row in zip(table, sorted(rows, key=lambda r: VERDICT_ORDER.index(r["verdict"]))):
-        cells = [c.strip() for c in line.strip("|").split(" | ")]
-        verdict = cells[0] or verdict
-        assert verdict.startswith(f"**{row['verdict']}**"), (line, row["verdict"])
-        assert (row.get("title") or row["claim"]) in cells[1]
-        assert cells[2] == row["protocol"].split(" (")[0]
+    claims = [r for r in sorted(rows, key=lambda r: VERDICT_ORDER.index(r["verdict"]))]
+    group, seen = "", []
+    for line in held.splitlines():
+        if line.startswith("**"):
+            group = line[2:].split(" (", 1)[0].lower()
+        elif line.startswith("- "):
+            seen.append((group, line))
+    assert len(seen) == len(claims)
+    for (group, line), row in zip(seen, claims):
+        assert group == row["verdict"], (line, row["verdict"])
+        assert (row.get("title") or row["claim"]) in line
+        assert line.endswith(f"· *{row['protocol'].split(' (')[0]}*"), line
     why = text.split("## Why Table 1 differs from the paper", 1)[1].split("\n## ", 1)[0]
     assert why.count("\n| ") == 2 + 10  # header, rule, the paper's ten FashionMNIST rows
 
