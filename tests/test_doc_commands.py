@@ -251,6 +251,11 @@ def _parse_only(run) -> str | None:
     return "the program finished without parsing a command line"
 
 
+def _build_requires() -> set[str]:
+    """The build backend's requirements (pyproject.toml [build-system] requires), by name."""
+    return {re.split(r"[<>=!~\[ ]", r, maxsplit=1)[0].lower() for r in PYPROJECT["build-system"]["requires"]}
+
+
 def _dependencies() -> set[str]:
     project = PYPROJECT["project"]
     specs = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
@@ -383,14 +388,19 @@ class Checker:
         return Outcome("fail", why) if why else Outcome("ok", f"parsed by {script}'s own parser (not run)")
 
     def _check_pip(self, args: list[str]) -> Outcome:
-        if not args or args[0] != "install":
+        """``pip install`` / ``pip download``: the extras, packages and folders it names exist
+        (packages: dependencies or the build backend of pyproject.toml)."""
+        if not args or args[0] not in ("install", "download"):
             return Outcome("fail", f"pip {' '.join(args[:1])}: no check for it")
         problems, skip_next = [], False
         for arg in args[1:]:
             if skip_next:
                 skip_next = False
                 continue
-            if arg in ("--index-url", "--extra-index-url", "-i", "-r", "--requirement", "-c", "--constraint"):
+            if arg in (
+                *("--index-url", "--extra-index-url", "-i", "-r", "--requirement", "-c", "--constraint"),
+                *("-d", "--dest", "-f", "--find-links"),
+            ):
                 skip_next = True
                 continue
             if arg.startswith("-"):
@@ -402,8 +412,8 @@ class Checker:
                 for extra in filter(None, (m["extras"] or "").split(",")):
                     if extra.strip() not in PYPROJECT["project"].get("optional-dependencies", {}):
                         problems.append(f"pyproject.toml has no extra {extra.strip()!r}")
-            elif re.split(r"[<>=!~\[]", arg, maxsplit=1)[0].lower() not in _dependencies():
-                problems.append(f"{arg} is not a dependency in pyproject.toml")
+            elif re.split(r"[<>=!~\[]", arg, maxsplit=1)[0].lower() not in _dependencies() | _build_requires():
+                problems.append(f"{arg} is not a dependency (or the build backend) in pyproject.toml")
         return Outcome("fail", "; ".join(problems)) if problems else Outcome("ok", "not run (what it names exists)")
 
     def _check_pytest(self, args: list[str]) -> Outcome:

@@ -313,9 +313,10 @@ def _prepare_images(args: argparse.Namespace) -> int:
 
 
 def _image_table(args: argparse.Namespace) -> int:
-    from repens.report.image import write_table1
+    from repens.report.image import load_records, write_table1
     from repens.summaries.convergence import unconverged_image_rows
 
+    load_records(args.inputs)  # a bad result file stops here, named, before the logs are read
     write_table1(
         [Path(p) for p in args.inputs],
         Path(args.reference),

@@ -73,7 +73,9 @@ rule check_convergence:
         # the tables whose runs it checks are built first (Table 2: only from the tree)
         table1=claims_input("image", CLAIMS_TABLE1) if CLAIMS_BUILD_TABLE1 else [],
         uci_table=(
-            claims_input("uci", CLAIMS_UCI_TABLE) if FROM_REFERENCE or TABLE2_IN_ALL else []
+            claims_input("uci", CLAIMS_UCI_TABLE)
+            if FROM_REFERENCE or TABLE2_IN_ALL
+            else []
         ),
     output:
         CLAIMS_CONVERGENCE,
@@ -132,7 +134,9 @@ rule summarize_claims:
         # built before the scorecard where `all` builds it (paper scale) or where it costs
         # nothing (from the reference tree)
         uci_table=(
-            claims_input("uci", CLAIMS_UCI_TABLE) if FROM_REFERENCE or TABLE2_IN_ALL else []
+            claims_input("uci", CLAIMS_UCI_TABLE)
+            if FROM_REFERENCE or TABLE2_IN_ALL
+            else []
         ),
         convergence=CLAIMS_CONVERGENCE,
     output:

@@ -206,7 +206,9 @@ def protocol_groups_json():
     paper = image.get("paper_protocol")
     variants = image.get("variants") or {}
     made = {
-        f"{base}-{name}": name for name, spec in variants.items() for base in spec["methods"]
+        f"{base}-{name}": name
+        for name, spec in variants.items()
+        for base in spec["methods"]
     }
     groups = {}
     for method in experiment_methods("image"):
@@ -214,11 +216,15 @@ def protocol_groups_json():
         if variant is None:
             groups[method] = "Appendix G.4's text"
         elif variant == paper:
-            groups[method] = f"{variants[paper].get('label', paper)} (the paper's numbers)"
+            groups[method] = (
+                f"{variants[paper].get('label', paper)} (the paper's numbers)"
+            )
         else:
             groups[method] = "controls (other settings)"
     order = [g for g in groups.values() if g.endswith("(the paper's numbers)")]
-    ranked = sorted(groups, key=lambda m: (groups[m] not in order, groups[m].startswith("controls")))
+    ranked = sorted(
+        groups, key=lambda m: (groups[m] not in order, groups[m].startswith("controls"))
+    )
     return json.dumps({m: groups[m] for m in ranked})
 
 
@@ -415,7 +421,10 @@ def check_profile():
 def slurm_resources(settings):
     """Whether the resources name SLURM's (``slurm_partition`` & co.: the slurm profile
     is in use; Snakemake tells a Snakefile nothing of its executor when it loads)."""
-    named = [str(arg).split("=", 1)[0] for arg in getattr(settings.default_resources, "args", None) or []]
+    named = [
+        str(arg).split("=", 1)[0]
+        for arg in getattr(settings.default_resources, "args", None) or []
+    ]
     for resources in settings.overwrite_resources.values():
         named += list(resources)
     return any(name.startswith("slurm_") for name in named)

@@ -157,10 +157,9 @@ def _difference_text(diff: float, se: float) -> str:
     return f"{diff:+.2f} ± {se:.2f}" if math.isfinite(se) else f"{diff:+.2f} (a single seed: no s.e.)"
 
 
-def repulsion_lines(repulsion_csv: Path, vs_paper_csv: Path, paper_protocol: str, link: Path) -> list[str]:
-    """The repulsion's share of the step (before and after Adam's scaling) at each protocol,
-    and each control's accuracy against the rows it is compared with."""
-    lines = []
+def _repulsion_size_lines(repulsion_csv: Path, paper_protocol: str, link: Path) -> list[str]:
+    """The repulsion's size against the drift, before and after Adam, at each protocol."""
+    lines: list[str] = []
     if repulsion_csv.is_file():
         rep = pd.read_csv(repulsion_csv)
         code = rep.method.str.endswith(f"-{paper_protocol}")
@@ -182,6 +181,13 @@ def repulsion_lines(repulsion_csv: Path, vs_paper_csv: Path, paper_protocol: str
                 f"[`table1_repulsion.csv`]({link / repulsion_csv.name}).",
                 "",
             ]
+    return lines
+
+
+def repulsion_lines(repulsion_csv: Path, vs_paper_csv: Path, paper_protocol: str, link: Path) -> list[str]:
+    """The repulsion's share of the step (before and after Adam's scaling) at each protocol,
+    and each control's accuracy against the rows it is compared with."""
+    lines = _repulsion_size_lines(repulsion_csv, paper_protocol, link)
     table = pd.read_csv(vs_paper_csv)
     table = {
         r["method"]: r

@@ -495,6 +495,36 @@ def protocol_blocks(
     return out
 
 
+def _table1(
+    blocks: Sequence[Block],
+    records: Sequence[Mapping[str, Any]],
+    datasets: Sequence[str],
+    protocols: Sequence[str],
+    scale: str,
+    seeds: str,
+    sizes: str,
+) -> Table:
+    """Table 1's table: the paper's columns and the code's beside them, the scale and the
+    protocols of its blocks in the title."""
+    counts = pd.Series([(r["dataset"], r["method"]) for r in records], dtype=object).value_counts()
+    single = bool((counts == 1).any())
+    caption, note = _table1_caption_note(datasets, scale=scale, seeds=seeds, sizes=sizes, single=single)
+    return mean_se_table(
+        blocks,
+        TABLE1_COLUMNS + CODE_COLUMNS,
+        csv_columns=TABLE1_COLUMNS + EXTRA_COLUMNS,
+        title=f"Table 1: BNN image classification, {scale} scale"
+        + (f"; blocks by protocol: {', '.join(protocols)}" if len(protocols) > 1 else ""),
+        caption=caption,
+        label="tab:table1",
+        note=note,
+        source="repens.report.image.write_table1",
+        seeds_column="n",
+        size="footnotesize",
+        tabcolsep="4pt",
+    )
+
+
 def write_table1(
     inputs: Sequence[Path | str],
     reference: Path | str,
@@ -529,25 +559,8 @@ def write_table1(
     blocks = protocol_blocks(records, datasets, rows, groups or {}, set(unconverged))
     scale = records[0]["scale"] if records else "?"
     seeds = _seed_list(r["seed"] for r in records)
-    counts = pd.Series([(r["dataset"], r["method"]) for r in records], dtype=object).value_counts()
-    single = bool((counts == 1).any())
     sizes = _table1_sizes(records, datasets)
-    caption, note = _table1_caption_note(datasets, scale=scale, seeds=seeds, sizes=sizes, single=single)
-    protocols = list(dict.fromkeys((groups or {}).values()))
-    table = mean_se_table(
-        blocks,
-        TABLE1_COLUMNS + CODE_COLUMNS,
-        csv_columns=TABLE1_COLUMNS + EXTRA_COLUMNS,
-        title=f"Table 1: BNN image classification, {scale} scale"
-        + (f"; blocks by protocol: {', '.join(protocols)}" if len(protocols) > 1 else ""),
-        caption=caption,
-        label="tab:table1",
-        note=note,
-        source="repens.report.image.write_table1",
-        seeds_column="n",
-        size="footnotesize",
-        tabcolsep="4pt",
-    )
+    table = _table1(blocks, records, datasets, list(dict.fromkeys((groups or {}).values())), scale, seeds, sizes)
     write_table(table, out_tex=out_tex, out_html=out_html, out_csv=out_csv, out_png=out_png)
     _write_runs(records, TABLE1_COLUMNS + EXTRA_COLUMNS, runs_path(out_csv))
     _write_vs_paper(
