@@ -113,8 +113,11 @@ SECTIONS = (
     Section(
         "image",
         "Table 1: BNN image classification (FashionMNIST, OOD MNIST)",
-        "D'Angelo & Fortuin (2021), Table 1 and Appendix G.4: 50 particles from the prior, 50,000 Adam "
-        "steps, batch 256, seeds 38-42; the paper prints a mean and a ± over the five seeds.",
+        "D'Angelo & Fortuin (2021), Table 1 and Appendix G.4 (50 particles from the prior, 50,000 Adam "
+        "steps, batch 256, seeds 38-42); the paper prints a mean and a ± over the five seeds. Its numbers "
+        "came from the authors' released code (PyTorch's default initialisation, the function-space rules on "
+        "softmax outputs, the code's NLL and ECE): the rows marked \"authors' code\" run that protocol, the "
+        "others G.4's text, the rest are controls ([why](#why-table-1-differs-from-the-paper)).",
         ("table1_vs_paper.csv", "table1_repulsion.csv"),
         ("table1.png", "figures/table1_training.png", "figures/table1_repulsion.png"),
     ),
