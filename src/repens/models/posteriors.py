@@ -27,6 +27,7 @@ __all__ = [
     "Batch",
     "Posterior",
     "autograd_gradient",
+    "AutogradPosterior",
     "TargetPosterior",
     "NetworkPosterior",
     "gaussian_log_likelihood",
@@ -100,37 +101,51 @@ def autograd_gradient(fn: Callable[[Tensor], Tensor], params: Tensor) -> Tensor:
 
 
 def _no_network(what: str) -> TypeError:
-    return TypeError(f"a synthetic target has no network: {what} needs a network posterior (function-space rules)")
+    return TypeError(f"a density without a network has no {what}: function-space rules need a network posterior")
+
+
+class AutogradPosterior:
+    """A posterior known by its log-densities alone (``log_likelihood``, ``log_prior``, from
+    the subclass): their gradients by autograd, no network, no training set, no prior draws."""
+
+    @property
+    def num_train(self) -> int:
+        raise TypeError(f"{type(self).__name__} has no training set (num_train)")
+
+    def grad_log_likelihood(self, params: Tensor, batch: Batch | None = None) -> Tensor:
+        return autograd_gradient(lambda p: self.log_likelihood(p, batch), params)
+
+    def grad_log_prior(self, params: Tensor) -> Tensor:
+        return autograd_gradient(self.log_prior, params)
+
+    def add_grad_log_prior_(self, out: Tensor, params: Tensor, scale: float = 1.0) -> Tensor:
+        prior = self.grad_log_prior(params)
+        return out.add_(prior if scale == 1.0 else scale * prior)
+
+    def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
+        raise TypeError(f"{type(self).__name__} has no prior to draw from; use a rule without prior draws")
+
+    def predict(self, params: Tensor, x: Tensor) -> Tensor:
+        raise _no_network("outputs")
+
+    def outputs_with_pullback(self, params: Tensor, x: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        raise _no_network("outputs")
+
+    def output_grad_log_likelihood(self, outputs: Tensor, batch: Batch) -> Tensor:
+        raise _no_network("outputs")
+
+    def probability_grad_log_likelihood(self, probs: Tensor, batch: Batch) -> Tensor:
+        raise _no_network("outputs")
 
 
 @dataclass(frozen=True)
-class TargetPosterior:
+class TargetPosterior(AutogradPosterior):
     """A synthetic density treated as the 'likelihood' with a flat prior (no data, no network)."""
 
     target: Target
 
-    @property
-    def num_train(self) -> int:
-        raise TypeError("a synthetic target has no training set (num_train)")
-
     def log_likelihood(self, params: Tensor, batch: Batch | None = None) -> Tensor:
         return self.target.log_prob(params)
-
-    def grad_log_likelihood(self, params: Tensor, batch: Batch | None = None) -> Tensor:
-        """By autograd of the target's log-density."""
-        return autograd_gradient(lambda p: self.log_likelihood(p, batch), params)
-
-    def predict(self, params: Tensor, x: Tensor) -> Tensor:
-        raise _no_network("predict")
-
-    def outputs_with_pullback(self, params: Tensor, x: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
-        raise _no_network("outputs_with_pullback")
-
-    def output_grad_log_likelihood(self, outputs: Tensor, batch: Batch) -> Tensor:
-        raise _no_network("output_grad_log_likelihood")
-
-    def probability_grad_log_likelihood(self, probs: Tensor, batch: Batch) -> Tensor:
-        raise _no_network("probability_grad_log_likelihood")
 
     def log_prior(self, params: Tensor) -> Tensor:
         return params.new_zeros(params.shape[:-1])
@@ -142,7 +157,7 @@ class TargetPosterior:
         return out
 
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
-        raise NotImplementedError("a synthetic target has no prior; use a weight-space rule without one")
+        raise TypeError("a synthetic target has no prior; use a weight-space rule without one")
 
 
 def _targets(y: Tensor, outputs: Tensor) -> Tensor:
