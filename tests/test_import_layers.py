@@ -13,6 +13,7 @@ module-level imports in :data:`KNOWN_CYCLES`.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,16 +81,29 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
 
 
 def imports(path: Path, known: dict[str, Path], top_level_only: bool = False) -> Iterator[str]:
-    """The package's modules ``path`` imports (``repens`` left off): at any depth, or only
-    those run at import (``top_level_only``: statements of the module body, not inside a
-    function, a class or an ``if TYPE_CHECKING``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    """The package's modules ``path`` imports (``repens`` left off): at any depth, dynamic
+    imports included (:func:`imported_names`), or only those run at import
+    (``top_level_only``: statements of the module body, not inside a function, a class or an
+    ``if TYPE_CHECKING``)."""
     here = module_name(path)
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for target in imported_names(tree, package, top_level_only):
+        if target == "repens" or target.startswith("repens."):
+            found = _resolve(target.removeprefix("repens").lstrip("."), known)
+            if found is not None and found != here:
+                yield found
+
+
+def imported_names(tree: ast.Module, package: str, top_level_only: bool = False) -> Iterator[str]:
+    """The dotted names a module imports: its ``import`` statements (relative ones resolved
+    against ``package``, ``repens`` left off), and, at any depth, its dynamic imports: a call
+    of ``import_module`` or ``__import__`` on a string (of an f-string, its literal start),
+    and a ``"module:function"`` string naming what is imported later."""
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
     for node in nodes:
         if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
+            yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".") if package else []
@@ -99,14 +113,40 @@ def imports(path: Path, known: dict[str, Path], top_level_only: bool = False) ->
             else:
                 module = node.module or ""
             # `from repens import registry` imports the module repens.core.registry
-            targets = [f"{module}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for target in targets:
-            if target == "repens" or target.startswith("repens."):
-                found = _resolve(target.removeprefix("repens").lstrip("."), known)
-                if found is not None and found != here:
-                    yield found
+            yield from (f"{module}.{alias.name}" for alias in node.names)
+        elif not top_level_only:
+            yield from _dynamic_import(node)
+
+
+_TARGET = re.compile(r"(repens(?:\.\w+)+):\w+")
+
+
+def _dynamic_import(node: ast.AST) -> Iterator[str]:
+    if isinstance(node, ast.Call) and node.args:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name in ("import_module", "__import__"):
+            prefix = _literal_start(node.args[0])
+            if prefix:
+                yield prefix.rstrip(".")
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        match = _TARGET.fullmatch(node.value)
+        if match:
+            yield match[1]
+
+
+def _literal_start(arg: ast.AST) -> str:
+    """A string constant, or the literal parts an f-string starts with."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr):
+        start = []
+        for part in arg.values:
+            if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
+                break
+            start.append(part.value)
+        return "".join(start)
+    return ""
 
 
 def layer(module: str) -> int:
@@ -210,3 +250,19 @@ def test_the_scan_sees_imports_inside_functions():
     assert "core.jobkey" in set(imports(PACKAGE / "jobs" / "provenance.py", known))  # imported in a function
     assert "core.jobkey" not in set(imports(PACKAGE / "jobs" / "provenance.py", known, top_level_only=True))
     assert "core.registry" in set(imports(PACKAGE / "jobs" / "job.py", known))  # `from repens.core import registry`
+
+
+def test_the_scan_sees_dynamic_imports():
+    source = (
+        "import importlib\n"
+        "def f(name):\n"
+        "    importlib.import_module('repens.training.train')\n"
+        "    importlib.import_module(f'repens.experiments.{name}')\n"
+        "    __import__('repens.pipeline.kit')\n"
+        "    return 'repens.report.claims:main', 'a:b', f'{name}.x'\n"
+    )
+    found = set(imported_names(ast.parse(source), "core"))
+    assert {"repens.training.train", "repens.experiments", "repens.pipeline.kit", "repens.report.claims"} <= found
+    assert "a" not in found
+    # the methods find a rule's module by its name: an import of their own layer
+    assert "methods.rules" in set(imports(PACKAGE / "methods" / "rule.py", modules()))
