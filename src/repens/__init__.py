@@ -36,6 +36,7 @@ _EXPORTS = {
     "RuleState": "repens.methods.rule:RuleState",
     "build": "repens.methods.rule:build",
     "Update": "repens.methods.updates:Update",
+    "langevin_step_size": "repens.methods.step_size:langevin_step_size",
     # kernels, posteriors, a module as an ensemble
     "RBF": "repens.models.kernels:RBF",
     "Batch": "repens.models.posteriors:Batch",

@@ -121,8 +121,8 @@ class Langevin(Rule):
         if self.temperature and isinstance(state.optimizer, torch.optim.Adam):
             log.warning(
                 "Langevin noise preconditioned by Adam (no correction term) does not sample the target: "
-                "it over-disperses a Gaussian by tens of percent (tests/test_langevin.py); use "
-                "optimizer: sgd with step_size: curvature for ULA"
+                "it over-disperses a Gaussian by tens of percent; ULA is SGD at the curvature step "
+                "(repens.langevin_step_size; in config.yaml optimizer: sgd, step_size: curvature)"
             )
         return state
 
