@@ -1,6 +1,6 @@
 """kde-fWGD (function-space WGD: Eq. 5 with the KDE of Eq. 20) on a small CNN of one's own, on FashionMNIST.
 
-    python examples/fmnist_cnn_fwgd.py PATH/TO/FashionMNIST/raw [steps particles]
+python examples/fmnist_cnn_fwgd.py PATH/TO/FashionMNIST/raw [steps particles]
 """
 
 import sys
