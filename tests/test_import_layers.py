@@ -3,7 +3,7 @@
 ``src/repens`` is made of layer subpackages (data and models below the methods, the methods
 below training, training below the experiments; job types and keys below training; the
 pipeline's modules and the command line above the experiments; the reports read files
-only). :data:`LAYERS` gives each subpackage (or top-level module) its layer; a module may
+only, and the summaries never import a report: both read the results contract). :data:`LAYERS` gives each subpackage (or top-level module) its layer; a module may
 import (at any depth: inside a function too) only modules of its own layer or below. The
 reports import nothing above :data:`REPORT_MAY_IMPORT` besides themselves. An edge that
 still runs the wrong way is listed, with why, in :data:`KNOWN_EXCEPTIONS`; a cycle among
@@ -27,9 +27,11 @@ LAYERS: dict[str, int] = {
     # 0: plumbing that imports nothing else of the package: errors, atomic writes, the
     # registry of names, environment variables, job keys, the version
     "core": 0,
-    # 1: data sets, job types, the rules' options, provenance
+    # 1: data sets, job types, the rules' options, provenance; the results contract (what
+    # the result files hold and how they are read: the summaries and the reports read it)
     "data": 1,
     "jobs": 1,
+    "results": 1,
     # 2: networks, particles, targets, posteriors and their kernels and scores; metrics
     "models": 2,
     "evaluation": 2,
@@ -41,7 +43,7 @@ LAYERS: dict[str, int] = {
     "experiments": 5,
     # 6: the reports (read files only; see REPORT_MAY_IMPORT)
     "report": 6,
-    # 7: summaries and convergence verdicts of finished runs (they use the reports' readers)
+    # 7: summaries and convergence verdicts of finished runs (they read the results contract)
     "summaries": 7,
     # 8: the workflow's side and the command line
     "pipeline": 8,
@@ -53,6 +55,11 @@ LAYERS: dict[str, int] = {
 
 #: the reports import only modules of these layers, and each other
 REPORT_MAY_IMPORT = 1
+
+
+def is_summary(module: str) -> bool:
+    return module == "summaries" or module.startswith("summaries.")
+
 
 #: (importer, imported) -> why the wrong-way edge is still there
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
@@ -170,6 +177,8 @@ def wrong_edges() -> dict[tuple[str, str], str]:
         for target in imports(path, known):
             if is_report(name) and not is_report(target) and layer(target) > REPORT_MAY_IMPORT:
                 found[(name, target)] = f"a report imports layer {layer(target)} (> {REPORT_MAY_IMPORT})"
+            elif is_summary(name) and is_report(target):
+                found[(name, target)] = "a summary imports a report (both read the results contract, repens.results)"
             elif layer(target) > layer(name):
                 found[(name, target)] = f"layer {layer(name)} imports layer {layer(target)}"
     return found
