@@ -3,8 +3,10 @@
 ``src/repens`` is made of layer subpackages (data and models below the methods, the methods
 below training, training below the experiments; job types and keys below training; the
 pipeline's modules and the command line above the experiments; the reports read files
-only, and the summaries never import a report: both read the results contract). :data:`LAYERS` gives each subpackage (or top-level module) its layer; a module may
-import (at any depth: inside a function too) only modules of its own layer or below. The
+only, and the summaries never import a report: both read the results contract).
+:data:`LAYERS` gives each subpackage (or top-level module) its layer; a module may import
+(at any depth: inside a function too, dynamic imports included) only modules of its own
+layer or below. The
 reports import nothing above :data:`REPORT_MAY_IMPORT` besides themselves. An edge that
 still runs the wrong way is listed, with why, in :data:`KNOWN_EXCEPTIONS`; a cycle among
 module-level imports in :data:`KNOWN_CYCLES`.
