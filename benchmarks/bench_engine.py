@@ -40,7 +40,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "3d57ff4"  # the commit before the engine work
@@ -97,13 +100,96 @@ CONFIGS = {
 
 
 # ------------------------------------------------------------------ worker (one engine)
-def _setup(config: dict, method: str, sets: int, device: str = "cpu"):
-    """The problem, its update rule, initial particles, sampler, context and generator, all
-    on ``device`` (the run's generator too, as a GPU run has it)."""
+@dataclass
+class Problem:
+    """A method on a configuration's problem, as an engine trains it: the posterior, the
+    initial particles, the batch sampler and the run's generator, all on one device; the
+    rule by its config name, ``space`` and options (built by :meth:`rule`)."""
+
+    post: Any
+    init: Any
+    next_batch: Callable
+    generator: Any
+    method: dict
+
+    def rule(self, settings, ascent: Callable | None = None):
+        """The method's rule stepped by ``settings``' optimizer at its rate (``ascent``:
+        ``params -> direction`` in its place, a fixed step)."""
+        from repens.methods.rule import build
+        from repens.models.kernels import RBF
+
+        spec = dict(self.method)
+        rule, space = spec.pop("rule"), spec.pop("space", "weight")
+        built = build(rule, space, self.post, kernel=RBF(), optimizer=settings.optimizer, lr=settings.lr, **spec)
+        if ascent is None:
+            return built
+        return _Fixed(self.post, kernel=RBF(), optimizer=settings.optimizer, lr=settings.lr, fixed=ascent)
+
+    def train(self, settings, ascent: Callable | None = None):
+        """``repens.training.train.train`` of the method (or of ``ascent``) from the initial
+        particles: an engine of rule objects, or one of update functions (the baseline's)."""
+        from repens.training import train as loop
+
+        if not _has_rule_objects():
+            return self._train_functions(settings, ascent)
+        rule = self.rule(settings, ascent)
+        return loop.train(rule, rule.init(self.init, self.generator), settings, self.next_batch)
+
+    def _train_functions(self, settings, ascent: Callable | None):
+        """An engine whose rules are functions of (params, context) (before the rule objects)."""
+        from repens.methods.updates import StepContext, Update, make_update
+        from repens.models.kernels import RBF
+        from repens.training.train import TrainState, train
+
+        spec = dict(self.method)
+        rule, space = spec.pop("rule"), spec.pop("space", "weight")
+        update = make_update(rule, space, **spec) if ascent is None else (lambda p, c: Update(ascent(p)))
+        anchors = self.init.clone() if rule == "anchored" else None
+        context = lambda b, a: StepContext(self.post, RBF(), self.generator, b, a)  # noqa: E731
+        return train(TrainState(self.init, anchors), update, context, settings, self.generator, self.next_batch)
+
+    def direction(self, settings):
+        """The method's direction at the initial particles on the next batch."""
+        rule = self.rule(settings)
+        return rule.direction(rule.init(self.init, self.generator), self.next_batch(self.generator)).direction
+
+    def graph_safe(self, settings) -> bool:
+        return bool(_has_rule_objects() and self.rule(settings).graph_safe)
+
+
+def _has_rule_objects() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("repens.methods.rule") is not None
+
+
+def _fixed_rule_class():
+    from dataclasses import dataclass as frozen
+
+    from repens.methods.rule import Rule
+    from repens.methods.updates import Update
+
+    @frozen(frozen=True, kw_only=True)
+    class Fixed(Rule):
+        """A rule whose direction is ``fixed(params)`` (the loop around a fixed step)."""
+
+        fixed: Callable
+
+        def ascent(self, params, ctx, state):  # noqa: ARG002
+            return Update(self.fixed(params))
+
+    return Fixed
+
+
+def _Fixed(*args, **kwargs):  # noqa: N802 (a class, made on first use: the engine's Rule)
+    return _fixed_rule_class()(*args, **kwargs)
+
+
+def _setup(config: dict, method: str, sets: int, device: str = "cpu") -> Problem:
+    """The problem of ``method`` on ``config`` with ``sets`` stacked splits, all on
+    ``device`` (the run's generator too, as a GPU run has it)."""
     import torch
 
-    from repens.methods.updates import StepContext, make_update
-    from repens.models.kernels import RBF
     from repens.models.networks import mlp
     from repens.models.particles import StackedModel
     from repens.models.posteriors import NetworkPosterior
@@ -128,10 +214,8 @@ def _setup(config: dict, method: str, sets: int, device: str = "cpu"):
     )
     post = NetworkPosterior(model, likelihood, num_train=config["rows"], prior_std=1.0, noise_std=0.3)
     spec = dict(METHODS[method])
-    rule, space = spec.pop("rule"), spec.pop("space", "weight")
-    if space == "function":
+    if spec.get("space") == "function":
         spec["prior_samples"] = config["particles"]
-    update = make_update(rule, space, **spec)
     n = config["particles"]
     init = post.sample_prior(n * sets, g)
     if sets > 1:
@@ -142,8 +226,7 @@ def _setup(config: dict, method: str, sets: int, device: str = "cpu"):
     next_batch = (_epoch_sampler(x, y, batch) if config.get("epochs") else None) or _per_step_sampler(
         x, y, rows, batch, sets
     )
-    anchors = init.clone() if rule == "anchored" else None
-    return post, update, init, anchors, next_batch, lambda b, a: StepContext(post, RBF(), g, b, a), g
+    return Problem(post, init, next_batch, g, spec)
 
 
 def _per_step_sampler(x, y, rows: int, batch: int, sets: int):
@@ -181,15 +264,13 @@ def _epoch_sampler(x, y, batch: int):
 
 def _time_method(config: dict, method: str, sets: int, steps: int) -> float:
     """Seconds per step of the real training loop (after one warm-up call)."""
-    from repens.training.train import TrainSettings, TrainState, train
+    from repens.training.train import TrainSettings
 
-    post, update, init, anchors, next_batch, context, g = _setup(config, method, sets)
-    settings = TrainSettings(steps=max(1, steps // 10), lr=1e-4, log_every=10**9)
-    state = TrainState(init, anchors)
-    train(state, update, context, settings, g, next_batch)  # warm-up (allocator, first-call costs)
+    problem = _setup(config, method, sets)
+    problem.train(TrainSettings(steps=max(1, steps // 10), lr=1e-4, log_every=10**9))  # warm-up (first-call costs)
     settings = TrainSettings(steps=steps, lr=1e-4, log_every=10**9)
     t0 = time.perf_counter()
-    train(state, update, context, settings, g, next_batch)
+    problem.train(settings)
     return (time.perf_counter() - t0) / steps
 
 

@@ -43,31 +43,30 @@ def time_train(config: dict, method: str, sets: int, steps: int, graphs: bool, d
     it falls back to eager steps)."""
     import torch
 
-    from repens.training.train import TrainSettings, TrainState, train
+    from repens.training.train import TrainSettings
 
     fallbacks = _Fallbacks()
     logging.getLogger("repens.step_graph").addHandler(fallbacks)
 
-    post, update, init, anchors, next_batch, context, g = bench_engine._setup(config, method, sets, device)
+    problem = bench_engine._setup(config, method, sets, device)
     cuda = torch.device(device).type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     settings = TrainSettings(steps=steps, lr=1e-4, log_every=10**9, nonfinite_check_every=50, cuda_graphs=graphs)
-    state = TrainState(init, anchors)
     short = TrainSettings(**{**settings.__dict__, "steps": 10})
-    train(state, update, context, short, g, next_batch)  # the device's first-use costs
+    problem.train(short)  # the device's first-use costs
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     elapsed = []
     for run in (short, TrainSettings(**{**settings.__dict__, "steps": 10 + steps})):
         sync()
         t0 = time.perf_counter()
-        train(state, update, context, run, g, next_batch)
+        problem.train(run)
         sync()
         elapsed.append(time.perf_counter() - t0)
     seconds = (elapsed[1] - elapsed[0]) / steps
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     logging.getLogger("repens.step_graph").removeHandler(fallbacks)
-    replayed = cuda and graphs and getattr(update, "graph_safe", False) and not fallbacks.messages
+    replayed = cuda and graphs and problem.graph_safe(settings) and not fallbacks.messages
     return seconds, peak, replayed
 
 

@@ -83,7 +83,7 @@ def build_step(config_name: str, method: str, mode: str, device: str):
     from torch.func import functional_call
 
     from repens.experiments.image import resolve_device
-    from repens.methods.updates import StepContext, make_update
+    from repens.methods.rule import build
     from repens.models.networks import build_model
     from repens.models.particles import StackedModel
     from repens.models.posteriors import Batch, NetworkPosterior
@@ -111,23 +111,17 @@ def build_step(config_name: str, method: str, mode: str, device: str):
     n = job["particles"]
     posterior = NetworkPosterior(model, "categorical", num_train=50000, prior_std=job["prior_std"])
     params = (model.sample_he(n, g) if job["init"] == "he" else model.sample_gaussian(n, job["prior_std"], g)).to(dev)
-    anchors = params.clone() if entry["rule"] == "anchored" else None
-    params.requires_grad_(True)
-    opt = torch.optim.Adam([params], lr=1e-3)
-    update = make_update(entry["rule"], entry.get("space", "weight"), **method_options(job))
-    kernel = kernel_from_job(job)
+    rule = build(
+        entry["rule"], entry.get("space", "weight"), posterior, kernel=kernel_from_job(job), lr=1e-3,
+        **method_options(job),
+    )  # fmt: skip
+    state = rule.init(params, g)
     x = torch.rand(job["batch_size"], *shape, generator=g).to(dev)
     y = torch.randint(10, (job["batch_size"],), generator=g).to(dev)
     batch = Batch(x, y)
 
-    def step():
-        result = update(params.detach(), StepContext(posterior, kernel, g, batch, anchors))
-        opt.zero_grad(set_to_none=True)
-        params.grad = -result.direction
-        opt.step()
-        if result.after_step is not None:  # as train(): the Langevin rules' noise
-            with torch.no_grad():
-                result.after_step(params, opt, g)
+    def step():  # as train(): the rule's update (its direction, the optimizer's step, its noise)
+        rule.update(state, batch)
 
     return step, dev, model.dim
 

@@ -98,14 +98,14 @@ def count_flops(config: str, method: str, sets: int, device: str) -> float:
         return estimate_gpu_block.count_step(method, sets, 50, model="mlp")[0]
     from torch.utils.flop_counter import FlopCounterMode
 
-    from repens.training.train import TrainSettings, TrainState, train
+    from repens.training.train import TrainSettings
 
     totals = []
     for steps in (1, 2):
-        post, update, init, anchors, next_batch, context, g = bench_engine._setup(CONFIGS[config], method, sets, device)
+        problem = bench_engine._setup(CONFIGS[config], method, sets, device)
         settings = TrainSettings(steps=steps, lr=1e-4, log_every=10**9, cuda_graphs=False)
         with FlopCounterMode(display=False) as flops:
-            train(TrainState(init, anchors), update, context, settings, g, next_batch)
+            problem.train(settings)
         totals.append(flops.get_total_flops())
     return totals[1] - totals[0]
 
@@ -121,7 +121,7 @@ def time_side_by_side(methods: list[str], sets: int, steps: int, device: str) ->
     import torch
 
     from repens.experiments.streams import own_stream
-    from repens.training.train import TrainSettings, TrainState, train
+    from repens.training.train import TrainSettings
 
     dev = torch.device(device)
     setups = [bench_engine._setup(CONFIGS["fashionmnist"], method, sets, device) for method in methods]
@@ -129,10 +129,9 @@ def time_side_by_side(methods: list[str], sets: int, steps: int, device: str) ->
 
     def run_all(steps_each: int) -> float:
         def one(k: int) -> None:
-            post, update, init, anchors, next_batch, context, g = setups[k]
             settings = TrainSettings(steps=steps_each, lr=1e-4, log_every=10**9, nonfinite_check_every=50)
             with own_stream(dev):
-                train(TrainState(init, anchors), update, context, settings, g, next_batch)
+                setups[k].train(settings)
                 sync()
 
         threads = [threading.Thread(target=one, args=(k,)) for k in range(len(setups))]
@@ -156,18 +155,15 @@ def profile(method: str, sets: int, device: str, top: int = 15) -> None:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from repens.training.train import TrainSettings, TrainState, train
+    from repens.training.train import TrainSettings
 
-    post, update, init, anchors, next_batch, context, g = bench_engine._setup(
-        CONFIGS["fashionmnist"], method, sets, device
-    )
+    problem = bench_engine._setup(CONFIGS["fashionmnist"], method, sets, device)
     settings = TrainSettings(steps=10, lr=1e-4, log_every=10**9, nonfinite_check_every=50)
-    state = TrainState(init, anchors)
-    train(state, update, context, settings, g, next_batch)  # first use
+    problem.train(settings)  # first use
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     long = TrainSettings(**{**settings.__dict__, "steps": 30})
     with torch_profile(activities=activities) as prof:
-        train(state, update, context, long, g, next_batch)
+        problem.train(long)
         if device == "cuda":
             torch.cuda.synchronize()
     sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"

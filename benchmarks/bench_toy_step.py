@@ -54,17 +54,16 @@ def main() -> None:
     import bench_engine
     import torch
 
-    from repens.methods.updates import Update
     from repens.models.particles import _layer, _outer_or_matmul
     from repens.training.host_memory import keep_freed_memory
-    from repens.training.train import TrainSettings, TrainState, train
+    from repens.training.train import TrainSettings
 
     torch.set_num_threads(1)
     keep_freed_memory()
     config = bench_engine.CONFIGS["toy"]
-    post, update, init, anchors, next_batch, context, generator = bench_engine._setup(config, "de", 1)
-    model, params = post.model, init.clone()
-    batch = next_batch(generator)
+    problem = bench_engine._setup(config, "de", 1)
+    post, model, params = problem.post, problem.post.model, problem.init.clone()
+    batch = problem.next_batch(problem.generator)
 
     n, rows, width = config["particles"], config["batch"], config["hidden"][0]
     act = torch.randn(n, rows, width)
@@ -144,14 +143,13 @@ def main() -> None:
         + f"; max difference {err:.1e} of the largest entry"
     )
 
-    direction = update(params, context(batch, anchors)).direction.clone()
-    state = TrainState(init, anchors)
+    settings = TrainSettings(steps=20, lr=1e-4, log_every=10**9)
+    direction = problem.direction(settings).clone()
     steps = max(args.calls, 200)
 
-    fixed = lambda p, c: Update(direction)  # noqa: E731
-    train(state, fixed, context, TrainSettings(steps=20, lr=1e-4, log_every=10**9), generator, next_batch)
+    problem.train(settings, ascent=lambda p: direction)
     t0 = time.perf_counter()
-    train(state, fixed, context, TrainSettings(steps=steps, lr=1e-4, log_every=10**9), generator, next_batch)
+    problem.train(TrainSettings(steps=steps, lr=1e-4, log_every=10**9), ascent=lambda p: direction)
     loop_us = (time.perf_counter() - t0) / steps * 1e6
     step_us = bench_engine._time_method(config, "de", 1, steps) * 1e6  # the step bench_engine.py times
     print(f"training loop around a fixed direction (Adam, checks, batches): {loop_us:.1f} us a step")

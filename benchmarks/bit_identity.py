@@ -1,7 +1,8 @@
 """Do two commits train the same numbers? One quick-scale job of each experiment (a
-synthetic target, a toy method and its HMC reference, a UCI method, an image method) is
-run by Snakemake in a clone of each commit, and every array and number they write is
-compared exactly (provenance and timings left out).
+synthetic target, a toy method and its HMC reference, a UCI method, an image method), and
+the rules with a state or a step of their own (the anchored ensemble's anchors, DLE's noise
+at the curvature step), are run by Snakemake in a clone of each commit, and every array
+and number they write is compared exactly (provenance and timings left out).
 
     python benchmarks/bit_identity.py OLD NEW --uci-data ../shared/data/uci --image-mirror ../shared/data
 """
@@ -24,6 +25,8 @@ TARGETS = [
     "results/toy/regression/sge-fwgd/seed42/predictions.npz",
     "results/uci/boston/drle/seed42/metrics.json",
     "results/image/fashionmnist/kde-fwgd/seed42/metrics.json",
+    "results/uci/boston/anchored/seed42/metrics.json",
+    "results/toy/regression/dle/seed42/predictions.npz",
 ]
 SKIP_KEYS = ("provenance",)
 SKIP_PARTS = ("seconds", "time")

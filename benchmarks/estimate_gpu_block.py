@@ -88,7 +88,7 @@ def count_step(method: str, sets: int, particles: int, model: str = "image") -> 
 
     import repens.models.networks as models
     from repens.models.kernels import gpu_paths
-    from repens.training.train import TrainSettings, TrainState, train
+    from repens.training.train import TrainSettings
 
     class Kernels(TorchDispatchMode):
         def __init__(self):
@@ -108,11 +108,11 @@ def count_step(method: str, sets: int, particles: int, model: str = "image") -> 
         models.mlp = lambda *a, **k: torch.nn.Sequential(torch.nn.Flatten(), bare(*a, **k))
     try:
         for steps in (2, 3):
-            post, update, init, anchors, next_batch, context, g = bench_engine._setup(config, method, sets)
+            problem = bench_engine._setup(config, method, sets)
             settings = TrainSettings(steps=steps, lr=1e-4, log_every=10**9)
             flops, kernels = FlopCounterMode(display=False), Kernels()
             with gpu_paths(), flops, kernels:
-                train(TrainState(init, anchors), update, context, settings, g, next_batch)
+                problem.train(settings)
             out.append((flops.get_total_flops(), kernels.count))
     finally:
         models.mlp = bare

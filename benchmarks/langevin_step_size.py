@@ -43,13 +43,16 @@ from repens.data.toy import make_toy  # noqa: E402
 from repens.data.uci import UCI_FOLDERS, dataset_info, load_split  # noqa: E402
 from repens.experiments.toy import toy_posterior  # noqa: E402
 from repens.experiments.uci import uci_posterior  # noqa: E402
+from repens.jobs.job import Job  # noqa: E402
 from repens.methods.minibatches import batch_sampler, stacked_batch_sampler  # noqa: E402
+from repens.methods.rule import build  # noqa: E402
+from repens.methods.rules.langevin import mmd_force  # noqa: E402
 from repens.methods.step_size import DEFAULT_FRACTION, langevin_step_size, relaxation_steps  # noqa: E402
-from repens.methods.updates import StepContext, grad_log_likelihood, grad_log_prior, make_update, mmd_force  # noqa: E402
+from repens.methods.updates import StepContext, grad_log_likelihood, grad_log_prior  # noqa: E402
 from repens.models.posteriors import Batch  # noqa: E402
 from repens.pipeline.config import resolve_job  # noqa: E402
-from repens.training.fitting import curvature_step, kernel_from_job  # noqa: E402
-from repens.training.train import TrainSettings, TrainState, train  # noqa: E402
+from repens.training.fitting import curvature_step, job_rule, kernel_from_job  # noqa: E402
+from repens.training.train import TrainSettings, train  # noqa: E402
 
 #: Pearce et al. (2020), Table 4: epochs of the UCI protocol (batch sizes as in config.yaml)
 PEARCE_EPOCHS = {
@@ -137,10 +140,17 @@ def force_ratios(posterior, params, full: Batch, job, seed: int = 0) -> torch.Te
     return (force.norm(dim=-1) / grad_v.norm(dim=-1)).flatten()
 
 
-def run(posterior, init, job, update, optimizer: str, lr: float, steps: int, next_batch, full: Batch, points: int):
-    """Train and report the fit at ``points`` evenly spaced steps."""
+def job_curvature_step(spec: dict, posterior, init, next_batch):
+    """The curvature step of the job ``spec`` (:func:`repens.training.fitting.curvature_step`)."""
+    job = Job.from_spec(spec)
+    return curvature_step(job, job_rule(job, posterior, TrainSettings(steps=1, lr=1.0)), init, next_batch)
+
+
+def run(posterior, init, job, rule, optimizer: str, lr: float, steps: int, next_batch, full: Batch, points: int):
+    """Train the rule ``(name, options)`` and report the fit at ``points`` evenly spaced steps."""
     g = torch.Generator().manual_seed(42)
-    kernel = kernel_from_job(job)
+    name, options = rule
+    update = build(name, "weight", posterior, kernel=kernel_from_job(job), optimizer=optimizer, lr=lr, **options)
     rows = []
     log_every = max(1, steps // points)
 
@@ -150,11 +160,9 @@ def run(posterior, init, job, update, optimizer: str, lr: float, steps: int, nex
 
     t0 = time.perf_counter()
     out = train(
-        TrainState(init),
         update,
-        lambda b, a: StepContext(posterior, kernel, g, b, a),
+        update.init(init, g),
         TrainSettings(steps=steps, lr=lr, optimizer=optimizer, log_every=log_every, checkpoint_seconds=1e9),
-        g,
         next_batch=next_batch,
         on_log=on_log,
     )
@@ -204,7 +212,7 @@ def main() -> None:
         steps = args.steps or steps
         job = dict(job, curvature_fraction=args.fraction)
         t0 = time.perf_counter()
-        step = curvature_step(job, posterior, init, next_batch, kernel_from_job(job))
+        step = job_curvature_step(job, posterior, init, next_batch)
         took = time.perf_counter() - t0
         full_step = langevin_step_size(
             posterior, init, [full], fraction=args.fraction, generator=torch.Generator().manual_seed(0)
@@ -239,7 +247,7 @@ def main() -> None:
             posterior,
             init,
             job,
-            make_update("langevin", temperature=temperature),
+            ("langevin", {"temperature": temperature}),
             "sgd",
             eta,
             steps,
@@ -259,14 +267,13 @@ def main() -> None:
         if args.drle:
             drle_job = resolve_job(config, *experiment_of(name), "drle", 42)
             lam = float(drle_job["mmd_weight"])
-            drle_step = curvature_step(
-                dict(drle_job, curvature_fraction=args.fraction), posterior, init, next_batch, kernel_from_job(drle_job)
-            )
+            drle_spec = dict(drle_job, curvature_fraction=args.fraction)
+            drle_step = job_curvature_step(drle_spec, posterior, init, next_batch)
             drle, rows, secs = run(
                 posterior,
                 init,
                 drle_job,
-                make_update("langevin", temperature=temperature, mmd_weight=lam),
+                ("langevin", {"temperature": temperature, "mmd_weight": lam}),
                 "sgd",
                 drle_step.lr,
                 steps,
@@ -285,7 +292,7 @@ def main() -> None:
                 posterior,
                 init,
                 job,
-                make_update("ensemble"),
+                ("ensemble", {}),
                 "adam",
                 float(job["lr"]),
                 steps,

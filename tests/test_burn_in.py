@@ -53,9 +53,9 @@ def test_burned_in_ula_samples_an_anisotropic_gaussian_from_a_far_start():
     seen = {}
     original = fitting.train
 
-    def spy(state, update, make_context, settings, generator, **kwargs):
+    def spy(rule, state, settings, **kwargs):
         seen.setdefault("phases", []).append((settings.optimizer, settings.steps, settings.lr, settings.lr_decay))
-        return original(state, update, make_context, settings, generator, **kwargs)
+        return original(rule, state, settings, **kwargs)
 
     fitting.train = spy
     try:
@@ -108,11 +108,11 @@ def test_a_run_killed_after_the_burn_in_resumes_without_it_and_ends_bit_identica
     ckpt = tmp_path / "metrics.json.ckpt"
     original, calls = fitting.train, []
 
-    def killed_in_the_sampler(state, update, make_context, settings, generator, **kwargs):
+    def killed_in_the_sampler(rule, state, settings, **kwargs):
         calls.append(settings.optimizer)
         if len(calls) == 2:
             raise KeyboardInterrupt("killed after the burn-in")
-        return original(state, update, make_context, settings, generator, **kwargs)
+        return original(rule, state, settings, **kwargs)
 
     fitting.train = killed_in_the_sampler
     try:

@@ -36,14 +36,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import repens.training.train
 from repens.experiments.image import _batches
 from repens.jobs.job import ImageJob
-from repens.methods.updates import StepContext, make_update
 from repens.models.kernels import gpu_paths
 from repens.models.networks import build_model
 from repens.models.particles import StackedModel
 from repens.models.posteriors import Batch, NetworkPosterior
 from repens.pipeline.config import resolve_job
-from repens.training.fitting import fit_particles, kernel_from_job, train_settings
+from repens.training.fitting import fit_particles, job_rule, train_settings
 from repens.training.step_graph import CudaCalls, CudaGraphBackend, EagerBackend
+from repens.training.train import TrainSettings
 
 aten = torch.ops.aten
 ROOT = Path(__file__).resolve().parents[1]
@@ -401,8 +401,11 @@ def _direction(method: str, **changes) -> torch.Tensor:
     params = model.sample_gaussian(5, job.prior_std, g, dtype=torch.float64)
     posterior = NetworkPosterior(model, "categorical", num_train=x.shape[0], prior_std=job.prior_std)
     batch = Batch(x[:8].double(), y[:8])
-    update = make_update(job.rule, job.space, **job.rule_options())
-    return update(params, StepContext(posterior, kernel_from_job(job), g, batch, params.flip(-2))).direction
+    rule = job_rule(job, posterior, TrainSettings(steps=1, lr=job.lr))
+    state = rule.init(params.flip(-2), g)  # an anchored ensemble anchored at other particles
+    with torch.no_grad():
+        state.params.copy_(params)
+    return rule.direction(state, batch).direction
 
 
 @pytest.mark.parametrize("method,changes", [(m, {}) for m in METHODS] + [("fsvgd", {"function_prior": "gp"})])
@@ -420,7 +423,7 @@ def test_every_method_of_the_config_is_graph_safe():
     eigenpair: an inverse there, no ``eigh``)."""
     for method in METHODS:
         job = ImageJob.of(resolve_job(CONFIG, "image", "fashionmnist", method, seed=0))
-        assert make_update(job.rule, job.space, **job.rule_options()).graph_safe, method
+        assert job_rule(job, None, TrainSettings(steps=1, lr=job.lr)).graph_safe, method
 
 
 def test_the_cpus_own_paths_wait_for_the_host(recording):

@@ -32,6 +32,7 @@ def test_the_commands_the_workflow_calls_are_there():
         "synthetic-figure",
         "toy-figure",
         "toy-table",
+        "training-curves",
         "uci-download",
         "uci-table",
         "claims",

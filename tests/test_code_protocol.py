@@ -20,11 +20,11 @@ import yaml
 
 from repens.core.jobkey import job_key
 from repens.core.variants import VariantError, expand_variants
+from repens.methods.rule import build
 from repens.methods.updates import (
     StepContext,
     adam_preconditioner,
     function_prior_score,
-    make_update,
     preconditioned_repulsion_ratio,
     repulsion_ratio,
 )
@@ -68,9 +68,19 @@ def _problem(fast=True, seed=0):
     return model, params, Batch(x, y)
 
 
-def _ctx(model, batch, anchors=None, seed=7):
+def _ctx(model, batch, seed=7):
     post = NetworkPosterior(model, "categorical", num_train=N_TRAIN)
-    return StepContext(post, RBF(), torch.Generator().manual_seed(seed), batch, anchors)
+    return StepContext(post, RBF(), torch.Generator().manual_seed(seed), batch)
+
+
+def _update(rule, space, params, model, batch, anchors=None, likelihood="categorical", **options):
+    """One update of ``rule`` at ``params`` on ``batch`` (an anchored ensemble anchored at
+    ``anchors``), the stream seeded as :func:`_ctx`'s."""
+    built = build(rule, space, NetworkPosterior(model, likelihood, num_train=N_TRAIN), kernel=RBF(), **options)
+    state = built.init(params if anchors is None else anchors, torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        state.params.copy_(params)
+    return built.direction(state, batch)
 
 
 def _close(a, b, rtol=RTOL):
@@ -97,7 +107,7 @@ def test_every_rules_step_on_the_mlp_path_equals_the_vmap_path(method):
         anchors = params.flip(0) if rule == "anchored" else None
         if space == "function":
             options = {**options, "prior_samples": PARTICLES}
-        directions.append(make_update(rule, space, **options)(params, _ctx(model, batch, anchors)).direction)
+        directions.append(_update(rule, space, params, model, batch, anchors, **options).direction)
     assert _close(*directions), method
 
 
@@ -143,17 +153,20 @@ def _released_code_direction(model, params, batch, rule, estimator=None):
 def test_function_space_on_softmax_outputs_is_the_released_codes_step(rule, estimator, fast):
     model, params, batch = _problem(fast)
     options = {"estimator": estimator} if estimator else {}
-    update = make_update(rule, "function", function_output="softmax", function_prior="gp", **options)
-    ours = update(params, _ctx(model, batch)).direction
+    ours = _update(rule, "function", params, model, batch, function_output="softmax", function_prior="gp", **options)
+    ours = ours.direction
     assert _close(ours, _released_code_direction(model, params, batch, rule, estimator))
 
 
 def test_softmax_outputs_change_the_step_and_logits_stay_the_default():
     model, params, batch = _problem()
-    on = {o: make_update("wgd", "function", estimator="kde", function_output=o) for o in ("logits", "softmax")}
-    default = make_update("wgd", "function", estimator="kde")(params, _ctx(model, batch)).direction
-    assert torch.equal(default, on["logits"](params, _ctx(model, batch)).direction)
-    assert not _close(on["softmax"](params, _ctx(model, batch)).direction, default, rtol=1e-3)
+    on = {
+        o: _update("wgd", "function", params, model, batch, estimator="kde", function_output=o).direction
+        for o in ("logits", "softmax")
+    }
+    default = _update("wgd", "function", params, model, batch, estimator="kde").direction
+    assert torch.equal(default, on["logits"])
+    assert not _close(on["softmax"], default, rtol=1e-3)
 
 
 def test_the_ssge_function_prior_sees_the_prior_networks_probabilities():
@@ -171,42 +184,40 @@ def test_the_ssge_function_prior_sees_the_prior_networks_probabilities():
 
 def test_softmax_outputs_need_the_categorical_likelihood():
     model, params, batch = _problem()
-    post = NetworkPosterior(model, "gaussian", num_train=N_TRAIN)
-    ctx = StepContext(post, RBF(), torch.Generator().manual_seed(0), batch)
     with pytest.raises(ValueError, match="categorical likelihood"):
-        make_update("svgd", "function", function_output="softmax")(params, ctx)
+        _update("svgd", "function", params, model, batch, likelihood="gaussian", function_output="softmax")
     with pytest.raises(ValueError, match="function_output 'probs'"):
-        make_update("svgd", "function", function_output="probs")(params, _ctx(model, batch))
+        _update("svgd", "function", params, model, batch, function_output="probs")
 
 
 # ------------------------------------------------------------------ SVGD's repulsion times N
 @pytest.mark.parametrize("space", ["weight", "function"])
 def test_repulsion_scale_num_train_multiplies_the_repulsion_by_n_and_nothing_else(space):
     model, params, batch = _problem()
-    one = make_update("svgd", space)(params, _ctx(model, batch))
-    scaled = make_update("svgd", space, repulsion_scale="num_train")(params, _ctx(model, batch))
+    one = _update("svgd", space, params, model, batch)
+    scaled = _update("svgd", space, params, model, batch, repulsion_scale="num_train")
     (drift_1, rep_1), (drift_n, rep_n) = one.forces(), scaled.forces()
     assert _close(drift_n, drift_1)
     assert _close(rep_n, N_TRAIN * rep_1)
-    number = make_update("svgd", space, repulsion_scale=float(N_TRAIN))(params, _ctx(model, batch))
+    number = _update("svgd", space, params, model, batch, repulsion_scale=float(N_TRAIN))
     assert _close(number.direction, scaled.direction)
     with pytest.raises(ValueError, match="repulsion_scale 'n'"):
-        make_update("svgd", space, repulsion_scale="n")(params, _ctx(model, batch))
+        _update("svgd", space, params, model, batch, repulsion_scale="n")
 
 
 # ------------------------------------------------------------------ the repulsion after Adam
 def test_the_preconditioned_ratio_is_the_plain_one_under_a_uniform_scale():
     model, params, batch = _problem()
     for rule, space, options in (("wgd", "weight", {"estimator": "kde"}), ("svgd", "weight", {})):
-        update = make_update(rule, space, **options)(params, _ctx(model, batch))
+        update = _update(rule, space, params, model, batch, **options)
         uniform = preconditioned_repulsion_ratio(update, torch.full_like(params, 3.0))
         assert _close(uniform, repulsion_ratio(update))
-    assert preconditioned_repulsion_ratio(make_update("ensemble")(params, _ctx(model, batch)), params) is None
+    assert preconditioned_repulsion_ratio(_update("ensemble", "weight", params, model, batch), params) is None
 
 
 def test_a_function_space_rules_preconditioned_ratio_is_taken_in_weight_space():
     model, params, batch = _problem()
-    update = make_update("wgd", "function", estimator="kde")(params, _ctx(model, batch))
+    update = _update("wgd", "function", params, model, batch, estimator="kde")
     drift_f, rep_f = update.forces()
     scale = torch.rand(params.shape, generator=torch.Generator().manual_seed(5), dtype=params.dtype) + 0.1
     want = (scale * update.pull_back(rep_f)).norm() / (scale * update.pull_back(drift_f)).norm()

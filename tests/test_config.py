@@ -594,3 +594,23 @@ def test_paper_row_names_another_method_and_never_reaches_a_job():
         broken["methods"]["de-code-protocol"]["paper_row"] = bad
         with pytest.raises(ConfigError, match=f"methods.de-code-protocol.paper_row: '{bad}' is not another method"):
             check_config(broken)
+
+
+@pytest.mark.parametrize("scale", ["quick", "paper"])
+@pytest.mark.parametrize("trim", [False, True], ids=["as-shipped", "defaults-left-out"])
+def test_one_schema_pass_fills_the_defaults_snakemakes_validate_fills(scale, trim):
+    """The workflow checks its config once: check_schema with ``fill_defaults`` gives the
+    config snakemake.utils.validate gave after it, key for key."""
+    from repens.pipeline.config import check_schema
+
+    config = {**load_config(), "scale": scale}
+    if trim:  # every top-level key the schema gives a default, and a method's space
+        for key, spec in yaml.safe_load(SCHEMA.read_text())["properties"].items():
+            if "default" in spec:
+                config.pop(key, None)
+        config["methods"]["svgd"].pop("space", None)
+    ours, theirs = copy.deepcopy(config), copy.deepcopy(config)
+    check_schema(ours, yaml.safe_load(SCHEMA.read_text()), fill_defaults=True)
+    check_schema(theirs, yaml.safe_load(SCHEMA.read_text()))
+    assert ours != theirs  # the defaults are missing before they are filled
+    assert ours == validate_like_snakemake(theirs)

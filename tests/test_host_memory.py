@@ -18,17 +18,17 @@ SCRIPT = textwrap.dedent("""
     from repens.models.particles import StackedModel
     from repens.models.posteriors import Batch, NetworkPosterior
     from repens.models.kernels import RBF
-    from repens.training.train import TrainSettings, TrainState, train
-    from repens.methods.updates import StepContext, make_update
+    from repens.training.train import TrainSettings, train
+    from repens.methods.rule import build
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     post = NetworkPosterior(StackedModel(mlp(13, [hidden], 1)), "gaussian", num_train=455, noise_std=0.3)
     batch = Batch(torch.randn(splits, batch_size, 13, generator=g), torch.randn(splits, batch_size, generator=g))
-    state = TrainState(post.sample_prior(5 * splits, g).view(splits, 5, -1))
-    update = make_update("svgd", "weight")
-    run = lambda steps: train(state, update, lambda b, a: StepContext(post, RBF(), g, b, a),
-                              TrainSettings(steps=steps, lr=1e-4, log_every=10**9), g, lambda gen: batch)
+    start = post.sample_prior(5 * splits, g).view(splits, 5, -1)
+    update = build("svgd", "weight", post, kernel=RBF(), lr=1e-4)
+    run = lambda steps: train(update, update.init(start, g),
+                              TrainSettings(steps=steps, lr=1e-4, log_every=10**9), lambda gen: batch)
     steps, calls = int(sys.argv[4]), int(sys.argv[5])
     run(steps)
     faults = []

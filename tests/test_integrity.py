@@ -28,16 +28,16 @@ from repens import cli
 from repens.core.atomic import CHECKSUM_TAG, save_npz_atomic, torch_save_atomic, write_json_atomic
 from repens.core.jobkey import final_key, final_record_path, load_keyed_json
 from repens.experiments import RUNNERS
-from repens.methods.updates import StepContext, make_update
-from repens.models.kernels import RBF
 from repens.models.posteriors import TargetPosterior
 from repens.models.targets import Gaussian
 from repens.pipeline.config import resolve_job
 from repens.training.hmc import HMCSettings, sample_hmc
-from repens.training.train import TrainSettings, TrainState, train
+from repens.training.train import TrainSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+from rule_hooks import crash_at, fit, rule_for  # noqa: E402
+
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
@@ -45,47 +45,26 @@ CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
 def setup(seed=0):
     g = torch.Generator().manual_seed(seed)
     start = torch.randn(30, 2, generator=g, dtype=torch.float64)
-    ctx = StepContext(TargetPosterior(Gaussian()), RBF(), g)
-    return start, g, ctx
+    return start, g
 
 
 SETTINGS = TrainSettings(steps=40, lr=0.05, checkpoint_seconds=0.0)
-
-
-def _crash_at(update, n):
-    calls = {"n": 0}
-
-    def crashing(params, context):
-        calls["n"] += 1
-        if calls["n"] == n:
-            raise KeyboardInterrupt  # a kill between two checkpoints
-        return update(params, context)
-
-    return crashing
+LANGEVIN = rule_for("langevin", TargetPosterior(Gaussian()), SETTINGS, temperature=1.0)
 
 
 def killed_run(ckpt: Path, monkeypatch=None):
     """A run killed at step 25 leaves a checkpoint at step 24; returns the uninterrupted
     run's particles. With ``monkeypatch``, the checkpoint is written by a plain
     ``torch.save``, as before checkpoints carried a checksum."""
-    update = make_update("langevin", temperature=1.0)
-    start, g, ctx = setup()
-    clean = train(TrainState(start), update, lambda b, a: ctx, SETTINGS, g).params
+    start, g = setup()
+    clean = fit(LANGEVIN, start, SETTINGS, g).params
     if monkeypatch is not None:
         import repens.training.train as train_mod
 
         monkeypatch.setattr(train_mod, "torch_save_atomic", lambda obj, path: torch.save(obj, path))
-    start, g, ctx = setup()
-    with pytest.raises(KeyboardInterrupt):
-        train(
-            TrainState(start),
-            _crash_at(update, 25),
-            lambda b, a: ctx,
-            SETTINGS,
-            g,
-            checkpoint=ckpt,
-            checkpoint_key="job",
-        )
+    start, g = setup()
+    with pytest.raises(KeyboardInterrupt):  # a kill between two checkpoints
+        fit(crash_at(LANGEVIN, 25), start, SETTINGS, g, checkpoint=ckpt, checkpoint_key="job")
     if monkeypatch is not None:
         monkeypatch.undo()
     assert torch.load(ckpt, weights_only=True)["step"] == 24
@@ -93,13 +72,10 @@ def killed_run(ckpt: Path, monkeypatch=None):
 
 
 def rerun(ckpt: Path, caplog):
-    update = make_update("langevin", temperature=1.0)
-    start, g, ctx = setup()  # as the clean run (a resumed run takes the generator's state from the checkpoint)
+    start, g = setup()  # as the clean run (a resumed run takes the generator's state from the checkpoint)
     caplog.clear()
     with caplog.at_level("INFO", logger="repens.train"):
-        return train(
-            TrainState(start), update, lambda b, a: ctx, SETTINGS, g, checkpoint=ckpt, checkpoint_key="job"
-        ).params
+        return fit(LANGEVIN, start, SETTINGS, g, checkpoint=ckpt, checkpoint_key="job").params
 
 
 def warnings_about(caplog, path: Path) -> list[str]:

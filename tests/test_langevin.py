@@ -21,19 +21,18 @@ from repens.methods.step_size import (
     top_curvature,
     ula_variance_inflation,
 )
-from repens.methods.updates import StepContext, make_update
-from repens.models.kernels import RBF
 from repens.models.networks import mlp
 from repens.models.particles import StackedModel
-from repens.models.posteriors import Batch, NetworkPosterior
-from repens.training.fitting import curvature_step, fit_particles
-from repens.training.train import TrainSettings, TrainState, train
+from repens.models.posteriors import AutogradPosterior, Batch, NetworkPosterior
+from repens.training.fitting import curvature_step, fit_particles, job_rule
+from repens.training.train import TrainSettings
+from rule_hooks import fit, rule_for
 
 #: curvatures (precisions) of the anisotropic Gaussian: stiffest 100, softest 1
 CURVATURES = (1.0, 10.0, 100.0)
 
 
-class Quadratic:
+class Quadratic(AutogradPosterior):
     """``log p(x) = -1/2 (x - mu)^T P (x - mu)`` with ``P = Q diag(CURVATURES) Q^T`` (a random
     rotation ``Q``): a posterior whose Hessian is known, as likelihood with a flat prior."""
 
@@ -68,9 +67,8 @@ def run_chains(target: Quadratic, optimizer: str, lr: float, steps: int, chains:
     """``chains`` independent DLE chains from N(mu, 1.5^2 I) (over-dispersed in every direction)."""
     g = torch.Generator().manual_seed(seed)
     start = target.mean + 1.5 * torch.randn(chains, len(CURVATURES), generator=g, dtype=torch.float64)
-    ctx = StepContext(target, RBF(), g)
     settings = TrainSettings(steps=steps, lr=lr, optimizer=optimizer, log_every=10**9)
-    return train(TrainState(start), make_update("langevin", temperature=1.0), lambda b, a: ctx, settings, g).params
+    return fit(rule_for("langevin", target, settings, temperature=1.0), start, settings, g).params
 
 
 def rule_step(target: Quadratic) -> tuple[float, int]:
@@ -231,24 +229,29 @@ def _network_problem():
 
 def test_curvature_step_is_deterministic_rounded_and_uses_its_own_stream():
     posterior, init, next_batch = _network_problem()
-    first = curvature_step(_network_job(), posterior, init, next_batch, RBF())
-    again = curvature_step(_network_job(), posterior, init, next_batch, RBF())
+
+    def step(job):
+        return curvature_step(job, job_rule(job, posterior, TrainSettings(steps=1, lr=1.0)), init, next_batch)
+
+    first = step(_network_job())
+    again = step(_network_job())
     assert first.lr == again.lr == float(f"{first.lr:.3g}")
     assert first.lr == pytest.approx(0.1 / first.curvature, rel=5e-3)
-    half = curvature_step(_network_job(curvature_fraction=0.05), posterior, init, next_batch, RBF())
+    half = step(_network_job(curvature_fraction=0.05))
     assert half.lr == pytest.approx(first.lr / 2, rel=5e-3)
-    drle = curvature_step(_network_job(mmd_weight=100.0), posterior, init, next_batch, RBF())
+    drle = step(_network_job(mmd_weight=100.0))
     assert drle.mmd_curvature > 0 and drle.curvature == pytest.approx(first.curvature + drle.mmd_curvature, rel=1e-4)
 
 
 def test_fit_particles_caps_lr_at_the_curvature_step(caplog):
     posterior, init, next_batch = _network_problem()
     job = _network_job()
-    step = curvature_step(job, posterior, init, next_batch, RBF())
+    step = curvature_step(job, job_rule(job, posterior, TrainSettings(steps=1, lr=1.0)), init, next_batch)
     seen = {}
 
-    def spy(state, update, make_context, settings, generator, **kwargs):
+    def spy(rule, state, settings, **kwargs):
         seen["lr"] = settings.lr
+        seen["rule_lr"] = state.optimizer.param_groups[0]["lr"]
         return state
 
     import repens.training.fitting as fitting
@@ -265,7 +268,7 @@ def test_fit_particles_caps_lr_at_the_curvature_step(caplog):
                 torch.Generator().manual_seed(0),
                 next_batch=next_batch,
             )
-        assert seen["lr"] == step.lr
+        assert seen["lr"] == seen["rule_lr"] == step.lr
         assert "step size: curvature" in caplog.text
         fit_particles(
             job,
@@ -282,7 +285,7 @@ def test_fit_particles_caps_lr_at_the_curvature_step(caplog):
 
 def test_adam_langevin_warns(caplog):
     posterior, init, next_batch = _network_problem()
-    with caplog.at_level(logging.WARNING, logger="repens.fitting"):
+    with caplog.at_level(logging.WARNING, logger="repens.langevin"):
         fit_particles(
             _network_job(step_size="fixed", optimizer="adam", seed=0),
             posterior,
@@ -297,7 +300,7 @@ def test_adam_langevin_warns(caplog):
 def test_adam_noise_scale_is_the_documented_expression_bit_for_bit():
     """langevin_noise_std works in place; its value is exactly sqrt(2 lr T / (sqrt(v_hat) + eps))."""
     from repens.methods.optimizers import DirectAdam
-    from repens.methods.updates import langevin_noise_std
+    from repens.methods.rules.langevin import langevin_noise_std
 
     g = torch.Generator().manual_seed(1)
     p = torch.randn(3, 4, 17, generator=g).requires_grad_(True)

@@ -39,11 +39,11 @@ def raw_schema() -> dict:
 
 @pytest.fixture
 def toy_rule():
-    """A rule registered by this test alone (one decorator), removed after it."""
+    """A rule registered by this test alone (one decorator on its builder), removed after it."""
 
     @register_rule("toyrule", options={"temperature"}, repulsive=True)
-    def toyrule(params, ctx, temperature=1.0):
-        raise AssertionError("never run")
+    def toyrule(posterior, temperature=1.0, **common):
+        return ("built", posterior, temperature, common)
 
     try:
         yield toyrule
@@ -126,12 +126,14 @@ def test_a_registered_rule_joins_its_method_group(toy_rule):
     assert "toy-method" not in groups.function_space + groups.wgd + groups.fwgd
 
 
-def test_a_registered_rule_is_an_update_rule(toy_rule):
+def test_a_registered_rule_is_built_by_its_builder(toy_rule):
     pytest.importorskip("torch")
-    from repens.methods.updates import UPDATE_RULES, make_update, resolve_rule
+    from repens.methods.rule import build, builder
 
-    assert UPDATE_RULES["toyrule"] is toy_rule and resolve_rule("toyrule") == "toyrule"
-    assert make_update("toyrule", temperature=2.0).keywords == {"temperature": 2.0}
+    assert builder("toyrule") is toy_rule
+    assert build("toyrule", "weight", "post", temperature=2.0, lr=0.1) == ("built", "post", 2.0, {"lr": 0.1})
+    with pytest.raises(ValueError, match="no function-space form"):
+        builder("toyrule", "function")
 
 
 # ------------------------------------------------------------------ declared once
@@ -300,7 +302,32 @@ def test_the_registry_imports_neither_torch_nor_numpy():
 
 def test_a_rule_is_registered_once():
     with pytest.raises(ValueError, match="registered already"):
-        register_rule("svgd", "repens.methods.updates:svgd")
-    with pytest.raises(ValueError, match="needs its function"):
-        register_rule("half", "x:y", function_space="fhalf")
+        register_rule("svgd", lambda posterior, **options: None)
+    with pytest.raises(ValueError, match="function-space form needs its builder"):
+        register_rule("half", lambda posterior, **options: None, function_space="fhalf")
     assert "half" not in registry.RULES
+
+
+# ------------------------------------------------------------------ declared by the rules' modules
+def test_each_rule_is_declared_by_its_module_and_read_without_importing_it(tmp_path):
+    """The registry's rules are the ``REGISTRY_ENTRY`` literals of repens/methods/rules/*.py,
+    in their order; a module without one (a helper) declares nothing."""
+    assert [(r.name, r.module) for r in registry.declared_rules()] == [
+        ("ensemble", "ensemble"),
+        ("svgd", "svgd"),
+        ("wgd", "wgd"),
+        ("anchored", "anchored"),
+        ("langevin", "langevin"),
+    ]
+    (tmp_path / "zeta.py").write_text('import torch\nREGISTRY_ENTRY = {"name": "zeta", "options": ["eta"]}\n')
+    (tmp_path / "alpha.py").write_text('REGISTRY_ENTRY = {"name": "alpha", "order": 1, "repulsive": True}\n')
+    (tmp_path / "helper.py").write_text("import torch\n")
+    (tmp_path / "_private.py").write_text('REGISTRY_ENTRY = {"name": "private"}\n')
+    found = registry.declared_rules(tmp_path)
+    assert [(r.name, r.module, r.options, r.repulsive) for r in found] == [
+        ("alpha", "alpha", frozenset(), True),
+        ("zeta", "zeta", frozenset({"eta"}), False),
+    ]
+    (tmp_path / "bad.py").write_text('REGISTRY_ENTRY = {"name": "bad", "strength": 1}\n')
+    with pytest.raises(ValueError, match="takes only"):
+        registry.declared_rules(tmp_path)

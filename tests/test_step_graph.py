@@ -9,12 +9,13 @@ import torch
 
 import repens.training.train
 from repens.methods.minibatches import EpochSampler
-from repens.methods.updates import StepContext, Update, graph_safe, make_update
-from repens.models.kernels import RBF
+from repens.methods.rule import build
+from repens.methods.updates import Update
 from repens.models.posteriors import Batch
 from repens.training.step_graph import EagerBackend, StepGraphs, StepState, backend_for
-from repens.training.train import NonFiniteError, TrainSettings, TrainState, train
-from test_train import _crash_at, _network_problem
+from repens.training.train import NonFiniteError, TrainSettings
+from rule_hooks import crash_at, fit, nan_at, rule_for
+from test_train import _network_problem
 
 
 class CountingBackend(EagerBackend):
@@ -193,8 +194,7 @@ def test_only_a_gpu_gets_a_graph_backend():
     ],
 )
 def test_rules_declare_whether_a_step_can_be_captured(rule, space, options, safe):
-    assert graph_safe(rule, space, **options) is safe
-    assert make_update(rule, space, **options).graph_safe is safe
+    assert build(rule, space, None, **options).graph_safe is safe
 
 
 @pytest.fixture
@@ -211,19 +211,13 @@ def graphs_on_the_cpu(monkeypatch):
     return made
 
 
-def _run(rule, options, settings, sampler_rows=4, seed=1, update=None, checkpoint=None):
+def _run(rule, options, settings, sampler_rows=4, seed=1, hook=None, checkpoint=None):
+    """``rule`` on the network problem through ``train``; ``hook`` wraps the rule."""
     post, x, y, start = _network_problem()
     g = torch.Generator().manual_seed(seed)
-    update = update or make_update(rule, **options)
-    return train(
-        TrainState(start),
-        update,
-        lambda b, a: StepContext(post, RBF(), g, b, a),
-        settings,
-        g,
-        next_batch=EpochSampler(x, y, sampler_rows),
-        checkpoint=checkpoint,
-    )
+    update = rule_for(rule, post, settings, **options)
+    update = update if hook is None else hook(update)
+    return fit(update, start, settings, g, next_batch=EpochSampler(x, y, sampler_rows), checkpoint=checkpoint)
 
 
 @pytest.mark.parametrize(
@@ -242,21 +236,12 @@ def test_a_replayed_run_equals_the_plain_loop(graphs_on_the_cpu, rule, options):
 
 
 def test_a_bad_replayed_step_is_caught_at_the_next_check(graphs_on_the_cpu, tmp_path):
-    update = make_update("ensemble")
-    calls = {"n": 0}
-
-    def poisoned(params, context):
-        calls["n"] += 1
-        out = update(params, context)
-        # call 14 is step 8, a replay: steps 1-3 eager (batches of 4, 4, 2 rows); step 4 captures
-        # the 4-row graph (4 calls: the step, a second eager step, two replays); step 5 replays
-        # it; step 6 captures the 2-row graph (calls 9-12); steps 7 and 8 replay the 4-row one
-        return Update(out.direction * float("nan")) if calls["n"] == 14 else out
-
-    poisoned.graph_safe = True
+    # update 14 is step 8, a replay: steps 1-3 eager (batches of 4, 4, 2 rows); step 4 captures
+    # the 4-row graph (4 updates: the step, a second eager step, two replays); step 5 replays
+    # it; step 6 captures the 2-row graph (updates 9-12); steps 7 and 8 replay the 4-row one
     settings = TrainSettings(steps=20, lr=0.01, nonfinite_check_every=5)
     with pytest.raises(NonFiniteError, match="between steps 6 and 10/20"):
-        _run("ensemble", {}, settings, update=poisoned)
+        _run("ensemble", {}, settings, hook=lambda rule: nan_at(rule, 14))
     assert graphs_on_the_cpu[0].captured  # the bad step was a replayed one
 
 
@@ -264,14 +249,12 @@ def test_resume_of_a_replayed_run_equals_the_uninterrupted_one(graphs_on_the_cpu
     settings = TrainSettings(
         steps=23, lr=0.01, lr_decay=0.9, lr_decay_steps=3, nonfinite_check_every=4, checkpoint_seconds=0.0
     )
-    update = make_update("langevin", temperature=1.0, mmd_weight=5.0)
-    reference = _run("langevin", {}, settings, update=update)
-    crashing = _crash_at(update, 15)  # a kill between two checkpoints, in a step replayed or checked
-    crashing.graph_safe = True
+    options = {"temperature": 1.0, "mmd_weight": 5.0}
+    reference = _run("langevin", options, settings)
     ckpt = tmp_path / "run.ckpt"
-    with pytest.raises(KeyboardInterrupt):
-        _run("langevin", {}, settings, update=crashing, checkpoint=ckpt)
-    resumed = _run("langevin", {}, settings, seed=99, update=update, checkpoint=ckpt)
+    with pytest.raises(KeyboardInterrupt):  # a kill between two checkpoints, in a step replayed or checked
+        _run("langevin", options, settings, hook=lambda rule: crash_at(rule, 15), checkpoint=ckpt)
+    resumed = _run("langevin", options, settings, seed=99, checkpoint=ckpt)
     assert torch.equal(resumed.params, reference.params)
 
 

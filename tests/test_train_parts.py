@@ -7,8 +7,6 @@ import signal
 import pytest
 import torch
 
-from repens.methods.updates import StepContext, Update, make_update
-from repens.models.kernels import RBF
 from repens.models.posteriors import TargetPosterior
 from repens.models.targets import Gaussian
 from repens.summaries.converged import parse_log
@@ -20,7 +18,6 @@ from repens.training.train import (
     NonFiniteError,
     Progress,
     TrainSettings,
-    TrainState,
     _state_key,
     apply_lr,
     init,
@@ -31,13 +28,15 @@ from repens.training.train import (
     stop_signals,
     train,
 )
+from rule_hooks import Hooked, rule_for
 
 
-def setup(seed=0, rule="svgd", **options):
+def setup(settings, seed=0, rule="svgd", **options):
+    """The rule on a Gaussian target for ``settings`` and its state at 10 random particles."""
     g = torch.Generator().manual_seed(seed)
     start = torch.randn(10, 2, generator=g, dtype=torch.float64)
-    ctx = StepContext(TargetPosterior(Gaussian()), RBF(), g)
-    return TrainState(start), make_update(rule, **options), (lambda b, a: ctx), g
+    update = rule_for(rule, TargetPosterior(Gaussian()), settings, **options)
+    return update, update.init(start, g)
 
 
 def test_schedule_is_the_staircase_set_where_it_changes():
@@ -80,33 +79,47 @@ def test_deferred_guard_raises_at_its_check_naming_the_steps_and_resets():
     assert guard.checked == 10
 
 
-def test_step_is_the_update_then_the_optimizer_step_then_the_noise():
-    state, update, make_context, g = setup()
-    loop = init(state, update, make_context, TrainSettings(steps=1, lr=0.1, optimizer="sgd"), g)
-    before = loop.params.detach().clone()
-    direction = update(before, make_context(None, None)).direction
-    noise = []
-
-    def with_noise(params, context):
-        return Update(direction, after_step=lambda p, opt, gen: noise.append(opt.param_groups[0]["lr"]))
-
-    loop = init(state, with_noise, make_context, TrainSettings(steps=1, lr=0.1, optimizer="sgd"), g)
-    step(loop, None)
+def test_step_is_the_rules_update_then_the_finiteness_check():
+    settings = TrainSettings(steps=1, lr=0.1, optimizer="sgd")
+    update, state = setup(settings)
+    before = state.params.detach().clone()
+    direction = update.direction(state).direction
+    loop = init(update, state, settings)
+    result = step(loop, None)
+    torch.testing.assert_close(result.direction, direction)
     torch.testing.assert_close(loop.params.detach(), before + 0.1 * direction)  # ascends phi
-    assert noise == [0.1]
+    poisoned = Hooked(update, after=lambda n, out: type(out)(out.direction * float("nan")))
+    with pytest.raises(NonFiniteError, match="at step 1/1"):
+        step(init(poisoned, update.init(before), settings), None)
+
+
+def test_the_langevin_step_adds_its_noise_after_the_optimizers_step():
+    settings = TrainSettings(steps=1, lr=0.1, optimizer="sgd")
+    drawn = []
+
+    def noise(params, generator):
+        drawn.append(params.detach().clone())
+        return torch.ones_like(params)
+
+    update, state = setup(settings, rule="langevin", temperature=0.5, noise=noise)
+    before = state.params.detach().clone()
+    direction = update.direction(state).direction
+    step(init(update, state, settings), None)
+    torch.testing.assert_close(drawn[0], before + 0.1 * direction)  # after the optimizer's step
+    torch.testing.assert_close(state.params.detach(), drawn[0] + (2 * 0.1 * 0.5) ** 0.5)
 
 
 def test_checkpointer_round_trips(tmp_path):
     settings = TrainSettings(steps=10, lr=0.05)
-    state, update, make_context, g = setup(rule="langevin", temperature=1.0)
-    loop = init(state, update, make_context, settings, g)
+    update, state = setup(settings, rule="langevin", temperature=1.0)
+    loop = init(update, state, settings)
     for _ in range(3):
         step(loop, None)
     saver = Checkpointer(tmp_path / "c.ckpt", _state_key("job", settings, loop.params))
     saver.save(loop, 3, [(3, [0.5])])
 
-    fresh_state, _, _, g2 = setup(seed=9)
-    other = init(fresh_state, update, make_context, settings, g2)
+    _, fresh_state = setup(settings, seed=9, rule="langevin", temperature=1.0)
+    other = init(update, fresh_state, settings)
     assert saver.resume(other) == (3, [(3, [0.5])])
     assert torch.equal(other.params, loop.params)
     assert torch.equal(other.generator.get_state(), loop.generator.get_state())
@@ -115,8 +128,7 @@ def test_checkpointer_round_trips(tmp_path):
 
 def test_checkpointer_sets_aside_a_checkpoint_of_another_key(tmp_path, caplog):
     settings = TrainSettings(steps=10, lr=0.05)
-    state, update, make_context, g = setup()
-    loop = init(state, update, make_context, settings, g)
+    loop = init(*setup(settings), settings)
     path = tmp_path / "c.ckpt"
     Checkpointer(path, _state_key("job-a", settings, loop.params)).save(loop, 1, [])
     with caplog.at_level("INFO", logger="repens.train"):
@@ -127,8 +139,7 @@ def test_checkpointer_sets_aside_a_checkpoint_of_another_key(tmp_path, caplog):
 
 def test_checkpointer_checks_the_updates_before_it_writes(tmp_path):
     settings = TrainSettings(steps=10, lr=0.05, nonfinite_check_every=5)
-    state, update, make_context, g = setup()
-    loop = init(state, update, make_context, settings, g)
+    loop = init(*setup(settings), settings)
     loop.guard.flag.fill_(False)
     path = tmp_path / "c.ckpt"
     with pytest.raises(NonFiniteError, match="between steps 1 and 2/10"):
@@ -156,11 +167,11 @@ def test_stop_signals_records_the_signal_and_restores_the_handler():
 
 
 def test_progress_logs_at_its_cadence_with_the_repulsion_ratio(caplog, tmp_path):
-    state, update, make_context, g = setup()
     settings = TrainSettings(steps=25, lr=0.1, log_every=10)
+    update, state = setup(settings)
     progress = Progress(settings, start=0, on_log=lambda done, params: {"mean": float(params.mean())})
     assert [d for d in range(1, 26) if progress.due(d)] == [10, 20, 25]
-    result = update(state.params, make_context(None, None))
+    result = update.direction(state)
     repulsion = []
     with caplog.at_level("INFO", logger="repens.train"):
         progress.record(10, result, state.params, repulsion)
@@ -174,11 +185,12 @@ def test_progress_logs_at_its_cadence_with_the_repulsion_ratio(caplog, tmp_path)
 
 
 def test_progress_line_of_a_rule_without_repulsion_has_no_ratio(caplog):
-    state, update, make_context, g = setup(rule="ensemble")
-    progress = Progress(TrainSettings(steps=10, lr=0.1, log_every=10), start=0)
+    settings = TrainSettings(steps=10, lr=0.1, log_every=10)
+    update, state = setup(settings, rule="ensemble")
+    progress = Progress(settings, start=0)
     repulsion = []
     with caplog.at_level("INFO", logger="repens.train"):
-        progress.record(10, update(state.params, make_context(None, None)), state.params, repulsion)
+        progress.record(10, update.direction(state), state.params, repulsion)
     assert repulsion == [] and not any("repulsion=" in r.getMessage() for r in caplog.records)
 
 
@@ -193,9 +205,7 @@ def test_every_is_due_after_its_seconds():
 
 def test_init_and_run_compose_to_train(tmp_path):
     settings = TrainSettings(steps=30, lr=0.05, lr_decay=0.9, lr_decay_steps=7)
-    state, update, make_context, g = setup(rule="langevin", temperature=1.0)
-    reference = train(state, update, make_context, settings, g)
-    state, update, make_context, g = setup(rule="langevin", temperature=1.0)
-    loop = init(state, update, make_context, settings, g)
+    reference = train(*setup(settings, rule="langevin", temperature=1.0), settings)
+    loop = init(*setup(settings, rule="langevin", temperature=1.0), settings)
     repulsion = run(loop, settings, lambda gen: None, Checkpointer(None, "k"))
     assert torch.equal(loop.params.detach(), reference.params) and repulsion == reference.repulsion

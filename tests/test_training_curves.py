@@ -4,14 +4,15 @@ import csv
 
 import pytest
 
-from repens.summaries.training_curves import (
-    main,
-    plot_repulsion,
-    plot_training_curves,
-    repulsion_ratios,
-    summarize_repulsion,
-    training_curves,
-)
+from repens import cli
+from repens.report.training_figures import plot_repulsion, plot_training_curves
+from repens.summaries.training_curves import repulsion_ratios, summarize_repulsion, training_curves
+
+
+def main(argv):
+    """The workflow's command: ``python -m repens training-curves ...``."""
+    return cli.main(["training-curves", *argv])
+
 
 LINE = "2026-11-26 10:00:00,000 repens.train INFO step {k}/{n}  300 steps/s  train_nll={t} monitor_nll={m}"
 

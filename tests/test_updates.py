@@ -5,27 +5,21 @@ import math
 import pytest
 import torch
 
-from repens.methods.updates import (
-    UPDATE_RULES,
-    StepContext,
-    anchored,
-    ensemble,
-    fsvgd,
-    function_prior_score,
-    fwgd,
-    langevin,
-    make_update,
-    resolve_rule,
-    svgd,
-    wgd,
-)
+from repens.methods.rule import build, builder
+from repens.methods.rules.anchored import anchored
+from repens.methods.rules.ensemble import ensemble
+from repens.methods.rules.langevin import langevin
+from repens.methods.rules.svgd import fsvgd, svgd
+from repens.methods.rules.wgd import fwgd, wgd
+from repens.methods.updates import StepContext, function_prior_score
 from repens.models.kernels import RBF
 from repens.models.networks import mlp
 from repens.models.particles import StackedModel
-from repens.models.posteriors import Batch, NetworkPosterior, TargetPosterior
+from repens.models.posteriors import AutogradPosterior, Batch, NetworkPosterior, TargetPosterior, autograd_gradient
 from repens.models.scores import ssge_score
 from repens.models.targets import Gaussian
-from repens.training.train import TrainSettings, TrainState, train
+from repens.training.train import TrainSettings
+from rule_hooks import fit, rule_for
 
 TARGET = Gaussian()
 
@@ -97,7 +91,7 @@ def test_drle_with_zero_mmd_weight_is_dle():
     dle = langevin(params, ctx, temperature=1.0)
     drle = langevin(params, ctx, temperature=1.0, mmd_weight=0.0)
     torch.testing.assert_close(dle.direction, drle.direction)
-    assert dle.temperature == drle.temperature == 1.0
+    assert dle.forces is None and drle.forces is None  # no repulsion
 
 
 def test_drle_repulsion_differs_and_pushes_towards_prior_when_collapsed():
@@ -113,7 +107,7 @@ def test_dle_drift_is_the_deep_ensemble_map_update():
     torch.testing.assert_close(langevin(params, ctx, temperature=1.0).direction, ensemble(params, ctx).direction)
 
 
-class FlatPosterior:
+class FlatPosterior(AutogradPosterior):
     """log p = 0 everywhere: only the injected noise moves the particles."""
 
     def log_likelihood(self, params, batch=None):
@@ -127,14 +121,8 @@ class FlatPosterior:
 def test_dle_noise_has_variance_two_lr_temperature(lr, temperature):
     g = torch.Generator().manual_seed(0)
     start = torch.zeros(400, 50, dtype=torch.float64)
-    ctx = StepContext(FlatPosterior(), RBF(), g)
-    out = train(
-        TrainState(start),
-        make_update("langevin", temperature=temperature),
-        lambda batch, anchors: ctx,
-        TrainSettings(steps=1, lr=lr, optimizer="sgd"),
-        g,
-    )
+    settings = TrainSettings(steps=1, lr=lr, optimizer="sgd")
+    out = fit(rule_for("langevin", FlatPosterior(), settings, temperature=temperature), start, settings, g)
     moved = out.params.flatten()
     expected = 2 * lr * temperature
     # 20,000 draws: the sample variance has relative sd sqrt(2 / 20000) = 1%
@@ -146,15 +134,8 @@ def test_dle_with_sgd_samples_a_gaussian():
     """Unadjusted Langevin on the G.1 Gaussian: 4000 independent chains, 1500 steps."""
     g = torch.Generator().manual_seed(3)
     start = 1.7 * torch.randn(4000, 2, generator=g, dtype=torch.float64)
-    ctx = gaussian_ctx()
-    ctx.generator = g
-    out = train(
-        TrainState(start),
-        make_update("langevin", temperature=1.0),
-        lambda b, a: ctx,
-        TrainSettings(steps=1500, lr=0.01, optimizer="sgd"),
-        g,
-    ).params
+    settings = TrainSettings(steps=1500, lr=0.01, optimizer="sgd")
+    out = fit(rule_for("langevin", TargetPosterior(TARGET), settings, temperature=1.0), start, settings, g).params
     mean, cov = TARGET.moments()
     assert float((out.mean(0) - mean).norm()) < 0.1
     emp = torch.cov(out.T)
@@ -165,13 +146,24 @@ def test_dle_with_sgd_samples_a_gaussian():
 def test_anchored_member_rests_at_its_anchor_without_data_gradient():
     params, ctx = network_setup()
     anchors = ctx.posterior.sample_prior(4, torch.Generator().manual_seed(7))
-    ctx.anchors = anchors
-    flat_ctx = StepContext(FlatPosterior(), ctx.kernel, ctx.generator, ctx.batch, anchors)
+    flat_ctx = StepContext(FlatPosterior(), ctx.kernel, ctx.generator, ctx.batch)
     flat_ctx.posterior.log_prior = ctx.posterior.log_prior  # the real prior, no likelihood
-    torch.testing.assert_close(anchored(anchors, flat_ctx).direction, torch.zeros_like(anchors))
+    torch.testing.assert_close(anchored(anchors, flat_ctx, anchors).direction, torch.zeros_like(anchors))
     # and with data: likelihood gradient plus pull towards the member's own anchor
     lik = ensemble(params, ctx).direction + params / ctx.posterior.prior_std**2
-    torch.testing.assert_close(anchored(params, ctx).direction, lik - (params - anchors), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(anchored(params, ctx, anchors).direction, lik - (params - anchors), rtol=1e-5, atol=1e-5)
+
+
+def test_the_anchored_rule_anchors_each_member_at_the_particles_it_starts_from():
+    params, ctx = network_setup()
+    rule = build("anchored", "weight", ctx.posterior)
+    state = rule.init(params, ctx.generator)
+    assert torch.equal(state.anchors, params) and state.anchors is not params
+    with torch.no_grad():
+        state.params.add_(1.0)  # the particles move, the anchors stay
+    torch.testing.assert_close(
+        rule.direction(state, ctx.batch).direction, anchored(params + 1.0, ctx, params).direction, rtol=0, atol=0
+    )
 
 
 def test_anchored_with_pearce_code_divisor_pulls_n_over_b_times_harder():
@@ -179,35 +171,35 @@ def test_anchored_with_pearce_code_divisor_pulls_n_over_b_times_harder():
     size B, their Eq. 11 by N): the anchor's pull is N / B times Eq. 11's, the data term
     unchanged; with the whole training set as the batch the two are the same."""
     params, ctx = network_setup()
-    ctx.anchors = ctx.posterior.sample_prior(4, torch.Generator().manual_seed(7))
+    anchors = ctx.posterior.sample_prior(4, torch.Generator().manual_seed(7))
     half = Batch(ctx.batch.x[:4], ctx.batch.y[:4])  # B = 4 of N = 16
-    ctx_half = StepContext(ctx.posterior, ctx.kernel, ctx.generator, half, ctx.anchors)
-    lik = anchored(params, ctx_half).direction + (params - ctx.anchors)  # Eq. 11, its pull removed
+    ctx_half = StepContext(ctx.posterior, ctx.kernel, ctx.generator, half)
+    lik = anchored(params, ctx_half, anchors).direction + (params - anchors)  # Eq. 11, its pull removed
     torch.testing.assert_close(
-        anchored(params, ctx_half, anchor_divisor="batch").direction,
-        lik - 4.0 * (params - ctx.anchors),
+        anchored(params, ctx_half, anchors, anchor_divisor="batch").direction,
+        lik - 4.0 * (params - anchors),
         rtol=1e-5,
         atol=1e-5,
     )
-    torch.testing.assert_close(anchored(params, ctx, anchor_divisor="batch").direction, anchored(params, ctx).direction)
+    torch.testing.assert_close(
+        anchored(params, ctx, anchors, anchor_divisor="batch").direction, anchored(params, ctx, anchors).direction
+    )
     with pytest.raises(ValueError, match="anchor_divisor"):
-        anchored(params, ctx, anchor_divisor="epoch")
+        anchored(params, ctx, anchors, anchor_divisor="epoch")
 
 
 def test_anchored_without_anchors_is_an_error():
     params, ctx = network_setup()
     with pytest.raises(ValueError, match="anchors"):
-        anchored(params, ctx)
+        anchored(params, ctx, None)
 
 
 # ------------------------------------------------------------- collapse
 def run_on_gaussian(rule, steps=600, **options):
     g = torch.Generator().manual_seed(42)
     start = 1.7 * torch.randn(100, 2, generator=g, dtype=torch.float64)
-    ctx = gaussian_ctx()
-    return train(
-        TrainState(start), make_update(rule, **options), lambda b, a: ctx, TrainSettings(steps=steps, lr=0.1), g
-    ).params
+    settings = TrainSettings(steps=steps, lr=0.1)
+    return fit(rule_for(rule, TargetPosterior(TARGET), settings, **options), start, settings, g).params
 
 
 def test_deep_ensemble_collapses_on_a_unimodal_target():
@@ -285,14 +277,19 @@ def test_ssge_function_prior_pulls_inflated_functions_back():
 
 
 # ------------------------------------------------------------- registry
-def test_registry_resolves_config_rules():
-    assert resolve_rule("svgd", "function") == "fsvgd" and resolve_rule("wgd", "function") == "fwgd"
-    assert resolve_rule("langevin") == "langevin"
-    assert set(UPDATE_RULES) >= {"ensemble", "svgd", "wgd", "fsvgd", "fwgd", "anchored", "langevin"}
+def test_the_registry_names_find_their_builders():
+    from repens.methods.rules.svgd import SVGD, FunctionSVGD
+    from repens.methods.rules.wgd import WGD, FunctionWGD
+
+    assert builder("svgd") is SVGD and builder("svgd", "function") is FunctionSVGD
+    assert builder("wgd") is WGD and builder("wgd", "function") is FunctionWGD
+    assert type(build("langevin", "weight", None, temperature=0.5)).__name__ == "Langevin"
     with pytest.raises(ValueError, match="function-space"):
-        resolve_rule("anchored", "function")
+        builder("anchored", "function")
     with pytest.raises(ValueError, match="unknown update rule"):
-        resolve_rule("hmc")
+        builder("hmc")
+    with pytest.raises(ValueError, match="unknown space"):
+        builder("svgd", "output")
 
 
 @pytest.mark.parametrize("std", ["scalar", "per-particle", "per-weight"])
@@ -315,8 +312,6 @@ def test_closed_form_prior_gradient_equals_autograd(std):
 def test_written_out_likelihood_gradient_equals_autograd(likelihood, sets):
     """The MLP posterior's likelihood gradient without autograd (closed-form output
     gradient, written-out backward) against autograd through the log-likelihood."""
-    from repens.methods.updates import _grad
-
     outputs = 1 if likelihood == "gaussian" else 4
     model = StackedModel(mlp(3, [6, 5], outputs))
     post = NetworkPosterior(model, likelihood, num_train=40, prior_std=1.0, noise_std=0.3)
@@ -331,35 +326,33 @@ def test_written_out_likelihood_gradient_equals_autograd(likelihood, sets):
     )
     batch = Batch(x, y)
     written = post.grad_log_likelihood(params, batch)
-    auto = _grad(lambda p: post.log_likelihood(p, batch), params)
+    auto = autograd_gradient(lambda p: post.log_likelihood(p, batch), params)
     assert written.shape == params.shape
     torch.testing.assert_close(written, auto, rtol=1e-12, atol=1e-12)
 
 
 def test_networks_other_than_mlps_pull_the_output_gradient_back_by_autograd():
-    from repens.methods.updates import _grad
-
     net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1)).double()
     post = NetworkPosterior(StackedModel(net), "gaussian", num_train=10, noise_std=0.4)
     params = post.sample_prior(2, torch.Generator().manual_seed(0)).double()
     batch = Batch(torch.randn(4, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64))
-    auto = _grad(lambda p: post.log_likelihood(p, batch), params)
+    auto = autograd_gradient(lambda p: post.log_likelihood(p, batch), params)
     torch.testing.assert_close(post.grad_log_likelihood(params, batch), auto, rtol=1e-12, atol=1e-12)
 
 
 # ------------------------------------------------------------ stacks of independent sets
 STACKABLE = {
-    "de": lambda p, c: ensemble(p, c),
-    "svgd": lambda p, c: svgd(p, c),
-    "kde-wgd": lambda p, c: wgd(p, c, "kde"),
-    "sge-wgd": lambda p, c: wgd(p, c, "sge"),
-    "ssge-wgd": lambda p, c: wgd(p, c, "ssge", num_eigs=3),
-    "anchored": lambda p, c: anchored(p, c),
-    "dle": lambda p, c: langevin(p, c, temperature=1.0),
-    "drle": lambda p, c: langevin(p, c, temperature=1.0, mmd_weight=1.0, prior_samples=4),
-    "fsvgd-gp": lambda p, c: fsvgd(p, c, function_prior="gp", gp_lengthscale=0.5),
-    "kde-fwgd-gp": lambda p, c: fwgd(p, c, estimator="kde", function_prior="gp", gp_lengthscale=0.5),
-    "ssge-fwgd": lambda p, c: fwgd(p, c, estimator="ssge", function_prior="ssge", prior_samples=5),
+    "de": lambda p, c, a: ensemble(p, c),
+    "svgd": lambda p, c, a: svgd(p, c),
+    "kde-wgd": lambda p, c, a: wgd(p, c, "kde"),
+    "sge-wgd": lambda p, c, a: wgd(p, c, "sge"),
+    "ssge-wgd": lambda p, c, a: wgd(p, c, "ssge", num_eigs=3),
+    "anchored": lambda p, c, a: anchored(p, c, a),
+    "dle": lambda p, c, a: langevin(p, c, temperature=1.0),
+    "drle": lambda p, c, a: langevin(p, c, temperature=1.0, mmd_weight=1.0, prior_samples=4),
+    "fsvgd-gp": lambda p, c, a: fsvgd(p, c, function_prior="gp", gp_lengthscale=0.5),
+    "kde-fwgd-gp": lambda p, c, a: fwgd(p, c, estimator="kde", function_prior="gp", gp_lengthscale=0.5),
+    "ssge-fwgd": lambda p, c, a: fwgd(p, c, estimator="ssge", function_prior="ssge", prior_samples=5),
 }
 
 
@@ -387,37 +380,43 @@ def test_a_stack_of_sets_updates_each_set_as_if_alone(name, monkeypatch):
 
     monkeypatch.setattr(NetworkPosterior, "sample_prior", sample_prior)
     post = ctx.posterior
-    stacked = rule(params, StepContext(post, RBF(), g, Batch(x, y), anchors)).direction
+    stacked = rule(params, StepContext(post, RBF(), g, Batch(x, y)), anchors).direction
     drawn["next"] = 0
     for k in range(sets):
-        alone = rule(params[k], StepContext(post, RBF(), g, Batch(x[k], y[k]), anchors[k])).direction
+        alone = rule(params[k], StepContext(post, RBF(), g, Batch(x[k], y[k])), anchors[k]).direction
         torch.testing.assert_close(stacked[k], alone, rtol=1e-10, atol=1e-10)
 
 
-def test_declared_rule_options_are_the_rules_keyword_arguments():
+def test_declared_rule_options_are_the_rules_fields():
     """repens.jobs.rule_options (what config.yaml may set, checked without torch) must say what
-    the rule functions, the score estimators and the function prior take."""
+    the rule objects, the score estimators and the function prior take."""
     import inspect
+    from dataclasses import fields
 
+    from repens.core import registry
     from repens.core.registry import FUNCTION_SPACE_OPTIONS
     from repens.jobs.rule_options import ESTIMATOR_OPTIONS, FUNCTION_PRIOR_OPTIONS, FUNCTION_SPACE, RULE_OPTIONS
-    from repens.methods.updates import FUNCTION_SPACE_RULES
+    from repens.methods.rule import FunctionSpaceRule, Rule
     from repens.models.scores import SCORE_ESTIMATORS
 
     def keywords(fn, skip):
         params = inspect.signature(fn).parameters.values()
         return {p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in skip}
 
+    def own(cls, base=Rule):
+        return {f.name for f in fields(cls)} - {f.name for f in fields(base)}
+
+    every_estimators = set().union(*ESTIMATOR_OPTIONS.values())
     for rule in RULE_OPTIONS:
-        assert keywords(UPDATE_RULES[rule], {"params", "ctx"}) == RULE_OPTIONS[rule], rule
+        # a rule that takes an estimator takes each estimator's options besides
+        expected = RULE_OPTIONS[rule] | (every_estimators if registry.rule(rule).estimator else set())
+        assert own(builder(rule)) == expected, rule
+        if rule in FUNCTION_SPACE:
+            assert own(builder(rule, "function"), FunctionSpaceRule) == expected, rule
     for name, estimator in SCORE_ESTIMATORS.items():
         assert keywords(estimator, {"x", "kernel", "query"}) == ESTIMATOR_OPTIONS[name], name
     assert keywords(function_prior_score, {"outputs", "ctx"}) == FUNCTION_PRIOR_OPTIONS
-    assert set(FUNCTION_SPACE_RULES) == FUNCTION_SPACE
-    # the function-space forms take the weight-space options (wgd: estimator and its
-    # options, passed through), the function-space ones and the function prior's, by keyword
-    assert keywords(fwgd, {"params", "ctx"}) == {"estimator", "eta", "num_eigs"} | FUNCTION_SPACE_OPTIONS
-    assert keywords(fsvgd, {"params", "ctx"}) == RULE_OPTIONS["svgd"] | FUNCTION_SPACE_OPTIONS
+    assert own(FunctionSpaceRule) == FUNCTION_PRIOR_OPTIONS | FUNCTION_SPACE_OPTIONS
 
 
 def test_svgd_direction_is_eq_6_term_by_term():
@@ -465,7 +464,7 @@ def test_softmax_of_few_classes_equals_torchs_to_float_rounding(classes):
 def test_prior_gradient_added_in_place_rounds_as_the_separate_sum(prior_std):
     """add_grad_log_prior (one addcdiv pass) gives bit for bit likelihood + grad_log_prior
     at scale 1, and the same to float rounding at another scale (Langevin's temperature)."""
-    from repens.methods.updates import StepContext, add_grad_log_prior, grad_log_prior
+    from repens.methods.updates import add_grad_log_prior, grad_log_prior
 
     g = torch.Generator().manual_seed(5)
     model = StackedModel(mlp(2, [7], 1))

@@ -13,6 +13,8 @@ The Snakemake rules call these commands; everything also runs without Snakemake.
 * ``synthetic-table --out-csv F --out-tex F [--out-html F] NPZ...``: metrics table of the synthetic runs.
 * ``synthetic-figure --target T --out-png F --out-pdf F NPZ...``: Figure 2 / Figure F.1.
 * ``toy-figure --dataset D ...`` and ``toy-table ...``: Figures 1 and 3, distance to HMC.
+* ``training-curves --convergence F --out PNG [--repulsion-png P --repulsion-csv C]``: Table 1's
+  training curves and the repulsion diagnostic.
 * ``uci-download --root DIR --name NAME``: fetch one UCI dataset with its standard splits.
 * ``uci-table ... METRICS.json...``: Table 2 (UCI regression) and its comparison with the seeds.
 * ``claims --out-csv F --out-md F [--synthetic F --toy F --table1 F --uci F ...]``: the claim
@@ -371,6 +373,24 @@ def _toy_figure(args: argparse.Namespace) -> int:
     plot = {"regression": plot_regression_panels, "classification": plot_classification_panels}[args.dataset]
     plot([Path(p) for p in args.inputs], Path(args.out_png), Path(args.out_pdf), labels=json.loads(args.labels))
     return 0
+
+
+def _training_curves(args: argparse.Namespace) -> int:
+    from repens.pipeline.from_runs import training_curves
+
+    lines = training_curves(
+        Path(args.convergence), Path(args.out), args.dataset, _path(args.repulsion_png), _path(args.repulsion_csv)
+    )
+    print("\n".join(lines))
+    return 0
+
+
+def _training_curves_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--convergence", required=True, help="results/convergence.csv (its log column)")
+    p.add_argument("--out", required=True, help="the PNG to write")
+    p.add_argument("--dataset", default="fashionmnist")
+    p.add_argument("--repulsion-png", help="also draw the repulsion diagnostic here")
+    p.add_argument("--repulsion-csv", help="also write its summary per method here")
 
 
 def _toy_table(args: argparse.Namespace) -> int:
@@ -1179,6 +1199,12 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("toy-figure", "Figure 1 (regression) or Figure 3 (classification)", _toy_figure_args, _toy_figure),
     Command("toy-table", "distance of each method's predictive to HMC's", _toy_table_args, _toy_table),
+    Command(
+        "training-curves",
+        "Table 1's training curves and repulsion diagnostic from the logs convergence.csv names",
+        _training_curves_args,
+        _training_curves,
+    ),
     Command("uci-download", "fetch one UCI dataset with the standard splits", _uci_download_args, _uci_download),
     Command("uci-table", "Table 2 (UCI regression) and the comparison with the seeds", _uci_table_args, _uci_table),
     Command(

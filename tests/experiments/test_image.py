@@ -17,8 +17,9 @@ import yaml
 from repens.experiments.image import load_image_data, run_image
 from repens.methods.updates import Update
 from repens.pipeline.config import resolve_job
-from repens.training import fitting as synthetic_mod
+from repens.training import fitting
 from repens.training.train import NonFiniteError
+from rule_hooks import Hooked
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -122,11 +123,13 @@ def test_standardisation_uses_training_statistics(tmp_path):
 
 
 def test_nan_stops_without_output(tiny_sets, tmp_path, monkeypatch):
-    def poisoned(rule, space="weight", **options):
-        return lambda params, ctx: Update(torch.full_like(params, float("nan")))
+    real = fitting.build
 
-    # the runners build their update rule in fit_particles (repens.experiments.synthetic)
-    monkeypatch.setattr(synthetic_mod, "make_update", poisoned)
+    def poisoned(*args, **kwargs):
+        return Hooked(real(*args, **kwargs), after=lambda n, out: Update(torch.full_like(out.direction, float("nan"))))
+
+    # the runners build their update rule in fit_particles (repens.training.fitting)
+    monkeypatch.setattr(fitting, "build", poisoned)
     job = _tiny(resolve_job(CONFIG, "image", "fashionmnist", "de", 38))
     out = tmp_path / "nan" / "metrics.json"
     with pytest.raises(NonFiniteError, match="non-finite"):

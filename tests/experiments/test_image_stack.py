@@ -6,7 +6,7 @@ job does: the network runs under a vmap over seeds of the one-seed vmap over par
 batch of the one-seed GEMMs, each summed by the same single-threaded kernel), the kernels and
 score estimators act on each seed's (n, D) block of a batched computation, elementwise work is
 lane-independent, and the optimizer's fused kernel gets each seed's block as a tensor of its
-own (SeedStackAdam: one (G, n, D) tensor would move a seed's last ``n D mod 16`` entries from
+own (BlockAdam: one (G, n, D) tensor would move a seed's last ``n D mod 16`` entries from
 the kernel's scalar tail into its vector loop, which rounds differently). A batched matrix
 product is invariant only where torch's CPU bmm hands each matrix to the BLAS GEMM that one
 seed's mm calls: at 400 multiply-adds per matrix or more, no dimension 1. Below, bmm runs a
@@ -35,7 +35,7 @@ import yaml
 import repens.experiments.image as image
 from repens.cli import main
 from repens.core.jobkey import job_key
-from repens.experiments.image import SeedStackAdam, SeedStackSGD, run_image, run_image_stack, stack_checkpoint
+from repens.experiments.image import run_image, run_image_stack, stack_checkpoint
 from repens.jobs.job import SpecError
 from repens.methods.optimizers import make_optimizer
 from repens.pipeline.config import resolve_job
@@ -253,11 +253,11 @@ def test_unstackable_jobs_run_the_seeds_one_by_one(why, tmp_path, particles, cap
 def test_seed_stack_optimizers_step_each_seed_as_its_own(name):
     """n D = 5 x 51 = 255 entries a seed (255 mod 16 = 15: a scalar tail in every seed's
     block). Measured here (AVX-512): DirectAdam over the whole (4, 5, 51) stack first differs
-    from the one-seed steps at step 8, SeedStackAdam never; fused SGD agreed either way."""
+    from the one-seed steps at step 8, BlockAdam never; fused SGD agreed either way."""
     g = torch.Generator().manual_seed(0)
     start = torch.randn(4, 5, 51, generator=g)
     stack = start.clone().requires_grad_(True)
-    stacked = {"adam": SeedStackAdam, "sgd": SeedStackSGD}[name]([stack], lr=0.01)
+    stacked = make_optimizer(name, stack, 0.01, blocks=True)
     singles = [start[k].clone().requires_grad_(True) for k in range(4)]
     ones = [make_optimizer(name, p, 0.01) for p in singles]
     for _ in range(30):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-import repens.training.fitting as synthetic_mod
+import repens.training.fitting as fitting
 from repens.core.jobkey import job_key
 from repens.experiments.image import run_image
 from repens.experiments.synthetic import run_synthetic
@@ -22,27 +22,23 @@ from repens.pipeline.config import resolve_job
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
+from rule_hooks import Hooked  # noqa: E402
+
 CONFIG = yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
 def crash_at(monkeypatch, n):
     """The n-th update step of the process raises KeyboardInterrupt (a kill)."""
-    real = synthetic_mod.make_update
+    real = fitting.build
     calls = {"n": 0}
 
-    def make_update(*args, **kwargs):
-        update = real(*args, **kwargs)
+    def count(_):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
 
-        def crashing(params, context):
-            calls["n"] += 1
-            if calls["n"] == n:
-                raise KeyboardInterrupt
-            return update(params, context)
-
-        return crashing
-
-    monkeypatch.setattr(synthetic_mod, "make_update", make_update)
-    return lambda: monkeypatch.setattr(synthetic_mod, "make_update", real)
+    monkeypatch.setattr(fitting, "build", lambda *args, **kwargs: Hooked(real(*args, **kwargs), count))
+    return lambda: monkeypatch.setattr(fitting, "build", real)
 
 
 def set_aside_lines(caplog):

@@ -175,7 +175,7 @@ def test_the_figure_module_reads_files_and_never_evaluates():
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
     }
     repens = {m for m in imported if m and m.startswith("repens")}
-    assert repens <= {"repens.core.atomic", "repens.core.errors", "repens.report.files", "repens.report.style"}, repens
+    assert repens <= {"repens.core.atomic", "repens.core.errors", "repens.results.files", "repens.report.style"}, repens
 
 
 @pytest.mark.parametrize("drop", ["detectable", "verdict", "claim"])

@@ -131,7 +131,7 @@ def test_detectable_difference_per_claim():
 
 
 def test_the_intervals_half_width_is_students_t_at_the_estimates_degrees_of_freedom():
-    from repens.report.verdicts import quantile, welch_dof
+    from repens.results.statistics import quantile, welch_dof
 
     # two-sided 95% points of Student's t (any printed table) and of the normal
     for dof, t in ((1, 12.706), (2, 4.303), (4, 2.776), (19, 2.093), (math.inf, 1.960)):

@@ -3,7 +3,7 @@
 import pytest
 
 from repens.core.errors import DataFileError
-from repens.report.files import RecordedJob
+from repens.results.files import RecordedJob
 
 
 def test_a_recorded_job_keeps_the_fields_the_reports_read_and_nothing_else():

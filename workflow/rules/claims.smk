@@ -118,7 +118,7 @@ rule plot_training_curves:
     conda:
         "../../envs/repens.yaml"
     shell:
-        "python -m repens.summaries.training_curves --convergence {input:q} --out {output.curves:q}"
+        "python -m repens training-curves --convergence {input:q} --out {output.curves:q}"
         " --repulsion-png {output.repulsion:q} --repulsion-csv {output.repulsion_csv:q} > {log:q} 2>&1"
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
-from snakemake.utils import validate
 
 SRC = str(Path(workflow.basedir) / "src")
 if SRC not in sys.path:
@@ -41,17 +40,16 @@ from repens.core.variants import VariantError, dataset_methods, expand_variants
 from repens.core.jobkey import RUNTIME_FIELDS
 from repens.report.results_page import published_runs, tree_runs
 
-# The config is checked before any job runs, each mistake in one line naming the key:
-# numbers spelled as YAML 1.1 or --config leave them (1e-3, seeds=[1,2]) are read as
-# numbers; the schema checks types and keys and fills the defaults; check_config checks
-# what a schema cannot see (references between sections, options a method's rule
+# The config is checked once, before any job runs, each mistake in one line naming the
+# key: numbers spelled as YAML 1.1 or --config leave them (1e-3, seeds=[1,2]) are read as
+# numbers; the schema checks types and keys and fills the defaults (one pass); check_config
+# checks what a schema cannot see (references between sections, options a method's rule
 # ignores, what each experiment can run, every resolved job); named data folders exist.
 SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 try:
-    check_schema(config, yaml.safe_load(SCHEMA.read_text()))
+    check_schema(config, yaml.safe_load(SCHEMA.read_text()), fill_defaults=True)
 except ConfigError as err:
     raise WorkflowError(f"config key {err}") from None
-validate(config, str(SCHEMA))
 try:
     expand_variants(
         config

@@ -1,30 +1,33 @@
 """The pipeline's vocabulary, declared once: update rules, score estimators, spaces, data
 sets, and the method groups the claims compare.
 
-Every other list of these names is read from here: :mod:`repens.methods.updates` (the rule
-functions by name), :mod:`repens.jobs.rule_options` (the options each rule takes),
+Every other list of these names is read from here: :mod:`repens.methods.rule` (a rule's
+builder by name), :mod:`repens.jobs.rule_options` (the options each rule takes),
 :mod:`repens.jobs.job` (the rule, space and estimator a job accepts), :mod:`repens.pipeline.config`
 (the schema's choices of rule, space and estimator, filled in when the schema is loaded,
 and the data sets of each experiment), :mod:`repens.data.uci_files` (the UCI folders).
 
 This module imports nothing of the package and neither torch nor numpy: the workflow
-reads it while it plans. A rule's implementation is named as ``"module:function"`` and
-imported on first use (:meth:`Rule.implementation`), or given as the function itself
-when it is registered with the :func:`register_rule` decorator::
+reads it while it plans. The update rules are declared by their own modules, one file
+each in ``repens/methods/rules/``, as a literal this module reads without importing them::
 
-    @register_rule("my-rule", options={"strength"}, repulsive=True)
-    def my_rule(params, ctx, strength=1.0):
+    REGISTRY_ENTRY = {"name": "my-rule", "options": ["strength"], "repulsive": True}
+
+    def build(posterior, *, strength=1.0, **common):  # -> a repens.methods.rule.Rule
         ...
 
-Registering a rule is all it takes for the config's schema, a job, the option checks
-and the method groups to accept it (``tests/test_registry.py`` does this with a toy rule).
+That file (and a method entry in ``config.yaml`` naming the rule) is all it takes for the
+config's schema, a job, the option checks, the method groups and the training loop to
+accept it (``tests/test_new_rule.py`` trains one through the workflow). A rule can also be
+registered in one process with its builder (:func:`register_rule`; ``tests/test_registry.py``).
 """
 
 from __future__ import annotations
 
-import importlib
+import ast
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -42,7 +45,6 @@ __all__ = [
     "rule",
     "rule_names",
     "function_space_rules",
-    "implementations",
     "estimator_names",
     "estimator_options",
     "rule_options_of",
@@ -58,7 +60,8 @@ __all__ = [
     "MethodGroups",
     "method_groups",
     "LiveMapping",
-    "load_function",
+    "declared_rules",
+    "RULES_DIR",
 ]
 
 # ------------------------------------------------------------------ spaces and estimators
@@ -104,22 +107,27 @@ def estimator_options() -> dict[str, frozenset[str]]:
 
 
 # ------------------------------------------------------------------ update rules
-def load_function(target: Callable | str) -> Callable:
-    """``target`` itself if it is a function, else the function ``"module:function"`` names (imported)."""
-    if callable(target):
-        return target
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+#: the rules' own modules, one file each: ``repens/methods/rules/<module>.py``. Each declares
+#: its entry here in a module-level literal, ``REGISTRY_ENTRY = {"name": ..., ...}`` (the
+#: fields of :class:`Rule` but ``module`` and ``builder``, plus ``order``, its place in the
+#: schema's list), read as text (:func:`declared_rules`): this module imports none of them
+#: (they import torch), and the methods resolve a rule's builder from its module's name
+#: (:func:`repens.methods.rule.build`)
+RULES_DIR = Path(__file__).resolve().parents[1] / "methods" / "rules"
+
+#: where a declared rule goes in the schema's list when it gives no ``order``
+_LAST = 1000
 
 
 @dataclass(frozen=True)
 class Rule:
     """An update rule: the config's ``rule`` and what it takes."""
 
-    #: the config's ``rule`` (and the rule function's name in weight space)
+    #: the config's ``rule``
     name: str
-    #: the function of its weight-space form, or ``"module:function"`` (imported on first use)
-    function: Callable | str = field(repr=False)
+    #: the module of :data:`RULES_DIR` that builds it (``build``, and ``build_function_space``
+    #: for its function-space form); None for a rule registered with its builder
+    module: str | None = None
     #: keyword options of the weight-space form (with ``estimator``: plus the estimator's)
     options: frozenset[str] = frozenset()
     #: takes an estimator of grad log rho (config ``estimator``, required)
@@ -128,49 +136,82 @@ class Rule:
     repulsive: bool = False
     #: the name of its function-space form (config ``space: function``), if it has one
     function_space: str | None = None
-    #: the function of its function-space form, or ``"module:function"``
-    function_space_function: Callable | str | None = field(default=None, repr=False)
-
-    def implementation(self, space: str = "weight") -> Callable:
-        """The function that implements the rule in ``space``."""
-        if space == "function":
-            if self.function_space_function is None:
-                raise ValueError(f"rule {self.name!r} has no function-space form")
-            return load_function(self.function_space_function)
-        return load_function(self.function)
+    #: a rule registered in-process: ``space -> builder`` (see :func:`register_rule`)
+    builders: Mapping[str, Callable] = field(default_factory=dict, repr=False, compare=False)
 
 
 #: update rules by config name, in the order the schema lists them
 RULES: dict[str, Rule] = {}
 
+#: the fields a rule module's ``REGISTRY_ENTRY`` may hold
+_ENTRY_FIELDS = frozenset({"name", "order", "options", "estimator", "repulsive", "function_space"})
+
+
+def _entry(path: Path) -> dict | None:
+    """The ``REGISTRY_ENTRY`` literal of a rule module (None: a module without one, a helper)."""
+    for node in ast.parse(path.read_text(encoding="utf-8"), str(path)).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["REGISTRY_ENTRY"]:
+            entry = ast.literal_eval(node.value)
+            unknown = set(entry) - _ENTRY_FIELDS
+            if unknown or "name" not in entry:
+                raise ValueError(f"{path}: REGISTRY_ENTRY needs a name and takes only {sorted(_ENTRY_FIELDS)}")
+            return entry
+    return None
+
+
+def declared_rules(folder: Path = RULES_DIR) -> list[Rule]:
+    """The rules the modules of ``folder`` declare (their ``REGISTRY_ENTRY``), in their
+    ``order`` (then by name; a rule with none comes last)."""
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        entry = _entry(path) if not path.name.startswith("_") else None
+        if entry is not None:
+            found.append((entry.get("order", _LAST), entry["name"], path.stem, entry))
+    return [
+        Rule(
+            name,
+            module,
+            frozenset(entry.get("options", ())),
+            bool(entry.get("estimator", False)),
+            bool(entry.get("repulsive", False)),
+            entry.get("function_space"),
+        )
+        for _, name, module, entry in sorted(found)
+    ]
+
 
 def _add(rule: Rule) -> Rule:
     if rule.name in RULES:
         raise ValueError(f"update rule {rule.name!r} is registered already")
-    if rule.function_space is not None and rule.function_space_function is None:
-        raise ValueError(f"update rule {rule.name!r}: a function-space form needs its function")
+    if rule.module is None and "weight" not in rule.builders:
+        raise ValueError(f"update rule {rule.name!r} needs its module or its builder")
+    if rule.module is None and rule.function_space is not None and "function" not in rule.builders:
+        raise ValueError(f"update rule {rule.name!r}: a function-space form needs its builder")
     RULES[rule.name] = rule
     return rule
 
 
 def register_rule(
     name: str,
-    function: Callable | str | None = None,
+    builder: Callable | None = None,
     *,
     options: Iterable[str] = (),
     estimator: bool = False,
     repulsive: bool = False,
     function_space: str | None = None,
-    function_space_function: Callable | str | None = None,
+    function_space_builder: Callable | None = None,
 ) -> Any:
-    """Register update rule ``name``. With ``function`` given, returns the :class:`Rule`;
-    without, a decorator that registers the function it decorates (and returns it)."""
+    """Register update rule ``name`` in this process with its builder (``builder(posterior,
+    **options) -> repens.methods.rule.Rule``), beside the rules of :data:`RULES_DIR`. With
+    ``builder`` given, returns the :class:`Rule`; without, a decorator that registers the
+    builder it decorates (and returns it)."""
 
-    def make(fn: Callable | str) -> Rule:
-        return _add(Rule(name, fn, frozenset(options), estimator, repulsive, function_space, function_space_function))
+    def make(fn: Callable) -> Rule:
+        builders = {"weight": fn, **({"function": function_space_builder} if function_space_builder else {})}
+        return _add(Rule(name, None, frozenset(options), estimator, repulsive, function_space, builders))
 
-    if function is not None:
-        return make(function)
+    if builder is not None:
+        return make(builder)
 
     def decorate(fn: Callable) -> Callable:
         make(fn)
@@ -201,17 +242,6 @@ def function_space_rules() -> dict[str, str]:
     return {r.name: r.function_space for r in RULES.values() if r.function_space is not None}
 
 
-def implementations() -> dict[str, Callable | str]:
-    """Every form's name (a rule's, a function-space form's) -> its function (or its
-    ``"module:function"``, not yet imported)."""
-    found: dict[str, Callable | str] = {}
-    for r in RULES.values():
-        found[r.name] = r.function
-        if r.function_space is not None:
-            found[r.function_space] = r.function_space_function
-    return found
-
-
 def rule_options_of(rule_name: str, space: str = "weight", estimator: str | None = None) -> frozenset[str]:
     """Every option rule ``rule_name`` takes in ``space`` with ``estimator``."""
     spec = RULES[rule_name]
@@ -223,27 +253,8 @@ def rule_options_of(rule_name: str, space: str = "weight", estimator: str | None
     return frozenset(options)
 
 
-_UPDATES = "repens.methods.updates"
-register_rule("ensemble", f"{_UPDATES}:ensemble")
-register_rule(
-    "svgd",
-    f"{_UPDATES}:svgd",
-    options={"repulsion_scale"},
-    repulsive=True,
-    function_space="fsvgd",
-    function_space_function=f"{_UPDATES}:fsvgd",
-)
-register_rule(
-    "wgd",
-    f"{_UPDATES}:wgd",
-    options={"estimator"},
-    estimator=True,
-    repulsive=True,
-    function_space="fwgd",
-    function_space_function=f"{_UPDATES}:fwgd",
-)
-register_rule("anchored", f"{_UPDATES}:anchored", options={"anchor_divisor"})
-register_rule("langevin", f"{_UPDATES}:langevin", options={"temperature", "mmd_weight", "prior_samples"})
+for _rule in declared_rules():
+    _add(_rule)
 
 
 # ------------------------------------------------------------------ data sets

@@ -28,14 +28,12 @@ step is bound by kernel launches, ``benchmarks/estimate_gpu_block.py``).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +47,10 @@ from repens.core.jobkey import load_keyed_json
 from repens.data.images import load_arrays
 from repens.evaluation.predictive import classification_metrics, ensemble_summary, member_std, mutual_information
 from repens.jobs.job import ImageJob, SpecError
-from repens.methods.optimizers import DirectAdam, DirectSGD, fused_adam, fused_sgd
-from repens.methods.updates import StepContext, Update, add_langevin_noise, langevin_noise_std, make_update
 from repens.models.networks import build_model
 from repens.models.particles import StackedModel
 from repens.models.posteriors import Batch, NetworkPosterior
-from repens.training.fitting import fit_particles, kernel_from_job, train_settings
-from repens.training.train import TrainState, train
+from repens.training.fitting import Streams, fit_particles, train_settings
 
 log = logging.getLogger("repens.image")
 
@@ -67,8 +62,6 @@ __all__ = [
     "SeedStackModel",
     "SeedStreams",
     "SeedStackPosterior",
-    "SeedStackAdam",
-    "SeedStackSGD",
     "NOT_STACKABLE",
     "ImageData",
     "load_image_data",
@@ -511,15 +504,13 @@ class SeedStreams:
             rows.append(model.sample_gaussian(per_seed, scale, generator))
         return torch.cat(rows)
 
-    def add_langevin_noise(
-        self, params: Tensor, optimizer: torch.optim.Optimizer, generator: torch.Generator, temperature: float
-    ) -> None:  # noqa: ARG002 (the stack's own streams)
-        """:func:`repens.methods.updates.add_langevin_noise` with each seed's noise (n, D) from its
-        stream; inside a captured step too, as :meth:`prior_draws`."""
-        noise = torch.stack(
+    def standard_normal(self, params: Tensor, generator: torch.Generator) -> Tensor:  # noqa: ARG002
+        """Each seed's standard normal draws (n, D) from its stream, (G, n, D), as
+        :func:`repens.methods.rule.standard_normal` draws them for a one-seed job (a Langevin
+        rule's noise); inside a captured step too, as :meth:`prior_draws`."""
+        return torch.stack(
             [torch.randn(params.shape[1:], generator=g, dtype=params.dtype, device=g.device) for g in self.generators]
         )
-        params.add_(noise.to(params.device).mul_(langevin_noise_std(optimizer, params, temperature)))
 
     def state_dict(self) -> dict:
         return {"generators": [g.get_state() for g in self.generators]}
@@ -527,62 +518,6 @@ class SeedStreams:
     def load_state_dict(self, state: dict) -> None:
         for g, saved in zip(self.generators, state["generators"], strict=True):
             g.set_state(saved)
-
-
-class SeedStackAdam(DirectAdam):
-    """:class:`repens.methods.optimizers.DirectAdam` over a stack of seeds (G, n, D) whose fused
-    kernel gets each seed's block as a tensor of its own (one call, G tensors): the kernel
-    runs each tensor's vectorised loop and its scalar tail (the last ``n D mod 16`` entries
-    on AVX-512, rounded otherwise: measured) as on the seed's own (n, D) particles, where
-    one (G, n, D) tensor would put those entries in the middle of the vectorised loop. The
-    first step makes the state ``torch.optim.Adam`` makes (step 0, zero moments) and takes
-    the same direct step, so every step is the one-seed job's, bit for bit."""
-
-    def _direct(self) -> bool:
-        for group in self.param_groups:
-            for p in group["params"]:
-                state = self.state[p]
-                if not state:  # as torch.optim.Adam's _init_group makes it for fused=True
-                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return super()._direct()
-
-    def _fused_step(self) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                state = self.state[p]
-                state["step"].add_(1)
-                fused_adam(
-                    list(p.unbind(0)),
-                    list(p.grad.unbind(0)),
-                    list(state["exp_avg"].unbind(0)),
-                    list(state["exp_avg_sq"].unbind(0)),
-                    [state["step"]] * p.shape[0],
-                    group,
-                )
-
-
-class SeedStackSGD(DirectSGD):
-    """:class:`repens.methods.optimizers.DirectSGD` over a stack of seeds, each seed's block a tensor
-    of its own in the fused kernel (see :class:`SeedStackAdam`)."""
-
-    def _fused_step(self) -> None:
-        for group in self.param_groups:
-            blocks = [block for p in group["params"] for block in p.unbind(0)]
-            grads = [block for p in group["params"] for block in p.grad.unbind(0)]
-            fused_sgd(blocks, grads, group)
-
-
-#: the optimizers of a stack of seeds, by :class:`repens.jobs.job.Job`'s ``optimizer``
-SEED_STACK_OPTIMIZERS = {"adam": SeedStackAdam, "sgd": SeedStackSGD}
-
-
-def seed_stack_optimizer(name: str, params: Tensor, lr: float) -> torch.optim.Optimizer:
-    """:func:`repens.methods.optimizers.make_optimizer` for a stack of seeds (:data:`SEED_STACK_OPTIMIZERS`)."""
-    if name not in SEED_STACK_OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {name!r}; known: {sorted(SEED_STACK_OPTIMIZERS)}")
-    return SEED_STACK_OPTIMIZERS[name]([params], lr=lr)
 
 
 @dataclass(frozen=True)
@@ -600,27 +535,6 @@ class SeedStackPosterior(NetworkPosterior):
         return self.streams.prior_draws(self.model, n // sets, self.prior_std)
 
 
-def _stack_update(job: ImageJob, streams: SeedStreams):
-    """The job's update rule, its Langevin noise drawn per seed (:meth:`SeedStreams.add_langevin_noise`);
-    captured as a CUDA graph as the one-seed job's step is, with every seed's stream
-    registered with the graph (``generators``: each replay advances each seed's stream by
-    what its draws in the step took, prior draws and Langevin noise)."""
-    update = make_update(job.rule, job.space, **job.rule_options())
-
-    def step(params: Tensor, ctx: StepContext) -> Update:
-        result = update(params, ctx)
-        if result.after_step is None:
-            return result
-        if getattr(result.after_step, "func", None) is not add_langevin_noise:
-            raise TypeError(f"rule {job.rule!r}: an after-step other than the Langevin noise cannot be stacked")
-        noise = partial(streams.add_langevin_noise, temperature=result.after_step.keywords["temperature"])
-        return dataclasses.replace(result, after_step=noise)
-
-    step.graph_safe = update.graph_safe
-    step.generators = tuple(streams.generators)
-    return step
-
-
 def _fit_seed_stack(
     job: ImageJob,
     posterior: SeedStackPosterior,
@@ -631,31 +545,24 @@ def _fit_seed_stack(
     on_log,
     device: torch.device,
 ) -> Tensor:
-    """:func:`repens.training.fitting.fit_particles` for a stack of seeds (params (G, n, D)): the job's
-    rule, kernel and settings, the seeds' own streams for every draw. The loop's own
-    generator is never drawn from (checked at the end: a draw there would have broken the
-    equality with the one-seed jobs)."""
-    if job.rule == "langevin" and job.optimizer == "adam" and (job.temperature is None or job.temperature):
-        log.warning(
-            "Langevin noise preconditioned by Adam (no correction term) does not sample the target: "
-            "it over-disperses a Gaussian by tens of percent (tests/test_langevin.py); use "
-            "optimizer: sgd with step_size: curvature for ULA"
-        )
+    """:func:`repens.training.fitting.fit_particles` for a stack of seeds (params (G, n, D)):
+    the seeds' own streams for every draw (minibatches, prior draws, a Langevin rule's
+    noise, each registered with a captured step), each seed's block stepped by the optimizer
+    as a tensor of its own. The loop's own generator is never drawn from (checked at the
+    end: a draw there would have broken the equality with the one-seed jobs)."""
     unused = torch.Generator(device=device).manual_seed(0)
     before = unused.get_state()
-    kernel = kernel_from_job(job)
-    anchors = init.clone() if job.rule == "anchored" else None
-    state = train(
-        TrainState(init, anchors),
-        _stack_update(job, streams),
-        lambda batch, anchors_: StepContext(posterior, kernel, unused, batch, anchors_),
+    state = fit_particles(
+        job,
+        posterior,
+        init,
         train_settings(job, job.steps),
         unused,
         next_batch=streams,
         checkpoint=checkpoint,
         on_log=on_log,
         checkpoint_key=checkpoint_key,
-        optimizer_for=seed_stack_optimizer,
+        streams=Streams(tuple(streams.generators), streams.standard_normal, blocks=True),
     )
     if not torch.equal(unused.get_state(), before):
         raise RuntimeError("a step drew from the loop's generator, not from the seeds' streams")

@@ -123,7 +123,7 @@ def collect(
 ) -> dict[str, Any]:
     """The provenance of this process (and of ``job``, if given); never raises."""
     try:
-        from repens import __version__
+        from repens.core.version import __version__
 
         commit, dirty = git_state()
         torch = sys.modules.get("torch")

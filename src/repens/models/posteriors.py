@@ -26,6 +26,8 @@ from repens.models.targets import Target
 __all__ = [
     "Batch",
     "Posterior",
+    "autograd_gradient",
+    "AutogradPosterior",
     "TargetPosterior",
     "NetworkPosterior",
     "gaussian_log_likelihood",
@@ -42,18 +44,103 @@ class Batch:
 
 
 class Posterior(Protocol):
-    def log_likelihood(self, params: Tensor, batch: Batch | None) -> Tensor: ...
+    """Everything an update rule reads of the posterior ``p(w | D)`` of stacked particles
+    ``params`` (..., n, D): log-densities (..., n) and their gradients (..., n, D).
 
-    def log_prior(self, params: Tensor) -> Tensor: ...
+    The weight-space rules use the likelihood's and the prior's gradients; the rules that
+    draw from the prior (DRLE's MMD term, the SSGE function prior) :meth:`sample_prior`;
+    the function-space rules the network's outputs on a batch (:meth:`predict`,
+    :meth:`outputs_with_pullback`) and the likelihood's gradient there. A posterior that
+    cannot answer one (a synthetic target has no network) raises ``TypeError`` saying so.
+    :class:`repens.models.wrap.ModulePosterior` makes one of any module with a likelihood
+    and a prior given as plain callables.
+    """
 
-    def grad_log_prior(self, params: Tensor) -> Tensor: ...
+    #: N, the training set's size (a batch's log-likelihood is scaled by N / B)
+    num_train: int
 
-    def sample_prior(self, n: int, generator: torch.Generator) -> Tensor: ...
+    def log_likelihood(self, params: Tensor, batch: Batch | None) -> Tensor:
+        """``log p(D | w_i)`` (..., n), a batch's scaled to the whole data set."""
+
+    def grad_log_likelihood(self, params: Tensor, batch: Batch | None) -> Tensor:
+        """Its gradient (..., n, D)."""
+
+    def log_prior(self, params: Tensor) -> Tensor:
+        """``log p(w_i)`` (..., n)."""
+
+    def grad_log_prior(self, params: Tensor) -> Tensor:
+        """Its gradient (..., n, D)."""
+
+    def add_grad_log_prior_(self, out: Tensor, params: Tensor, scale: float = 1.0) -> Tensor:
+        """``out += scale * grad log p(params)`` in place; returns ``out``."""
+
+    def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` draws (n, D) from the prior, from ``generator``."""
+
+    def predict(self, params: Tensor, x: Tensor) -> Tensor:
+        """The networks' outputs (..., n, B, C) on inputs ``x``."""
+
+    def outputs_with_pullback(self, params: Tensor, x: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        """The outputs on ``x`` and their vector-Jacobian product ``v -> (df/dw)^T v`` (..., n, D)."""
+
+    def output_grad_log_likelihood(self, outputs: Tensor, batch: Batch) -> Tensor:
+        """``d/df log p(y | f)`` at ``outputs`` (scaled as :meth:`log_likelihood`)."""
+
+    def probability_grad_log_likelihood(self, probs: Tensor, batch: Batch) -> Tensor:
+        """The categorical likelihood's score with respect to the class probabilities."""
+
+
+def autograd_gradient(fn: Callable[[Tensor], Tensor], params: Tensor) -> Tensor:
+    """Gradient of ``fn(params).sum()``; particles are independent so row i is grad_i."""
+    with torch.enable_grad():
+        p = params.detach().requires_grad_(True)
+        value = fn(p).sum()
+        if not value.requires_grad:  # a constant (e.g. the flat prior of a synthetic target)
+            return torch.zeros_like(p)
+        return torch.autograd.grad(value, p)[0]
+
+
+def _no_network(what: str) -> TypeError:
+    return TypeError(f"a density without a network has no {what}: function-space rules need a network posterior")
+
+
+class AutogradPosterior:
+    """A posterior known by its log-densities alone (``log_likelihood``, ``log_prior``, from
+    the subclass): their gradients by autograd, no network, no training set, no prior draws."""
+
+    @property
+    def num_train(self) -> int:
+        raise TypeError(f"{type(self).__name__} has no training set (num_train)")
+
+    def grad_log_likelihood(self, params: Tensor, batch: Batch | None = None) -> Tensor:
+        return autograd_gradient(lambda p: self.log_likelihood(p, batch), params)
+
+    def grad_log_prior(self, params: Tensor) -> Tensor:
+        return autograd_gradient(self.log_prior, params)
+
+    def add_grad_log_prior_(self, out: Tensor, params: Tensor, scale: float = 1.0) -> Tensor:
+        prior = self.grad_log_prior(params)
+        return out.add_(prior if scale == 1.0 else scale * prior)
+
+    def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
+        raise TypeError(f"{type(self).__name__} has no prior to draw from; use a rule without prior draws")
+
+    def predict(self, params: Tensor, x: Tensor) -> Tensor:
+        raise _no_network("outputs")
+
+    def outputs_with_pullback(self, params: Tensor, x: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        raise _no_network("outputs")
+
+    def output_grad_log_likelihood(self, outputs: Tensor, batch: Batch) -> Tensor:
+        raise _no_network("outputs")
+
+    def probability_grad_log_likelihood(self, probs: Tensor, batch: Batch) -> Tensor:
+        raise _no_network("outputs")
 
 
 @dataclass(frozen=True)
-class TargetPosterior:
-    """A synthetic density treated as the 'likelihood' with a flat prior."""
+class TargetPosterior(AutogradPosterior):
+    """A synthetic density treated as the 'likelihood' with a flat prior (no data, no network)."""
 
     target: Target
 
@@ -70,7 +157,7 @@ class TargetPosterior:
         return out
 
     def sample_prior(self, n: int, generator: torch.Generator) -> Tensor:
-        raise NotImplementedError("a synthetic target has no prior; use a weight-space rule without one")
+        raise TypeError("a synthetic target has no prior; use a weight-space rule without one")
 
 
 def _targets(y: Tensor, outputs: Tensor) -> Tensor:

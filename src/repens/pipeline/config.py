@@ -620,11 +620,13 @@ def load_schema(path: str | Path | None = None) -> dict[str, Any]:
     return with_registry(yaml.safe_load(Path(path).read_text()))
 
 
-def check_schema(config: dict[str, Any], schema: Mapping[str, Any]) -> None:
+def check_schema(config: dict[str, Any], schema: Mapping[str, Any], *, fill_defaults: bool = False) -> None:
     """Coerce the numbers of ``config`` in place (:func:`coerce_numbers`), then check it
     against the JSON ``schema`` with the registry's choices filled in (:func:`with_registry`):
     its best-matching error raises :class:`ConfigError` ``"<key>: <message>"`` (the key
-    dotted, ``(top level)`` for the config itself).
+    dotted, ``(top level)`` for the config itself). With ``fill_defaults`` the same pass
+    sets each missing property that the schema gives a ``default`` (as
+    ``snakemake.utils.validate`` does, so the workflow validates its config once).
 
     Where ``jsonschema`` is not installed (a GPU node: ``repens budget`` there), the
     check is :func:`schema_errors`, this module's own reading of the keywords the
@@ -640,10 +642,28 @@ def check_schema(config: dict[str, Any], schema: Mapping[str, Any]) -> None:
             path, message = min(errors, key=lambda e: len(e[0]))  # the first of the shallowest
             raise ConfigError(f"{'.'.join(str(p) for p in path) or '(top level)'}: {message}") from None
         return
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    validator = _defaults_filling(jsonschema.Draft202012Validator) if fill_defaults else jsonschema.Draft202012Validator
+    error = jsonschema.exceptions.best_match(validator(schema).iter_errors(config))
     if error is not None:
         key = ".".join(str(part) for part in error.absolute_path) or "(top level)"
         raise ConfigError(f"{key}: {error.message}")
+
+
+def _defaults_filling(validator_class):
+    """``validator_class`` whose ``properties`` keyword first sets each missing property's
+    ``default`` on the instance (jsonschema's FAQ recipe, as ``snakemake.utils.validate``)."""
+    from jsonschema import validators
+
+    check_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):  # noqa: ANN001, ANN202
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    instance.setdefault(name, subschema["default"])
+        yield from check_properties(validator, properties, instance, schema)
+
+    return validators.extend(validator_class, {"properties": set_defaults})
 
 
 #: JSON Schema keywords :func:`schema_errors` reads; the others it meets are annotations

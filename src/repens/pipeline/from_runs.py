@@ -1,7 +1,8 @@
 """Tables and figures straight from result files, in one process: the summary step of
 :mod:`repens.summaries`, then the report that draws from what it returns (the CLI's
-``synthetic-table``, ``synthetic-figure``, ``toy-table`` and ``toy-figure`` commands).
-The workflow runs the two apart: the step writes its file, the report reads it."""
+``synthetic-table``, ``synthetic-figure``, ``toy-table``, ``toy-figure`` and
+``training-curves`` commands). The workflow runs the first four apart (the step writes its
+file, the report reads it) and Table 1's training curves in one (rule ``plot_training_curves``)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from repens.report.synthetic import write_metrics_table_from
 from repens.report.synthetic_figures import plot_target_panels_from
 from repens.report.toy import write_distance_table_from
 from repens.report.toy_figures import plot_classification_panels_from, plot_regression_panels_from
+from repens.report.training_figures import plot_repulsion, plot_training_curves
 from repens.summaries import synthetic as synthetic_steps
 from repens.summaries import toy as toy_steps
+from repens.summaries import training_curves as curve_steps
 
 __all__ = [
+    "training_curves",
     "write_metrics_table",
     "plot_target_panels",
     "write_distance_table",
@@ -104,3 +108,31 @@ def plot_classification_panels(
             or the inputs mix seeds/scales (messages name the files).
     """
     plot_classification_panels_from(toy_steps.figure_data("classification", inputs), out_png, out_pdf, labels=labels)
+
+
+def training_curves(
+    convergence: Path,
+    out_png: Path,
+    dataset: str = "fashionmnist",
+    repulsion_png: Path | None = None,
+    repulsion_csv: Path | None = None,
+) -> list[str]:
+    """Table 1's training curves of the runs ``convergence`` (``results/convergence.csv``)
+    names, drawn to ``out_png``; with ``repulsion_png`` / ``repulsion_csv``, the repulsion
+    diagnostic drawn and summarised per method. Returns what was written, one line each."""
+    curves = curve_steps.training_curves(convergence, dataset)
+    plot_training_curves(curves, out_png)
+    runs = curves.groupby(["method", "seed"]).ngroups if not curves.empty else 0
+    lines = [f"{out_png}: {runs} runs of {curves['method'].nunique()} methods"]
+    if repulsion_png or repulsion_csv:
+        ratios = curve_steps.repulsion_ratios(convergence, dataset)
+        if repulsion_png:
+            plot_repulsion(ratios, repulsion_png)
+        if repulsion_csv:
+            from repens.core.atomic import write_text_atomic
+
+            summary = curve_steps.summarize_repulsion(ratios).to_csv(index=False, float_format="%.4g")
+            write_text_atomic(Path(repulsion_csv), summary)
+        n = ratios.groupby(["method", "seed"]).ngroups if not ratios.empty else 0
+        lines.append(f"repulsion diagnostic: {n} runs of {ratios['method'].nunique()} methods")
+    return lines

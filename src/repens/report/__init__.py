@@ -11,5 +11,5 @@ Figures 1 and 3), :mod:`repens.report.image` (Table 1), :mod:`repens.report.uci`
 :mod:`~repens.report.evidence` and :mod:`~repens.report.claim_list` (the claim scorecard),
 :mod:`repens.report.claim_figures`, :mod:`repens.report.results_page`; shared:
 :mod:`repens.report.tables`, :mod:`repens.report.figures`, :mod:`repens.report.style`,
-:mod:`repens.report.files`. ``python -m repens.report`` runs the synthetic and toy reports.
+:mod:`repens.results.files`. ``python -m repens.report`` runs the synthetic and toy reports.
 """

@@ -28,8 +28,8 @@ import pandas as pd
 
 from repens.core.atomic import write_bytes_atomic
 from repens.core.errors import DataFileError
-from repens.report.files import ResultFileMissing
 from repens.report.style import VERDICT_COLOURS, figure_style
+from repens.results.files import ResultFileMissing
 
 __all__ = [
     "COLUMNS",

@@ -107,7 +107,6 @@ from repens.report.evidence import (  # noqa: F401 (the scorecard's names, in on
     table_scale,
 )
 from repens.report.verdicts import (  # noqa: F401 (the scorecard's names, in one place)
-    COVERAGE,
     EXACT,
     NOT_CONVERGED,
     PUBLISHED,
@@ -119,9 +118,9 @@ from repens.report.verdicts import (  # noqa: F401 (the scorecard's names, in on
     combine,
     compare,
     detectable_summary,
-    quantile,
     summary,
 )
+from repens.results.statistics import COVERAGE, quantile
 
 __all__ = [
     "COVERAGE",
@@ -633,7 +632,7 @@ def write_scorecard_html(claims_csv: Path | str, out_html: Path | str, figures: 
 
     def read(path: Path) -> pd.DataFrame:
         if not path.is_file():
-            from repens.report.files import ResultFileMissing
+            from repens.results.files import ResultFileMissing
 
             raise ResultFileMissing(f"{path}: no such scorecard file (python -m repens claims writes it)")
         return pd.read_csv(path, dtype=str, keep_default_na=False)

@@ -13,7 +13,6 @@ from typing import Any
 
 from repens.core import registry
 from repens.core.errors import DataFileError
-from repens.report.files import read_json
 from repens.report.image import CODE_PAPER_KEYS, PAPER_SEEDS, paper_se, runs_path
 from repens.report.verdicts import (
     EXACT,
@@ -22,6 +21,7 @@ from repens.report.verdicts import (
     _finite,
     _num,
 )
+from repens.results.files import read_json, shown_path
 
 # --------------------------------------------------------------------------- reading tables
 
@@ -501,13 +501,3 @@ FILES = {
     "uci_seeds": "workflow/resources/table2_seeds.csv",
     "convergence": "results/convergence.csv",
 }
-
-
-def shown_path(path: Path | str) -> str:
-    """A file as the scorecard names it: relative to the working directory when under it
-    (the checkout), so the scorecard does not depend on where the checkout lies."""
-    path = Path(path)
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve()).as_posix() if path.is_absolute() else path.as_posix()
-    except ValueError:
-        return path.as_posix()

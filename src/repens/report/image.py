@@ -19,7 +19,6 @@ import pandas as pd
 from repens.core import registry
 from repens.core.errors import DataFileError
 from repens.core.results import check_result
-from repens.report.files import RecordedJob, read_json
 from repens.report.tables import (
     Block,
     Column,
@@ -33,6 +32,7 @@ from repens.report.tables import (
     with_labels,
     write_table,
 )
+from repens.results.files import RecordedJob, read_json
 
 __all__ = [
     "TABLE1_COLUMNS",

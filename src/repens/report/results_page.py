@@ -337,7 +337,7 @@ def _job_files(reference: Path, experiment: str, runs: Sequence[str]) -> list[Pa
 def run_provenance(path: Path) -> dict[str, Any]:
     """The provenance stamped in a result file ({} if none); a corrupt file: one line naming it."""
     from repens.core.errors import DataFileError
-    from repens.report.files import read_json, read_npz
+    from repens.results.files import read_json, read_npz
 
     if path.suffix == ".json":
         return read_json(path, "result").get("provenance") or {}

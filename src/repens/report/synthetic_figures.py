@@ -22,9 +22,10 @@ import numpy as np
 
 from repens.core.errors import DataFileError
 from repens.report.figures import save_png_pdf
-from repens.report.files import RecordedJob
 from repens.report.style import PALETTE, figure_style
-from repens.report.synthetic import PAPER_FIGURES, TARGET_TITLES, Run, load_runs, read_npz
+from repens.report.synthetic import PAPER_FIGURES, TARGET_TITLES, load_runs
+from repens.results.files import RecordedJob
+from repens.results.synthetic import Run, read_npz
 
 log = logging.getLogger("repens.report")
 

@@ -461,10 +461,10 @@ def _booktabs_rules(tex: str, table: Table) -> str:
         if len(body) != len(table.rules):
             raise ValueError(f"table {table.title!r}: {len(body)} LaTeX rows for {len(table.rules)} rows")
         ruled = []
-        for rule, line in zip(table.rules, body):
-            if rule == "midrule":
+        for above, line in zip(table.rules, body):
+            if above == "midrule":
                 ruled.append(r"\midrule")
-            elif rule == "cmidrule":
+            elif above == "cmidrule":
                 ruled.append(rf"\cmidrule(l){{{min(2, width)}-{width}}}")
             ruled.append(line)
         lines[head + 1 : bottom] = ruled
@@ -579,9 +579,9 @@ def to_html(table: Table) -> str:
         rules = list(table.rules)
         ncols = table.cells.shape[1]
 
-        def border(rule: str, level: int = -1) -> str:
-            if rule == "midrule" or (rule == "cmidrule" and level != 0):
-                return "border-top: 1px solid #222;" if rule == "midrule" else "border-top: 1px solid #999;"
+        def border(above: str, level: int = -1) -> str:
+            if above == "midrule" or (above == "cmidrule" and level != 0):
+                return "border-top: 1px solid #222;" if above == "midrule" else "border-top: 1px solid #999;"
             return ""
 
         styler.apply(lambda frame: np.array([[border(r)] * ncols for r in rules], dtype=object), axis=None)
@@ -658,10 +658,10 @@ def _png_rules(ax, n: int, rules: Sequence[str]) -> None:
 
     hline(0, lw=1.2)
     hline(1)
-    for i, rule in enumerate(rules):
-        if rule == "midrule":
+    for i, above in enumerate(rules):
+        if above == "midrule":
             hline(i + 1)
-        elif rule == "cmidrule":
+        elif above == "cmidrule":
             hline(i + 1, color="0.6", lw=0.6)
     hline(n, lw=1.2)
 

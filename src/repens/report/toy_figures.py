@@ -23,9 +23,10 @@ import numpy as np
 
 from repens.core.errors import DataFileError
 from repens.report.figures import save_png_pdf
-from repens.report.files import read_npz
 from repens.report.style import PALETTE, figure_style
-from repens.report.toy import DATASETS, ToyRun, run_from_record, settings_summary
+from repens.report.toy import settings_summary
+from repens.results.files import read_npz
+from repens.results.toy import DATASETS, ToyRun, run_from_record
 
 log = logging.getLogger("repens.report")
 

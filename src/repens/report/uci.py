@@ -20,7 +20,6 @@ import pandas as pd
 from repens.core import registry
 from repens.core.errors import DataFileError
 from repens.core.results import check_result
-from repens.report.files import RecordedJob, read_json
 from repens.report.tables import (
     Column,
     Table,
@@ -34,6 +33,7 @@ from repens.report.tables import (
     with_labels,
     write_table,
 )
+from repens.results.files import RecordedJob, read_json
 
 __all__ = [
     "UCI_COLUMNS",

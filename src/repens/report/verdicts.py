@@ -9,10 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scipy import stats
+from repens.results.statistics import quantile, welch_dof
 
-#: two-sided coverage of every interval the rule reads
-COVERAGE = 0.95
 VERDICTS = ("reproduced", "contradicted", "inconclusive", "not run")
 #: relation -> how the figures read it
 RELATIONS = {">": ">", "<": "<", "~": "~", "<=": "<=", ">=": ">="}
@@ -26,32 +24,6 @@ NOT_CONVERGED = "not converged"
 
 
 # --------------------------------------------------------------------------- verdicts
-
-
-def quantile(dof: float, coverage: float = COVERAGE) -> float:
-    """The half-width, in standard errors, of a ``coverage`` (:data:`COVERAGE`) interval for
-    a mean whose error was estimated with ``dof`` degrees of freedom: Student's t quantile
-    (12.7 at 1, 2.78 at 4, 2.09 at 19), the normal one (1.96) at ``dof = inf`` (a printed
-    error, a constant)."""
-    q = (1 + coverage) / 2
-    if not dof > 0:
-        raise ValueError(f"degrees of freedom must be > 0, got {dof!r}")
-    return float(stats.norm.ppf(q)) if math.isinf(dof) else float(stats.t.ppf(q, dof))
-
-
-def satterthwaite_dof(terms: Sequence[tuple[float, float]]) -> float:
-    """Welch-Satterthwaite degrees of freedom of ``sqrt(sum se_i^2)``, ``terms`` its
-    ``(se_i, dof_i)`` (Welch 1947): ``(sum v_i)^2 / sum (v_i^2 / dof_i)`` with ``v = se^2``;
-    a term with infinite degrees of freedom adds nothing below."""
-    variances = [(se**2, dof) for se, dof in terms]
-    below = sum(v * v / d for v, d in variances if not math.isinf(d))
-    return math.inf if below == 0 else sum(v for v, _ in variances) ** 2 / below
-
-
-def welch_dof(se_a: float, dof_a: float, se_b: float, dof_b: float) -> float:
-    """Welch-Satterthwaite degrees of freedom of ``a - b``'s standard error
-    ``sqrt(se_a^2 + se_b^2)`` (:func:`satterthwaite_dof` of the two)."""
-    return satterthwaite_dof(((se_a, dof_a), (se_b, dof_b)))
 
 
 def _finite(x: Any) -> bool:

@@ -143,7 +143,7 @@ from typing import Any
 
 import numpy as np
 
-from repens.report.verdicts import COVERAGE, quantile, satterthwaite_dof
+from repens.results.statistics import COVERAGE, quantile, satterthwaite_dof
 
 __all__ = [
     "ABS_TOL_LOGP",
@@ -848,8 +848,8 @@ def pooled_stability(stabs: Sequence[Mapping[str, Any]], name: str, tests: int =
 
     ``stabs``: each run's :func:`stability` of the series. The row mean's drift is the
     mean of the runs' drifts, its variance ``sum se_i^2 / n^2`` (independent seeds), its
-    degrees of freedom Welch-Satterthwaite's (:func:`repens.report.verdicts.satterthwaite_dof`); moving
-    when ``|drift| > t se`` (t: :func:`repens.report.verdicts.quantile` at those degrees
+    degrees of freedom Welch-Satterthwaite's (:func:`repens.results.statistics.satterthwaite_dof`); moving
+    when ``|drift| > t se`` (t: :func:`repens.results.statistics.quantile` at those degrees
     of freedom, at a two-sided level of 5 % / ``tests``: Bonferroni's, where the row is
     judged on ``tests`` series) and ``|drift| > tol`` (the runs' mean tolerance). ``ok``
     None when a run's stability is unknown."""

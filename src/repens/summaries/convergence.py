@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from repens.report.evidence import shown_path
+from repens.results.files import shown_path
 
 __all__ = ["CONVERGENCE_COLUMNS", "convergence_rows", "write_convergence", "main"]
 

@@ -35,7 +35,7 @@ from repens.core.errors import DataError, one_line
 from repens.core.results import ResultMismatch
 from repens.evaluation.metrics import as_array, covariance_relative_errors, mean_error, mean_pairwise_distance
 from repens.models.targets import make_target
-from repens.report.synthetic import METRIC_KEYS, Run, load_run
+from repens.results.synthetic import METRIC_KEYS, Run, load_run
 
 log = logging.getLogger("repens.summaries")
 

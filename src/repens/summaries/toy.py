@@ -47,9 +47,9 @@ from repens.core.errors import DataError, DataFileError, one_line
 from repens.core.results import ResultMismatch
 from repens.data.toy import REGRESSION_CLUSTERS
 from repens.evaluation.distances import categorical_kl, gaussian_w2, mixture_moments, predictive_entropy
-from repens.report.files import read_npz
-from repens.report.synthetic import LABELS
-from repens.report.toy import CLASSIFICATION_COLUMNS, COLUMNS, DATASETS, NEAR_RADIUS, REGRESSION_COLUMNS, run_record
+from repens.results.files import read_npz
+from repens.results.synthetic import LABELS
+from repens.results.toy import CLASSIFICATION_COLUMNS, COLUMNS, DATASETS, NEAR_RADIUS, REGRESSION_COLUMNS, run_record
 from repens.training.hmc import CONVERGED_ESS_MIN, CONVERGED_RHAT_MAX, HMCSettings
 
 log = logging.getLogger("repens.summaries")

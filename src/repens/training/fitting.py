@@ -1,12 +1,14 @@
 """Fitting a stack of particles with a job's update rule: the wiring every experiment
-shares (kernel from the job, update rule with its options, anchors, the step size, the
-training loop)."""
+shares (kernel from the job, the rule built with its options, the step size, a burn-in,
+the training loop), for one set of particles or a stack of sets (UCI splits, image seeds)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +17,17 @@ import torch
 from repens.core.atomic import torch_save_atomic
 from repens.core.jobkey import load_keyed_checkpoint
 from repens.jobs.job import Job, default_of
+from repens.methods.optimizers import make_optimizer
+from repens.methods.rule import Rule, build, standard_normal
 from repens.methods.step_size import StepSize, langevin_step_size
-from repens.methods.updates import StepContext, make_update
 from repens.models.kernels import RBF
 from repens.models.posteriors import Batch, Posterior
 from repens.training.train import TrainSettings, TrainState, train
 
 __all__ = [
     "kernel_from_job",
+    "job_rule",
+    "Streams",
     "train_settings",
     "fit_particles",
     "burn_in",
@@ -55,6 +60,39 @@ def train_settings(job: Job, steps: int | None = None, **extra: Any) -> TrainSet
     return TrainSettings(steps=steps, lr=job.lr, optimizer=job.optimizer, log_every=job.log_interval(steps), **extra)
 
 
+@dataclass(frozen=True)
+class Streams:
+    """How a stack of sets draws its randomness when each set has a stream of its own (a
+    seed stack, :class:`repens.experiments.image.SeedStreams`): the streams (registered with
+    a captured step), the rule's standard normal draws from them, and each set's block of
+    the particles stepped by the optimizer as a tensor of its own
+    (:func:`repens.methods.optimizers.make_optimizer`'s ``blocks``). The default: one stream,
+    the run's."""
+
+    generators: tuple[torch.Generator, ...] = ()
+    noise: Callable[[torch.Tensor, torch.Generator], torch.Tensor] = standard_normal
+    blocks: bool = False
+
+
+def job_rule(job: Job, posterior: Posterior, settings: TrainSettings, streams: Streams = Streams()) -> Rule:
+    """The job's rule (``rule``, ``space``, its options, ``bandwidth``) bound to
+    ``posterior``, stepped by the settings' optimizer at their learning rate."""
+    return build(
+        job.rule,
+        job.space,
+        posterior,
+        kernel=kernel_from_job(job),
+        optimizer=partial(_optimizer, settings.optimizer, settings.lr, streams.blocks),
+        lr=settings.lr,
+        noise=streams.noise,
+        **job.rule_options(),
+    )
+
+
+def _optimizer(name: str, lr: float, blocks: bool, params: torch.Tensor) -> torch.optim.Optimizer:
+    return make_optimizer(name, params, lr, blocks=blocks)
+
+
 def fit_particles(
     job: Job,
     posterior: Posterior,
@@ -65,23 +103,25 @@ def fit_particles(
     checkpoint: Path | None = None,
     on_log: Callable[[int, torch.Tensor], dict] | None = None,
     checkpoint_key: str | None = None,
+    streams: Streams = Streams(),
 ) -> TrainState:
-    """Move the particles ``init`` with the job's update rule (``rule``, ``space``, its
-    options and ``bandwidth``) through :func:`repens.training.train.train`; returns its final
-    state (``.params``: the particles; ``.repulsion``: the repulsion diagnostic).
-    Anchored ensembles are anchored at ``init`` (Pearce et al.: anchor = draw).
-    The checkpoint is keyed by ``checkpoint_key`` (default: ``job.key()``), so one
-    made under other settings is set aside instead of resumed.
+    """Move the particles ``init`` with the job's rule (:func:`job_rule`) through
+    :func:`repens.training.train.train`; returns its final state (``.params``: the
+    particles; ``.repulsion``: the repulsion diagnostic). The rule's state is made at
+    ``init``, the particles' draw (an anchored ensemble anchors there, Pearce et al.); a
+    burn-in (:func:`burn_in`) then moves them on before the rule's steps. The checkpoint is
+    keyed by ``checkpoint_key`` (default: ``job.key()``), so one made under other settings
+    is set aside instead of resumed.
     """
-    kernel = kernel_from_job(job)
     checkpoint_key = job.key() if checkpoint_key is None else checkpoint_key
-    anchors = init.clone() if job.rule == "anchored" else None
+    start = init
     if job.burn_in:
         init, settings = burn_in(
-            job, posterior, init, settings, generator, next_batch, checkpoint, on_log, checkpoint_key
+            job, posterior, init, settings, generator, next_batch, checkpoint, on_log, checkpoint_key, streams
         )
+    rule = job_rule(job, posterior, settings, streams)
     if job.step_size == "curvature":
-        step = curvature_step(job, posterior, init, next_batch, kernel, generator.device)
+        step = curvature_step(job, rule, init, next_batch, generator.device)
         log.info(
             "step size: curvature %.4g (MMD bound %.3g) at the %s particles, eta = %g / L = %.4g (lr %g is the cap)",
             step.curvature,
@@ -92,25 +132,21 @@ def fit_particles(
             settings.lr,
         )
         settings = dataclasses.replace(settings, lr=min(settings.lr, step.lr))
-    elif job.rule == "langevin" and settings.optimizer == "adam" and (job.temperature is None or job.temperature):
-        log.warning(
-            "Langevin noise preconditioned by Adam (no correction term) does not sample the target: "
-            "it over-disperses a Gaussian by tens of percent (tests/test_langevin.py); use "
-            "optimizer: sgd with step_size: curvature for ULA"
-        )
-    update = make_update(job.rule, job.space, **job.rule_options())
-    state = train(
-        TrainState(init, anchors),
-        update,
-        lambda batch, anchors_: StepContext(posterior, kernel, generator, batch, anchors_),
+        rule = job_rule(job, posterior, settings, streams)
+    state = rule.init(start, generator)
+    if init is not start:  # the burn-in's particles
+        with torch.no_grad():
+            state.params.copy_(init)
+    return train(
+        rule,
+        state,
         settings,
-        generator,
         next_batch=next_batch,
         checkpoint=checkpoint,
         on_log=on_log,
         checkpoint_key=checkpoint_key,
+        streams=streams.generators,
     )
-    return state
 
 
 def burn_in_files(checkpoint: Path) -> tuple[Path, Path]:
@@ -139,6 +175,7 @@ def burn_in(
     checkpoint: Path | None,
     on_log: Callable[[int, torch.Tensor], dict] | None,
     checkpoint_key: str,
+    streams: Streams = Streams(),
 ) -> tuple[torch.Tensor, TrainSettings]:
     """The first ``round(burn_in * steps)`` steps of a run as a deep ensemble: each particle
     ascends its own log-posterior (Eq. 2, the ``ensemble`` rule) with Adam at the job's
@@ -168,17 +205,17 @@ def burn_in(
     log.info(
         "burn-in: %d of %d steps as a deep ensemble (adam, lr %g), then %s", n, settings.steps, settings.lr, job.rule
     )
-    kernel = kernel_from_job(job)
+    ensemble_settings = dataclasses.replace(settings, steps=n, optimizer="adam")
+    ensemble = job_rule(job.replace(rule="ensemble", space="weight"), posterior, ensemble_settings, streams)
     state = train(
-        TrainState(init),
-        make_update("ensemble", "weight"),
-        lambda batch, anchors_: StepContext(posterior, kernel, generator, batch, anchors_),
-        dataclasses.replace(settings, steps=n, optimizer="adam"),
-        generator,
+        ensemble,
+        ensemble.init(init, generator),
+        ensemble_settings,
         next_batch=next_batch,
         checkpoint=running,
         on_log=on_log,
         checkpoint_key=key,
+        streams=streams.generators,
     )
     if done is not None:
         _keep_burn_in(done, running, key, n, state.params, generator, sampler_state)
@@ -212,37 +249,36 @@ def _keep_burn_in(
 
 def curvature_step(
     job: Job,
-    posterior: Posterior,
+    rule: Rule,
     init: torch.Tensor,
     next_batch: Callable[[torch.Generator], Batch | None],
-    kernel: RBF,
     device: torch.device | str = "cpu",
 ) -> StepSize:
     """The job's ``step_size: curvature`` step, ``curvature_fraction / L``
     (:func:`repens.methods.step_size.langevin_step_size`) at the initial particles.
 
-    ``V`` is the rule's: the full-data scaled likelihood plus ``temperature`` times the prior
-    for a Langevin rule (plus DRLE's MMD bound at the initial particles' median bandwidth),
-    likelihood plus prior otherwise; its Hessian is averaged over :data:`CURVATURE_BATCHES`
-    minibatches from a stream seeded with the job's seed. The step is rounded to 3
-    significant digits, so a rerun (say on another thread count, which rounds the power
-    iteration differently) finds the same ``lr`` and resumes its checkpoint.
+    ``V`` is the rule's (:meth:`repens.methods.rule.Rule.potential`): the full-data scaled
+    likelihood plus ``temperature`` times the prior for a Langevin rule (plus DRLE's MMD
+    bound at the initial particles' median bandwidth), likelihood plus prior otherwise; its
+    Hessian is averaged over :data:`CURVATURE_BATCHES` minibatches from a stream seeded with
+    the job's seed. The step is rounded to 3 significant digits, so a rerun (say on another
+    thread count, which rounds the power iteration differently) finds the same ``lr`` and
+    resumes its checkpoint.
     """
     seed = int(job.seed or 0)
     batch_stream = torch.Generator(device=device).manual_seed(seed)
     batches = [next_batch(batch_stream) for _ in range(CURVATURE_BATCHES)]
     if all(b is None for b in batches):
         batches = [None]
-    langevin = job.rule == "langevin"
-    mmd_weight = float(job.mmd_weight or 0.0) if langevin else 0.0
+    temperature, mmd_weight = rule.potential()
     bandwidth = None
     if mmd_weight:
-        bandwidth = float(torch.as_tensor(kernel.self_gram(init)[1]).min())
+        bandwidth = float(torch.as_tensor(rule.kernel.self_gram(init)[1]).min())
     step = langevin_step_size(
-        posterior,
+        rule.posterior,
         init,
         batches,
-        temperature=float(1.0 if job.temperature is None else job.temperature) if langevin else 1.0,
+        temperature=temperature,
         fraction=float(job.curvature_fraction),
         mmd_weight=mmd_weight,
         bandwidth=bandwidth,

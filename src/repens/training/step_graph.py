@@ -29,7 +29,7 @@ flag, the optimizer step and the Langevin noise) once and replays it every step:
   up there too: eager, never wrong).
 
 Only a rule that declares itself graph-safe is captured (``graph_safe`` of
-:func:`repens.methods.updates.make_update`: nothing in its step waits for the host; SSGE's
+:class:`repens.methods.rule.Rule`: nothing in its step waits for the host; SSGE's
 ``eigh`` checks its result on the host and is not). Everything here but
 :class:`CudaCalls` is device-independent and tested on the CPU: :class:`StepGraphs` with
 :class:`EagerBackend`, which "replays" by running the step again

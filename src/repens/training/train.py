@@ -1,18 +1,18 @@
 """The training loop shared by every experiment.
 
-Particles are one leaf tensor (n, D) moved by a standard optimizer ascending ``phi`` (``maximize=True``, fused)
-(Adam is elementwise, so one Adam over the stack equals one Adam per member).
-An update may carry an ``after_step`` (the Langevin rules' noise, :func:`repens.methods.updates.langevin`),
-run after the optimizer step with the optimizer and the run's generator.
-The loop logs progress (steps/s, ETA), checkpoints periodically and on SIGTERM or
+The loop steps a rule (:class:`repens.methods.rule.Rule`) from its state: each step is the
+rule's ``update`` on the next minibatch, which moves the particles, one leaf tensor (n, D),
+with the rule's optimizer ascending ``phi`` (``maximize=True``, fused; Adam is elementwise,
+so one Adam over the stack equals one Adam per member) and adds the rule's noise (the
+Langevin rules'). The loop logs progress (steps/s, ETA), checkpoints periodically and on SIGTERM or
 SIGINT, resumes from its checkpoint when the checkpoint was made under the same
 settings (its key, see :mod:`repens.core.jobkey`; others are set aside), and stops on a
 non-finite update with a clear error.
 
 The loop is made of parts, each tested on its own: :func:`init` makes the state of a run
-(:class:`LoopState`: the particles, their optimizer, the generator, the guard, the bound
-rule); :func:`step` is one step, exactly what a CUDA graph captures (on a GPU, for a rule
-that declares itself graph-safe, it is captured and replayed, :mod:`repens.training.step_graph`);
+(:class:`LoopState`: the rule, its state, the guard); :func:`step` is one step, exactly
+what a CUDA graph captures (on a GPU, for a rule that declares itself graph-safe, it is
+captured and replayed, :mod:`repens.training.step_graph`);
 :class:`Checkpointer` saves and resumes under a key; :class:`FiniteGuard` stops a run on a
 non-finite update; :func:`scheduled_lr` is the staircase schedule; :class:`Progress` logs;
 :func:`stop_signals` and :func:`stop_if_signalled` turn SIGTERM / SIGINT into a checkpoint
@@ -43,13 +43,8 @@ from repens.core.atomic import torch_save_atomic
 from repens.core.environment import env_setting
 from repens.core.jobkey import ENGINE_VERSION, load_keyed_checkpoint
 from repens.methods.optimizers import OPTIMIZERS, make_optimizer
-from repens.methods.updates import (
-    StepContext,
-    Update,
-    adam_preconditioner,
-    preconditioned_repulsion_ratio,
-    repulsion_ratio,
-)
+from repens.methods.rule import Rule, RuleState
+from repens.methods.updates import Update, adam_preconditioner, preconditioned_repulsion_ratio, repulsion_ratio
 from repens.models.posteriors import Batch
 from repens.training.host_memory import keep_freed_memory
 from repens.training.step_graph import StepGraphs, StepState, backend_for
@@ -179,8 +174,9 @@ class TrainSettings:
 
 @dataclass
 class TrainState:
+    """What a run leaves: the particles, and the repulsion diagnostic of its log steps."""
+
     params: Tensor
-    anchors: Tensor | None = None
     #: (step, ratio) at each log step: ``||repulsion|| / ||drift||`` of the update there, one
     #: value per set of a stack (see :func:`repens.methods.updates.repulsion_ratio`)
     repulsion: list[tuple[int, list[float]]] = field(default_factory=list)
@@ -259,48 +255,43 @@ class FiniteGuard:
             self.check(done)
 
 
-@dataclass(frozen=True)
+@dataclass
 class LoopState:
-    """What a step reads and moves: the particles (a leaf tensor the optimizer steps), the
-    optimizer, the run's generator, the guard, the bound rule and its context."""
+    """What a step reads and moves: the rule, its state (the particles, a leaf tensor the
+    rule's optimizer steps in place, the optimizer, the run's generator), the guard, and the
+    random streams a step draws from besides the run's (a seed stack's)."""
 
-    params: Tensor
-    optimizer: torch.optim.Optimizer
-    generator: torch.Generator
+    rule: Rule
+    state: RuleState
     guard: FiniteGuard
-    update: Callable[[Tensor, StepContext], Update]
-    make_context: Callable[[Batch | None, Tensor | None], StepContext]
-    anchors: Tensor | None = None
+    streams: tuple[torch.Generator, ...] = ()
+
+    @property
+    def params(self) -> Tensor:
+        return self.state.params
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.state.optimizer
+
+    @property
+    def generator(self) -> torch.Generator:
+        return self.state.generator
 
 
-def init(
-    state: TrainState,
-    update: Callable[[Tensor, StepContext], Update],
-    make_context: Callable[[Batch | None, Tensor | None], StepContext],
-    settings: TrainSettings,
-    generator: torch.Generator,
-    optimizer_for: Callable[[str, Tensor, float], torch.optim.Optimizer] | None = None,
-    start: int = 0,
-) -> LoopState:
-    """The loop's state at step ``start``: a leaf copy of the particles and their optimizer."""
+def init(rule: Rule, state: RuleState, settings: TrainSettings, start: int = 0, streams: tuple = ()) -> LoopState:
+    """The loop's state at step ``start`` for the rule's ``state`` (:meth:`Rule.init`)."""
     if state.params.device.type == "cpu":
         keep_freed_memory()  # a step's activations are reused, not page-faulted in again
-    params = state.params.detach().clone().requires_grad_(True)
-    optimizer = (optimizer_for or make_optimizer)(settings.optimizer, params, settings.lr)
-    guard = FiniteGuard(settings, params.device, start)
-    return LoopState(params, optimizer, generator, guard, update, make_context, state.anchors)
+    return LoopState(rule, state, FiniteGuard(settings, state.params.device, start), tuple(streams))
 
 
-def step(state: LoopState, batch: Batch | None) -> Update:
-    """One step, exactly what a CUDA graph captures: the update, the finiteness flag, the
-    optimizer step, the rule's noise."""
-    result = state.update(state.params.detach(), state.make_context(batch, state.anchors))
-    state.guard.observe(result.direction)
-    state.params.grad = result.direction
-    state.optimizer.step()
-    if result.after_step is not None:
-        with torch.no_grad():
-            result.after_step(state.params, state.optimizer, state.generator)
+def step(loop: LoopState, batch: Batch | None) -> Update:
+    """One step, exactly what a CUDA graph captures: the rule's update (its direction, the
+    optimizer's step, its noise), then the finiteness flag of the direction. The rule moves
+    its state in place (a captured step replays on the same tensors)."""
+    loop.state, result = loop.rule.update(loop.state, batch)
+    loop.guard.observe(result.direction)
     return result
 
 
@@ -436,10 +427,10 @@ def stop_if_signalled(
 def _graphs_for(loop: LoopState, settings: TrainSettings) -> StepGraphs | None:
     """The step replayed as a CUDA graph, where the device, the settings and the rule allow."""
     backend = backend_for(loop.params.device) if settings.cuda_graphs and loop.guard.flag is not None else None
-    if backend is None or not getattr(loop.update, "graph_safe", False):
+    if backend is None or not loop.rule.graph_safe:
         return None
-    # the run's stream and any the rule draws from besides (a seed stack's: its ``generators``)
-    generators = (loop.generator, *getattr(loop.update, "generators", ()))
+    # the run's stream and any the step draws from besides (a seed stack's)
+    generators = (loop.generator, *loop.streams)
     graphs = StepGraphs(
         partial(step, loop),
         generators,
@@ -500,27 +491,26 @@ def run(
 
 
 def train(
-    state: TrainState,
-    update: Callable[[Tensor, StepContext], Update],
-    make_context: Callable[[Batch | None, Tensor | None], StepContext],
+    rule: Rule,
+    state: RuleState,
     settings: TrainSettings,
-    generator: torch.Generator,
     next_batch: Callable[[torch.Generator], Batch | None] = lambda g: None,
     checkpoint: Path | None = None,
     on_log: Callable[[int, Tensor], dict] | None = None,
     checkpoint_key: str | None = None,
-    optimizer_for: Callable[[str, Tensor, float], torch.optim.Optimizer] | None = None,
+    streams: tuple[torch.Generator, ...] = (),
 ) -> TrainState:
-    """Run ``settings.steps`` updates, resuming from ``checkpoint`` if it exists.
+    """Run ``settings.steps`` updates of ``rule`` from ``state``, resuming from ``checkpoint``
+    if it exists.
 
     Args:
-        state: initial particles (and anchors for anchored ensembles).
-        update: a bound update rule from :func:`repens.methods.updates.make_update`.
-        make_context: builds the rule's context from a batch and the anchors.
-        settings: steps, learning rate, optimizer, logging and checkpoint cadence.
-        generator: the one random stream (batches, prior draws, Langevin noise);
-            its state is checkpointed so a resumed run equals an uninterrupted one.
-        next_batch: draws the next minibatch from ``generator`` (``None`` if no data). A
+        rule: the update rule (:func:`repens.methods.rule.build`).
+        state: its state at the start (:meth:`repens.methods.rule.Rule.init`): the particles,
+            their optimizer, and the one random stream (batches, prior draws, Langevin
+            noise), whose state is checkpointed so a resumed run equals an uninterrupted one.
+        settings: steps, learning-rate schedule, logging and checkpoint cadence (``lr`` and
+            ``optimizer`` there are the rule's, for the checkpoint's key and the schedule).
+        next_batch: draws the next minibatch from the run's stream (``None`` if no data). A
             sampler with state of its own (``state_dict`` / ``load_state_dict``, e.g. the
             epoch sampler of :mod:`repens.methods.minibatches`) has it checkpointed too.
         checkpoint: file for checkpoints (each carries its SHA-256, see
@@ -533,18 +523,19 @@ def train(
             of the job). It is stored with ``settings.steps``/``lr``/``optimizer`` in
             every checkpoint; a checkpoint made under another key is not resumed but
             renamed to ``<checkpoint>.stale`` (one log line says so).
-        optimizer_for: makes the optimizer from ``settings.optimizer``, the particles and
-            the learning rate (default :func:`repens.methods.optimizers.make_optimizer`); a stack
-            of seeds steps each seed's block on its own
-            (:class:`repens.experiments.image.SeedStackAdam`).
+        streams: random streams a step draws from besides the run's (a seed stack's, one
+            per seed), registered with a captured step.
     """
-    loop = init(state, update, make_context, settings, generator, optimizer_for)
+    lr = state.optimizer.param_groups[0]["lr"]
+    if lr != settings.lr:
+        raise ValueError(f"the rule's optimizer steps at lr {lr!r} but the settings say {settings.lr!r}")
+    loop = init(rule, state, settings, streams=streams)
     checkpointer = Checkpointer(checkpoint, _state_key(checkpoint_key, settings, loop.params), next_batch)
-    start, repulsion = 0, list(state.repulsion)
+    start, repulsion = 0, []
     resumed = checkpointer.resume(loop)
     if resumed is not None:
         start, repulsion = resumed
         loop.guard.checked = start
         log.info("resumed from %s at step %d/%d", checkpoint, start, settings.steps)
     repulsion = run(loop, settings, next_batch, checkpointer, start, repulsion, on_log)
-    return TrainState(loop.params.detach(), state.anchors, repulsion)
+    return TrainState(loop.params.detach(), repulsion)

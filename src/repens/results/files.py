@@ -1,4 +1,4 @@
-"""Reading the training jobs' result files for the tables and figures.
+"""Reading the training jobs' result files, for the summaries and the reports.
 
 Every reader of a result file (``metrics.json``, ``predictions.npz``, ``particles.npz``,
 an HMC run's ``diagnostics.json``) goes through :func:`read_npz` or :func:`read_json`:
@@ -21,7 +21,7 @@ from typing import Any
 
 from repens.core.errors import DataError, DataFileError, one_line
 
-__all__ = ["ResultFileMissing", "RecordedJob", "read_npz", "read_json"]
+__all__ = ["ResultFileMissing", "RecordedJob", "read_npz", "read_json", "shown_path"]
 
 
 class ResultFileMissing(DataError, FileNotFoundError):
@@ -89,3 +89,13 @@ def read_json(path: Path | str, what: str, required: Sequence[str] = ()) -> dict
     if missing:
         raise DataFileError(path, f"no {', '.join(map(repr, missing))} in this {what} file (has {sorted(data)[:12]})")
     return data
+
+
+def shown_path(path: Path | str) -> str:
+    """A file as the scorecard names it: relative to the working directory when under it
+    (the checkout), so the scorecard does not depend on where the checkout lies."""
+    path = Path(path)
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix() if path.is_absolute() else path.as_posix()
+    except ValueError:
+        return path.as_posix()
