@@ -1237,10 +1237,11 @@ def test_table1_on_a_node_without_snakemake_and_back(tmp_path):
     de_log = node_dir / "logs/image/fashionmnist/de/seed38.log"
     # a deadline that falls in the deep ensemble's training loop (startup times vary: a
     # deadline that comes before the loop kills the job with nothing to resume; try longer).
-    # On a quiet 2-core machine the loop runs from about 2.2 s to 5.7 s after the start
-    # (measured), and both ends stretch alike under load: deadlines growing by a factor of
-    # 1.5 (less than 5.7 / 2.2) cannot jump from before the loop to after the job.
-    for deadline in (2.0, 3.0, 4.5, 6.75, 10.0, 15.0, 22.5, 34.0):
+    # On a quiet 2-core machine the loop ran from about 4.8 s to 9.3 s after run-jobs
+    # started (measured 2026-11-27, the stale lock's takeover included): deadlines growing
+    # by a factor of 1.25 (well under 9.3 / 4.8) cannot jump from before the loop to after
+    # it, even where load stretches one end more than the other.
+    for deadline in (2.0 * 1.25**k for k in range(16)):
         rc, out = _repens(
             node_dir, "run-jobs", "jobs.json", "--parallel", "2", "--deadline", str(deadline), "--grace", "60", env=env
         )
