@@ -36,7 +36,12 @@ from repens.pipeline.config import (
     resolve_hmc_job,
     resolve_job,
 )
-from repens.core.variants import VariantError, dataset_methods, expand_variants
+from repens.core.variants import (
+    VariantError,
+    dataset_methods,
+    expand_variants,
+    variant_methods,
+)
 from repens.core.jobkey import RUNTIME_FIELDS
 from repens.report.results_page import published_runs, tree_runs
 
@@ -203,10 +208,9 @@ def protocol_groups_json():
     image = config["experiments"]["image"]
     paper = image.get("paper_protocol")
     variants = image.get("variants") or {}
+    # method -> its variant (repens.core.variants names the methods a variant makes)
     made = {
-        f"{base}-{name}": name
-        for name, spec in variants.items()
-        for base in spec["methods"]
+        name: variant for name, (_, variant) in variant_methods(config, "image").items()
     }
     groups = {}
     for method in experiment_methods("image"):

@@ -58,12 +58,7 @@ COLUMNS: list[str] = [
     "scale",
     "n",
     "steps",
-    "mean_error",
-    "cov_rel_err_xx",
-    "cov_xy_err",
-    "cov_rel_err_yy",
-    "max_cov_rel_err",
-    "energy_distance",
+    *METRIC_KEYS,
     "cov_xy_err_kind",
     "source",
 ]
