@@ -493,7 +493,7 @@ def test_snakemake_with_the_slurm_profile_and_no_slurm_is_one_line(tmp_path):
 
 def _rebuild_jobs(workdir: Path, runs: list[str]) -> set[str]:
     """The rules a dry run of ``rebuild`` from a made-up reference tree holding ``runs``
-    (paths below the tree; empty files) would run."""
+    (paths below the tree; empty files) would run, and the figures (file stems) they draw."""
     tree = workdir / "tree"
     for run in runs:
         (tree / run).parent.mkdir(parents=True, exist_ok=True)
@@ -502,7 +502,8 @@ def _rebuild_jobs(workdir: Path, runs: list[str]) -> set[str]:
         workdir, "-n", "rebuild", "--config", "scale=paper", "from_reference=true", f"reference={tree}", timeout=300
     )
     assert rc == 0, out
-    return set(re.findall(r"^rule (\w+):", out, flags=re.M)) | set(re.findall(r"^localrule (\w+):", out, flags=re.M))
+    rules = set(re.findall(r"^(?:local)?rule (\w+):", out, flags=re.M))
+    return rules | set(re.findall(r"^\s+output: results/figures/(\w+)\.png", out, flags=re.M))
 
 
 @pytest.mark.slow  # several seconds of subprocesses: second stage of .ci/run
@@ -510,7 +511,7 @@ def test_a_rebuild_makes_a_toy_figure_and_table_only_for_data_sets_whose_method_
     hmc = [f"toy/{d}/hmc/seed{s}/predictions.npz" for d in ("regression", "classification") for s in (38, 42)]
     # the campaign runs the HMC references first: alone they make no toy figure or table
     jobs = _rebuild_jobs(tmp_path / "refs", hmc)
-    assert not jobs & {"summarize_toy", "plot_regression", "plot_classification"}, jobs
+    assert not jobs & {"summarize_toy", "plot_toy_figure"}, jobs
     # one method's runs of the regression: its figure and the distance table, not the classification's
     jobs = _rebuild_jobs(tmp_path / "one", [*hmc, *(f"toy/regression/de/seed{s}/predictions.npz" for s in (38, 42))])
-    assert {"summarize_toy", "plot_regression"} <= jobs and "plot_classification" not in jobs, jobs
+    assert {"summarize_toy", "plot_toy_figure", "fig1_regression"} <= jobs and "fig3_classification" not in jobs, jobs

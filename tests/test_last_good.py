@@ -50,7 +50,7 @@ def test_failed_summary_keeps_the_last_good_outputs(tmp_path):
     (tmp_path / "results/synthetic/gaussian/svgd/seed42/particles.npz").write_bytes(b"not an npz")
     rc, out = snakemake(tmp_path, "-c1", "--keep-going", *targets, config=config, timeout=600)
     assert rc != 0, out
-    assert "summarize_synthetic" in out and "plot_gaussian" in out
+    assert "summarize_synthetic" in out and "plot_synthetic_figure" in out
     for path in outputs:
         assert not (tmp_path / path).exists(), path  # Snakemake removed the failed job's outputs ...
         assert (tmp_path / last_good_path(path)).read_bytes() == good[path], path  # ... not these

@@ -53,7 +53,7 @@ def jobs(output: str) -> dict[str, int]:
 def test_dry_run_figure2(tmp_path):
     rc, out = snakemake(tmp_path, "-n", "results/figures/fig2_gaussian.png")
     assert rc == 0, out
-    assert jobs(out) == {"train_synthetic": 4, "plot_gaussian": 1}
+    assert jobs(out) == {"train_synthetic": 4, "plot_synthetic_figure": 1}
     trained = re.findall(r"wildcards: target=gaussian, method=([\w-]+), seed=42", out)
     assert sorted(trained) == sorted(SYNTHETIC_METHODS)
     # figure panels in config order, first seed
@@ -69,12 +69,10 @@ def test_dry_run_default_target(tmp_path):
     assert jobs(out) == {
         "train_synthetic": 8,
         "summarize_synthetic": 1,
-        "plot_gaussian": 1,
-        "plot_funnel": 1,
+        "plot_synthetic_figure": 2,
         "train_toy": 2 * toy_methods,
         "sample_hmc": 2,
-        "plot_regression": 1,
-        "plot_classification": 1,
+        "plot_toy_figure": 2,
         "summarize_toy": 1,
         "prepare_images": 2,
         "train_image": len(image_methods()) * len(CONFIG["seeds"]),
@@ -222,7 +220,7 @@ def test_changed_settings_rerun_exactly_the_affected_jobs(tmp_path):
     assert "method=kde-wgd" in out and "method=svgd" not in out
 
 
-@pytest.mark.parametrize("name", ["fig2_gaussian.rst", "figF1_funnel.rst", "synthetic_metrics.rst", "workflow.rst"])
+@pytest.mark.parametrize("name", ["synthetic_figure.rst", "toy_figure.rst", "synthetic_metrics.rst", "workflow.rst"])
 def test_report_captions_exist(name):
     assert (ROOT / "workflow" / "report" / name).read_text().strip()
 
@@ -247,10 +245,8 @@ def test_every_table_rule_writes_html_for_the_report(tmp_path):
 SHARED = Path(os.environ.get("REPENS_SHARED_DATA", ROOT.parent / "shared" / "data"))
 REPORT_RULES = [
     "summarize_synthetic",
-    "plot_gaussian",
-    "plot_funnel",
-    "plot_regression",
-    "plot_classification",
+    "plot_synthetic_figure",
+    "plot_toy_figure",
     "summarize_toy",
     "summarize_image",
     "summarize_uci",
@@ -376,7 +372,7 @@ def test_runtime_settings_never_retrain_and_result_settings_always_do(tmp_path):
     assert rc == 0, out
     planned = jobs(out) if "Job stats:" in out else {}
     assert not any(rule.startswith("train_") for rule in planned), out
-    assert planned.get("plot_gaussian", 0) <= 1, out  # the new label re-renders the figure only
+    assert planned.get("plot_synthetic_figure", 0) <= 1, out  # the new label re-renders the figure only
 
     def new_lr(other):
         for name in ("svgd", "kde-wgd"):

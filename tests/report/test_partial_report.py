@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # rule all's figures and tables (Table 2 is not in `all`): path -> the rule that makes it
 ALL_MARKED = {
     "results/synthetic/metrics.html": "summarize_synthetic",
-    "results/figures/fig2_gaussian.png": "plot_gaussian",
-    "results/figures/figF1_funnel.png": "plot_funnel",
-    "results/figures/fig1_regression.png": "plot_regression",
-    "results/figures/fig3_classification.png": "plot_classification",
+    "results/figures/fig2_gaussian.png": "plot_synthetic_figure",
+    "results/figures/figF1_funnel.png": "plot_synthetic_figure",
+    "results/figures/fig1_regression.png": "plot_toy_figure",
+    "results/figures/fig3_classification.png": "plot_toy_figure",
     "results/toy/distance_to_hmc.html": "summarize_toy",
     "results/table1.png": "summarize_image",
     "results/table1.html": "summarize_image",
@@ -116,7 +116,7 @@ def test_report_after_a_partial_run_shows_what_exists_and_lists_what_is_missing(
 @pytest.mark.slow  # a second Snakemake start: second stage of .ci/run
 def test_partial_report_of_named_targets_lists_only_theirs_and_repeats_the_config(tmp_path):
     _write_outputs(tmp_path, ["results/figures/fig2_gaussian.png"])
-    page, _ = _report(tmp_path, "plot_gaussian", "summarize_toy", "--config", "scale=paper")
+    page, _ = _report(tmp_path, "results/figures/fig2_gaussian.png", "summarize_toy", "--config", "scale=paper")
     assert sorted(rc.read_var(page, "results")) == ["results/figures/fig2_gaussian.png"]
     assert rc.check_report(page, tmp_path) == []
     missing = _missing(rc.read_var(page, "workflow_desc"))
@@ -127,7 +127,7 @@ def test_partial_report_of_named_targets_lists_only_theirs_and_repeats_the_confi
 
     # every target built: a complete report, no list
     _write_outputs(tmp_path, ["results/toy/distance_to_hmc.html"])
-    page, log = _report(tmp_path, "plot_gaussian", "summarize_toy")
+    page, log = _report(tmp_path, "results/figures/fig2_gaussian.png", "summarize_toy")
     assert sorted(rc.read_var(page, "results")) == [
         "results/figures/fig2_gaussian.png",
         "results/toy/distance_to_hmc.html",

@@ -626,7 +626,12 @@ class MissingReportOutputs:
             in_dag = {str(f): job for job in jobs for f in job.output}
             options = " ".join(shlex.quote(w) for w in _build_options())
             self._entries = []
-            for path, (rule, obj) in self.unmarked.items():
+            order = {each.name: i for i, each in enumerate(workflow.rules)}
+            unmarked = sorted(
+                self.unmarked.items(),
+                key=lambda entry: order.get(entry[1][0], len(order)),
+            )
+            for path, (rule, obj) in unmarked:
                 job = in_dag.get(path)
                 if job is None:
                     continue
@@ -659,17 +664,61 @@ class MissingReportOutputs:
         return len(self.entries())
 
 
+# What a report-only run left unmarked: path -> (rule name, its ReportObject). The
+# outputs without wildcards are known when the Snakefile ends (partial_report); a
+# wildcard rule's are known job by job (marked_where_built), as the DAG is built.
+_UNMARKED = {}
+
+
+def marked_where_built(rule_name, inputs):
+    """The input function of rule ``rule_name``, whose output marked report(...) has
+    wildcards (one rule drawing several figures); it returns ``inputs(wildcards)`` and, in a
+    report-only run, the job's marked output stays marked only where it is built.
+
+    A job's output files copy their rule's flags when Snakemake makes the job, right
+    after it calls the job's input functions (snakemake.jobs.Job: expand_input, then
+    expand_output); so the rule's report flag, set or taken off here for these wildcards,
+    is what this job's outputs copy. A missing one joins the main page's list."""
+
+    def function(wildcards):
+        if report_only():
+            for item in workflow.get_rule(rule_name).output:
+                report_obj = _WILDCARD_MARKED.get((rule_name, str(item)))
+                if report_obj is None:
+                    continue
+                path = item.apply_wildcards(dict(wildcards.items()))
+                if Path(path).exists():
+                    item.flags["report"] = report_obj
+                else:
+                    item.flags.pop("report", None)
+                    _UNMARKED[str(path)] = (rule_name, report_obj)
+        return inputs(wildcards)
+
+    return function
+
+
+# (rule name, output pattern) -> ReportObject of each marked output with wildcards
+_WILDCARD_MARKED = {}
+
+
 def partial_report():
     """In a report-only run, unmark the marked outputs that are not there (see above) and
     give the report's main page their list (config key ``report_missing``, read by
-    workflow/report/workflow.rst). Call once, after every rule is defined."""
+    workflow/report/workflow.rst). Call once, after every rule is defined. A rule whose
+    marked output has wildcards takes its input from marked_where_built."""
     if not report_only():
         return
-    unmarked = {}
     for each in workflow.rules:
         for item in each.output:
-            if not item.is_flagged("report") or "{" in str(item):
+            if not item.is_flagged("report"):
                 continue
-            if not Path(item).exists():
-                unmarked[str(item)] = (each.name, item.flags.pop("report"))
-    config["report_missing"] = MissingReportOutputs(unmarked)
+            if "{" in str(item):
+                if not any(getattr(f, "__qualname__", "").startswith("marked_where_built.") for f in each.input):
+                    raise WorkflowError(
+                        f"the output {item} of rule {each.name} is marked report(...) and has wildcards, "
+                        "so the rule's input must be marked_where_built(...) (workflow/rules/common.smk)"
+                    )
+                _WILDCARD_MARKED[(each.name, str(item))] = item.flags["report"]
+            elif not Path(item).exists():
+                _UNMARKED[str(item)] = (each.name, item.flags.pop("report"))
+    config["report_missing"] = MissingReportOutputs(_UNMARKED)

@@ -12,21 +12,29 @@ from repens.pipeline.last_good import shell as keep_last_good
 
 SYNTHETIC_CATEGORY = "1. Synthetic targets (Appendix G.1)"
 
+# Each target's figure: its file name (the paper's numbering) and its report label; one
+# rule (plot_synthetic_figure) draws them all.
+SYNTHETIC_FIGURE_TARGET = {"fig2_gaussian": "gaussian", "figF1_funnel": "funnel"}
+SYNTHETIC_FIGURE_LABELS = {
+    "fig2_gaussian": "Figure 2 (2-D Gaussian)",
+    "figF1_funnel": "Figure F.1 (Neal's funnel)",
+}
+
 SYNTHETIC_OUTPUTS = [
     "results/synthetic/metrics.csv",
     "results/synthetic/metrics.tex",
     "results/synthetic/metrics.html",
-    "results/figures/fig2_gaussian.png",
-    "results/figures/fig2_gaussian.pdf",
-    "results/figures/figF1_funnel.png",
-    "results/figures/figF1_funnel.pdf",
+    *(
+        f"results/figures/{figure}.{ext}"
+        for figure in SYNTHETIC_FIGURE_TARGET
+        for ext in ("png", "pdf")
+    ),
 ]
 
 
 localrules:
     summarize_synthetic,
-    plot_gaussian,
-    plot_funnel,
+    plot_synthetic_figure,
 
 
 rule train_synthetic:
@@ -83,59 +91,41 @@ rule summarize_synthetic:
         )
 
 
-rule plot_gaussian:
+rule plot_synthetic_figure:
     input:
-        first_seed_files("synthetic", "gaussian", "particles.npz"),
+        marked_where_built(
+            "plot_synthetic_figure",
+            lambda wildcards: first_seed_files(
+                "synthetic", SYNTHETIC_FIGURE_TARGET[wildcards.figure], "particles.npz"
+            ),
+        ),
     output:
         png=report(
-            "results/figures/fig2_gaussian.png",
-            caption="../report/fig2_gaussian.rst",
+            "results/figures/{figure}.png",
+            caption="../report/synthetic_figure.rst",
             category=SYNTHETIC_CATEGORY,
             subcategory="Figures",
-            labels={"output": "Figure 2 (2-D Gaussian)", "format": "PNG"},
+            labels=lambda wildcards: {
+                "output": SYNTHETIC_FIGURE_LABELS[wildcards.figure],
+                "format": "PNG",
+            },
         ),
-        pdf="results/figures/fig2_gaussian.pdf",
-        data="results/synthetic/gaussian_figure.npz",
+        pdf="results/figures/{figure}.pdf",
+        data="results/synthetic/{figure}.npz",
     log:
-        "logs/synthetic/plot_gaussian.log",
+        "logs/synthetic/plot_{figure}.log",
+    wildcard_constraints:
+        figure="|".join(SYNTHETIC_FIGURE_TARGET),
     conda:
         "../../envs/repens.yaml"
     params:
         scale=config["scale"],
         labels=method_labels(),
+        target=lambda wildcards: SYNTHETIC_FIGURE_TARGET[wildcards.figure],
     shell:
         keep_last_good(
-            "python -m repens.summaries.synthetic figure-data --target gaussian --out {output.data:q}"
+            "python -m repens.summaries.synthetic figure-data --target {params.target} --out {output.data:q}"
             " {input:q} > {log:q} 2>&1"
-            " && python -m repens.report --labels {params.labels:q} synthetic-figure --target gaussian"
-            " --data {output.data:q} --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} >> {log:q} 2>&1"
-        )
-
-
-rule plot_funnel:
-    input:
-        first_seed_files("synthetic", "funnel", "particles.npz"),
-    output:
-        png=report(
-            "results/figures/figF1_funnel.png",
-            caption="../report/figF1_funnel.rst",
-            category=SYNTHETIC_CATEGORY,
-            subcategory="Figures",
-            labels={"output": "Figure F.1 (Neal's funnel)", "format": "PNG"},
-        ),
-        pdf="results/figures/figF1_funnel.pdf",
-        data="results/synthetic/funnel_figure.npz",
-    log:
-        "logs/synthetic/plot_funnel.log",
-    conda:
-        "../../envs/repens.yaml"
-    params:
-        scale=config["scale"],
-        labels=method_labels(),
-    shell:
-        keep_last_good(
-            "python -m repens.summaries.synthetic figure-data --target funnel --out {output.data:q}"
-            " {input:q} > {log:q} 2>&1"
-            " && python -m repens.report --labels {params.labels:q} synthetic-figure --target funnel"
+            " && python -m repens.report --labels {params.labels:q} synthetic-figure --target {params.target}"
             " --data {output.data:q} --out-png {output.png:q} --out-pdf {output.pdf:q} {input:q} >> {log:q} 2>&1"
         )

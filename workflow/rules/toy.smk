@@ -9,15 +9,19 @@
 # aggregate rules copy their outputs to results/last_good/ (repens.pipeline.last_good)
 from repens.pipeline.last_good import shell as keep_last_good
 
+# Each toy dataset's figure: its file name (the paper's numbering) and its report label;
+# one rule (plot_toy_figure) draws them all.
+TOY_FIGURE_DATASET = {
+    "fig1_regression": "regression",
+    "fig3_classification": "classification",
+}
+TOY_FIGURE_LABELS = {
+    "fig1_regression": "Figure 1 (1-D regression)",
+    "fig3_classification": "Figure 3 (2-D classification)",
+}
 TOY_FIGURES = {
-    "regression": [
-        "results/figures/fig1_regression.png",
-        "results/figures/fig1_regression.pdf",
-    ],
-    "classification": [
-        "results/figures/fig3_classification.png",
-        "results/figures/fig3_classification.pdf",
-    ],
+    dataset: [f"results/figures/{figure}.png", f"results/figures/{figure}.pdf"]
+    for figure, dataset in TOY_FIGURE_DATASET.items()
 }
 TOY_TABLES = [
     "results/toy/distance_to_hmc.csv",
@@ -34,8 +38,7 @@ ruleorder: sample_hmc > train_toy
 
 
 localrules:
-    plot_regression,
-    plot_classification,
+    plot_toy_figure,
     summarize_toy,
 
 
@@ -81,60 +84,40 @@ rule sample_hmc:
         "python -m repens --threads {threads} --attempts {params.attempts:q} hmc --spec {params.spec:q} --out {output.predictions:q} > {log:q} 2>&1"
 
 
-rule plot_regression:
+rule plot_toy_figure:
     input:
-        toy_panels("regression"),
+        marked_where_built(
+            "plot_toy_figure",
+            lambda wildcards: toy_panels(TOY_FIGURE_DATASET[wildcards.figure]),
+        ),
     output:
         png=report(
-            "results/figures/fig1_regression.png",
-            caption="../report/fig1_regression.rst",
+            "results/figures/{figure}.png",
+            caption="../report/toy_figure.rst",
             category=TOY_CATEGORY,
             subcategory="Figures",
-            labels={"output": "Figure 1 (1-D regression)", "format": "PNG"},
+            labels=lambda wildcards: {
+                "output": TOY_FIGURE_LABELS[wildcards.figure],
+                "format": "PNG",
+            },
         ),
-        pdf="results/figures/fig1_regression.pdf",
-        data="results/toy/regression_figure.npz",
+        pdf="results/figures/{figure}.pdf",
+        data="results/toy/{figure}.npz",
     log:
-        "logs/toy/plot_regression.log",
+        "logs/toy/plot_{figure}.log",
+    wildcard_constraints:
+        figure="|".join(TOY_FIGURE_DATASET),
     conda:
         "../../envs/repens.yaml"
     params:
         scale=config["scale"],
         labels=method_labels(),
+        dataset=lambda wildcards: TOY_FIGURE_DATASET[wildcards.figure],
     shell:
         keep_last_good(
-            "python -m repens.summaries.toy figure-data --dataset regression --out {output.data:q}"
+            "python -m repens.summaries.toy figure-data --dataset {params.dataset} --out {output.data:q}"
             " {input:q} > {log:q} 2>&1"
-            " && python -m repens.report --labels {params.labels:q} toy-figure --dataset regression"
-            " --data {output.data:q} --out-png {output.png:q} --out-pdf {output.pdf:q} >> {log:q} 2>&1"
-        )
-
-
-rule plot_classification:
-    input:
-        toy_panels("classification"),
-    output:
-        png=report(
-            "results/figures/fig3_classification.png",
-            caption="../report/fig3_classification.rst",
-            category=TOY_CATEGORY,
-            subcategory="Figures",
-            labels={"output": "Figure 3 (2-D classification)", "format": "PNG"},
-        ),
-        pdf="results/figures/fig3_classification.pdf",
-        data="results/toy/classification_figure.npz",
-    log:
-        "logs/toy/plot_classification.log",
-    conda:
-        "../../envs/repens.yaml"
-    params:
-        scale=config["scale"],
-        labels=method_labels(),
-    shell:
-        keep_last_good(
-            "python -m repens.summaries.toy figure-data --dataset classification --out {output.data:q}"
-            " {input:q} > {log:q} 2>&1"
-            " && python -m repens.report --labels {params.labels:q} toy-figure --dataset classification"
+            " && python -m repens.report --labels {params.labels:q} toy-figure --dataset {params.dataset}"
             " --data {output.data:q} --out-png {output.png:q} --out-pdf {output.pdf:q} >> {log:q} 2>&1"
         )
 

@@ -1,6 +1,6 @@
 """Sample quality of the synthetic runs, and what Figures 2 and F.1 draw besides the particles.
 
-A pipeline step (rules ``summarize_synthetic``, ``plot_gaussian``, ``plot_funnel``):
+A pipeline step (rules ``summarize_synthetic``, ``plot_synthetic_figure``):
 
 * ``python -m repens.summaries.synthetic metrics --out results/synthetic/sample_quality.json
   <particles.npz>...``: per run, the metrics of :func:`compute_metrics`; per target and

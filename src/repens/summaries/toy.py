@@ -1,6 +1,6 @@
 """Each toy method's distance to HMC's predictive, and what Figures 1 and 3 draw.
 
-A pipeline step (rules ``summarize_toy``, ``plot_regression``, ``plot_classification``) over
+A pipeline step (rules ``summarize_toy``, ``plot_toy_figure``) over
 the prediction files ``results/toy/<dataset>/<method>/seed<seed>/predictions.npz`` written
 by the training jobs and by the HMC job:
 
