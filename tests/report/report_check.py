@@ -24,8 +24,8 @@ tests/report/test_report_check.py.
 from __future__ import annotations
 
 import argparse
-import base64
 import ast
+import base64
 import copy
 import json
 import os
