@@ -713,7 +713,10 @@ def partial_report():
             if not item.is_flagged("report"):
                 continue
             if "{" in str(item):
-                if not any(getattr(f, "__qualname__", "").startswith("marked_where_built.") for f in each.input):
+                if not any(
+                    getattr(f, "__qualname__", "").startswith("marked_where_built.")
+                    for f in each.input
+                ):
                     raise WorkflowError(
                         f"the output {item} of rule {each.name} is marked report(...) and has wildcards, "
                         "so the rule's input must be marked_where_built(...) (workflow/rules/common.smk)"
