@@ -318,7 +318,7 @@ def _image_table(args: argparse.Namespace) -> int:
     from repens.report.image import load_records, write_table1
     from repens.summaries.convergence import unconverged_image_rows
 
-    load_records(args.inputs)  # a bad result file stops here, named, before the logs are read
+    records = load_records(args.inputs)  # a bad result file stops here, named, before the logs are read
     write_table1(
         [Path(p) for p in args.inputs],
         Path(args.reference),
@@ -334,6 +334,7 @@ def _image_table(args: argparse.Namespace) -> int:
         paper_rows=json.loads(args.paper_rows),
         groups=json.loads(args.groups),
         unconverged=set(unconverged_image_rows(args.inputs, args.log_root)),
+        records=records,
     )
     for table in (args.out_csv, args.out_vs_paper):
         _sidecar(table, args.inputs)

@@ -540,6 +540,7 @@ def write_table1(
     paper_rows: Mapping[str, str] | None = None,
     groups: Mapping[str, str] | None = None,
     unconverged: Collection[tuple[str, str]] = (),
+    records: Sequence[dict[str, Any]] | None = None,
 ) -> None:
     """Write Table 1 (LaTeX, PNG, CSV, HTML), its runs (:func:`runs_path`) and the comparison
     with the paper's values (CSV, HTML), all through :func:`repens.report.tables.write_table`.
@@ -547,11 +548,12 @@ def write_table1(
     ``groups``: method -> its protocol's name, in the order of the blocks (one block per
     dataset and protocol; default: one per dataset); a name starting with ``controls``
     makes a block whose rows are never bold. ``unconverged``: (dataset, method) rows whose
-    runs did not converge, never bold either.
+    runs did not converge, never bold either. ``records``: :func:`load_records` of ``inputs``
+    where the caller has read them already.
 
     The CSV has the paper's columns and :data:`EXTRA_COLUMNS` (AUPR, FPR95, Brier, mutual
     information); the LaTeX, HTML and PNG only the paper's."""
-    records = load_records(inputs)
+    records = load_records(inputs) if records is None else list(records)
     ref = read_reference(reference)
     paper_methods = {m for (_, m) in ref}
     rows = [(m, labels.get(m, m), m not in paper_methods) for m in methods]
