@@ -12,12 +12,11 @@ from repens.pipeline.last_good import shell as keep_last_good
 
 SYNTHETIC_CATEGORY = "1. Synthetic targets (Appendix G.1)"
 
-# Each target's figure: its file name (the paper's numbering) and its report label; one
-# rule (plot_synthetic_figure) draws them all.
-SYNTHETIC_FIGURE_TARGET = {"fig2_gaussian": "gaussian", "figF1_funnel": "funnel"}
-SYNTHETIC_FIGURE_LABELS = {
-    "fig2_gaussian": "Figure 2 (2-D Gaussian)",
-    "figF1_funnel": "Figure F.1 (Neal's funnel)",
+# Each figure (its file name: the paper's numbering): its target and its report label;
+# one rule (plot_synthetic_figure) draws them all.
+SYNTHETIC_FIGURE_SPECS = {
+    "fig2_gaussian": {"target": "gaussian", "label": "Figure 2 (2-D Gaussian)"},
+    "figF1_funnel": {"target": "funnel", "label": "Figure F.1 (Neal's funnel)"},
 }
 
 SYNTHETIC_OUTPUTS = [
@@ -26,7 +25,7 @@ SYNTHETIC_OUTPUTS = [
     "results/synthetic/metrics.html",
     *(
         f"results/figures/{figure}.{ext}"
-        for figure in SYNTHETIC_FIGURE_TARGET
+        for figure in SYNTHETIC_FIGURE_SPECS
         for ext in ("png", "pdf")
     ),
 ]
@@ -96,7 +95,9 @@ rule plot_synthetic_figure:
         marked_where_built(
             "plot_synthetic_figure",
             lambda wildcards: first_seed_files(
-                "synthetic", SYNTHETIC_FIGURE_TARGET[wildcards.figure], "particles.npz"
+                "synthetic",
+                SYNTHETIC_FIGURE_SPECS[wildcards.figure]["target"],
+                "particles.npz",
             ),
         ),
     output:
@@ -106,7 +107,7 @@ rule plot_synthetic_figure:
             category=SYNTHETIC_CATEGORY,
             subcategory="Figures",
             labels=lambda wildcards: {
-                "output": SYNTHETIC_FIGURE_LABELS[wildcards.figure],
+                "output": SYNTHETIC_FIGURE_SPECS[wildcards.figure]["label"],
                 "format": "PNG",
             },
         ),
@@ -115,13 +116,13 @@ rule plot_synthetic_figure:
     log:
         "logs/synthetic/plot_{figure}.log",
     wildcard_constraints:
-        figure="|".join(SYNTHETIC_FIGURE_TARGET),
+        figure="|".join(SYNTHETIC_FIGURE_SPECS),
     conda:
         "../../envs/repens.yaml"
     params:
         scale=config["scale"],
         labels=method_labels(),
-        target=lambda wildcards: SYNTHETIC_FIGURE_TARGET[wildcards.figure],
+        target=lambda wildcards: SYNTHETIC_FIGURE_SPECS[wildcards.figure]["target"],
     shell:
         keep_last_good(
             "python -m repens.summaries.synthetic figure-data --target {params.target} --out {output.data:q}"

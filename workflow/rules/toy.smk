@@ -9,19 +9,18 @@
 # aggregate rules copy their outputs to results/last_good/ (repens.pipeline.last_good)
 from repens.pipeline.last_good import shell as keep_last_good
 
-# Each toy dataset's figure: its file name (the paper's numbering) and its report label;
+# Each figure (its file name: the paper's numbering): its dataset and its report label;
 # one rule (plot_toy_figure) draws them all.
-TOY_FIGURE_DATASET = {
-    "fig1_regression": "regression",
-    "fig3_classification": "classification",
-}
-TOY_FIGURE_LABELS = {
-    "fig1_regression": "Figure 1 (1-D regression)",
-    "fig3_classification": "Figure 3 (2-D classification)",
+TOY_FIGURE_SPECS = {
+    "fig1_regression": {"dataset": "regression", "label": "Figure 1 (1-D regression)"},
+    "fig3_classification": {
+        "dataset": "classification",
+        "label": "Figure 3 (2-D classification)",
+    },
 }
 TOY_FIGURES = {
-    dataset: [f"results/figures/{figure}.png", f"results/figures/{figure}.pdf"]
-    for figure, dataset in TOY_FIGURE_DATASET.items()
+    spec["dataset"]: [f"results/figures/{figure}.png", f"results/figures/{figure}.pdf"]
+    for figure, spec in TOY_FIGURE_SPECS.items()
 }
 TOY_TABLES = [
     "results/toy/distance_to_hmc.csv",
@@ -88,7 +87,9 @@ rule plot_toy_figure:
     input:
         marked_where_built(
             "plot_toy_figure",
-            lambda wildcards: toy_panels(TOY_FIGURE_DATASET[wildcards.figure]),
+            lambda wildcards: toy_panels(
+                TOY_FIGURE_SPECS[wildcards.figure]["dataset"]
+            ),
         ),
     output:
         png=report(
@@ -97,7 +98,7 @@ rule plot_toy_figure:
             category=TOY_CATEGORY,
             subcategory="Figures",
             labels=lambda wildcards: {
-                "output": TOY_FIGURE_LABELS[wildcards.figure],
+                "output": TOY_FIGURE_SPECS[wildcards.figure]["label"],
                 "format": "PNG",
             },
         ),
@@ -106,13 +107,13 @@ rule plot_toy_figure:
     log:
         "logs/toy/plot_{figure}.log",
     wildcard_constraints:
-        figure="|".join(TOY_FIGURE_DATASET),
+        figure="|".join(TOY_FIGURE_SPECS),
     conda:
         "../../envs/repens.yaml"
     params:
         scale=config["scale"],
         labels=method_labels(),
-        dataset=lambda wildcards: TOY_FIGURE_DATASET[wildcards.figure],
+        dataset=lambda wildcards: TOY_FIGURE_SPECS[wildcards.figure]["dataset"],
     shell:
         keep_last_good(
             "python -m repens.summaries.toy figure-data --dataset {params.dataset} --out {output.data:q}"
