@@ -385,7 +385,41 @@ def test_page_leads_with_what_held_why_table1_differs_and_what_the_repulsion_doe
         assert (row.get("title") or row["claim"]) in line
         assert line.endswith(f"· *{row['protocol'].split(' (')[0]}*"), line
     why = text.split("## Why Table 1 differs from the paper", 1)[1].split("\n## ", 1)[0]
-    assert why.count("\n| ") == 2 + 10  # header, rule, the paper's ten FashionMNIST rows
+    protocols = why.split("A control of the protocol", 1)[0]
+    assert protocols.count("\n| ") == 2 + 10  # header, rule, the paper's ten FashionMNIST rows
+
+
+def test_a_control_of_the_protocol_is_shown_beside_the_row_it_changes():
+    """A code-protocol row trained again with one setting changed (f-SVGD on logits) gets a
+    table of its own under the protocols: its accuracy against the paper's row, and the
+    compared row's difference from it, with an s.e. once both have two seeds."""
+    import pandas as pd
+
+    from repens.report.answers import protocol_lines
+
+    def row(method: str, mean: float, n: int, se: float) -> dict:
+        paper, error = 89.884, 0.037 * 2.5
+        return {
+            "dataset": "fashionmnist",
+            "method": method,
+            "metric": "Accuracy (%)",
+            "ours_mean": mean,
+            "ours_se": se,
+            "ours_seeds": n,
+            "paper_mean": paper,
+            "difference_in_errors": (mean - paper) / error,
+        }
+
+    rows = [row("fsvgd", 85.5, 4, 0.4), row("fsvgd-code-protocol", 83.9, 2, 0.3)]
+    assert "A control of the protocol" not in "\n".join(protocol_lines(pd.DataFrame(rows), "code-protocol"))
+    rows.append(row("fsvgd-code-logits", 89.8, 2, 0.4))
+    text = "\n".join(protocol_lines(pd.DataFrame(rows), "code-protocol"))
+    line = next(line for line in text.splitlines() if line.startswith("| fsvgd-code-logits |"))
+    assert "| 89.8 (2; -0.9) |" in line  # its accuracy, and its difference from the paper's row in errors
+    assert line.endswith("| fsvgd-code-protocol 83.90 (2): -5.90 ± 0.50 |"), line
+    rows[-1] = row("fsvgd-code-logits", 89.8, 1, float("nan"))
+    text = "\n".join(protocol_lines(pd.DataFrame(rows), "code-protocol"))
+    assert "fsvgd-code-protocol 83.90 (2): -5.90 (a single seed: no s.e.) |" in text
 
 
 def test_scorecard_counts_every_verdict_class_in_the_page_order():

@@ -47,6 +47,16 @@ CONTROLS = (
     ("fsvgd-code-num-train", ("fsvgd-code-protocol",), "f-SVGD with its repulsion x N"),
 )
 
+#: the controls of the protocol: a code-protocol row trained again with one of its settings
+#: changed, (control, the rows it is compared with, what it changes)
+PROTOCOL_CONTROLS = (
+    (
+        "fsvgd-code-logits",
+        ("fsvgd-code-protocol",),
+        "f-SVGD on the logits (the code's --logit_soft 1) where the block runs it on the softmax outputs",
+    ),
+)
+
 
 def short_protocol(protocol: str) -> str:
     """A protocol's name without its parenthesised details."""
@@ -136,7 +146,20 @@ def protocol_lines(vs_paper: pd.DataFrame, paper_protocol: str) -> list[str]:
         "two or more seeds). The full comparison, every metric: "
         "[Table 1](#table-1-bnn-image-classification-fashionmnist-ood-mnist)."
     )
-    return [intro, "", *lines]
+    out = [intro, "", *lines]
+    rows, _ = control_rows(_accuracy_rows(vs_paper), PROTOCOL_CONTROLS, vs_paper=True)
+    if rows:
+        out += [
+            "",
+            "A control of the protocol, FashionMNIST accuracy (%): a row of the code's protocol trained again "
+            "with one setting changed. Its accuracy: mean (seeds; difference from the paper's row in errors); "
+            "the difference is the compared row less the control, ± its s.e. where both have two seeds or more.",
+            "",
+            "| control | what it changes | its accuracy | compared rows: accuracy (seeds): difference |",
+            "| --- | --- | --- | --- |",
+            *rows,
+        ]
+    return out
 
 
 def _acc(table: Mapping[str, Mapping[str, Any]], method: str) -> tuple[float, float, int] | None:
@@ -183,17 +206,24 @@ def _repulsion_size_lines(repulsion_csv: Path, paper_protocol: str, link: Path) 
     return lines
 
 
-def repulsion_lines(repulsion_csv: Path, vs_paper: pd.DataFrame, paper_protocol: str, link: Path) -> list[str]:
-    """The repulsion's share of the step (before and after Adam's scaling) at each protocol,
-    and each control's accuracy against the rows it is compared with."""
-    lines = _repulsion_size_lines(repulsion_csv, paper_protocol, link)
-    table = {
-        r["method"]: r
-        for r in vs_paper[vs_paper.metric == "Accuracy (%)"].to_dict("records")
-        if r["dataset"] == "fashionmnist"
-    }
+def _accuracy_rows(vs_paper: pd.DataFrame) -> dict[str, Mapping[str, Any]]:
+    """FashionMNIST's accuracy rows of ``table1_vs_paper.csv`` by method."""
+    rows = vs_paper[(vs_paper.metric == "Accuracy (%)") & (vs_paper.dataset == "fashionmnist")]
+    return {r["method"]: r for r in rows.to_dict("records")}
+
+
+def control_rows(
+    table: Mapping[str, Mapping[str, Any]],
+    controls: Sequence[tuple[str, Sequence[str], str]],
+    *,
+    vs_paper: bool = False,
+) -> tuple[list[str], list[bool]]:
+    """One table row per control that has run: its accuracy (with its difference from the
+    paper's row in errors, ``vs_paper``) and each compared row's difference from it, ± the
+    s.e. where both have two seeds or more; and, for each difference with an s.e., whether it
+    lies within 2 s.e. of zero."""
     rows, measured = [], []
-    for control, compared, what in CONTROLS:
+    for control, compared, what in controls:
         c = _acc(table, control)
         if c is None:
             continue
@@ -205,7 +235,16 @@ def repulsion_lines(repulsion_csv: Path, vs_paper: pd.DataFrame, paper_protocol:
                 diffs.append(f"{method} {m[0]:.2f} ({m[2]}): {_difference_text(diff, se)}")
                 if math.isfinite(se):
                     measured.append(abs(diff) <= 2 * se)
-        rows.append(f"| {control} | {what} | {c[0]:.2f} ({c[2]}) | {'; '.join(diffs) or 'not run'} |")
+        own = _cell(table[control]) if vs_paper else f"{c[0]:.2f} ({c[2]})"
+        rows.append(f"| {control} | {what} | {own} | {'; '.join(diffs) or 'not run'} |")
+    return rows, measured
+
+
+def repulsion_lines(repulsion_csv: Path, vs_paper: pd.DataFrame, paper_protocol: str, link: Path) -> list[str]:
+    """The repulsion's share of the step (before and after Adam's scaling) at each protocol,
+    and each control's accuracy against the rows it is compared with."""
+    lines = _repulsion_size_lines(repulsion_csv, paper_protocol, link)
+    rows, measured = control_rows(_accuracy_rows(vs_paper), CONTROLS)
     if rows:
         lines += [
             "The controls, FashionMNIST accuracy (%), mean (seeds); the difference is the compared row less "
@@ -242,4 +281,11 @@ def answers_lines(kept: Path, link: Path, config: Mapping[str, Any]) -> list[str
     return lines
 
 
-__all__: Sequence[str] = ("answers_lines", "scorecard_lines", "protocol_lines", "repulsion_lines", "short_protocol")
+__all__: Sequence[str] = (
+    "answers_lines",
+    "control_rows",
+    "scorecard_lines",
+    "protocol_lines",
+    "repulsion_lines",
+    "short_protocol",
+)
