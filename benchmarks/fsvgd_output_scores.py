@@ -19,9 +19,10 @@ units of N/B (at most about 1 on logits, ``1 / (p_y + 1e-15)`` on softmax); the 
 (particle, example) pairs whose probability of the label is below 1e-15; the share of the
 score's L1 mass held by its largest 0.1 % of entries; the kernel's mean off-diagonal value;
 and, in weight space, the norm of the driving term's part from the other particles' scores
-over the part from each particle's own (``K_ii = 1``). The own part is the same on softmax
-outputs and on logits (the softmax's Jacobian times ``1/p_y`` at the label is the logits'
-score): only the other particles' part, the kernel and the function prior's score differ.
+over the part from each particle's own (``K_ii = 1``). Pulled back through the softmax, a
+particle's own score at the label is the logits' score ``N/B (onehot - p)`` times
+``p_y / (p_y + 1e-15)``: the same where ``p_y >> 1e-15``, vanishing where ``p_y`` falls
+below the code's guard, where the score itself is capped at ``1e15 N/B``.
 
     python benchmarks/fsvgd_output_scores.py --steps 2500 --every 250
 """
@@ -52,7 +53,7 @@ from repens.pipeline.config import resolve_job  # noqa: E402
 from repens.training.fitting import fit_particles, train_settings  # noqa: E402
 
 
-def score_figures(posterior, params, batch, output, generator) -> dict[str, float]:
+def score_figures(posterior, params, batch, output, generator, shared: bool = True) -> dict[str, float]:
     """The figures above for particles ``params`` (n, D) on ``batch``, from the rule's own
     function-space quantities (:func:`repens.methods.updates.function_space`)."""
     ctx = StepContext(posterior=posterior, kernel=RBF(), generator=generator, batch=batch)
@@ -68,18 +69,19 @@ def score_figures(posterior, params, batch, output, generator) -> dict[str, floa
         cross = gram - torch.eye(n, dtype=gram.dtype)
         absolute = score.abs().flatten()
         top = absolute.topk(max(1, absolute.numel() // 1000)).values
-    # the driving term K score / n split into each particle's own score (K_ii = 1) and the
-    # other particles' kernel-weighted scores, each pulled back to that particle's weights
-    own, others = pull_back(score / n), pull_back(cross @ score / n)
-    return {
+    figures = {
         "batch_nll": float(nll),
         "batch_acc": float(acc),
         "score_max/(N/B)": float(absolute.max() * batch.y.shape[0] / posterior.num_train),
         "p_y<1e-15": float((label_probs < 1e-15).float().mean()),
         "top0.1%_share": float(top.sum() / absolute.sum()),
         "kernel_offdiag": float(cross.sum() / (n * (n - 1))),
-        "others/own": float(others.norm() / own.norm()),
     }
+    if shared:  # f-SVGD: its driving term K score / n split into each particle's own score
+        # (K_ii = 1) and the other particles' kernel-weighted scores, each pulled back to weights
+        own, others = pull_back(score / n), pull_back(cross @ score / n)
+        figures["others/own"] = float(others.norm() / own.norm())
+    return figures
 
 
 def run(job: ImageJob, data, probe: Batch, every: int) -> None:
@@ -93,8 +95,8 @@ def run(job: ImageJob, data, probe: Batch, every: int) -> None:
     t0 = time.perf_counter()
 
     def on_log(step: int, params: torch.Tensor) -> dict:
-        figures = score_figures(posterior, params, probe, job.function_output, probe_stream)
-        shown = " ".join(f"{k}={v:.4g}" for k, v in figures.items())
+        figures = score_figures(posterior, params, probe, job.function_output, probe_stream, job.rule == "svgd")
+        shown = f"{job.method} " + " ".join(f"{k}={v:.4g}" for k, v in figures.items())
         print(f"{job.function_output:7s} step {step:5d} ({time.perf_counter() - t0:6.0f} s) {shown}", flush=True)
         return {}
 
@@ -113,10 +115,11 @@ def main() -> None:
     ap.add_argument("--train", default=str(ROOT / "data/images/fashionmnist.npz"))
     ap.add_argument("--ood", default=str(ROOT / "data/images/mnist.npz"))
     ap.add_argument("--outputs", nargs="+", default=["softmax", "logits"])
+    ap.add_argument("--method", default="fsvgd-code-protocol", help="a function-space rule's job at the paper's scale")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     config = load_config(ROOT / "config.yaml", "paper")
-    spec = resolve_job(config, "image", "fashionmnist", "fsvgd-code-protocol", args.seed)
+    spec = resolve_job(config, "image", "fashionmnist", args.method, args.seed)
     print(f"job: {json.dumps(spec, sort_keys=True)}; {args.steps} steps; torch {torch.__version__}")
     data = load_image_data(args.train, args.ood, spec["normalize"])
     probe = Batch(data.x_train[:256], data.y_train[:256])

@@ -169,6 +169,27 @@ def test_softmax_outputs_change_the_step_and_logits_stay_the_default():
     assert not _close(on["softmax"], default, rtol=1e-3)
 
 
+def test_on_softmax_outputs_a_particles_own_pull_vanishes_where_its_label_probability_is_below_the_guard():
+    """One particle (so f-SVGD's direction is its own score, pulled back): on softmax
+    outputs it is the logits' score ``N/B (onehot - p)`` times ``p_y / (p_y + 1e-15)``, the
+    released code's guard, so an example whose label probability is below 1e-15 loses its
+    pull (docs/image.md, f-SVGD on softmax outputs); the GP prior's score is made negligible."""
+    model, params, batch = _problem()
+    params = params[1:2]  # its label probabilities on the batch: 0.17, 7e-20, 7e-12, 7e-6, 4e-7
+    posterior = NetworkPosterior(model, "categorical", num_train=N_TRAIN)
+    logits, pull_back = posterior.outputs_with_pullback(params, batch.x)
+    p_y = logits.softmax(-1).gather(-1, batch.y.view(1, -1, 1))
+    assert (p_y < 1e-15).any() and (p_y > 1e-3).any(), p_y.flatten()
+    lik = posterior.output_grad_log_likelihood(logits, batch)
+    rule = build(
+        "svgd", "function", posterior, kernel=RBF(1.0), function_output="softmax", function_prior="gp", gp_variance=1e40
+    )
+    state = rule.init(params, torch.Generator().manual_seed(7))
+    got = rule.direction(state, batch).direction
+    assert _close(got, pull_back(lik * (p_y / (p_y + 1e-15))))
+    assert not _close(got, pull_back(lik), rtol=1e-2)  # the logits' own pull keeps those examples
+
+
 def test_the_ssge_function_prior_sees_the_prior_networks_probabilities():
     """With ``output_map`` the prior draws' outputs are mapped as the particles' are: the
     score of a particle set equal to the draws' own probabilities is SSGE's on those."""
@@ -259,6 +280,11 @@ def test_the_code_protocol_block_is_every_paper_method_with_softmax_only_for_fun
     assert (control["init"], control["lr"]) == ("torch", 0.001)
     scaled = resolve_job(config, "image", "fashionmnist", "fsvgd-code-num-train", 38)
     assert (scaled["repulsion_scale"], scaled["function_output"]) == ("num_train", "softmax")
+    # the protocol's control: f-SVGD's code-protocol job with the logits, nothing else changed
+    logits = resolve_job(config, "image", "fashionmnist", "fsvgd-code-logits", 38)
+    row = resolve_job(config, "image", "fashionmnist", "fsvgd-code-protocol", 38)
+    assert {k for k in logits.keys() | row.keys() if logits.get(k) != row.get(k)} == {"method", "function_output"}
+    assert logits["function_output"] == "logits"
 
 
 def test_a_variants_method_settings_must_name_its_methods():
