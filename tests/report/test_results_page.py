@@ -392,34 +392,57 @@ def test_page_leads_with_what_held_why_table1_differs_and_what_the_repulsion_doe
 def test_a_control_of_the_protocol_is_shown_beside_the_row_it_changes():
     """A code-protocol row trained again with one setting changed (f-SVGD on logits) gets a
     table of its own under the protocols: its accuracy against the paper's row, and the
-    compared row's difference from it, with an s.e. once both have two seeds."""
+    compared row's difference from it, paired by seed over the seeds both have, with an s.e.
+    from two seeds in common on."""
     import pandas as pd
 
     from repens.report.answers import protocol_lines
 
-    def row(method: str, mean: float, n: int, se: float) -> dict:
+    def row(method: str, accuracies: dict[int, float]) -> dict:
         paper, error = 89.884, 0.037 * 2.5
+        mean = sum(accuracies.values()) / len(accuracies)
         return {
             "dataset": "fashionmnist",
             "method": method,
             "metric": "Accuracy (%)",
             "ours_mean": mean,
-            "ours_se": se,
-            "ours_seeds": n,
+            "ours_seeds": len(accuracies),
+            "ours_se": 0.3 if len(accuracies) > 1 else float("nan"),
             "paper_mean": paper,
             "difference_in_errors": (mean - paper) / error,
         }
 
-    rows = [row("fsvgd", 85.5, 4, 0.4), row("fsvgd-code-protocol", 83.9, 2, 0.3)]
-    assert "A control of the protocol" not in "\n".join(protocol_lines(pd.DataFrame(rows), "code-protocol"))
-    rows.append(row("fsvgd-code-logits", 89.8, 2, 0.4))
-    text = "\n".join(protocol_lines(pd.DataFrame(rows), "code-protocol"))
-    line = next(line for line in text.splitlines() if line.startswith("| fsvgd-code-logits |"))
-    assert "| 89.8 (2; -0.9) |" in line  # its accuracy, and its difference from the paper's row in errors
-    assert line.endswith("| fsvgd-code-protocol 83.90 (2): -5.90 ± 0.50 |"), line
-    rows[-1] = row("fsvgd-code-logits", 89.8, 1, float("nan"))
-    text = "\n".join(protocol_lines(pd.DataFrame(rows), "code-protocol"))
-    assert "fsvgd-code-protocol 83.90 (2): -5.90 (a single seed: no s.e.) |" in text
+    def page(accuracies: dict[str, dict[int, float]]) -> str:
+        vs_paper = pd.DataFrame([row(m, a) for m, a in accuracies.items()])
+        runs = pd.DataFrame(
+            [
+                {"dataset": "fashionmnist", "method": m, "seed": seed, "accuracy": acc}
+                for m, a in accuracies.items()
+                for seed, acc in a.items()
+            ]
+        )
+        return "\n".join(protocol_lines(vs_paper, "code-protocol", runs))
+
+    accuracies = {"fsvgd": {38: 85.5, 39: 85.7}, "fsvgd-code-protocol": {38: 83.8, 39: 84.0, 40: 83.9}}
+    assert "A control of the protocol" not in page(accuracies)
+    accuracies["fsvgd-code-logits"] = {38: 89.7, 39: 89.8, 41: 89.9}
+    line = next(line for line in page(accuracies).splitlines() if line.startswith("| fsvgd-code-logits |"))
+    assert "| 89.8 (3; -0.9) |" in line  # its accuracy, and its difference from the paper's row in errors
+    # seeds 38 and 39 in common: differences -5.9 and -5.8, mean -5.85, sd 0.0707, s.e. 0.05
+    assert line.endswith("| fsvgd-code-protocol 83.90 (3): -5.85 ± 0.05, paired over 2 seeds |"), line
+    accuracies["fsvgd-code-logits"] = {38: 89.7, 41: 89.9}
+    assert "fsvgd-code-protocol 83.90 (3): -5.90 (fewer than two seeds in common: no s.e.) |" in page(accuracies)
+    accuracies["fsvgd-code-logits"] = {41: 89.9}
+    assert "fsvgd-code-protocol 83.90 (3): -6.00 (a single seed: no s.e.) |" in page(accuracies)
+
+
+def test_a_paired_difference_is_the_mean_of_the_seeds_differences_with_its_standard_error():
+    from repens.report.answers import paired_difference
+
+    a, b = {1: 3.0, 2: 5.0, 3: 4.0, 9: 7.0}, {1: 1.0, 2: 2.0, 3: 3.0, 4: 0.0}
+    mean, se, k = paired_difference(a, b)  # differences 2, 3, 1 over the seeds in common
+    assert (mean, k) == (2.0, 3) and se == pytest.approx(1.0 / 3**0.5)
+    assert paired_difference({1: 1.0, 2: 2.0}, {2: 1.0}) is None
 
 
 def test_scorecard_counts_every_verdict_class_in_the_page_order():

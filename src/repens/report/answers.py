@@ -2,7 +2,7 @@
 claim with the protocol it was scored at), why Table 1 differs from the paper (its two
 protocols, with their numbers) and what the repulsion does (its share of the step, and the
 controls that remove or scale it). Read from the kept tables alone: ``claims.csv``,
-``table1_vs_paper.csv`` and ``table1_repulsion.csv`` of ``reference/results``.
+``table1_vs_paper.csv``, ``table1_runs.csv`` and ``table1_repulsion.csv`` of ``reference/results``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from repens.report.claims import CLAIM_VERDICTS, DIFFERS, FALSE_ON_PAPER, NOT_TESTABLE
+from repens.results.statistics import quantile
 
 #: the page's order of the verdict classes: what held, what did not, then what is not a
 #: verdict on the paper at its protocol
@@ -45,6 +46,13 @@ CONTROLS = (
     ),
     ("svgd-code-num-train", ("svgd-code-protocol",), "SVGD with its repulsion x N, as the code's --num_train"),
     ("fsvgd-code-num-train", ("fsvgd-code-protocol",), "f-SVGD with its repulsion x N"),
+)
+
+#: how a control's difference is taken (both control tables)
+PAIRED_NOTE = (
+    "The difference is the compared row less the control over the seeds both have, paired by seed (a seed "
+    "starts both runs from the same particles), ± its s.e.; with fewer than two seeds in common, the "
+    "difference of the means, with no s.e."
 )
 
 #: the controls of the protocol: a code-protocol row trained again with one of its settings
@@ -100,9 +108,10 @@ def _cell(row: Any) -> str:
     return f"{row['ours_mean']:.4g} ({int(row['ours_seeds'])}{zt})"
 
 
-def protocol_lines(vs_paper: pd.DataFrame, paper_protocol: str) -> list[str]:
+def protocol_lines(vs_paper: pd.DataFrame, paper_protocol: str, runs: pd.DataFrame | None = None) -> list[str]:
     """Each paper row at the released code's protocol and at Appendix G.4's text, beside
-    the paper's value, with the count of rows within 3 error units at each."""
+    the paper's value, with the count of rows within 3 error units at each; then the
+    controls of the protocol (``runs``: ``table1_runs.csv``, for their paired differences)."""
     table = vs_paper[(vs_paper.dataset == "fashionmnist") & vs_paper.paper_mean.notna()]
     suffix = f"-{paper_protocol}"
     base = [m for m in dict.fromkeys(table.method) if (m + suffix) in set(table.method)]
@@ -147,13 +156,13 @@ def protocol_lines(vs_paper: pd.DataFrame, paper_protocol: str) -> list[str]:
         "[Table 1](#table-1-bnn-image-classification-fashionmnist-ood-mnist)."
     )
     out = [intro, "", *lines]
-    rows, _ = control_rows(_accuracy_rows(vs_paper), PROTOCOL_CONTROLS, vs_paper=True)
+    rows, _ = control_rows(_accuracy_rows(vs_paper), PROTOCOL_CONTROLS, seed_accuracies(runs), vs_paper=True)
     if rows:
         out += [
             "",
             "A control of the protocol, FashionMNIST accuracy (%): a row of the code's protocol trained again "
-            "with one setting changed. Its accuracy: mean (seeds; difference from the paper's row in errors); "
-            "the difference is the compared row less the control, ± its s.e. where both have two seeds or more.",
+            "with one setting changed. Its accuracy: mean (seeds; difference from the paper's row in errors). "
+            + PAIRED_NOTE,
             "",
             "| control | what it changes | its accuracy | compared rows: accuracy (seeds): difference |",
             "| --- | --- | --- | --- |",
@@ -168,15 +177,6 @@ def _acc(table: Mapping[str, Mapping[str, Any]], method: str) -> tuple[float, fl
         return None
     se = r["ours_se"] if r["ours_seeds"] > 1 and math.isfinite(r["ours_se"]) else float("nan")
     return float(r["ours_mean"]), float(se), int(r["ours_seeds"])
-
-
-def _difference(a: tuple[float, float, int], b: tuple[float, float, int]) -> tuple[float, float]:
-    """(a - b, its s.e.: nan where either has a single seed)."""
-    return a[0] - b[0], math.hypot(a[1], b[1])
-
-
-def _difference_text(diff: float, se: float) -> str:
-    return f"{diff:+.2f} ± {se:.2f}" if math.isfinite(se) else f"{diff:+.2f} (a single seed: no s.e.)"
 
 
 def _repulsion_size_lines(repulsion_csv: Path, paper_protocol: str, link: Path) -> list[str]:
@@ -212,16 +212,41 @@ def _accuracy_rows(vs_paper: pd.DataFrame) -> dict[str, Mapping[str, Any]]:
     return {r["method"]: r for r in rows.to_dict("records")}
 
 
+def seed_accuracies(runs: pd.DataFrame | None) -> dict[str, dict[int, float]]:
+    """FashionMNIST accuracy (%) per method and seed, from ``table1_runs.csv``'s rows."""
+    if runs is None or runs.empty:
+        return {}
+    rows = runs[runs.dataset == "fashionmnist"]
+    return {m: dict(zip(g.seed.astype(int), g.accuracy.astype(float))) for m, g in rows.groupby("method")}
+
+
+def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[float, float, int] | None:
+    """``a - b`` over the seeds both have, paired by seed: (the mean difference, its s.e.,
+    the seeds); None below two seeds in common."""
+    seeds = sorted(set(a) & set(b))
+    if len(seeds) < 2:
+        return None
+    d = [a[s] - b[s] for s in seeds]
+    mean = sum(d) / len(d)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
+    return mean, sd / math.sqrt(len(d)), len(d)
+
+
 def control_rows(
     table: Mapping[str, Mapping[str, Any]],
     controls: Sequence[tuple[str, Sequence[str], str]],
+    seeds: Mapping[str, Mapping[int, float]] | None = None,
     *,
     vs_paper: bool = False,
 ) -> tuple[list[str], list[bool]]:
     """One table row per control that has run: its accuracy (with its difference from the
-    paper's row in errors, ``vs_paper``) and each compared row's difference from it, ± the
-    s.e. where both have two seeds or more; and, for each difference with an s.e., whether it
-    lies within 2 s.e. of zero."""
+    paper's row in errors, ``vs_paper``) and each compared row's difference from it. Runs of
+    one seed start from the same particles, so the difference is paired by seed over the
+    seeds both have (``seeds``: :func:`seed_accuracies`), ± its s.e.; with fewer than two
+    seeds in common it is the difference of the means, with no s.e. Also, for each paired
+    difference, whether its 95 % interval (Student's t at seeds - 1 degrees of freedom)
+    holds zero."""
+    seeds = seeds or {}
     rows, measured = [], []
     for control, compared, what in controls:
         c = _acc(table, control)
@@ -230,32 +255,45 @@ def control_rows(
         diffs = []
         for method in compared:
             m = _acc(table, method)
-            if m is not None:
-                diff, se = _difference(m, c)
-                diffs.append(f"{method} {m[0]:.2f} ({m[2]}): {_difference_text(diff, se)}")
-                if math.isfinite(se):
-                    measured.append(abs(diff) <= 2 * se)
+            if m is None:
+                continue
+            paired = paired_difference(seeds.get(method, {}), seeds.get(control, {}))
+            if paired is None:
+                why = "a single seed" if min(m[2], c[2]) < 2 else "fewer than two seeds in common"
+                text = f"{m[0] - c[0]:+.2f} ({why}: no s.e.)"
+            else:
+                diff, se, k = paired
+                text = f"{diff:+.2f} ± {se:.2f}, paired over {k} seeds"
+                measured.append(abs(diff) <= quantile(k - 1) * se)
+            diffs.append(f"{method} {m[0]:.2f} ({m[2]}): {text}")
         own = _cell(table[control]) if vs_paper else f"{c[0]:.2f} ({c[2]})"
         rows.append(f"| {control} | {what} | {own} | {'; '.join(diffs) or 'not run'} |")
     return rows, measured
 
 
-def repulsion_lines(repulsion_csv: Path, vs_paper: pd.DataFrame, paper_protocol: str, link: Path) -> list[str]:
+def repulsion_lines(
+    repulsion_csv: Path,
+    vs_paper: pd.DataFrame,
+    paper_protocol: str,
+    link: Path,
+    runs: pd.DataFrame | None = None,
+) -> list[str]:
     """The repulsion's share of the step (before and after Adam's scaling) at each protocol,
-    and each control's accuracy against the rows it is compared with."""
+    and each control's accuracy against the rows it is compared with (``runs``:
+    ``table1_runs.csv``, for the differences paired by seed)."""
     lines = _repulsion_size_lines(repulsion_csv, paper_protocol, link)
-    rows, measured = control_rows(_accuracy_rows(vs_paper), CONTROLS)
+    rows, measured = control_rows(_accuracy_rows(vs_paper), CONTROLS, seed_accuracies(runs))
     if rows:
         lines += [
-            "The controls, FashionMNIST accuracy (%), mean (seeds); the difference is the compared row less "
-            "the control, ± the s.e. of the difference where both have two seeds or more"
+            "The controls, FashionMNIST accuracy (%), mean (seeds). "
+            + PAIRED_NOTE
             + (
-                f". Of the {len(measured)} differences with an s.e., {sum(measured)} lie within 2 s.e. of zero: "
-                "there the repulsion changes the accuracy by less than the seeds can tell"
+                f" Of the {len(measured)} paired differences, {sum(measured)} have a 95 % interval (Student's t "
+                "at seeds - 1 degrees of freedom) that holds zero: there the repulsion changes the accuracy by "
+                "less than these seeds can tell."
                 if measured
                 else ""
-            )
-            + ".",
+            ),
             "",
             "| control | what it isolates | its accuracy | compared rows: accuracy (seeds): difference |",
             "| --- | --- | --- | --- |",
@@ -272,10 +310,11 @@ def answers_lines(kept: Path, link: Path, config: Mapping[str, Any]) -> list[str
         lines += ["## What held", "", *scorecard_lines(kept / "claims.csv", link), ""]
     if (kept / "table1_vs_paper.csv").is_file():
         vs_paper = pd.read_csv(kept / "table1_vs_paper.csv")  # read once, for both sections
-        why = protocol_lines(vs_paper, protocol)
+        runs = pd.read_csv(kept / "table1_runs.csv") if (kept / "table1_runs.csv").is_file() else None
+        why = protocol_lines(vs_paper, protocol, runs)
         if why:
             lines += ["## Why Table 1 differs from the paper", "", *why, ""]
-        what = repulsion_lines(kept / "table1_repulsion.csv", vs_paper, protocol, link)
+        what = repulsion_lines(kept / "table1_repulsion.csv", vs_paper, protocol, link, runs)
         if what:
             lines += ["## What the repulsion does", "", *what, ""]
     return lines
@@ -284,6 +323,8 @@ def answers_lines(kept: Path, link: Path, config: Mapping[str, Any]) -> list[str
 __all__: Sequence[str] = (
     "answers_lines",
     "control_rows",
+    "paired_difference",
+    "seed_accuracies",
     "scorecard_lines",
     "protocol_lines",
     "repulsion_lines",
