@@ -155,20 +155,24 @@ def protocol_lines(vs_paper: pd.DataFrame, paper_protocol: str, runs: pd.DataFra
         "two or more seeds). The full comparison, every metric: "
         "[Table 1](#table-1-bnn-image-classification-fashionmnist-ood-mnist)."
     )
-    out = [intro, "", *lines]
+    return [intro, "", *lines, *_protocol_control_lines(vs_paper, runs)]
+
+
+def _protocol_control_lines(vs_paper: pd.DataFrame, runs: pd.DataFrame | None) -> list[str]:
+    """The table of :data:`PROTOCOL_CONTROLS` that have run (none: no lines)."""
     rows, _ = control_rows(_accuracy_rows(vs_paper), PROTOCOL_CONTROLS, seed_accuracies(runs), vs_paper=True)
-    if rows:
-        out += [
-            "",
-            "A control of the protocol, FashionMNIST accuracy (%): a row of the code's protocol trained again "
-            "with one setting changed. Its accuracy: mean (seeds; difference from the paper's row in errors). "
-            + PAIRED_NOTE,
-            "",
-            "| control | what it changes | its accuracy | compared rows: accuracy (seeds): difference |",
-            "| --- | --- | --- | --- |",
-            *rows,
-        ]
-    return out
+    if not rows:
+        return []
+    return [
+        "",
+        "A control of the protocol, FashionMNIST accuracy (%): a row of the code's protocol trained again "
+        "with one setting changed. Its accuracy: mean (seeds; difference from the paper's row in errors). "
+        + PAIRED_NOTE,
+        "",
+        "| control | what it changes | its accuracy | compared rows: accuracy (seeds): difference |",
+        "| --- | --- | --- | --- |",
+        *rows,
+    ]
 
 
 def _acc(table: Mapping[str, Mapping[str, Any]], method: str) -> tuple[float, float, int] | None:
