@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from repens.report.claims import CLAIM_VERDICTS, DIFFERS, FALSE_ON_PAPER, NOT_TESTABLE
+from repens.report.tables import mean_se
 from repens.results.statistics import quantile
 
 #: the page's order of the verdict classes: what held, what did not, then what is not a
@@ -175,12 +176,12 @@ def _protocol_control_lines(vs_paper: pd.DataFrame, runs: pd.DataFrame | None) -
     ]
 
 
-def _acc(table: Mapping[str, Mapping[str, Any]], method: str) -> tuple[float, float, int] | None:
+def _acc(table: Mapping[str, Mapping[str, Any]], method: str) -> tuple[float, int] | None:
+    """A method's mean accuracy and its seeds (None: not run)."""
     r = table.get(method)
     if r is None or not r["ours_seeds"]:
         return None
-    se = r["ours_se"] if r["ours_seeds"] > 1 and math.isfinite(r["ours_se"]) else float("nan")
-    return float(r["ours_mean"]), float(se), int(r["ours_seeds"])
+    return float(r["ours_mean"]), int(r["ours_seeds"])
 
 
 def _repulsion_size_lines(repulsion_csv: Path, paper_protocol: str, link: Path) -> list[str]:
@@ -230,10 +231,8 @@ def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[f
     seeds = sorted(set(a) & set(b))
     if len(seeds) < 2:
         return None
-    d = [a[s] - b[s] for s in seeds]
-    mean = sum(d) / len(d)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
-    return mean, sd / math.sqrt(len(d)), len(d)
+    cell = mean_se([a[s] - b[s] for s in seeds])
+    return cell.mean, cell.se, cell.n
 
 
 def control_rows(
@@ -263,14 +262,14 @@ def control_rows(
                 continue
             paired = paired_difference(seeds.get(method, {}), seeds.get(control, {}))
             if paired is None:
-                why = "a single seed" if min(m[2], c[2]) < 2 else "fewer than two seeds in common"
+                why = "a single seed" if min(m[1], c[1]) < 2 else "fewer than two seeds in common"
                 text = f"{m[0] - c[0]:+.2f} ({why}: no s.e.)"
             else:
                 diff, se, k = paired
                 text = f"{diff:+.2f} ± {se:.2f}, paired over {k} seeds"
                 measured.append(abs(diff) <= quantile(k - 1) * se)
-            diffs.append(f"{method} {m[0]:.2f} ({m[2]}): {text}")
-        own = _cell(table[control]) if vs_paper else f"{c[0]:.2f} ({c[2]})"
+            diffs.append(f"{method} {m[0]:.2f} ({m[1]}): {text}")
+        own = _cell(table[control]) if vs_paper else f"{c[0]:.2f} ({c[1]})"
         rows.append(f"| {control} | {what} | {own} | {'; '.join(diffs) or 'not run'} |")
     return rows, measured
 
