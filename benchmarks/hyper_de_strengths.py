@@ -15,8 +15,8 @@ hyper-DE job trains its final ensemble (``resolve_job`` of ``hyper-de-code-proto
 paper's scale: PyTorch's default initialisation, Adam at lr 2.5e-3, batch 256, the N/B-scaled
 likelihood on the full training set), members differing in their prior sd alone. Every
 ``--every`` steps it prints, per sd, on the 10,000 test images: the members' mean accuracy
-and NLL, and the accuracy and NLL (-log of the mean predictive, the code's) of the group's
-ensemble. With ``--checkpoint`` a stopped run resumes.
+and NLL, and the accuracy and NLL (the mean over images of -log of the members' mean
+predictive) of the group's ensemble. With ``--checkpoint`` a stopped run resumes.
 
     python benchmarks/hyper_de_strengths.py --steps 50000 --every 5000 --json hyper_de_strengths.json
 """

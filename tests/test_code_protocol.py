@@ -285,6 +285,11 @@ def test_the_code_protocol_block_is_every_paper_method_with_softmax_only_for_fun
     row = resolve_job(config, "image", "fashionmnist", "fsvgd-code-protocol", 38)
     assert {k for k in logits.keys() | row.keys() if logits.get(k) != row.get(k)} == {"method", "function_output"}
     assert logits["function_output"] == "logits"
+    # and hyper-DE's: its L2 search ranked by validation accuracy, nothing else changed
+    ranked = resolve_job(config, "image", "fashionmnist", "hyper-de-code-search-accuracy", 38)
+    row = resolve_job(config, "image", "fashionmnist", "hyper-de-code-protocol", 38)
+    assert {k for k in ranked.keys() | row.keys() if ranked.get(k) != row.get(k)} == {"method", "search_rank"}
+    assert ranked["search_rank"] == "accuracy" and row.get("search_rank", "nll") == "nll"
 
 
 def test_a_variants_method_settings_must_name_its_methods():

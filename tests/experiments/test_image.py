@@ -98,6 +98,24 @@ def test_two_steps_every_method(method, tiny_sets, tmp_path):
         assert all(1e-3 <= s <= 1e3 for s in search["strengths"])
         ranked = sorted(search["val_nll"])
         assert [search["val_nll"][search["strengths"].index(b)] for b in search["best"]] == ranked[:2]
+        assert search["rank"] == "nll" and all(0 <= a <= 1 for a in search["val_accuracy"])
+
+
+def test_the_l2_search_ranks_by_validation_accuracy_when_asked(tiny_sets, tmp_path):
+    """``search_rank: accuracy`` keeps the most accurate candidates, ties broken by the lower
+    NLL; the candidates themselves (strengths, training) are the NLL-ranked search's."""
+    searches = {}
+    for rank in ("nll", "accuracy"):
+        job = _tiny(resolve_job(CONFIG, "image", "fashionmnist", "hyper-de", 38), search_trials=6, search_top=3)
+        out = tmp_path / rank / "metrics.json"
+        run_image({**job, "search_rank": rank}, out, inputs=tiny_sets, device="cpu")
+        searches[rank] = json.loads(out.with_name("l2_search.json").read_text())
+    by_nll, by_acc = searches["nll"], searches["accuracy"]
+    assert by_acc["rank"] == "accuracy"
+    assert by_acc["strengths"] == by_nll["strengths"] and by_acc["val_nll"] == by_nll["val_nll"]
+    order = sorted(range(6), key=lambda i: (-by_acc["val_accuracy"][i], by_acc["val_nll"][i]))
+    assert by_acc["best"] == [by_acc["strengths"][i] for i in order[:3]]
+    assert by_nll["best"] == [by_nll["strengths"][i] for i in sorted(range(6), key=lambda i: by_nll["val_nll"][i])[:3]]
 
 
 def test_resnet_job(tmp_path):
@@ -201,8 +219,8 @@ def test_sigkill_and_rerun_gives_identical_metrics(tiny_sets, tmp_path):
     )
 
 
-def test_member_nll_equals_each_member_alone():
-    from repens.experiments.image import member_nll, predict_summary
+def test_member_scores_equal_each_member_alone():
+    from repens.experiments.image import member_scores, predict_summary
     from repens.models.networks import build_model
     from repens.models.particles import StackedModel
 
@@ -210,11 +228,14 @@ def test_member_nll_equals_each_member_alone():
     params = model.sample_gaussian(3, 1.0, torch.Generator().manual_seed(0))
     x = torch.rand(25, 1, 4, 4, generator=torch.Generator().manual_seed(1))
     y = torch.randint(10, (25,), generator=torch.Generator().manual_seed(2))
-    alone = []
+    alone, hits = [], []
     for i in range(3):
         probs, _ = predict_summary(model, params[i : i + 1], x, batch=7)
         alone.append(float(-probs.gather(-1, y.view(-1, 1)).clamp_min(1e-12).log().mean()))
-    torch.testing.assert_close(member_nll(model, params, x, y, batch=7), torch.tensor(alone, dtype=torch.float64))
+        hits.append(float((probs.argmax(-1) == y).double().mean()))
+    nll, accuracy = member_scores(model, params, x, y, batch=7)
+    torch.testing.assert_close(nll, torch.tensor(alone, dtype=torch.float64))
+    torch.testing.assert_close(accuracy, torch.tensor(hits, dtype=torch.float64), rtol=0, atol=0)
 
 
 def test_progress_figures_spread_is_zero_for_copies_and_grows_with_the_spread():

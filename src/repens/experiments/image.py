@@ -69,7 +69,7 @@ __all__ = [
     "predict_summary",
     "progress_figures",
     "predict_details",
-    "member_nll",
+    "member_scores",
     "l2_search",
 ]
 
@@ -196,15 +196,18 @@ def progress_figures(
 
 
 @torch.no_grad()
-def member_nll(model: StackedModel, params: Tensor, x: Tensor, y: Tensor, batch: int = 1000) -> Tensor:
-    """Mean NLL ``-log p(y|x, w_i)`` of every particle on its own, (n,), all particles at
-    once in chunks of ``batch`` inputs (probabilities floored at 1e-12)."""
-    logp = []
+def member_scores(
+    model: StackedModel, params: Tensor, x: Tensor, y: Tensor, batch: int = 1000
+) -> tuple[Tensor, Tensor]:
+    """Every particle on its own, all at once in chunks of ``batch`` inputs: its mean NLL
+    ``-log p(y|x, w_i)`` (probabilities floored at 1e-12) and its accuracy, each (n,)."""
+    logp, hits = [], []
     for i in range(0, x.shape[0], batch):
         probs = torch.softmax(model(params, x[i : i + batch]).double(), dim=-1)  # (n, b, C)
         labels = y[i : i + batch].view(1, -1, 1).expand(probs.shape[0], -1, 1)
         logp.append(probs.gather(-1, labels).squeeze(-1).clamp_min(1e-12).log().cpu())
-    return -torch.cat(logp, dim=1).mean(1)
+        hits.append((probs.argmax(-1) == labels.squeeze(-1)).double().cpu())
+    return -torch.cat(logp, dim=1).mean(1), torch.cat(hits, dim=1).mean(1)
 
 
 def _batches(x: Tensor, y: Tensor, batch_size: int):
@@ -264,7 +267,8 @@ def l2_search(
 ) -> dict[str, Any]:
     """Random search of the L2 strength (prior precision ``lambda``, log-uniform in
     ``l2_range``): every candidate is one member of a stack trained at once on the
-    training set minus a validation split; ranked by validation NLL."""
+    training set minus a validation split; ranked by validation NLL (``search_rank: nll``)
+    or accuracy (``accuracy``)."""
     low, high = job.l2_range
     trials, top = job.search_trials, job.search_top
     (fit_x, fit_y), (val_x, val_y) = _split_validation(data, job.val_fraction, generator)
@@ -289,13 +293,23 @@ def l2_search(
         (val_x[:1000], val_y[:1000]),
         device,
     )
-    nll = member_nll(model, params, val_x, val_y).tolist()
-    order = np.argsort(nll, kind="stable")[:top]
-    result = {"strengths": strengths.tolist(), "val_nll": nll, "best": [float(strengths[i]) for i in order]}
+    nll, accuracy = (t.tolist() for t in member_scores(model, params, val_x, val_y))
+    # lowest NLL first; or highest accuracy first, ties broken by the lower NLL
+    keys = (nll,) if job.search_rank == "nll" else (nll, [-a for a in accuracy])
+    order = np.lexsort(keys)[:top]
+    result = {
+        "strengths": strengths.tolist(),
+        "val_nll": nll,
+        "val_accuracy": accuracy,
+        "rank": job.search_rank,
+        "best": [float(strengths[i]) for i in order],
+    }
     log.info(
-        "L2 search: best strengths %s (validation NLL %s)",
+        "L2 search: best strengths by validation %s %s (validation NLL %s, accuracy %s)",
+        job.search_rank,
         [f"{s:.3g}" for s in result["best"]],
         [f"{nll[i]:.4f}" for i in order],
+        [f"{accuracy[i]:.4f}" for i in order],
     )
     return result
 

@@ -606,6 +606,9 @@ class ImageJob(ImageNetwork, Job):
     search_steps: int | None = None
     #: share of the training set held out to rank the strengths
     val_fraction: float = 0.1
+    #: what ranks the strengths on that split: each candidate's NLL (lowest first) or its
+    #: accuracy (highest first); G.4 keeps "5 top values" without saying by what
+    search_rank: Literal["nll", "accuracy"] = "nll"
 
     def _check(self) -> None:
         super()._check()

@@ -133,7 +133,7 @@ EXPERIMENTS: dict[str, Experiment] = {
 }
 
 #: settings that only the hyper-deep ensemble's L2 search reads
-_SEARCH_SETTINGS = frozenset({"l2_range", "search_steps", "search_top", "search_trials", "val_fraction"})
+_SEARCH_SETTINGS = frozenset({"l2_range", "search_rank", "search_steps", "search_top", "search_trials", "val_fraction"})
 
 
 class ConfigError(ValueError):
