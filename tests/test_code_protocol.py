@@ -292,6 +292,19 @@ def test_the_code_protocol_block_is_every_paper_method_with_softmax_only_for_fun
     assert ranked["search_rank"] == "accuracy" and row.get("search_rank", "nll") == "nll"
 
 
+def test_every_control_of_the_protocol_on_the_results_page_is_one_setting_apart_from_its_row():
+    from repens.report.answers import PROTOCOL_CONTROLS
+
+    config = _config()
+    expand_variants(config)
+    for control, rows, _ in PROTOCOL_CONTROLS:
+        job = resolve_job(config, "image", "fashionmnist", control, 38)
+        for compared in rows:
+            row = resolve_job(config, "image", "fashionmnist", compared, 38)
+            changed = {k for k in job.keys() | row.keys() if job.get(k) != row.get(k)} - {"method"}
+            assert len(changed) == 1, (control, compared, changed)
+
+
 def test_a_variants_method_settings_must_name_its_methods():
     config = _config()
     variant = config["experiments"]["image"]["variants"]["code-num-train"]

@@ -64,6 +64,11 @@ PROTOCOL_CONTROLS = (
         ("fsvgd-code-protocol",),
         "f-SVGD on the logits (the code's --logit_soft 1) where the block runs it on the softmax outputs",
     ),
+    (
+        "hyper-de-code-search-accuracy",
+        ("hyper-de-code-protocol",),
+        "hyper-DE's L2 search ranked by validation accuracy where the block ranks by validation NLL",
+    ),
 )
 
 
