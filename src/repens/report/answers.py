@@ -51,9 +51,11 @@ CONTROLS = (
 
 #: how a control's difference is taken (both control tables)
 PAIRED_NOTE = (
-    "The difference is the compared row less the control over the seeds both have, paired by seed (a seed "
-    "starts both runs from the same particles), ± its s.e.; with fewer than two seeds in common, the "
-    "difference of the means, with no s.e."
+    "The difference is the compared row less the control over the seeds both have, paired by seed "
+    "(runs of one seed on the same kind of device start from the same particles, so what they share "
+    "cancels; a CPU run and a GPU run of a seed draw differently and pair as independent runs, which "
+    "the paired test also allows), ± its s.e.; with fewer than two seeds in common, the difference of "
+    "the means, with no s.e."
 )
 
 #: the controls of the protocol: a code-protocol row trained again with one of its settings
@@ -248,12 +250,12 @@ def control_rows(
     vs_paper: bool = False,
 ) -> tuple[list[str], list[bool]]:
     """One table row per control that has run: its accuracy (with its difference from the
-    paper's row in errors, ``vs_paper``) and each compared row's difference from it. Runs of
-    one seed start from the same particles, so the difference is paired by seed over the
-    seeds both have (``seeds``: :func:`seed_accuracies`), ± its s.e.; with fewer than two
-    seeds in common it is the difference of the means, with no s.e. Also, for each paired
-    difference, whether its 95 % interval (Student's t at seeds - 1 degrees of freedom)
-    holds zero."""
+    paper's row in errors, ``vs_paper``) and each compared row's difference from it, paired
+    by seed over the seeds both have (runs of one seed on one kind of device start from the
+    same particles; the seeds' pairs are independent either way; ``seeds``:
+    :func:`seed_accuracies`), ± its s.e.; with fewer than two seeds in common it is the
+    difference of the means, with no s.e. Also, for each paired difference, whether its 95 %
+    interval (Student's t at seeds - 1 degrees of freedom) holds zero."""
     seeds = seeds or {}
     rows, measured = [], []
     for control, compared, what in controls:
