@@ -35,7 +35,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from repens.experiments.image import _batches, _initial, load_image_data  # noqa: E402
+from repens.experiments.image import (  # noqa: E402
+    _batches,
+    _initial,
+    load_image_data,
+    member_scores,
+    predict_summary,
+)
 from repens.jobs.job import ImageJob  # noqa: E402
 from repens.models.networks import build_model  # noqa: E402
 from repens.models.particles import StackedModel  # noqa: E402
@@ -51,23 +57,22 @@ SDS = (1.0, 0.5, 0.3, 0.2, 0.1, 0.072)
 
 @torch.no_grad()
 def group_figures(model: StackedModel, params: torch.Tensor, sds: torch.Tensor, x, y) -> list[dict]:
-    """Per prior sd: the members' mean accuracy and NLL and their ensemble's, on ``x``."""
-    probs = torch.cat([torch.softmax(model(params, x[i : i + 1000]).double(), -1) for i in range(0, len(x), 1000)], 1)
-    label = y.view(1, -1, 1).expand(probs.shape[0], -1, 1)
-    member_p = probs.gather(-1, label).squeeze(-1)  # (n, N)
-    member_acc = (probs.argmax(-1) == y).double().mean(1)
+    """Per prior sd: the members' mean accuracy and NLL (:func:`member_scores`) and their
+    ensemble's (:func:`predict_summary`), on ``x``."""
+    member_nll, member_acc = member_scores(model, params, x, y)
+    labels = y.cpu().view(-1, 1)
     rows = []
     for sd in sds.unique(sorted=True).flip(0):
         members = (sds == sd).nonzero().flatten()
-        mean = probs[members].mean(0)
+        probs, _ = predict_summary(model, params[members], x)
         rows.append(
             {
                 "prior_sd": round(float(sd), 4),
                 "members": len(members),
                 "member_acc": float(member_acc[members].mean()),
-                "member_nll": float(-member_p[members].clamp_min(1e-12).log().mean()),
-                "ensemble_acc": float((mean.argmax(-1) == y).double().mean()),
-                "ensemble_nll": float(-mean.gather(-1, y.view(-1, 1)).clamp_min(1e-12).log().mean()),
+                "member_nll": float(member_nll[members].mean()),
+                "ensemble_acc": float((probs.argmax(-1) == labels.squeeze(-1)).double().mean()),
+                "ensemble_nll": float(-probs.gather(-1, labels).clamp_min(1e-12).log().mean()),
             }
         )
     return rows
