@@ -24,7 +24,16 @@ particle's own score at the label is the logits' score ``N/B (onehot - p)`` time
 ``p_y / (p_y + 1e-15)``: the same where ``p_y >> 1e-15``, vanishing where ``p_y`` falls
 below the code's guard, where the score itself is capped at ``1e15 N/B``.
 
+It also prints the members' mean accuracy on that batch, the largest |logit| there and the
+particles' mean weight norm: f-SVGD on logits degrades late in a full-length run, and these
+say whether its members stay classifiers of their own or their logits grow without bound.
+``--driving own`` is the control for that: the same f-SVGD job with the kernel in the
+driving term replaced by the identity (``K = I``: each particle's step is its own score
+``/ n``, pulled back; with ``K = I`` the kernel's gradient is zero too, and the repulsion
+it removes is at most 1e-6 of the drift in every logged f-SVGD run), everything else equal.
+
     python benchmarks/fsvgd_output_scores.py --steps 2500 --every 250
+    python benchmarks/fsvgd_output_scores.py --steps 7500 --every 500 --outputs logits --driving kernel own
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from repens.models.particles import StackedModel  # noqa: E402
 from repens.models.posteriors import Batch, NetworkPosterior  # noqa: E402
 from repens.pipeline.budget import load_config  # noqa: E402
 from repens.pipeline.config import resolve_job  # noqa: E402
+from repens.training import fitting  # noqa: E402
 from repens.training.fitting import fit_particles, train_settings  # noqa: E402
 
 
@@ -61,6 +71,8 @@ def score_figures(posterior, params, batch, output, generator, shared: bool = Tr
     with torch.no_grad():
         members = posterior.predict(params, batch.x).softmax(-1)  # (n, B, C)
         label_probs = members.gather(-1, batch.y.view(1, -1, 1).expand(members.shape[0], -1, 1))
+        member_acc = (members.argmax(-1) == batch.y).float().mean()
+        logits_max = posterior.predict(params, batch.x).abs().max()
         probs = members.mean(0)
         nll = -probs.gather(-1, batch.y.view(-1, 1)).clamp_min(1e-12).log().mean()
         acc = (probs.argmax(-1) == batch.y).float().mean()
@@ -76,6 +88,9 @@ def score_figures(posterior, params, batch, output, generator, shared: bool = Tr
         "p_y<1e-15": float((label_probs < 1e-15).float().mean()),
         "top0.1%_share": float(top.sum() / absolute.sum()),
         "kernel_offdiag": float(cross.sum() / (n * (n - 1))),
+        "member_acc": float(member_acc),
+        "max|logit|": float(logits_max),
+        "weight_norm": float(params.detach().norm(dim=-1).mean()),
     }
     if shared:  # f-SVGD: its driving term K score / n split into each particle's own score
         # (K_ii = 1) and the other particles' kernel-weighted scores, each pulled back to weights
@@ -84,8 +99,19 @@ def score_figures(posterior, params, batch, output, generator, shared: bool = Tr
     return figures
 
 
-def run(job: ImageJob, data, probe: Batch, every: int) -> None:
-    """Train ``job`` as the pipeline does, printing :func:`score_figures` every ``every`` steps."""
+class OwnScoreKernel(RBF):
+    """The median-bandwidth RBF kernel with its Gram matrix replaced by the identity: in
+    f-SVGD's direction ``K (score - (2/h) xc) / n + (2/h) (K 1) xc / n`` this leaves
+    ``score / n``, each particle's own score (the ``--driving own`` control)."""
+
+    def self_gram(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        gram, h = super().self_gram(x)
+        return torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device).expand_as(gram), h
+
+
+def run(job: ImageJob, data, probe: Batch, every: int, driving: str = "kernel") -> None:
+    """Train ``job`` as the pipeline does, printing :func:`score_figures` every ``every`` steps;
+    ``driving="own"``: with f-SVGD's Gram matrix replaced by the identity (:class:`OwnScoreKernel`)."""
     torch.manual_seed(job.seed)
     model = StackedModel(build_model(job, data.input_shape, data.num_classes), input_shape=data.input_shape)
     generator = torch.Generator().manual_seed(job.seed)
@@ -97,13 +123,20 @@ def run(job: ImageJob, data, probe: Batch, every: int) -> None:
     def on_log(step: int, params: torch.Tensor) -> dict:
         figures = score_figures(posterior, params, probe, job.function_output, probe_stream, job.rule == "svgd")
         shown = f"{job.method} " + " ".join(f"{k}={v:.4g}" for k, v in figures.items())
-        print(f"{job.function_output:7s} step {step:5d} ({time.perf_counter() - t0:6.0f} s) {shown}", flush=True)
+        elapsed = time.perf_counter() - t0
+        print(f"{job.function_output:7s} {driving:6s} step {step:5d} ({elapsed:6.0f} s) {shown}", flush=True)
         return {}
 
     on_log(0, init)
     settings = dataclasses.replace(train_settings(job), log_every=every)
     batches = _batches(data.x_train, data.y_train, job.batch_size)
-    fit_particles(job, posterior, init, settings, generator, batches, on_log=on_log)
+    kernel = fitting.kernel_from_job
+    if driving == "own":
+        fitting.kernel_from_job = lambda _job: OwnScoreKernel()
+    try:
+        fit_particles(job, posterior, init, settings, generator, batches, on_log=on_log)
+    finally:
+        fitting.kernel_from_job = kernel
 
 
 def main() -> None:
@@ -115,6 +148,13 @@ def main() -> None:
     ap.add_argument("--train", default=str(ROOT / "data/images/fashionmnist.npz"))
     ap.add_argument("--ood", default=str(ROOT / "data/images/mnist.npz"))
     ap.add_argument("--outputs", nargs="+", default=["softmax", "logits"])
+    ap.add_argument(
+        "--driving",
+        nargs="+",
+        default=["kernel"],
+        choices=["kernel", "own"],
+        help="f-SVGD's driving term: K score / n (the rule) or, as a control, each particle's own score / n",
+    )
     ap.add_argument("--method", default="fsvgd-code-protocol", help="a function-space rule's job at the paper's scale")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -124,7 +164,9 @@ def main() -> None:
     data = load_image_data(args.train, args.ood, spec["normalize"])
     probe = Batch(data.x_train[:256], data.y_train[:256])
     for output in args.outputs:
-        run(ImageJob.of({**spec, "function_output": output, "steps": args.steps}), data, probe, args.every)
+        for driving in args.driving:
+            job = ImageJob.of({**spec, "function_output": output, "steps": args.steps})
+            run(job, data, probe, args.every, driving)
 
 
 if __name__ == "__main__":
