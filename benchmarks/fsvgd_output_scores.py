@@ -34,6 +34,14 @@ it removes is at most 1e-6 of the drift in every logged f-SVGD run), everything 
 
     python benchmarks/fsvgd_output_scores.py --steps 2500 --every 250
     python benchmarks/fsvgd_output_scores.py --steps 7500 --every 500 --outputs logits --driving kernel own
+
+``--checkpoint FILE`` trains nothing: it prints the figures for the particles a run of
+``--method`` (seed ``--seed``) checkpointed, read with the pipeline's checks
+(:func:`repens.core.jobkey.read_checkpoint`: checksum, tensors only, finite) and refused
+unless its key is that job's.
+
+    python benchmarks/fsvgd_output_scores.py --method fsvgd-code-logits \
+        --checkpoint results/image/fashionmnist/fsvgd-code-logits/seed38/metrics.json.ckpt
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from repens.core.jobkey import read_checkpoint  # noqa: E402
 from repens.experiments.image import _batches, _initial, load_image_data  # noqa: E402
 from repens.jobs.job import ImageJob  # noqa: E402
 from repens.methods.updates import StepContext, function_space  # noqa: E402
@@ -61,6 +70,7 @@ from repens.pipeline.budget import load_config  # noqa: E402
 from repens.pipeline.config import resolve_job  # noqa: E402
 from repens.training import fitting  # noqa: E402
 from repens.training.fitting import fit_particles, train_settings  # noqa: E402
+from repens.training.train import _state_key as state_key  # noqa: E402
 
 
 def score_figures(posterior, params, batch, output, generator, shared: bool = True) -> dict[str, float]:
@@ -139,6 +149,18 @@ def run(job: ImageJob, data, probe: Batch, every: int, driving: str = "kernel") 
         fitting.kernel_from_job = kernel
 
 
+def inspect(job: ImageJob, data, probe: Batch, path: Path) -> None:
+    """Print :func:`score_figures` for the particles of ``job``'s checkpoint ``path``."""
+    saved = read_checkpoint(path)
+    if saved.get("key") != state_key(job.key(), train_settings(job), saved["params"]):
+        raise SystemExit(f"{path}: its key is not job {job.method} seed {job.seed}'s")
+    model = StackedModel(build_model(job, data.input_shape, data.num_classes), input_shape=data.input_shape)
+    posterior = NetworkPosterior(model, "categorical", num_train=data.x_train.shape[0], prior_std=job.prior_std)
+    figures = score_figures(posterior, saved["params"], probe, job.function_output, torch.Generator().manual_seed(0))
+    shown = " ".join(f"{k}={v:.4g}" for k, v in figures.items())
+    print(f"{job.function_output:7s} checkpoint step {saved['step']:5d} {job.method} {shown}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=2500)
@@ -155,6 +177,7 @@ def main() -> None:
         choices=["kernel", "own"],
         help="f-SVGD's driving term: K score / n (the rule) or, as a control, each particle's own score / n",
     )
+    ap.add_argument("--checkpoint", type=Path, help="a checkpoint of --method's run: its figures, no training")
     ap.add_argument("--method", default="fsvgd-code-protocol", help="a function-space rule's job at the paper's scale")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -163,6 +186,9 @@ def main() -> None:
     print(f"job: {json.dumps(spec, sort_keys=True)}; {args.steps} steps; torch {torch.__version__}")
     data = load_image_data(args.train, args.ood, spec["normalize"])
     probe = Batch(data.x_train[:256], data.y_train[:256])
+    if args.checkpoint is not None:
+        inspect(ImageJob.of(spec), data, probe, args.checkpoint)
+        return
     for output in args.outputs:
         for driving in args.driving:
             job = ImageJob.of({**spec, "function_output": output, "steps": args.steps})
