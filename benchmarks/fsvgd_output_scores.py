@@ -17,7 +17,8 @@ differing in ``function_output`` alone. Every ``--every`` steps it prints, on a 
 of 256 training images: the ensemble's NLL and accuracy there; the largest score entry in
 units of N/B (at most about 1 on logits, ``1 / (p_y + 1e-15)`` on softmax); the fraction of
 (particle, example) pairs whose probability of the label is below 1e-15; the share of the
-score's L1 mass held by its largest 0.1 % of entries; the kernel's mean off-diagonal value;
+score's L1 mass held by its largest 0.1 % of entries; the kernel's mean off-diagonal value
+and its median bandwidth;
 and, in weight space, the norm of the driving term's part from the other particles' scores
 over the part from each particle's own (``K_ii = 1``). Pulled back through the softmax, a
 particle's own score at the label is the logits' score ``N/B (onehot - p)`` times
@@ -86,7 +87,7 @@ def score_figures(posterior, params, batch, output, generator, shared: bool = Tr
         probs = members.mean(0)
         nll = -probs.gather(-1, batch.y.view(-1, 1)).clamp_min(1e-12).log().mean()
         acc = (probs.argmax(-1) == batch.y).float().mean()
-        gram, _ = ctx.kernel.self_gram(flat)
+        gram, bandwidth = ctx.kernel.self_gram(flat)
         n = gram.shape[0]
         cross = gram - torch.eye(n, dtype=gram.dtype)
         absolute = score.abs().flatten()
@@ -98,6 +99,7 @@ def score_figures(posterior, params, batch, output, generator, shared: bool = Tr
         "p_y<1e-15": float((label_probs < 1e-15).float().mean()),
         "top0.1%_share": float(top.sum() / absolute.sum()),
         "kernel_offdiag": float(cross.sum() / (n * (n - 1))),
+        "bandwidth": float(bandwidth),
         "member_acc": float(member_acc),
         "max|logit|": float(logits_max),
         "weight_norm": float(params.detach().norm(dim=-1).mean()),
