@@ -158,7 +158,8 @@ def inspect(job: ImageJob, data, probe: Batch, path: Path) -> None:
         raise SystemExit(f"{path}: its key is not job {job.method} seed {job.seed}'s")
     model = StackedModel(build_model(job, data.input_shape, data.num_classes), input_shape=data.input_shape)
     posterior = NetworkPosterior(model, "categorical", num_train=data.x_train.shape[0], prior_std=job.prior_std)
-    figures = score_figures(posterior, saved["params"], probe, job.function_output, torch.Generator().manual_seed(0))
+    stream = torch.Generator().manual_seed(0)
+    figures = score_figures(posterior, saved["params"], probe, job.function_output, stream, job.rule == "svgd")
     shown = " ".join(f"{k}={v:.4g}" for k, v in figures.items())
     print(f"{job.function_output:7s} checkpoint step {saved['step']:5d} {job.method} {shown}", flush=True)
 
