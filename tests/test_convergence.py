@@ -452,3 +452,48 @@ def test_a_regularised_fit_beyond_the_rms_resolution_is_not_called_under_fit(tmp
     _uci_run(tmp_path / "noisy", "de", 0.15)
     under = cv.check_uci_run(_uci_run(tmp_path / "noisy", "dle", 0.47))
     assert under.converged is False and "under-fit" in under.reason
+
+
+def _step_line(step: int, nll: float) -> str:
+    return (
+        f"2026-01-01 00:00:00,000 repens.train INFO step {step}/{TOTAL}  9.8 steps/s  ETA 0s  "
+        f"train_nll={nll:.4g} train_acc=0.9 monitor_nll={nll + 0.1:.4g} monitor_acc=0.88"
+    )
+
+
+def _resumed_line(step: int) -> str:
+    return f"2026-01-01 01:00:00,000 repens.train INFO resumed from x.ckpt at step {step}/{TOTAL}"
+
+
+def test_a_resumed_run_is_judged_on_every_attempt_where_its_attempts_log_is_kept(tmp_path):
+    # fits to 0.1 by step 10,000, degrades to 0.8 by step 25,000, then flat: the last attempt
+    # (resumed at 27,000) sees only the flat part
+    steps = range(EVERY, TOTAL + 1, EVERY)
+    nll = {s: 0.5 - 0.4 * s / 10000 if s <= 10000 else min(0.8, 0.1 + 0.7 * (s - 10000) / 15000) for s in steps}
+    nll = {s: v + 0.002 * (-1) ** (s // EVERY) for s, v in nll.items()}
+    metrics = _image_run(tmp_path, None)
+    log = tmp_path / "logs/image/fashionmnist/m/seed1.log"
+    log.parent.mkdir(parents=True)
+    job = '2026-01-01 00:00:00,000 repens.image INFO job {"method": "m"}'
+    last = [job, _resumed_line(27000)] + [_step_line(s, v) for s, v in nll.items() if s > 27000]
+    log.write_text("\n".join(last) + "\n")
+    alone = cv.check_image_run(metrics)
+    assert alone.converged is True and "log resumed at step 27000" in alone.reason, alone.reason
+
+    first = [job] + [_step_line(s, v) for s, v in nll.items() if s <= 27500]  # logged past its checkpoint
+    (log.parent / "seed1.attempts.log").write_text("\n".join(first + last) + "\n")
+    whole = cv.check_image_run(metrics)
+    assert whole.converged is False and "late degradation" in whole.reason, whole.reason
+    assert "seed1.attempts.log" in whole.reason and "log resumed" not in whole.reason
+
+
+def test_the_last_run_takes_over_repeated_steps_from_its_resume_and_skips_a_search_before_it():
+    search = {"total": 10000, "points": [(5000, {"a": 1.0}), (10000, {"a": 0.5})], "resumed_at": None}
+    first = {"total": TOTAL, "points": [(s, {"a": float(s)}) for s in (2500, 5000, 7500)], "resumed_at": None}
+    resumed = {"total": TOTAL, "points": [(s, {"a": -float(s)}) for s in (7500, 10000)], "resumed_at": 6000}
+    run = cv.last_run([search, first, resumed])
+    assert [p[0] for p in run["points"]] == [2500, 5000, 7500, 10000]
+    assert run["points"][2][1]["a"] == -7500.0  # the resumed attempt's own value at the repeated step
+    assert run["resumed_at"] is None  # its history starts at the run's beginning
+    assert cv.last_run([search, resumed])["resumed_at"] == 6000  # the attempts before it are lost
+    assert cv.last_run([first, search])["points"] == search["points"]

@@ -106,6 +106,11 @@ def log_of(output: str) -> Path:
     return Path("logs") / Path(output).parent.with_suffix(".log")
 
 
+def attempts_log_of(output: str) -> Path:
+    """logs/<experiment>/<dataset>/<method>/seed<seed>.attempts.log: every attempt's log."""
+    return Path("logs") / Path(output).parent.with_suffix(".attempts.log")
+
+
 def git_commit(repo: Path, paths: list[Path], message: str, tries: int = 30) -> None:
     """Commit exactly ``paths`` (nothing else that is staged), retrying while git is busy."""
     rel = [str(p.relative_to(repo)) for p in paths]
@@ -188,11 +193,12 @@ class Campaign:
                 if (src_dir / name).exists():
                     shutil.copy2(src_dir / name, dest_dir / name)
                     copied.append(dest_dir / name)
-            log = self.workdir / log_of(output)
-            if log.exists():
-                (self.reference / log_of(output)).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(log, self.reference / log_of(output))
-                copied.append(self.reference / log_of(output))
+            # the log holds the last attempt only; the attempts log, every attempt of a resumed run
+            for log in (log_of(output), attempts_log_of(output)):
+                if (self.workdir / log).exists():
+                    (self.reference / log).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(self.workdir / log, self.reference / log)
+                    copied.append(self.reference / log)
         run = {"campaign_item": label, "started": started, "finished": stamp, "cpu": cpu_model(),
                "cores": os.cpu_count(), "lanes": len(self.lanes), "nice": self.args.nice,
                "workdir_commit": subprocess.run(["git", "-C", str(self.workdir), "rev-parse", "HEAD"],

@@ -164,6 +164,7 @@ __all__ = [
     "degradation",
     "history_from_metrics",
     "parse_log",
+    "last_run",
     "pooled_stability",
     "row_verdict",
     "stability",
@@ -259,6 +260,26 @@ def parse_log(path: Path | str) -> list[dict[str, Any]]:
                 pass
         current["points"].append((k, fields))
     return [s for s in segments if s["points"]]
+
+
+def last_run(segments: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The last run of :func:`parse_log`'s ``segments`` with the attempts it resumed: the
+    trailing segments of the last one's step count, each taking over from its first step
+    (a resume that repeats logged steps replaces them; a restart from the start replaces
+    all). ``resumed_at``: the first taken segment's, i.e. None when the run's history is
+    whole."""
+    total = segments[-1]["total"]
+    first = len(segments) - 1
+    while first > 0 and segments[first - 1]["total"] == total:
+        first -= 1
+    points: list = []
+    resumed_at = None
+    for seg in segments[first:]:
+        start = seg["points"][0][0]
+        points = [p for p in points if p[0] < start] + list(seg["points"])
+        if len(points) == len(seg["points"]):  # nothing before it kept: the history starts here
+            resumed_at = seg.get("resumed_at")
+    return {**segments[-1], "points": points, "resumed_at": resumed_at}
 
 
 def history_from_metrics(metrics: Mapping[str, Any]) -> list[dict[str, Any]] | None:
@@ -449,13 +470,22 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _every_attempt(log: Path) -> Path:
+    """``<name>.attempts.log`` beside the training log ``<name>.log`` where there is one:
+    it holds every attempt of a resumed run (the workflow's ``--attempts``), where the log
+    itself holds the last attempt only, from its resume on."""
+    attempts = log.with_name(log.name[: -len(".log")] + ".attempts.log") if log.name.endswith(".log") else log
+    return attempts if attempts != log and attempts.is_file() else log
+
+
 def _find_log(metrics_path: Path, metrics: Mapping[str, Any], log: Path | str | None) -> Path | None:
     """The run's training log: ``log`` if given, else ``provenance.log`` resolved against
     the results tree's root (``<root>/uci/...`` -> ``<root>/logs/...``) and its parent
-    (the workflow's directory: ``results/...`` beside ``logs/...``)."""
+    (the workflow's directory: ``results/...`` beside ``logs/...``); in either case its
+    attempts log instead where one lies beside it (:func:`_every_attempt`)."""
     if log is not None:
         p = Path(log)
-        return p if p.is_file() else None
+        return _every_attempt(p) if p.is_file() else None
     rel = (metrics.get("provenance") or {}).get("log")
     parts = metrics_path.resolve().parts
     root = Path(*parts[:-5]) if len(parts) > 5 else metrics_path.parent
@@ -469,7 +499,7 @@ def _find_log(metrics_path: Path, metrics: Mapping[str, Any], log: Path | str | 
     ]
     for c in candidates:
         if c.is_file():
-            return c
+            return _every_attempt(c)
     return None
 
 
@@ -518,7 +548,7 @@ def check_image_run(metrics_path: Path | str, log: Path | str | None = None, rel
     segs, where, sources, _ = _history(path, log)
     if segs is None:
         return Verdict(None, where, "image", tuple(sources))
-    seg = segs[-1]
+    seg = last_run(segs)
     parts: list[tuple[bool | None, str]] = []
     details: dict[str, Any] = {"history": where}
     for name, _better_high in (("monitor_nll", False), ("monitor_acc", True)):
