@@ -80,10 +80,10 @@ def score_figures(posterior, params, batch, output, generator, shared: bool = Tr
     ctx = StepContext(posterior=posterior, kernel=RBF(), generator=generator, batch=batch)
     flat, score, pull_back = function_space(params, ctx, {}, output)
     with torch.no_grad():
-        members = posterior.predict(params, batch.x).softmax(-1)  # (n, B, C)
+        logits = posterior.predict(params, batch.x)  # (n, B, C)
+        members = logits.softmax(-1)
         label_probs = members.gather(-1, batch.y.view(1, -1, 1).expand(members.shape[0], -1, 1))
         member_acc = (members.argmax(-1) == batch.y).float().mean()
-        logits_max = posterior.predict(params, batch.x).abs().max()
         probs = members.mean(0)
         nll = -probs.gather(-1, batch.y.view(-1, 1)).clamp_min(1e-12).log().mean()
         acc = (probs.argmax(-1) == batch.y).float().mean()
@@ -101,7 +101,7 @@ def score_figures(posterior, params, batch, output, generator, shared: bool = Tr
         "kernel_offdiag": float(cross.sum() / (n * (n - 1))),
         "bandwidth": float(bandwidth),
         "member_acc": float(member_acc),
-        "max|logit|": float(logits_max),
+        "max|logit|": float(logits.abs().max()),
         "weight_norm": float(params.detach().norm(dim=-1).mean()),
     }
     if shared:  # f-SVGD: its driving term K score / n split into each particle's own score

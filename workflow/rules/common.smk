@@ -42,7 +42,7 @@ from repens.core.variants import (
     expand_variants,
     variant_methods,
 )
-from repens.core.jobkey import RUNTIME_FIELDS
+from repens.core.jobkey import RUNTIME_FIELDS, attempts_log_path
 from repens.report.results_page import published_runs, tree_runs
 
 # The config is checked once, before any job runs, each mistake in one line naming the
@@ -154,8 +154,7 @@ def attempts_log(log):
     appends to this one). It reads ``output``: untracked, never a reason to rerun."""
 
     def attempts(wildcards, output):
-        path = log.format(**dict(wildcards.items()))
-        return path[: -len(".log")] + ".attempts.log"
+        return str(attempts_log_path(log.format(**dict(wildcards.items()))))
 
     return attempts
 

@@ -39,6 +39,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from repens.jobs.provenance import cpu_model  # noqa: E402  (stdlib only; imports no torch)
 from repens.core.variants import dataset_methods, expand_variants  # noqa: E402  (imports no torch)
+from repens.core.jobkey import attempts_log_path  # noqa: E402  (imports no torch)
 
 #: what a finished job leaves beside its output file that the reference tree keeps
 SIDE_FILES = ("benchmark.tsv", "diagnostics.json")
@@ -104,11 +105,6 @@ def build_queue(workdir: Path, experiment: str) -> list[Item]:
 def log_of(output: str) -> Path:
     """logs/<experiment>/<dataset>/<method>/seed<seed>.log of a job's output file."""
     return Path("logs") / Path(output).parent.with_suffix(".log")
-
-
-def attempts_log_of(output: str) -> Path:
-    """logs/<experiment>/<dataset>/<method>/seed<seed>.attempts.log: every attempt's log."""
-    return Path("logs") / Path(output).parent.with_suffix(".attempts.log")
 
 
 def git_commit(repo: Path, paths: list[Path], message: str, tries: int = 30) -> None:
@@ -194,7 +190,7 @@ class Campaign:
                     shutil.copy2(src_dir / name, dest_dir / name)
                     copied.append(dest_dir / name)
             # the log holds the last attempt only; the attempts log, every attempt of a resumed run
-            for log in (log_of(output), attempts_log_of(output)):
+            for log in (log_of(output), attempts_log_path(log_of(output))):
                 if (self.workdir / log).exists():
                     (self.reference / log).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(self.workdir / log, self.reference / log)

@@ -41,6 +41,7 @@ __all__ = [
     "CheckpointError",
     "final_key",
     "final_record_path",
+    "attempts_log_path",
     "write_final_record",
     "restore_final_outputs",
 ]
@@ -213,6 +214,14 @@ FINAL_MAGIC = b"repens-final-record 1\n"
 def final_record_path(checkpoint: Path) -> Path:
     """Where a finished job keeps its final record: ``<checkpoint>.final``."""
     return checkpoint.with_name(checkpoint.name + ".final")
+
+
+def attempts_log_path(log: Path | str) -> Path:
+    """The file beside a job's log ``<name>.log`` that keeps every attempt's log,
+    ``<name>.attempts.log`` (the training commands' ``--attempts``): Snakemake deletes the
+    log itself before each attempt, so after a resume it holds the last attempt only."""
+    log = Path(log)
+    return log.with_name(log.name.removesuffix(".log") + ".attempts.log")
 
 
 def _names(record: Path, outputs: Sequence[Path]) -> list[str]:

@@ -143,6 +143,7 @@ from typing import Any
 
 import numpy as np
 
+from repens.core.jobkey import attempts_log_path
 from repens.results.statistics import COVERAGE, quantile, satterthwaite_dof
 
 __all__ = [
@@ -471,11 +472,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _every_attempt(log: Path) -> Path:
-    """``<name>.attempts.log`` beside the training log ``<name>.log`` where there is one:
-    it holds every attempt of a resumed run (the workflow's ``--attempts``), where the log
-    itself holds the last attempt only, from its resume on."""
-    attempts = log.with_name(log.name[: -len(".log")] + ".attempts.log") if log.name.endswith(".log") else log
-    return attempts if attempts != log and attempts.is_file() else log
+    """The attempts log beside the training log ``log`` where there is one
+    (:func:`repens.core.jobkey.attempts_log_path`): it holds every attempt of a resumed run,
+    where the log itself holds the last attempt only, from its resume on."""
+    attempts = attempts_log_path(log) if log.name.endswith(".log") else log
+    return attempts if attempts.is_file() else log
 
 
 def _find_log(metrics_path: Path, metrics: Mapping[str, Any], log: Path | str | None) -> Path | None:
