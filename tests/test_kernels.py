@@ -56,6 +56,45 @@ def test_kernel_grad_sum_matches_autograd():
     torch.testing.assert_close(kernel_grad_sum(x.detach(), y, gram.detach(), h), auto)
 
 
+@pytest.mark.parametrize("row_scale", [False, True])
+def test_the_particles_own_repulsion_matches_autograd(row_scale):
+    """``x is y`` takes the one-product form ``(K° - diag(K° 1)) (x - c)``; against autograd of
+    each particle's kernel sum with the other particles held fixed, and each row scaled."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    h = 1.7
+    moving = x.clone().requires_grad_(True)
+    (auto,) = torch.autograd.grad(RBF(h).gram(moving, x, h).sum(), moving)
+    gram = RBF(h).gram(x, x, h)
+    scale = torch.rand(6, 1, generator=g, dtype=torch.float64) + 0.5 if row_scale else None
+    expected = auto * scale if row_scale else auto
+    torch.testing.assert_close(kernel_grad_sum(x, x, gram, h, row_scale=scale), expected)
+
+
+def test_a_small_matrix_times_a_wide_one_runs_in_blocks_within_float32_rounding(monkeypatch):
+    """On the CPU a (r, k) @ (k, c) product with a wide ``c`` is written block by block of
+    columns (:data:`repens.models.kernels.WIDE_BLOCK`), the last block short; each entry is a
+    length-k dot product, so within ``gamma_k |a| |b|`` of the exact product (Higham 2002,
+    Eq. 3.12); products that need a gradient, or on the GPU's paths, stay whole."""
+    calls = []
+    real_mm = torch.mm
+    monkeypatch.setattr(kernels, "WIDE_BLOCK", 64)
+    monkeypatch.setattr(torch, "mm", lambda a, b, **kw: calls.append(b.shape[-1]) or real_mm(a, b, **kw))
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(7, 5, generator=g), torch.randn(5, 300, generator=g)
+    out = kernels.set_matmul(a, b)
+    assert calls == [64, 64, 64, 64, 44]
+    exact = a.double() @ b.double()
+    k = a.shape[-1]
+    gamma = k * U32 / (1 - k * U32)
+    assert bool(((out.double() - exact).abs() <= gamma * (a.double().abs() @ b.double().abs())).all())
+    calls.clear()
+    kernels.set_matmul(a.requires_grad_(True), b)
+    with kernels.gpu_paths():
+        kernels.set_matmul(a.detach(), b)
+    assert calls == []
+
+
 # ------------------------------------------------------------ machine-independent numerics
 # float32 unit roundoff; the pairwise/cascade sums torch uses have relative error at most
 # ceil(log2 d) * u per sum of d positive terms (Higham 2002, Sec. 4.2)

@@ -275,15 +275,23 @@ def test_seed_stack_optimizers_step_each_seed_as_its_own(name):
         assert torch.equal(state["exp_avg_sq"][2], ones[2].state_dict()["state"][0]["exp_avg_sq"])
 
 
+@pytest.mark.parametrize("blocks", [False, True], ids=["whole", "in-blocks"])
 @pytest.mark.parametrize("estimator", ["kde", "sge", "ssge", "ssge-query", "set_matmul"])
 @pytest.mark.parametrize("n, d", [(3, 16), (3, 160), (1, 641), (10, 2560)])
-def test_stacked_score_estimators_give_each_set_its_own(estimator, n, d):
+def test_stacked_score_estimators_give_each_set_its_own(estimator, n, d, blocks, monkeypatch):
     """The function-space estimators on a stack of 3 sets (G, n, d) give each set, bit for bit,
     what they give the set alone (n, d). n = 3 is the image tests' (SSGE's (3, 3) @ (3, 3)
     products: bmm's loop kernel, which rounded otherwise than MKL's GEMM on an Intel Xeon);
     d = 16 puts kernel_grad_sum's (3, 3) @ (3, 16) under bmm's GEMM threshold too; n = 1 makes
-    its product a rank-1 update; n = 10 is a stack bmm multiplies by GEMMs."""
+    its product a rank-1 update; n = 10 is a stack bmm multiplies by GEMMs. ``in-blocks``: every
+    product with a wide right side in blocks of 4 columns, as the weights' repulsion runs on the
+    CPU (:data:`repens.models.kernels.WIDE_BLOCK`), 5 columns left over in the last block at
+    d = 641."""
+    from repens.models import kernels
     from repens.models.kernels import RBF, set_matmul
+
+    if blocks:
+        monkeypatch.setattr(kernels, "WIDE_BLOCK", 4)
     from repens.models.scores import kde_score, sge_score, ssge_score
 
     kernel = RBF()

@@ -54,9 +54,11 @@ __all__ = [
 #: in blocks of rows, :data:`repens.models.particles.BLOCK_BYTES`; 6: a one-output layer's bias added
 #: after its product, not inside ``baddbmm``; 7: MLP activations feature-major, (n, H, B); 8:
 #: denormal floats flushed to zero on the CPU, :mod:`repens.core.denormals`; 9: the image MLP on
-#: the MLP path, ``StackedModel(..., input_shape=...)``, not under ``vmap``)
+#: the MLP path, ``StackedModel(..., input_shape=...)``, not under ``vmap``; 10: the particles'
+#: repulsion as one product with ``K° - diag(K° 1)``, :func:`repens.models.kernels.kernel_grad_sum`,
+#: and a small matrix times a wide one in blocks of columns on the CPU)
 #: is not resumed.
-ENGINE_VERSION = 9
+ENGINE_VERSION = 10
 
 #: spec fields that do not change results: display name, logging and checkpoint cadence,
 #: where the UCI data live

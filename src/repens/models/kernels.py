@@ -64,6 +64,7 @@ __all__ = [
     "gpu_paths",
     "set_matmul",
     "BMM_LOOP_WORK",
+    "WIDE_BLOCK",
 ]
 
 #: set inside :func:`gpu_paths`
@@ -162,17 +163,51 @@ def _each_set(lead: torch.Size, *tensors: Tensor) -> list[tuple[Tensor, ...]]:
     return [tuple(t[index] for t in full) for index in itertools.product(*(range(size) for size in lead))]
 
 
+#: On the CPU, a small matrix times a wide one, (r, k) @ (k, c) with r and k at most
+#: :data:`WIDE_SIDE` and c over twice this, runs in blocks of this many columns of ``b``
+#: (:func:`_blocked_mm`): the particles' repulsion, (n, n) @ (n, d) for d ~ 1e5 weights. One
+#: thread of an AMD EPYC (torch 2.14, MKL), (50, 50) @ (50, 99,710): 26 ms for the whole
+#: width, 15 ms in blocks of 1,024 or 4,096, 20 ms of 16,384, the same bits
+#: (``benchmarks/bench_wide_product.py``).
+WIDE_BLOCK = 4096
+#: the largest r and k of a product taken in blocks of columns
+WIDE_SIDE = 256
+
+
+def _wide(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a @ b`` runs in blocks of columns (:data:`WIDE_BLOCK`): on the CPU's paths,
+    for a small ``a``, a wide ``b`` and no autograd (``out=`` records none)."""
+    return (
+        not gpu_path(a)
+        and b.shape[-1] > 2 * WIDE_BLOCK
+        and max(a.shape[-2], a.shape[-1]) <= WIDE_SIDE
+        and not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
+    )
+
+
+def _blocked_mm(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` (2-d) written block by block of :data:`WIDE_BLOCK` columns of ``b``."""
+    out = a.new_empty(a.shape[0], b.shape[1])
+    for start in range(0, b.shape[1], WIDE_BLOCK):
+        block = slice(start, start + WIDE_BLOCK)
+        torch.mm(a, b[:, block], out=out[:, block])
+    return out
+
+
 def set_matmul(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b`` for one set (r, k) @ (k, c) or a stack of sets (..., r, k) @ (..., k, c) whose
     every set's product is, bit for bit, what that set's own 2-d ``a @ b`` gives: a stack's
     products that ``bmm`` would round otherwise (:func:`_per_set`) run set by set, the
     others in one ``bmm`` (its GEMM per set rounds as one set's; a few dozen small ops cost
     more than one call there). What makes a stack of seeds equal its one-seed jobs
-    (``tests/experiments/test_image_stack.py``)."""
-    if (a.dim() == 2 and b.dim() == 2) or not _per_set(a, b):
+    (``tests/experiments/test_image_stack.py``). A small matrix times a wide one runs in
+    blocks of columns on the CPU (:data:`WIDE_BLOCK`), a stack's set by set."""
+    if a.dim() == 2 and b.dim() == 2:
+        return _blocked_mm(a, b) if _wide(a, b) else a @ b
+    if not (_per_set(a, b) or _wide(a, b)):
         return a @ b
     lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    products = [x @ y for x, y in _each_set(lead, a, b)]
+    products = [set_matmul(x, y) for x, y in _each_set(lead, a, b)]
     return torch.stack(products).view(*lead, a.shape[-2], b.shape[-1])
 
 
@@ -295,17 +330,29 @@ def median_bandwidth(sq_dists: Tensor, n: int) -> Tensor:
     return (med / math.log(n + 1)).clamp_min(_MIN_BANDWIDTH)[..., None, None]
 
 
-def kernel_grad_sum(x: Tensor, y: Tensor, gram: Tensor, h: Tensor | float) -> Tensor:
-    """``sum_j grad_{x_i} k(x_i, y_j)`` for the RBF kernel, shape (..., n, d).
+def kernel_grad_sum(x: Tensor, y: Tensor, gram: Tensor, h: Tensor | float, row_scale: Tensor | None = None) -> Tensor:
+    """``sum_j grad_{x_i} k(x_i, y_j)`` for the RBF kernel, shape (..., n, d), each row times
+    ``row_scale`` (..., n, 1) if given (KDE's ``1 / sum_j K_ij``).
 
     Uses ``grad_x k(x, y) = -(2 / h) (x - y) k(x, y)``, so the sum is a matrix
     product rather than an (n, m, d) tensor: ``(2/h) (K (y - c) - diag(K 1) (x - c))``
     with ``c = y_0``, which is exactly zero when every particle coincides. ``h`` may
     be a tensor (one per set, (..., 1, 1)): it stays on the device.
+
+    For the particles themselves (``x is y``) that is ``(2/h) (K° - diag(K° 1)) (x - c)``,
+    ``K°`` the Gram matrix with its diagonal set to 0 (the terms ``j = i`` cancel): the
+    scalings go into the (n, n) matrix and the (n, d) side is one product, with no pass over
+    (n, d) but the centring (:func:`set_matmul`).
     """
+    if x is y:
+        off = gram - torch.diag_embed(torch.diagonal(gram, dim1=-2, dim2=-1))
+        weights = off - torch.diag_embed(off.sum(-1))
+        factor = 2.0 / h if row_scale is None else (2.0 / h) * row_scale
+        return set_matmul(weights * factor, x - x[..., :1, :])
     xc, yc = _centred(x, y)
     # (K (y - c) - diag(K 1) (x - c)) in one GEMM, then one scaling pass over (n, d)
-    return _matmul_add(xc * gram.sum(-1, keepdim=True), gram, yc, alpha=1.0, beta=-1.0).mul_(2.0 / h)
+    out = _matmul_add(xc * gram.sum(-1, keepdim=True), gram, yc, alpha=1.0, beta=-1.0).mul_(2.0 / h)
+    return out if row_scale is None else out.mul_(row_scale)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def kde_score(x: Tensor, kernel: RBF, query: Tensor | None = None) -> Tensor:
         query, gram = x, torch.exp(-sq / h)
     else:
         gram = kernel.gram(query, x, h)
-    return kernel_grad_sum(query, x, gram, h) / gram.sum(-1, keepdim=True)
+    return kernel_grad_sum(query, x, gram, h, row_scale=gram.sum(-1, keepdim=True).reciprocal())
 
 
 def sge_score(x: Tensor, kernel: RBF, eta: float = 0.01) -> Tensor:

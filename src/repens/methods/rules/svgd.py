@@ -11,6 +11,7 @@ from torch import Tensor
 
 from repens.methods.rule import FunctionSpaceRule, Rule, RuleState
 from repens.methods.updates import StepContext, Update, function_space, grad_log_posterior
+from repens.models.kernels import set_matmul
 
 __all__ = ["SVGD", "FunctionSVGD", "svgd", "fsvgd", "REPULSION_SCALES", "build", "build_function_space"]
 
@@ -61,7 +62,7 @@ def _svgd_direction(x: Tensor, score: Tensor, gram: Tensor, h: Tensor, repulsion
     xc = x - x[..., :1, :]
     two_over_h = 2.0 / h if repulsion_scale == 1.0 else 2.0 * repulsion_scale / h
     pushed = torch.addcmul(score, xc, two_over_h, value=-1.0) if torch.is_tensor(h) else score - two_over_h * xc
-    direction = torch.matmul(gram, pushed)
+    direction = set_matmul(gram, pushed)
     direction.addcmul_(gram.sum(-1, keepdim=True) * two_over_h, xc)
     return direction.div_(x.shape[-2])
 
