@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_denormals import _median_ms  # noqa: E402
 
 
 def blocked(a: torch.Tensor, b: torch.Tensor, width: int) -> torch.Tensor:
@@ -25,16 +29,6 @@ def blocked(a: torch.Tensor, b: torch.Tensor, width: int) -> torch.Tensor:
     for start in range(0, b.shape[1], width):
         torch.mm(a, b[:, start : start + width], out=out[:, start : start + width])
     return out
-
-
-def timed(f, repeat: int) -> float:
-    f()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -55,17 +49,17 @@ def main() -> None:
         f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s); "
         f"({args.n}, {args.n}) @ ({args.n}, {args.d}), {flop / 1e9:.2f} GFLOP"
     )
-    seconds = timed(lambda: a @ b, args.repeat)
+    seconds = _median_ms(lambda: a @ b, args.repeat) / 1e3
     print(f"whole        {seconds * 1e3:7.2f} ms  {flop / seconds / 1e9:6.1f} GFLOP/s")
     for width in args.widths:
         same = torch.equal(blocked(a, b, width), whole)
-        seconds = timed(lambda width=width: blocked(a, b, width), args.repeat)
+        seconds = _median_ms(lambda width=width: blocked(a, b, width), args.repeat) / 1e3
         print(
             f"blocks {width:5d} {seconds * 1e3:7.2f} ms  {flop / seconds / 1e9:6.1f} GFLOP/s  "
             f"bits {'equal' if same else 'DIFFER'}"
         )
     square = torch.randn(1024, 1024, generator=g)
-    seconds = timed(lambda: square @ square, 5)
+    seconds = _median_ms(lambda: square @ square, 5) / 1e3
     print(f"fp32 GEMM 1024^3: {2 * 1024**3 / seconds / 1e9:.1f} GFLOP/s")
 
 

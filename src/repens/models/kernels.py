@@ -166,9 +166,9 @@ def _each_set(lead: torch.Size, *tensors: Tensor) -> list[tuple[Tensor, ...]]:
 #: On the CPU, a small matrix times a wide one, (r, k) @ (k, c) with r and k at most
 #: :data:`WIDE_SIDE` and c over twice this, runs in blocks of this many columns of ``b``
 #: (:func:`_blocked_mm`): the particles' repulsion, (n, n) @ (n, d) for d ~ 1e5 weights. One
-#: thread of an AMD EPYC (torch 2.14, MKL), (50, 50) @ (50, 99,710): 26 ms for the whole
-#: width, 15 ms in blocks of 1,024 or 4,096, 20 ms of 16,384, the same bits
-#: (``benchmarks/bench_wide_product.py``).
+#: thread of an AMD EPYC (torch 2.14, MKL), (50, 50) @ (50, 99,710): 25.1 ms for the whole
+#: width, 10.2 ms in blocks of 2,048 or 4,096, 13.1 ms of 16,384, the same bits
+#: (``benchmarks/bench_wide_product.py``, 2026-11-29).
 WIDE_BLOCK = 4096
 #: the largest r and k of a product taken in blocks of columns
 WIDE_SIDE = 256
@@ -348,7 +348,7 @@ def kernel_grad_sum(x: Tensor, y: Tensor, gram: Tensor, h: Tensor | float, row_s
         off = gram - torch.diag_embed(torch.diagonal(gram, dim1=-2, dim2=-1))
         weights = off - torch.diag_embed(off.sum(-1))
         factor = 2.0 / h if row_scale is None else (2.0 / h) * row_scale
-        return set_matmul(weights * factor, x - x[..., :1, :])
+        return set_matmul(weights * factor, _centred(x, y)[1])
     xc, yc = _centred(x, y)
     # (K (y - c) - diag(K 1) (x - c)) in one GEMM, then one scaling pass over (n, d)
     out = _matmul_add(xc * gram.sum(-1, keepdim=True), gram, yc, alpha=1.0, beta=-1.0).mul_(2.0 / h)
