@@ -34,6 +34,18 @@ def test_collect_in_this_checkout():
         assert prov[key], key
 
 
+def test_collect_records_the_cpu_threads():
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            assert collect()["threads"] == n
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_collect_without_git(tmp_path, monkeypatch):
     git_state.cache_clear()
     assert git_state(str(tmp_path)) == ("unknown", None)  # not a checkout

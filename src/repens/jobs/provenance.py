@@ -143,6 +143,8 @@ def collect(
             "host": socket.gethostname(),
             "log": _relative(log_file or stderr_file()),
         }
+        if torch is not None:  # a CPU reduction's order, so its float32 bits, depend on it
+            out["threads"] = torch.get_num_threads()
         if job is not None:
             from repens.core.jobkey import job_key
 
