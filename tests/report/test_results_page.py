@@ -445,6 +445,50 @@ def test_a_paired_difference_is_the_mean_of_the_seeds_differences_with_its_stand
     assert paired_difference({1: 1.0, 2: 2.0}, {2: 1.0}) is None
 
 
+def test_the_repulsions_size_is_given_per_protocol_over_the_papers_rows_only(tmp_path):
+    """A control (another setting, another row name) never enters a protocol's range: here
+    the controls hold both extremes and what would be the G.4 rows' only after-Adam value."""
+    import pandas as pd
+
+    from repens.report.answers import _repulsion_size_lines
+
+    vs_paper = pd.DataFrame(
+        [
+            {"method": m, "paper_method": p, "label": label}
+            for m, p, label in (
+                ("svgd", "svgd", "SVGD"),
+                ("kde-wgd", "kde-wgd", "kde-WGD"),
+                ("svgd-code-protocol", "svgd", "SVGD (authors' code)"),
+                ("kde-wgd-code-protocol", "kde-wgd", "kde-WGD (authors' code)"),
+                ("svgd-code-num-train", "svgd", "SVGD (authors' code, repulsion x N)"),
+                ("svgd-code-logits", "svgd", "SVGD (authors' code, on logits)"),
+                ("drle", None, "DRLE"),
+            )
+        ]
+    )
+    rows = [
+        ("svgd", "before Adam", 3e-8),
+        ("kde-wgd", "before Adam", 8e-10),
+        ("svgd-code-protocol", "before Adam", 1.5e-6),
+        ("svgd-code-protocol", "after Adam's scaling", 1e-5),
+        ("kde-wgd-code-protocol", "before Adam", 8e-7),
+        ("kde-wgd-code-protocol", "after Adam's scaling", 5e-2),
+        ("svgd-code-num-train", "before Adam", 1e-2),
+        ("svgd-code-num-train", "after Adam's scaling", 9e-1),
+        ("svgd-code-logits", "after Adam's scaling", 2.1e-5),
+        ("drle", "before Adam", 1e-20),
+    ]
+    csv_path = tmp_path / "table1_repulsion.csv"
+    pd.DataFrame(rows, columns=["method", "ratio", "mean"]).to_csv(csv_path, index=False)
+    text = _repulsion_size_lines(csv_path, vs_paper, "code-protocol", Path("r"))[0]
+    assert "before Adam 8.0e-07 (kde-WGD) to 1.5e-06 (SVGD) over 2 rules at the authors' code's protocol" in text
+    assert "after Adam's scaling 1.0e-05 (SVGD) to 5.0e-02 (kde-WGD) over 2 rules at the authors' code's" in text
+    assert "before Adam 8.0e-10 (kde-WGD) to 3.0e-08 (SVGD) over 2 rules at G.4's text" in text
+    assert "after Adam's scaling not logged by the runs at G.4's text" in text
+    assert not any(v in text for v in ("1.0e-02", "9.0e-01", "2.1e-05", "1.0e-20"))
+    assert _repulsion_size_lines(tmp_path / "absent.csv", vs_paper, "code-protocol", Path("r")) == []
+
+
 def test_scorecard_counts_every_verdict_class_in_the_page_order():
     from repens.report.claims import CLAIM_VERDICTS
 

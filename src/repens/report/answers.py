@@ -191,31 +191,37 @@ def _acc(table: Mapping[str, Mapping[str, Any]], method: str) -> tuple[float, in
     return float(r["ours_mean"]), int(r["ours_seeds"])
 
 
-def _repulsion_size_lines(repulsion_csv: Path, paper_protocol: str, link: Path) -> list[str]:
-    """The repulsion's size against the drift, before and after Adam, at each protocol."""
-    lines: list[str] = []
-    if repulsion_csv.is_file():
-        rep = pd.read_csv(repulsion_csv)
-        code = rep.method.str.endswith(f"-{paper_protocol}")
-        parts = []
-        for label, mask in (
-            ("at the authors' code's protocol", code),
-            ("at G.4's text", ~code & ~rep.method.str.contains("num-train")),
-        ):
-            for ratio in ("before Adam", "after Adam's scaling"):
-                sel = rep[mask & (rep.ratio == ratio) & ~rep.method.isin(["drle"])]
-                if len(sel):
-                    parts.append(f"{ratio} {sel['mean'].min():.1e} to {sel['mean'].max():.1e} {label}")
-        if parts:
-            lines += [
-                "The repulsion's size against the likelihood's drift in each step (the mean over a run's logged "
-                "points of |repulsion| / |drift|, each repulsive rule): " + "; ".join(parts) + ". Adam divides each "
-                "coordinate by its own gradient scale, so a repulsion negligible in the raw step can still move "
-                "the weights; whether it changes the results is what the controls ask. Per method: "
-                f"[`table1_repulsion.csv`]({link / repulsion_csv.name}).",
-                "",
-            ]
-    return lines
+def _repulsion_size_lines(repulsion_csv: Path, vs_paper: pd.DataFrame, paper_protocol: str, link: Path) -> list[str]:
+    """The repulsion's size against the drift, before and after Adam, at each protocol: over
+    the paper's own rows (G.4's text: ``method`` is its ``paper_method``; the code's:
+    ``<paper_method>-<paper_protocol>``), never a control's, with the rules at each end."""
+    if not repulsion_csv.is_file():
+        return []
+    rep = pd.read_csv(repulsion_csv)
+    rows = vs_paper[vs_paper.method == vs_paper.paper_method]
+    labels = dict(zip(rows.method, rows.label))  # the paper's rows and their labels
+    rules = {
+        "at the authors' code's protocol": {f"{m}-{paper_protocol}": m for m in labels},
+        "at G.4's text": {m: m for m in labels},
+    }
+    parts = []
+    for where, names in rules.items():
+        for ratio in ("before Adam", "after Adam's scaling"):
+            sel = rep[rep.method.isin(list(names)) & (rep.ratio == ratio)].sort_values("mean")
+            if sel.empty:
+                parts.append(f"{ratio} not logged by the runs {where}")
+                continue
+            ends = [f"{r['mean']:.1e} ({labels[names[r['method']]]})" for _, r in sel.iloc[[0, -1]].iterrows()]
+            span = ends[0] if len(sel) == 1 else f"{ends[0]} to {ends[1]}"
+            parts.append(f"{ratio} {span} over {len(sel)} rule{'s' * (len(sel) > 1)} {where}")
+    return [
+        "The repulsion's size against the likelihood's drift in each step (the mean over a run's logged "
+        "points of |repulsion| / |drift|, the paper's repulsive rules, controls aside): " + "; ".join(parts) + ". "
+        "Adam divides each coordinate by its own gradient scale, so a repulsion negligible in the raw step can "
+        "still move the weights; whether it changes the results is what the controls ask. Per method: "
+        f"[`table1_repulsion.csv`]({link / repulsion_csv.name}).",
+        "",
+    ]
 
 
 def _accuracy_rows(vs_paper: pd.DataFrame) -> dict[str, Mapping[str, Any]]:
@@ -291,7 +297,7 @@ def repulsion_lines(
     """The repulsion's share of the step (before and after Adam's scaling) at each protocol,
     and each control's accuracy against the rows it is compared with (``runs``:
     ``table1_runs.csv``, for the differences paired by seed)."""
-    lines = _repulsion_size_lines(repulsion_csv, paper_protocol, link)
+    lines = _repulsion_size_lines(repulsion_csv, vs_paper, paper_protocol, link)
     rows, measured = control_rows(_accuracy_rows(vs_paper), CONTROLS, seed_accuracies(runs))
     if rows:
         lines += [
