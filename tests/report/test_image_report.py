@@ -354,3 +354,22 @@ def test_table1_without_groups_ranks_every_row_in_one_block(tmp_path):
     order, best = _bold_of(tmp_path, {})
     assert order[0] == "de" and best["de-wgd-lr"] == ("1", "1")
     assert sum(b == ("1", "1") for b in best.values()) == 1
+
+
+def test_every_error_basis_a_cell_can_have_is_explained_once_in_order():
+    import itertools
+    import math
+
+    from repens.report.image import ERROR_BASES, _error_basis, error_bases_note
+
+    made = {
+        _error_basis(o_se, p_se, n, key)
+        for o_se, p_se, n, key in itertools.product(
+            (0.01, math.nan), (0.02, math.nan), (1, 3), ("accuracy", "entropy_ratio")
+        )
+    }
+    assert made == set(ERROR_BASES)
+    note = error_bases_note(["none", "ours and the paper's", "", "something new"])
+    assert note.index(ERROR_BASES["ours and the paper's"]) < note.index(ERROR_BASES["none"])
+    assert note.count("; by ") == 2 and "something new" in note
+    assert error_bases_note([]) == ""

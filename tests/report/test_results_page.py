@@ -156,7 +156,7 @@ def test_page_shows_each_cell_beside_the_paper_and_what_is_not_run(tmp_path):
     text = write_page(reference, config, paper_seeds(config), out)
     assert out.read_text() == text
     assert "| fashionmnist | Deep ensemble | 1 | 0.961 vs 0.958 ± 0.003 (+1.2) |" in text
-    assert "one seed of ours, its spread not measured yet" in text
+    assert "by the paper's alone where we have one seed (its spread not measured yet)" in text
     assert "(../reference/results/table1_vs_paper.csv)" in text
     assert "image / cifar10: " in text and "needs a GPU" in text
     assert "### Verdict rule" in text  # the scorecard's headings sit below the page's

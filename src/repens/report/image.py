@@ -35,9 +35,11 @@ from repens.report.tables import (
 from repens.results.files import RecordedJob, read_json
 
 __all__ = [
+    "ERROR_BASES",
     "TABLE1_COLUMNS",
     "EXTRA_COLUMNS",
     "DATASET_LABELS",
+    "error_bases_note",
     "load_records",
     "runs_path",
     "read_reference",
@@ -201,14 +203,39 @@ def vs_paper_rows(
     return rows
 
 
+_RATIO = " (the paper's ± of a ratio is no standard error)"
+#: each ``error_basis`` a cell can have, and what it divides the difference by, in words
+ERROR_BASES = {
+    "ours and the paper's": "both standard errors combined, √(ours² + the paper's²), where both exist",
+    "the paper's only: one seed of ours, its spread not measured yet": (
+        "the paper's alone where we have one seed (its spread not measured yet)"
+    ),
+    "ours only" + _RATIO: "ours alone for a ratio of several seeds" + _RATIO,
+    "ours only": "ours alone where the paper prints a value without ±",
+    "none" + _RATIO: "nothing for a ratio of one seed: no difference in errors is shown",
+    "none": "nothing where neither has an error: no difference in errors is shown",
+}
+
+
 def _error_basis(o_se: float, p_se: float, n: int, key: str) -> str:
-    """Whose errors a comparison's difference in standard errors uses, in words."""
+    """Whose errors a comparison's difference in standard errors uses, in words (a key of
+    :data:`ERROR_BASES`)."""
     if math.isfinite(o_se) and math.isfinite(p_se):
         return "ours and the paper's"
     if n == 1 and math.isfinite(p_se):
         return "the paper's only: one seed of ours, its spread not measured yet"
-    why = "" if key in PAPER_SE_PER_PRINTED else " (the paper's ± of a ratio is no standard error)"
+    why = "" if key in PAPER_SE_PER_PRINTED else _RATIO
     return ("ours only" if math.isfinite(o_se) else "none") + why
+
+
+def error_bases_note(bases: Collection[str]) -> str:
+    """One sentence: what the differences in errors of cells with these ``error_basis``
+    values are divided by, in :data:`ERROR_BASES`' order (a value it does not know: as written)."""
+    said = [text for basis, text in ERROR_BASES.items() if basis in bases]
+    said += sorted({str(b) for b in bases if b and b not in ERROR_BASES})
+    if not said:
+        return ""
+    return "The difference is divided by " + "; by ".join(said) + ". A row the paper does not have shows none."
 
 
 def _sorted_known(values: Iterable[Any]) -> list[Any]:

@@ -466,7 +466,7 @@ def _vs_paper(path: Path) -> list[str]:
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     unrun = [d for d in datasets if all(r["ours_seeds"] == "0" for r in rows if r["dataset"] == d)]
     rows = [r for r in rows if r["dataset"] not in unrun]
-    from repens.report.image import PAPER_SE_PER_PRINTED, PAPER_SEEDS, row_label
+    from repens.report.image import PAPER_SE_PER_PRINTED, PAPER_SEEDS, error_bases_note, row_label
 
     labels = {r["method"]: r["label"] for r in rows}
     out, basis = [], set()
@@ -500,7 +500,7 @@ def _vs_paper(path: Path) -> list[str]:
         "Each cell: ours vs the paper's mean ± s.e. (the difference in standard errors). The paper's s.e. is its "
         f"printed ± times {PAPER_SE_PER_PRINTED['accuracy']:g}: the authors' script (utils/generate_results.py) "
         f"prints the population sd over n = {PAPER_SEEDS}, not over √n; its ratios' ± is no standard error and is "
-        "left out. Errors used: " + "; ".join(sorted(b for b in basis if b)) + ".",
+        "left out. " + error_bases_note(basis),
     ]
     if unrun:
         lines += ["", f"Not run at all: {', '.join(unrun)} (see above)."]
