@@ -194,6 +194,27 @@ def test_campaign_queues_follow_the_paper_results_order():
     assert campaign.log_of("toy/regression/de/seed42/predictions.npz") == Path("logs/toy/regression/de/seed42.log")
 
 
+def test_campaign_items_run_on_the_threads_asked_for_every_training_rule():
+    import argparse
+    import re
+
+    campaign = _campaign()
+    rules = ROOT / "workflow" / "rules"
+    threaded = set()
+    for smk in rules.glob("*.smk"):
+        for name, body in re.findall(r"^rule (\w+):\n((?:[ \t].*\n|\n)*)", smk.read_text(), re.M):
+            if re.search(r"^\s+threads:", body, re.M):
+                threaded.add(name)
+    assert threaded == set(campaign.TRAINING_RULES)
+    args = argparse.Namespace(
+        workdir=str(ROOT), reference="reference", lane=["image"], threads=2, nice=10, config=["a=b"], collect=False
+    )
+    cmd = campaign.Campaign(args).command(["results/x.json"])
+    assert cmd[:6] == ["nice", "-n", "10", "snakemake", "results/x.json", "-c2"]
+    assert cmd[cmd.index("--config") + 1 : cmd.index("--set-threads")] == ["scale=paper", "a=b"]
+    assert cmd[cmd.index("--set-threads") + 1 :] == [f"{r}=2" for r in campaign.TRAINING_RULES]
+
+
 def test_publish_lists_the_runs_the_tables_rest_on_and_check_sees_them_change(tmp_path):
     results, reference = tmp_path / "results", tmp_path / "reference"
     _write_csv(results / "table1.csv", [{"a": 1}])
