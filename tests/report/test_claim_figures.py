@@ -39,6 +39,8 @@ STUCK = compare(
     ">",
     est("de acc", 90.0, 0.2),
 )
+#: one seed on one side: its point estimate, no interval (a difference beyond ORDER's)
+SEEDLESS = compare(est("ssge-wgd acc", 95.0, float("nan"), n=1), ">", est("de acc", 90.0, 0.2))
 ABSENT = compare(
     Estimate.absent("svgd acc", "results/table1.csv: no fashionmnist/svgd row"), ">", est("de acc", 90.0, 0.2)
 )
@@ -55,6 +57,7 @@ CLAIMS = (
     _claim("all-not-run", [ABSENT, ABSENT]),
     _claim("stuck", [STUCK, ORDER], limit=True),
     _claim("caveat", [STUCK, ORDER]),
+    _claim("one-seed", [SEEDLESS, ORDER]),
 )
 DIAGNOSTICS = (_claim("own-check", [AGREE], diagnostic=True),)
 
@@ -87,6 +90,8 @@ def test_comparisons_csv_has_one_row_per_comparison_with_its_numbers(scorecard):
         ("stuck", "claim", "2"),
         ("caveat", "claim", "1"),
         ("caveat", "claim", "2"),
+        ("one-seed", "claim", "1"),
+        ("one-seed", "claim", "2"),
         ("own-check", "diagnostic", "1"),
     ]
     first = rows[0]
@@ -142,7 +147,7 @@ def test_one_figure_per_claim_each_coloured_by_its_verdicts(scorecard, tmp_path)
     assert (
         sorted(p.name for p in written)
         == sorted(p.name for p in out.iterdir())
-        == ["all-not-run.png", "caveat.png", "ordered.png", "own-check.png", "stuck.png"]
+        == ["all-not-run.png", "caveat.png", "one-seed.png", "ordered.png", "own-check.png", "stuck.png"]
     )
     for png in written:
         image = Image.open(png)
@@ -155,6 +160,21 @@ def test_one_figure_per_claim_each_coloured_by_its_verdicts(scorecard, tmp_path)
     assert _rgb("inconclusive") in stuck and _rgb("reproduced") in stuck
 
 
+def test_a_one_seed_comparison_is_its_point_estimate_without_a_bar(scorecard, tmp_path):
+    rows = cf.read_comparisons(cl.comparisons_path(scorecard))
+    one = rows[rows["claim"] == "one-seed"].sort_values("index").reset_index(drop=True)
+    assert one["verdict"].tolist() == [cl.TOO_FEW_SEEDS, "reproduced"]
+    assert one["claim_verdict"].iloc[0] == cl.TOO_FEW_SEEDS
+    assert one["difference"].iloc[0] == 5.0 and math.isnan(one["detectable"].iloc[0])
+    ran = one["verdict"] != "not run"
+    left, right, _ = cf._x_range(one, ran, False, 1.0)
+    assert left < 0 < 5.0 < right  # the axis shows the point, not only the other row's interval
+    assert cf._scale(one[ran])[1] >= 5.0
+    cf.plot_claim(one, tmp_path / "one-seed.png")
+    colours = _colours(tmp_path / "one-seed.png")
+    assert _rgb(cl.TOO_FEW_SEEDS) in colours and _rgb("reproduced") in colours
+
+
 def test_a_not_converged_comparison_is_marked_and_labels_are_short(scorecard):
     frame = cf.read_comparisons(cl.comparisons_path(scorecard))
     stuck = frame[frame["claim"] == "stuck"].sort_values("index")
@@ -163,6 +183,7 @@ def test_a_not_converged_comparison_is_marked_and_labels_are_short(scorecard):
     assert caveat["caveat"].iloc[0].startswith(cf.NOT_CONVERGED) and caveat["verdict"].iloc[0] == "reproduced"
     assert cf.not_converged(caveat).tolist() == [True, False] == cf.not_converged(stuck).tolist()
     assert cf.NOT_CONVERGED == cl.NOT_CONVERGED  # the figures read the scorecard's marker
+    assert cf.TOO_FEW_SEEDS == cl.TOO_FEW_SEEDS and cf.TOO_FEW_SEEDS in cf.VERDICT_COLOURS
     assert cf.comparison_label(stuck.iloc[0]) == "kde acc > de acc"
     long = {"a": "anchored-code RMSE (concrete)", "relation": "~", "b": "Pearce's anchored RMSE (concrete) " * 3}
     label = cf.comparison_label(long)

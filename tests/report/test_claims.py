@@ -184,7 +184,7 @@ def test_diagnostics_are_apart_from_the_claims():
         {"id": "b", "verdict": "contradicted", "kind": "claim"},
         {"id": "d", "verdict": "contradicted", "kind": "diagnostic"},
     ]
-    assert cl.headline(rows) == "2 claims: 1 reproduced, 1 contradicted, 0 inconclusive, 0 not run"
+    assert cl.headline(rows) == "2 claims: 1 reproduced, 1 contradicted, 0 inconclusive, 0 too few seeds, 0 not run"
     md = cl.scorecard_markdown(
         [{**r, "claim": "w", "reading": "r", "source": "s", "figures": "f", "source_verdict": "n/a"} for r in rows], {}
     )
@@ -193,7 +193,7 @@ def test_diagnostics_are_apart_from_the_claims():
     assert "**d**" in diag_part.split("## Verdict rule")[0]
 
 
-def test_quick_scale_missing_files_and_single_seeds_are_not_run():
+def test_quick_scale_and_missing_files_are_not_run_single_seeds_too_few():
     quick = compare(est(2.0, 0.1, scale="quick"), ">", est(1.0, 0.1, scale="quick"))
     assert quick.verdict == "not run" and "quick scale" in quick.reason
     # even when the figures would be decisive, one side at quick scale is not run
@@ -201,7 +201,21 @@ def test_quick_scale_missing_files_and_single_seeds_are_not_run():
     missing = compare(Estimate.absent("a", "results/table1.csv: missing"), ">", est(1.0, 0.1))
     assert missing.verdict == "not run" and missing.reason == "results/table1.csv: missing"
     one_seed = compare(est(2.0, math.nan, n=1), ">", est(1.0, math.nan, n=1))
-    assert one_seed.verdict == "not run" and "1 seed(s), no standard error" in one_seed.reason
+    assert one_seed.verdict == cl.TOO_FEW_SEEDS and "1 seed(s), no standard error" in one_seed.reason
+    # its point estimate is kept, with no interval: the figures draw it, the text says so
+    assert one_seed.difference == 1.0 and math.isnan(one_seed.detectable)
+    assert one_seed.text().endswith("(a-b +1, no s.e.): too few seeds")
+    # one seed against a printed value: too few seeds as well
+    printed = Estimate("paper", 1.0, 0.1, 0, cl.PUBLISHED)
+    assert compare(est(2.0, math.nan, n=1), ">", printed).verdict == cl.TOO_FEW_SEEDS
+    # one seed beside something absent, at another scale or unknown: not run, whatever the seeds
+    for other in (Estimate.absent("b", "no row"), est(1.0, 0.1, scale="quick"), est(1.0, 0.1, scale=None)):
+        mixed = compare(est(2.0, math.nan, n=1), ">", other)
+        assert mixed.verdict == "not run" and math.isnan(mixed.difference), other
+    # two seeds whose error is not a number are not a seed count problem: not run
+    assert compare(est(2.0, math.nan, n=2), ">", est(1.0, 0.1)).verdict == "not run"
+    # a seedless quantity at quick scale is a scale problem first
+    assert compare(est(2.0, math.nan, n=1, scale="quick"), ">", est(1.0, 0.1)).verdict == "not run"
     unknown = compare(est(2.0, 0.1, scale=None), ">", est(1.0, 0.1))
     assert unknown.verdict == "not run" and "unknown scale" in unknown.reason
     # published values (their printed error, no seeds) and exact constants are usable
@@ -227,6 +241,22 @@ def test_combine():
     assert combine([r, i, n]) == "not run"
     assert combine([r, i, n, c]) == "contradicted"  # a paper-scale contradiction stands
     assert combine([]) == "not run"
+    f = compare(est(2, math.nan, n=1), ">", est(1, 0.1))
+    assert f.verdict == cl.TOO_FEW_SEEDS
+    assert combine([r, i, f]) == cl.TOO_FEW_SEEDS  # more seeds could still decide it
+    assert combine([r, f, n]) == "not run"  # a missing run says more than a missing seed
+    assert combine([f, c]) == "contradicted"
+
+
+def test_summary_names_each_kind_of_unscored_comparison():
+    r = compare(est(2, 0.1), ">", est(1, 0.1))
+    f = compare(est(2, math.nan, n=1), ">", est(1, 0.1))
+    n = compare(Estimate.absent("a", "results/t.csv: no x row"), ">", est(1, 0.1))
+    assert cl.summary([f, f]) == "results/t.csv: x from 1 seed(s), no standard error"
+    assert cl.summary([r, f]).startswith("1 of 2 comparisons too few seeds (results/t.csv: x from 1 seed(s)")
+    assert cl.summary([r, f]).endswith("; 1 reproduced")
+    both = cl.summary([f, n])
+    assert both.startswith("2 of 2 comparisons without a verdict: 1 too few seeds, 1 not run (results/t.csv"), both
 
 
 def test_registry():
@@ -352,7 +382,7 @@ def test_quick_scale_table_and_missing_table_are_not_run(tmp_path):
         )
     }
     result = _fmnist(cl.Evidence(files))
-    assert result.verdict == "not run" and "1 seed(s)" in cl.summary(result.comparisons)
+    assert result.verdict == cl.TOO_FEW_SEEDS and "1 seed(s)" in cl.summary(result.comparisons)
 
 
 def _toy(path: Path, scale: str, ratios: dict[str, list[float]]) -> Path:
@@ -395,10 +425,10 @@ def test_toy_claim_over_seeds(tmp_path):
     weight["svgd"] = [0.6, 1.4, 0.9, 1.2, 0.8]
     (result,) = cl.evaluate(cl.Evidence({"toy": _toy(tmp_path / "b.csv", "paper", weight)}), [claim])
     assert result.verdict == "inconclusive"
-    # one seed per method (the toys' default): not run
+    # one seed per method (the toys' default): too few seeds
     one = {m: [0.2] for m in cl.WEIGHT_SPACE}
     (result,) = cl.evaluate(cl.Evidence({"toy": _toy(tmp_path / "c.csv", "paper", one)}), [claim])
-    assert result.verdict == "not run" and "1 seed(s)" in cl.summary(result.comparisons)
+    assert result.verdict == cl.TOO_FEW_SEEDS and "1 seed(s)" in cl.summary(result.comparisons)
     # aggregated columns (<metric>_mean/_se/_n) are read as they are
     rows = [
         {
@@ -431,9 +461,9 @@ def test_synthetic_claim_against_the_noise_floor(tmp_path, monkeypatch):
         return _write_csv(tmp_path / f"{scale}{len(seeds)}.csv", rows)
 
     energy = {"sge-wgd": 0.01, "ssge-wgd": 0.02, "svgd": 0.03}
-    # one seed (the config's): not run, and the noise floor's error is not even computed
+    # one seed (the config's): too few seeds, and the noise floor's error is not even computed
     (result,) = cl.evaluate(cl.Evidence({"synthetic": table("paper", [42], energy)}), [claim])
-    assert result.verdict == "not run" and calls == []
+    assert result.verdict == cl.TOO_FEW_SEEDS and calls == []
     # per-seed values that vary: mean +- s.e. over seeds against the floor 0.03 +- 0.003
     rows = [
         {"target": "gaussian", "method": m, "seed": s, "scale": "paper", "n": 100, "energy_distance": e + d}
@@ -505,7 +535,7 @@ def test_cli_writes_csv_and_markdown(tmp_path):
     # the headline counts the papers' claims only; the diagnostics have their own CSV and section
     n = len(cl.CLAIMS)
     assert (
-        f"{n} claims: 0 reproduced, 0 contradicted, 0 inconclusive, {n - 4} not run, "
+        f"{n} claims: 0 reproduced, 0 contradicted, 0 inconclusive, 0 too few seeds, {n - 4} not run, "
         "3 false on the paper's own numbers, 1 not testable" in md
     )
     diag = list(csv.DictReader(cl.diagnostics_path(out_csv).open()))
@@ -1143,8 +1173,8 @@ def test_a_claim_its_own_paper_contradicts_is_false_on_its_numbers_whatever_our_
 
 def _two_protocol_claim(ours: tuple[float, float] | None, other: tuple[float, float]) -> cl.Claim:
     """A Table 1 claim "a > b" whose check reads the code-protocol block's two means (``ours``;
-    None: one seed, not run) or, on the G.4 block's evidence (no variant), ``other``; the paper
-    prints nothing that decides it."""
+    None: one seed, too few seeds; "absent": no row, not run) or, on the G.4 block's evidence
+    (no variant), ``other``; the paper prints nothing that decides it."""
 
     def check(ev):
         if isinstance(ev, cl.PaperEvidence):
@@ -1153,6 +1183,8 @@ def _two_protocol_claim(ours: tuple[float, float] | None, other: tuple[float, fl
         if ev.variant:
             if ours is None:
                 return [compare(est(1.0, math.nan, n=1), ">", est(0.5, math.nan, n=1))]
+            if ours == "absent":
+                return [compare(Estimate.absent("a", "no a row"), ">", est(0.5, 0.01))]
             return [compare(est(ours[0], 0.01), ">", est(ours[1], 0.01))]
         return [compare(est(other[0], 0.01), ">", est(other[1], 0.01))]
 
@@ -1162,8 +1194,10 @@ def _two_protocol_claim(ours: tuple[float, float] | None, other: tuple[float, fl
 @pytest.mark.parametrize(
     ("ours", "other", "verdict", "other_verdict"),
     [
-        (None, (0.5, 1.0), "differs under another protocol", "contradicted"),  # not run where the paper measured
-        (None, (1.0, 0.5), "not run", "reproduced"),  # holds elsewhere: still not run at the paper's protocol
+        (None, (0.5, 1.0), "differs under another protocol", "contradicted"),  # one seed where the paper measured
+        ("absent", (0.5, 1.0), "differs under another protocol", "contradicted"),  # not run there
+        (None, (1.0, 0.5), "too few seeds", "reproduced"),  # holds elsewhere: still undecided at the paper's
+        ("absent", (1.0, 0.5), "not run", "reproduced"),
         ((1.0, 0.5), (0.5, 1.0), "reproduced", "contradicted"),  # the paper's protocol decides
         ((0.5, 1.0), (1.0, 0.5), "contradicted", "reproduced"),
     ],
@@ -1177,7 +1211,8 @@ def test_table1_claims_are_scored_at_the_papers_protocol_with_the_other_beside(o
     assert row["protocol"] == "the authors' code" and row["other_protocol"] == f"G.4's text: {other_verdict}"
     if verdict == cl.DIFFERS:
         assert row["figures"].startswith("differs under another protocol: under G.4's text the check is contradicted")
-        assert "at the authors' code: " in row["figures"] and "no standard error" in row["figures"]
+        why = "no a row" if ours == "absent" else "no standard error"
+        assert "at the authors' code: " in row["figures"] and why in row["figures"]
     # a claim that does not read Table 1 keeps its own protocol and has no other
     (toy,) = cl.evaluate(code, [c for c in cl.CLAIMS if c.id == "funnel-best"], "the authors' code", ("x", g4))
     assert toy.protocol.startswith("the paper's text") and toy.other_protocol == ""

@@ -14,13 +14,22 @@ from typing import Any
 
 import pandas as pd
 
-from repens.report.claims import CLAIM_VERDICTS, DIFFERS, FALSE_ON_PAPER, NOT_TESTABLE
+from repens.report.claims import CLAIM_VERDICTS, DIFFERS, FALSE_ON_PAPER, NOT_TESTABLE, TOO_FEW_SEEDS
 from repens.report.tables import mean_se
 from repens.results.statistics import quantile
 
 #: the page's order of the verdict classes: what held, what did not, then what is not a
 #: verdict on the paper at its protocol
-VERDICT_ORDER = ("reproduced", "contradicted", FALSE_ON_PAPER, DIFFERS, "inconclusive", NOT_TESTABLE, "not run")
+VERDICT_ORDER = (
+    "reproduced",
+    "contradicted",
+    FALSE_ON_PAPER,
+    DIFFERS,
+    "inconclusive",
+    NOT_TESTABLE,
+    TOO_FEW_SEEDS,
+    "not run",
+)
 assert set(VERDICT_ORDER) == set(CLAIM_VERDICTS)
 
 #: what a verdict class means, where its name alone does not say it
@@ -30,6 +39,7 @@ GLOSS = {
     "another protocol our runs contradict them",
     "inconclusive": "the error bars cannot tell",
     NOT_TESTABLE: "the source does not say what it measured",
+    TOO_FEW_SEEDS: "their runs are in the tree, but some at one seed only: no error bar yet, so no verdict",
     "not run": "the runs they need are not in the tree yet",
 }
 

@@ -7,7 +7,8 @@ every verdict drawn is the CSV's. Each figure has a row per comparison, labelled
 ``detectable`` half-width), a line at 0 and, for an agreement, its margin shaded (``~``:
 the band ±delta; ``<=``: below +delta; ``>=``: above -delta). Points are coloured by
 verdict (:data:`repens.report.style.VERDICT_COLOURS`); a comparison that did not
-converge is a hollow marker, one that was not run a line of text with its reason. One
+converge is a hollow marker, one with too few seeds its point estimate without a bar
+(labelled "no s.e."), one that was not run a line of text with its reason. One
 shared x axis per claim (the rule reads each row against 0 or its margin); where the
 rows' scales differ by more than :data:`SYMLOG_RATIO` it is symmetric-log.
 
@@ -64,8 +65,10 @@ NUMERIC = ("index", "difference", "detectable", "margin")
 #: above this ratio of the largest row scale (|a - b| + detectable, or margin) to the
 #: smallest, the x axis is symmetric-log (linear within the smallest scale)
 SYMLOG_RATIO = 100.0
-#: the reason of a comparison that did not converge starts with this (repens.report.claims)
+#: the reason of a comparison that did not converge starts with this, and the verdict of one
+#: resting on a single seed is this (repens.report.verdicts; this module reads files only)
 NOT_CONVERGED = "not converged"
+TOO_FEW_SEEDS = "too few seeds"
 LABEL_WIDTH = 70
 REASON_WIDTH = 58
 #: a saved figure's palette: greys, and tints of each verdict colour towards white and
@@ -123,9 +126,10 @@ def _short_reason(reason: str) -> str:
 
 
 def _scale(frame: pd.DataFrame) -> tuple[float, float]:
-    """The smallest and largest non-zero scale of the rows that ran (|a - b| + detectable, margin)."""
+    """The smallest and largest non-zero scale of the rows that ran (|a - b| + detectable, margin;
+    a point estimate without an interval by |a - b| alone)."""
     values = np.concatenate(
-        [(frame["difference"].abs() + frame["detectable"]).to_numpy(), frame["margin"].abs().to_numpy()]
+        [(frame["difference"].abs() + frame["detectable"].fillna(0.0)).to_numpy(), frame["margin"].abs().to_numpy()]
     )
     values = values[np.isfinite(values) & (values > 0)]
     return (float(values.min()), float(values.max())) if len(values) else (1.0, 1.0)
@@ -136,7 +140,8 @@ def _x_range(rows: pd.DataFrame, ran: pd.Series, symlog: bool, lo_scale: float) 
     linear threshold (a power of 10; 0 on a linear axis)."""
     ends = [0.0]
     for _, r in rows[ran].iterrows():
-        ends += [r["difference"] - r["detectable"], r["difference"] + r["detectable"]]
+        half = r["detectable"] if math.isfinite(r["detectable"]) else 0.0  # a point estimate: no bar
+        ends += [r["difference"] - half, r["difference"] + half]
         if math.isfinite(r["margin"]):
             ends += [-r["margin"], r["margin"]]
     ends = [e for e in ends if math.isfinite(e)]
@@ -239,7 +244,12 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
         ax.set_ylim(-0.6, n - 0.4)
         _draw_rows(ax, rows, y, stuck, left, right)
         ax.axvline(0.0, color="0.2", lw=0.9, zorder=1)
-        labels = [comparison_label(r) + (" (not converged)" if stuck.loc[i] else "") for i, r in rows.iterrows()]
+        labels = [
+            comparison_label(r)
+            + (" (not converged)" if stuck.loc[i] else "")
+            + (" (no s.e.)" if r["verdict"] == TOO_FEW_SEEDS else "")
+            for i, r in rows.iterrows()
+        ]
         ax.set_yticks(y, labels, fontsize=7.5)
         unit = "\n(symmetric-log axis: the rows differ in scale)" if symlog else ""
         ax.set_xlabel(

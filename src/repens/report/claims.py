@@ -50,13 +50,15 @@ value's interval is widened by its rounding (:attr:`Estimate.rounding`).
   ``t_a se_a + t_b se_b`` for an ordering (plus rounding). An agreement whose detectable
   difference exceeds its margin cannot be reproduced at the measured error bars;
 * *not run*: a quantity is missing (its file, or its row), or it was made at a scale
-  other than ``paper``, or it has fewer than 2 seeds (no standard error);
+  other than ``paper``;
+* *too few seeds*: both quantities exist at the paper's scale, but one rests on fewer than
+  2 seeds (no standard error): its runs are in, the verdict waits for more seeds;
 * *inconclusive (not converged: <reason>)*: a comparison that ran, one of whose quantities
   rests on runs that did not converge (:attr:`Estimate.converged` False), whatever its
   figures; unknown convergence (None) is shown ("[convergence unknown]") but does not block.
 
 A claim's verdict combines its comparisons: *contradicted* if any is, else *not run* if
-any is, else *reproduced* if all are, else *inconclusive*. Only the papers' claims
+any is, else *too few seeds* if any is, else *reproduced* if all are, else *inconclusive*. Only the papers' claims
 (:data:`CLAIMS`) are claims; checks of our own runs (:data:`DIAGNOSTICS`, e.g. whether
 DRLE's repulsion acts at the lambda our config chose) are evaluated the same way and
 shown apart, never counted in the claims' headline. Where the source paper
@@ -111,6 +113,8 @@ from repens.report.verdicts import (  # noqa: F401 (the scorecard's names, in on
     NOT_CONVERGED,
     PUBLISHED,
     RELATIONS,
+    TOO_FEW_SEEDS,
+    UNSCORED,
     VERDICTS,
     Comparison,
     Estimate,
@@ -126,6 +130,8 @@ __all__ = [
     "COVERAGE",
     "quantile",
     "VERDICTS",
+    "TOO_FEW_SEEDS",
+    "UNSCORED",
     "RELATIONS",
     "Estimate",
     "Comparison",
@@ -160,7 +166,7 @@ NOT_TESTABLE = "not testable"
 #: a claim that the same check contradicts on the values its own paper prints: a finding
 #: about the claim, whatever our runs show (their verdict is kept beside it, ``runs_verdict``)
 FALSE_ON_PAPER = "false on the paper's own numbers"
-#: a claim not run at the protocol that produced the paper's numbers whose runs under
+#: a claim not run (or with too few seeds) at the protocol that produced the paper's numbers whose runs under
 #: another protocol contradict it: a finding about that protocol, not a verdict on the paper
 DIFFERS = "differs under another protocol"
 #: a claim's verdicts: its comparisons' (:data:`VERDICTS`, at the protocol that produced the
@@ -227,7 +233,7 @@ def evaluate(
             result.verdict = NOT_TESTABLE
         elif result.source_verdict == "contradicted":
             result.verdict = FALSE_ON_PAPER
-        elif result.verdict == "not run" and result.other_verdict == "contradicted":
+        elif result.verdict in UNSCORED and result.other_verdict == "contradicted":
             result.verdict = DIFFERS
         out.append(result)
     return out
@@ -301,33 +307,32 @@ LEGEND = (
     "detect: for an ordering t_a se_a + t_b se_b); where it exceeds an agreement's margin, that comparison cannot "
     "be reproduced at the measured error bars; such an inconclusive agreement says at which n it cannot be decided "
     "and about which n would decide it (or that none would: a printed error alone wider than the margin). "
-    "**Paired**: where both quantities come from runs of the same seeds "
-    "(the toys and the synthetic targets, whose runs of a seed share its data, target draws and HMC reference; "
-    "Table 1's cells, from the runs file beside it: runs paired by the seed that starts each method's stream, on "
-    "common test sets), the rule reads the interval of the seeds' differences, mean(d) ± t s.e.(d) at n - 1 degrees of "
-    "freedom: an ordering is reproduced when it lies wholly on the claimed side of 0, contradicted when wholly on "
-    "the other ('paired over n seeds' in the figures); elsewhere (a printed value, a cell that is not the mean of "
-    "its runs, Table 2's means over splits) the unpaired rule above. **not run**: a "
-    "quantity's file or row is missing, or it was made at a scale other than paper, or from fewer than 2 seeds "
-    "(no standard error). **Convergence**: a claim about a fixed-budget protocol (Table 1's 50,000 steps, Pearce "
-    "et al.'s epochs: every claim here) is scored as run, a comparison resting on a Table 1 / Table 2 row that did "
-    "not converge (results/convergence.csv: a Table 1 row whose mean over seeds still drifts, or one of whose runs "
-    "degraded late; a Table 2 row whose run did not converge) marked '[caveat, not converged: ...]'; a claim about "
-    "a method's limit would be **inconclusive (not converged)** there, whatever its figures. Unknown convergence is "
-    "shown ('[convergence unknown]') but does not block. A claim is contradicted if any of its comparisons is, "
-    "else not run if any is, else "
-    "reproduced if all are, else inconclusive. 'On the paper's numbers': the same check on the values the "
-    "source paper prints (n/a where it shows a figure only, or where the claim is about matching them). "
-    "Diagnostics are checks of our own runs, not claims of a paper: judged the same way, listed apart, not "
-    "counted among the claims. **not testable**: a claim whose test the evidence cannot make (the reason in its "
-    "figures cell); its comparisons are shown, not judged. **false on the paper's own numbers**: the same check, "
-    "run on the values the source paper prints, contradicts the claim: a finding about the claim, not a failed "
-    "reproduction; what our runs say is kept beside it (figures cell, the CSV's runs_verdict). Every claim names "
-    "the protocol its runs follow ('scored at'): Table 1's claims are scored at the protocol that produced the "
-    "paper's numbers (the authors' released code, with the code's metric definitions), and the same check on the "
-    "runs at Appendix G.4's text is shown beside them ('under another protocol'): a finding about that protocol, "
-    "not a verdict on the paper. **differs under another protocol**: a claim not run at the paper's protocol that "
-    "the other protocol's runs contradict."
+    "**Paired**: where both quantities come from runs of the same seeds (the toys and the synthetic targets, whose "
+    "runs of a seed share its data, target draws and HMC reference; Table 1's cells, from the runs file beside it: "
+    "runs paired by the seed that starts each method's stream, on common test sets), the rule reads the interval of "
+    "the seeds' differences, mean(d) ± t s.e.(d) at n - 1 degrees of freedom: an ordering is reproduced when it lies "
+    "wholly on the claimed side of 0, contradicted when wholly on the other ('paired over n seeds' in the figures); "
+    "elsewhere (a printed value, a cell that is not the mean of its runs, Table 2's means over splits) the unpaired "
+    "rule above. **not run**: a quantity's file or row is missing, or it was made at a scale other than paper. **too "
+    "few seeds**: both quantities are in, at the paper's scale, but one rests on fewer than 2 seeds (no standard "
+    "error): the verdict waits for more seeds. **Convergence**: a claim about a fixed-budget protocol (Table 1's "
+    "50,000 steps, Pearce et al.'s epochs: every claim here) is scored as run, a comparison resting on a Table 1 / "
+    "Table 2 row that did not converge (results/convergence.csv: a Table 1 row whose mean over seeds still drifts, "
+    "or one of whose runs degraded late; a Table 2 row whose run did not converge) marked '[caveat, not converged: "
+    "...]'; a claim about a method's limit would be **inconclusive (not converged)** there, whatever its figures. "
+    "Unknown convergence is shown ('[convergence unknown]') but does not block. A claim is contradicted if any of "
+    "its comparisons is, else not run if any is, else too few seeds if any is, else reproduced if all are, else "
+    "inconclusive. 'On the paper's numbers': the same check on the values the source paper prints (n/a where it "
+    "shows a figure only, or where the claim is about matching them). Diagnostics are checks of our own runs, not "
+    "claims of a paper: judged the same way, listed apart, not counted among the claims. **not testable**: a claim "
+    "whose test the evidence cannot make (the reason in its figures cell); its comparisons are shown, not judged. "
+    "**false on the paper's own numbers**: the same check, run on the values the source paper prints, contradicts "
+    "the claim: a finding about the claim, not a failed reproduction; what our runs say is kept beside it (figures "
+    "cell, the CSV's runs_verdict). Every claim names the protocol its runs follow ('scored at'): Table 1's claims "
+    "are scored at the protocol that produced the paper's numbers (the authors' released code, with the code's "
+    "metric definitions), and the same check on the runs at Appendix G.4's text is shown beside them ('under another "
+    "protocol'): a finding about that protocol, not a verdict on the paper. **differs under another protocol**: a "
+    "claim not run, or with too few seeds, at the paper's protocol that the other protocol's runs contradict."
 )
 
 

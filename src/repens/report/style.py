@@ -39,6 +39,7 @@ VERDICT_COLOURS: dict[str, tuple[float, float, float]] = {
     "reproduced": _DEEP[2],
     "contradicted": _DEEP[3],
     "inconclusive": _DEEP[1],
+    "too few seeds": _DEEP[4],
     "not run": (0.55, 0.55, 0.55),
 }
 

@@ -11,7 +11,12 @@ from typing import Any
 
 from repens.results.statistics import quantile, welch_dof
 
-VERDICTS = ("reproduced", "contradicted", "inconclusive", "not run")
+#: a comparison whose quantities all exist, at the paper's scale, but one of which rests on
+#: fewer than two seeds: no standard error, so no verdict until more seeds are in
+TOO_FEW_SEEDS = "too few seeds"
+VERDICTS = ("reproduced", "contradicted", "inconclusive", TOO_FEW_SEEDS, "not run")
+#: the verdicts of a comparison that has no figures to judge (a quantity absent or seedless)
+UNSCORED = (TOO_FEW_SEEDS, "not run")
 #: relation -> how the figures read it
 RELATIONS = {">": ">", "<": "<", "~": "~", "<=": "<=", ">=": ">="}
 #: scale of a value printed in a paper (its error as printed) and of an exact constant
@@ -80,7 +85,7 @@ class Estimate:
         return cls(label, missing=why)
 
     def problem(self) -> str | None:
-        """Why this quantity cannot be judged (a "not run" reason), or None."""
+        """Why this quantity cannot be judged (a "not run" or :data:`TOO_FEW_SEEDS` reason), or None."""
         if self.missing:
             return self.missing
         where = self.source or self.label
@@ -93,6 +98,11 @@ class Estimate:
         if self.n < 2 or not _finite(self.se):
             return f"{where}: {self.label} from {self.n} seed(s), no standard error"
         return None
+
+    def too_few_seeds(self) -> bool:
+        """Whether the only thing that keeps this quantity from being judged is its seeds:
+        a number at the paper's scale from fewer than two runs (no standard error)."""
+        return not self.missing and _finite(self.value) and self.scale == "paper" and self.n < 2
 
     @property
     def dof(self) -> float:
@@ -129,11 +139,13 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Comparison:
-    """``a <relation> b`` and its verdict; ``reason``: why not run, else empty.
+    """``a <relation> b`` and its verdict; ``reason``: why not run (or not scored for too few
+    seeds), else empty.
 
     ``margin``: the equivalence margin of an agreement (``~``, ``<=``, ``>=``), None for an
     ordering. ``difference``: ``a - b``; ``detectable``: the half-width of the interval
-    the rule reads (the smallest difference the error bars can detect), nan when not run.
+    the rule reads (the smallest difference the error bars can detect), nan when not run
+    (``difference`` too) or with too few seeds (``difference`` is then the point estimate).
     """
 
     a: Estimate
@@ -219,6 +231,8 @@ class Comparison:
 
     def text(self) -> str:
         head = f"{self.a.text()} {self.relation} {self.b.text()}"
+        if self.verdict == TOO_FEW_SEEDS:
+            return f"{head} (a-b {self.difference:+.3g}, no s.e.): {self.verdict}"
         if self.reason.startswith(NOT_CONVERGED):  # the verdict is not the figures': say why
             return f"{head}: {self.verdict} ({self.reason})"
         caveat = f" [caveat, {self.caveat}]" if self.caveat else ""
@@ -247,7 +261,7 @@ def compare(a: Estimate, relation: str, b: Estimate, k: float | None = None, mar
     convergence (None) is shown (:meth:`Estimate.text`) but does not block."""
     c = _compare(a, relation, b, k, margin)
     failed = [e for e in (a, b) if e.converged is False]
-    if c.verdict == "not run" or not failed:
+    if c.verdict in UNSCORED or not failed:
         return c
     why = "; ".join(dict.fromkeys(e.convergence or "no reason recorded" for e in failed))
     return replace(c, verdict="inconclusive", reason=f"{NOT_CONVERGED}: {why}")
@@ -279,7 +293,8 @@ def _compare(
     interval wholly below ``+margin`` (above ``-margin``): reproduced; wholly above
     (below): contradicted; ``margin`` defaults to 0). A printed value's rounding widens
     its side. ``k``: one half-width in standard errors for every interval instead (tests).
-    "not run" when either quantity has a :meth:`Estimate.problem`.
+    "not run" when either quantity has a :meth:`Estimate.problem`, :data:`TOO_FEW_SEEDS`
+    when every such problem is a quantity's seeds (:meth:`Estimate.too_few_seeds`).
     """
     if relation not in RELATIONS:
         raise ValueError(f"relation must be one of {sorted(RELATIONS)}, got {relation!r}")
@@ -291,7 +306,10 @@ def _compare(
         margin = None
     problems = [p for p in (a.problem(), b.problem()) if p]
     if problems:
-        return Comparison(a, relation, b, "not run", "; ".join(dict.fromkeys(problems)), margin)
+        reason = "; ".join(dict.fromkeys(problems))
+        if all(e.too_few_seeds() for e in (a, b) if e.problem()):  # the point estimate, no interval
+            return Comparison(a, relation, b, TOO_FEW_SEEDS, reason, margin, a.value - b.value)
+        return Comparison(a, relation, b, "not run", reason, margin)
     if k is None and _pairs(a, b):
         return _paired(a, relation, b, margin)
     (se_a, r_a), (se_b, r_b) = _half(a), _half(b)
@@ -361,7 +379,7 @@ def _paired(a: Estimate, relation: str, b: Estimate, margin: float | None) -> Co
 def detectable_summary(comparisons: Sequence[Comparison]) -> str:
     """The smallest differences the error bars of the comparisons that ran can detect
     (range), and on how many an agreement's margin is below it (cannot be reproduced)."""
-    ran = [c for c in comparisons if c.verdict != "not run" and _finite(c.detectable)]
+    ran = [c for c in comparisons if c.verdict not in UNSCORED and _finite(c.detectable)]
     if not ran:
         return ""
     lo, hi = min(c.detectable for c in ran), max(c.detectable for c in ran)
@@ -393,12 +411,15 @@ def _range(values: Sequence[int]) -> str:
 
 def combine(comparisons: Sequence[Comparison]) -> str:
     """A claim's verdict from its comparisons: contradicted if any is, else not run if
-    any is (or there are none), else reproduced if all are, else inconclusive."""
+    any is (or there are none), else too few seeds if any is, else reproduced if all are,
+    else inconclusive."""
     verdicts = [c.verdict for c in comparisons]
     if "contradicted" in verdicts:
         return "contradicted"
     if not verdicts or "not run" in verdicts:
         return "not run"
+    if TOO_FEW_SEEDS in verdicts:
+        return TOO_FEW_SEEDS
     return "reproduced" if all(v == "reproduced" for v in verdicts) else "inconclusive"
 
 
@@ -439,15 +460,18 @@ def summary(comparisons: Sequence[Comparison], limit: int = 4) -> str:
             if any(c.verdict == v for c in items)
         )
 
-    if verdict == "not run":
+    if verdict in UNSCORED:
         reasons = _grouped(
-            dict.fromkeys(r for c in comparisons if c.verdict == "not run" for r in c.reason.split("; ") if r)
+            dict.fromkeys(r for c in comparisons if c.verdict in UNSCORED for r in c.reason.split("; ") if r)
         )
         text = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
-        ran = [c for c in comparisons if c.verdict != "not run"]
-        if ran:
-            text = f"{len(comparisons) - len(ran)} of {len(comparisons)} comparisons not run ({text}); {counts(ran)}"
-            text += _not_converged(ran)
+        ran = [c for c in comparisons if c.verdict not in UNSCORED]
+        if ran or any(c.verdict != verdict for c in comparisons):
+            unscored = [c for c in comparisons if c.verdict in UNSCORED]
+            kinds = {c.verdict for c in unscored}
+            what = f"{kinds.pop()} (" if len(kinds) == 1 else f"without a verdict: {counts(unscored)} ("
+            text = f"{len(unscored)} of {len(comparisons)} comparisons {what}{text})"
+            text += f"; {counts(ran)}{_not_converged(ran)}" if ran else ""
         return text
     if len(comparisons) <= limit:
         return "; ".join(c.text() for c in comparisons)
