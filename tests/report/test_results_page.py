@@ -247,7 +247,11 @@ def test_readme_headline_matches_the_published_scorecard():
     rows = list(csv.DictReader((ROOT / "reference" / "results" / "claims.csv").open()))
     counts = collections.Counter(r["verdict"] for r in rows)
     head = " ".join((ROOT / "README.md").read_text().splitlines()[:30])
-    m = re.search(r"(\d+) of (\d+) claims reproduced, (\d+) contradicted, (\d+)\s+inconclusive, (\d+) not run", head)
+    m = re.search(
+        r"(\d+) of (\d+) claims reproduced, (\d+)\s+contradicted, (\d+)\s+inconclusive, (\d+)\s+with too few\s+seeds,"
+        r"\s+(\d+)\s+not run",
+        head,
+    )
     assert m, "README's first 30 lines must state the scorecard's verdict counts"
     stated = tuple(int(g) for g in m.groups())
     assert stated == (
@@ -255,6 +259,7 @@ def test_readme_headline_matches_the_published_scorecard():
         len(rows),
         counts["contradicted"],
         counts["inconclusive"],
+        counts["too few seeds"],
         counts["not run"],
     ), (stated, dict(counts))
 
