@@ -180,14 +180,19 @@ def test_campaign_queues_follow_the_paper_results_order():
     table = (ROOT / "workflow" / "resources" / "table1_paper.csv").read_text()
     in_paper = {line.split(",")[1] for line in table.splitlines()[1:] if line.startswith("fashionmnist,")}
     paper = [m for m in methods if m in in_paper]
-    others = [m for m in methods if m not in in_paper]
-    assert len(paper) == 10 and {"anchored", "dle", "drle"} <= set(others)
+    protocol = [f"{m}-code-protocol" for m in paper]  # the block the claims are scored on
+    others = [m for m in methods if m not in in_paper and m not in protocol]
+    assert len(paper) == 10 and {"anchored", "dle", "drle", "de-code-wgd-lr"} <= set(others)
+    assert set(protocol) <= set(methods) and config["experiments"]["image"]["paper_protocol"] == "code-protocol"
     labels = [label for label, _ in image]
-    assert labels[: len(paper)] == [f"image fashionmnist {m} seed 38" for m in paper]
-    assert labels[len(paper) : len(methods)] == [f"image fashionmnist {m} seed 38" for m in others]
-    assert labels[len(methods)] == f"image fashionmnist {paper[0]} seed 39"
-    assert len(image) == len(methods) * len(config["seeds"])
-    assert image[0][1] == ("image/fashionmnist/de/seed38/metrics.json",)
+    seed38 = [f"image fashionmnist {m} seed 38" for m in (*protocol, *paper, *others)]
+    assert labels[: len(methods)] == seed38
+    # then every further seed of the scored block, before any further seed of the text's rows
+    later = [f"image fashionmnist {m} seed {s}" for s in config["seeds"][1:] for m in protocol]
+    assert labels[len(methods) : len(methods) + len(later)] == later
+    assert labels[len(methods) + len(later)] == f"image fashionmnist {paper[0]} seed 39"
+    assert len(image) == len(set(labels)) == len(methods) * len(config["seeds"])
+    assert image[0][1] == ("image/fashionmnist/de-code-protocol/seed38/metrics.json",)
     toy = campaign.build_queue(ROOT, "toy")
     assert toy[0] == ("toy regression hmc seed 42", ("toy/regression/hmc/seed42/predictions.npz",))
     assert toy[10][0] == "toy regression de" and len(toy[10][1]) == 5
