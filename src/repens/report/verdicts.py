@@ -86,23 +86,30 @@ class Estimate:
 
     def problem(self) -> str | None:
         """Why this quantity cannot be judged (a "not run" or :data:`TOO_FEW_SEEDS` reason), or None."""
-        if self.missing:
-            return self.missing
-        where = self.source or self.label
-        if not _finite(self.value):
-            return f"{where}: {self.label} is not a number"
-        if self.scale in (PUBLISHED, EXACT):
-            return None if _finite(self.se) else f"{where}: {self.label} has no error bar"
-        if self.scale != "paper":
-            return f"{where}: {self.scale or 'unknown'} scale"
-        if self.n < 2 or not _finite(self.se):
-            return f"{where}: {self.label} from {self.n} seed(s), no standard error"
-        return None
+        return self._problem()[0]
 
     def too_few_seeds(self) -> bool:
         """Whether the only thing that keeps this quantity from being judged is its seeds:
         a number at the paper's scale from fewer than two runs (no standard error)."""
-        return not self.missing and _finite(self.value) and self.scale == "paper" and self.n < 2
+        return self._problem()[1] == TOO_FEW_SEEDS
+
+    def _problem(self) -> tuple[str | None, str | None]:
+        """(why this quantity cannot be judged, the verdict that makes: "not run" or
+        :data:`TOO_FEW_SEEDS`), or (None, None)."""
+        where = self.source or self.label
+        if self.missing:
+            return self.missing, "not run"
+        if not _finite(self.value):
+            return f"{where}: {self.label} is not a number", "not run"
+        if self.scale in (PUBLISHED, EXACT):
+            return (None, None) if _finite(self.se) else (f"{where}: {self.label} has no error bar", "not run")
+        if self.scale != "paper":
+            return f"{where}: {self.scale or 'unknown'} scale", "not run"
+        if self.n < 2:
+            return f"{where}: {self.label} from {self.n} seed(s), no standard error", TOO_FEW_SEEDS
+        if not _finite(self.se):
+            return f"{where}: {self.label} from {self.n} seed(s), no standard error", "not run"
+        return None, None
 
     @property
     def dof(self) -> float:
