@@ -11,11 +11,12 @@
    ``report(...)`` in workflow/rules/ that exists, every table HTML and figure PNG under
    results/, each with the file's exact bytes, a caption, a category and labels; and
    the workflow description page;
-4. with ``--browser``, opens the report in that headless browser (Chromium) and takes
-   a screenshot of the main page and of the report showing each result (a small script
-   appended to a copy of the report selects it, as a click on its eye button does):
-   each must be non-blank, and the rendered page must hold the result (an ``<img>`` or
-   ``<iframe>`` with its data). Screenshots are kept in WORKDIR/screenshots/.
+4. with ``--browser``, opens the report in that headless browser (Chromium, one
+   process driven over its DevTools pipe) and takes a screenshot of the main page, which
+   must show the workflow description, and of the report showing each result (selected
+   as a click on its eye button does): each must be non-blank, and the rendered page must
+   hold the result alone (an ``<img>`` or ``<iframe>`` with its data). Screenshots are
+   kept in WORKDIR/screenshots/.
 
 Exits non-zero with one line per problem. The check functions are unit-tested in
 tests/report/test_report_check.py.
@@ -30,6 +31,7 @@ import copy
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -228,18 +230,149 @@ def check_report(page: str, workdir: Path, marked: list[str] | None = None) -> l
 
 # --------------------------------------------------------------------------- the browser
 
-#: Appended to a copy of the report: shows one result as a click on its eye button does.
-SHOW = """<script>
-window.addEventListener("load", function () {{
+
+class Browser:
+    """One headless Chromium, driven over its DevTools pipe (``--remote-debugging-pipe``:
+    JSON messages ending in NUL, commands on the browser's fd 3, answers on its fd 4), with
+    one page of ``width`` x ``height`` pixels. One browser shows every result of a report,
+    where a browser started per screenshot took seconds each to start and parse the page."""
+
+    def __init__(self, browser: str, width: int = 1800, height: int = 1100, timeout: float = 120.0):
+        self.timeout = timeout
+        self._errors = open(os.devnull, "w")  # noqa: SIM115 (closed in close())
+        flags = "--headless --no-sandbox --disable-gpu --hide-scrollbars --mute-audio --no-first-run"
+        flags += " --remote-debugging-pipe about:blank"
+        # the shell gives the browser our pipes as its fds 3 and 4, and no stdin/stdout
+        self.proc = subprocess.Popen(
+            ["sh", "-c", f'exec "$0" {flags} 3<&0 4>&1 0</dev/null 1>/dev/null', browser],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+        )
+        self._buffer = b""
+        self._id = 0
+        self._events: list[dict] = []
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Page.enable", session=True)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+            session=True,
+        )
+
+    def __enter__(self) -> Browser:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._errors.close()
+
+    def _read(self, deadline: float) -> dict:
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+                raise TimeoutError(f"the browser did not answer within {self.timeout:.0f} s")
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 20)
+            if not chunk:
+                raise RuntimeError(f"the browser closed its pipe (exit {self.proc.poll()})")
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method: str, session: bool = False, **params: Any) -> dict:
+        """Send one command (to the page's session with ``session``); its result."""
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = self.session
+        self.proc.stdin.write(json.dumps(message).encode() + b"\0")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + self.timeout
+        while True:
+            answer = self._read(deadline)
+            if answer.get("id") == self._id:
+                if "error" in answer:
+                    raise RuntimeError(f"{method}: {answer['error'].get('message', answer['error'])}")
+                return answer.get("result", {})
+            self._events.append(answer)
+
+    def open(self, page: Path) -> None:
+        """Load ``page`` and wait for its load event."""
+        self._events.clear()
+        self.call("Page.navigate", url=page.resolve().as_uri(), session=True)
+        deadline = time.monotonic() + self.timeout
+        while not any(e.get("method") == "Page.loadEventFired" for e in self._events):
+            self._events.append(self._read(deadline))
+
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript ``expression`` in the page (a promise awaited)."""
+        result = self.call(
+            "Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True, session=True
+        )
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression[:60]}...: {result['exceptionDetails'].get('text')}")
+        return result["result"].get("value")
+
+    def screenshot(self, png: Path) -> str | None:
+        """A screenshot of the page into ``png``: why it is blank (:func:`blank`), or None."""
+        png.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png", session=True)["data"]))
+        return blank(png)
+
+
+#: Milliseconds a page gets to render after it loads or after a result is selected.
+SETTLE_MS = 500
+
+#: Selects one result as a click on its eye button does (the report's ``app.setView``),
+#: waits :data:`SETTLE_MS`, and lists the results whose data the rendered page then holds,
+#: as "<tag> <path>" for each ``<img>`` / ``<iframe>`` with a result's data as ``src``.
+#: The page only reports what it holds; :func:`shown_problems` judges it.
+SELECT = """new Promise(function (done) {{
+  var path = {path};
+  var entry = results[path];
+  var kind = entry.mime_type === "text/html" ? "html" : "img";
+  app.setView({{content: kind, contentPath: entry.data_uri, resultPath: path, navbarMode: "resultinfo"}});
   setTimeout(function () {{
-    var path = {path};
-    var entry = results[path];
-    var kind = entry.mime_type === "text/html" ? "html" : "img";
-    app.setView({{content: kind, contentPath: entry.data_uri, resultPath: path, navbarMode: "resultinfo"}});
-  }}, 200);
-}});
-</script>
-"""
+    var byUri = {{}};
+    Object.keys(results).forEach(function (p) {{ byUri[results[p].data_uri] = p; }});
+    var held = [];
+    document.querySelectorAll("img[src], iframe[src]").forEach(function (e) {{
+      var p = byUri[e.getAttribute("src")];
+      if (p !== undefined) held.push(e.tagName.toLowerCase() + " " + p);
+    }});
+    done(held);
+  }}, {settle});
+}})"""
+
+
+def settle(browser: Browser) -> None:
+    browser.evaluate(f"new Promise(function (done) {{ setTimeout(done, {SETTLE_MS}); }})")
+
+
+def shown_problems(seen: dict[str, Any], results: dict[str, dict]) -> list[str]:
+    """What the page held once each result was selected (``seen``: :data:`SELECT`'s
+    lists, by path) says is wrong: a result not held as exactly one ``<img>`` (figure) or
+    ``<iframe>`` (table) with its data, alone among the results; one never selected."""
+    problems = []
+    for path, entry in sorted(results.items()):
+        tag = "iframe" if entry["mime_type"] == "text/html" else "img"
+        held = seen.get(path)
+        if held is None:
+            problems.append(f"{path}: never selected in the rendered page")
+        elif held != [f"{tag} {path}"]:
+            problems.append(
+                f"{path}: the report does not show it alone (one <{tag}> with its data in the rendered page; "
+                f"it held {held or 'no result'})"
+            )
+    return problems
 
 
 def blank(png: Path) -> str | None:
@@ -247,66 +380,38 @@ def blank(png: Path) -> str | None:
     import numpy as np
     from PIL import Image
 
-    pixels = np.asarray(Image.open(png).convert("RGB"), dtype=np.int16)
-    colours = len(np.unique(pixels.reshape(-1, 3), axis=0))
+    pixels = np.asarray(Image.open(png).convert("RGB"), dtype=np.int32)
+    # one integer per colour: np.unique over the pixels' rows sorts them as records, 4 s a screenshot
+    colours = len(np.unique((pixels[..., 0] << 16) | (pixels[..., 1] << 8) | pixels[..., 2]))
     ink = float((np.abs(pixels - pixels[0, 0]).sum(axis=2) > 60).mean())
     if colours < 8 or ink < 0.002:
         return f"{colours} colours, {ink:.2%} of the pixels differ from the background"
     return None
 
 
-def browse(browser: str, page: Path, *flags: str, timeout: int = 90) -> subprocess.CompletedProcess:
-    cmd = [
-        browser,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--hide-scrollbars",
-        "--mute-audio",
-        "--no-first-run",
-        "--virtual-time-budget=8000",
-        *flags,
-        page.resolve().as_uri(),
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def screenshot(browser: str, page: Path, png: Path) -> str | None:
-    png.unlink(missing_ok=True)
-    proc = browse(browser, page, "--window-size=1800,1100", f"--screenshot={png}")
-    if not png.is_file():
-        return f"{browser} wrote no screenshot (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
-    return blank(png)
-
-
 def check_browser(browser: str, report: Path, workdir: Path) -> list[str]:
-    """Screenshots of the main page and of each result shown in the report."""
+    """Screenshots of the main page and of each result shown in the report, in one browser."""
     shots = workdir / "screenshots"
     shots.mkdir(exist_ok=True)
     problems = []
-    why = screenshot(browser, report, shots / "main.png")
-    if why:
-        problems.append(f"main page: screenshot blank ({why})")
-    dom = browse(browser, report, "--dump-dom").stdout
-    if DESCRIPTION not in dom:
-        problems.append("main page: the rendered page does not show the workflow description")
-    page = report.read_text()
-    results = read_var(page, "results")
-    for i, (path, entry) in enumerate(sorted(results.items())):
-        shown = shots / f"show{i:02d}.html"
-        end = page.rindex("</body>")  # the page's own (the bundled libraries hold the string too)
-        shown.write_text(page[:end] + SHOW.format(path=json.dumps(path)) + page[end:])
-        tag = "iframe" if entry["mime_type"] == "text/html" else "img"
-        dom = browse(browser, shown, "--dump-dom").stdout
-        if not re.search(rf"<{tag}\b[^>]*src=\"{re.escape(entry['data_uri'])}\"", dom):
-            problems.append(f"{path}: the report does not show it (no <{tag}> with its data in the rendered page)")
-        png = shots / (path.replace("/", "_") + ".png")
-        why = screenshot(browser, shown, png)
+    results = read_var(report.read_text(), "results")
+    with Browser(browser) as page:
+        page.open(report)
+        settle(page)
+        if DESCRIPTION not in (page.evaluate("document.body.innerText") or ""):
+            problems.append("main page: the rendered page does not show the workflow description")
+        why = page.screenshot(shots / "main.png")
         if why:
-            problems.append(f"{path}: screenshot blank ({why})")
-        shown.unlink()
-        say(f"shown in {browser}: {path} -> {png.relative_to(workdir)}")
-    return problems
+            problems.append(f"main page: screenshot blank ({why})")
+        seen = {}
+        for path in sorted(results):
+            seen[path] = page.evaluate(SELECT.format(path=json.dumps(path), settle=SETTLE_MS))
+            png = shots / (path.replace("/", "_") + ".png")
+            why = page.screenshot(png)
+            if why:
+                problems.append(f"{path}: screenshot blank ({why})")
+            say(f"shown in {browser}: {path} -> {png.relative_to(workdir)}")
+    return problems + shown_problems(seen, results)
 
 
 # --------------------------------------------------------------------------- main

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -138,3 +139,55 @@ def test_tiny_config_leaves_out_what_has_no_data(tmp_path, capsys):
 def test_read_var_skips_the_libraries(name):
     page = _page({"a": {"x": 1}}, {"c": {"s": ["a"]}})
     assert rc.read_var(page, name)
+
+
+def test_shown_problems_wants_each_result_alone_in_its_own_element(tmp_path):
+    _, results = _fake_run(tmp_path)
+    fig, table = "results/figures/fig2_gaussian.png", "results/synthetic/metrics.html"
+    assert rc.shown_problems({fig: [f"img {fig}"], table: [f"iframe {table}"]}, results) == []
+    problems = rc.shown_problems({fig: [f"iframe {fig}"], table: [f"iframe {table}", f"img {fig}"]}, results)
+    assert [p.split(":")[0] for p in problems] == [fig, table]
+    assert "one <img> with its data" in problems[0] and "alone" in problems[1]
+    assert rc.shown_problems({fig: []}, results) == [
+        f"{fig}: the report does not show it alone (one <img> with its data in the rendered page; it held no result)",
+        f"{table}: never selected in the rendered page",
+    ]
+
+
+def test_a_browser_that_does_not_start_is_an_error_not_a_hang():
+    with pytest.raises(RuntimeError, match="closed its pipe"):
+        rc.Browser("false", timeout=30)
+
+
+#: A stand-in for the report's app: selecting a result draws it, but draws the table's
+#: data as an <img> when ``wrong`` is true.
+_FAKE_APP = """<html><body><div id="view"></div><script>
+var results = {results};
+var app = {{setView: function (v) {{
+  var tag = v.content === "html" && !{wrong} ? "iframe" : "img";
+  document.getElementById("view").innerHTML = "<" + tag + " src='" + v.contentPath + "'></" + tag + ">";
+}}}};
+</script></body></html>"""
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs a headless Chromium (the report stage installs it)")
+@pytest.mark.parametrize("wrong", [False, True])
+def test_select_records_what_a_browser_renders(tmp_path, wrong):
+    _, results = _fake_run(tmp_path)
+    page = tmp_path / "app.html"
+    page.write_text(_FAKE_APP.format(results=json.dumps(results), wrong=json.dumps(wrong)))
+    with rc.Browser("chromium") as browser:
+        browser.open(page)
+        seen = {path: browser.evaluate(rc.SELECT.format(path=json.dumps(path), settle=50)) for path in results}
+        browser.screenshot(tmp_path / "shot.png")
+    from PIL import Image
+
+    assert Image.open(tmp_path / "shot.png").size == (1800, 1100)
+    problems = rc.shown_problems(seen, results)
+    if wrong:
+        assert problems == [
+            "results/synthetic/metrics.html: the report does not show it alone (one <iframe> with its data "
+            "in the rendered page; it held ['img results/synthetic/metrics.html'])"
+        ]
+    else:
+        assert problems == []
