@@ -252,17 +252,21 @@ class Browser:
         self._buffer = b""
         self._id = 0
         self._events: list[dict] = []
-        target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        self.call("Page.enable", session=True)
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            width=width,
-            height=height,
-            deviceScaleFactor=1,
-            mobile=False,
-            session=True,
-        )
+        try:
+            target = self.call("Target.createTarget", url="about:blank")["targetId"]
+            self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+            self.call("Page.enable", session=True)
+            self.call(
+                "Emulation.setDeviceMetricsOverride",
+                width=width,
+                height=height,
+                deviceScaleFactor=1,
+                mobile=False,
+                session=True,
+            )
+        except BaseException:
+            self.close()
+            raise
 
     def __enter__(self) -> Browser:
         return self
@@ -274,7 +278,11 @@ class Browser:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        self._errors.close()
+        for stream in (self.proc.stdin, self.proc.stdout, self._errors):
+            try:
+                stream.close()
+            except BrokenPipeError:  # unflushed bytes for a browser that is gone
+                pass
 
     def _read(self, deadline: float) -> dict:
         while b"\0" not in self._buffer:
@@ -294,8 +302,11 @@ class Browser:
         message = {"id": self._id, "method": method, "params": params}
         if session:
             message["sessionId"] = self.session
-        self.proc.stdin.write(json.dumps(message).encode() + b"\0")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(json.dumps(message).encode() + b"\0")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise RuntimeError(f"the browser closed its pipe (exit {self.proc.wait()})") from None
         deadline = time.monotonic() + self.timeout
         while True:
             answer = self._read(deadline)

@@ -154,9 +154,22 @@ def test_shown_problems_wants_each_result_alone_in_its_own_element(tmp_path):
     ]
 
 
-def test_a_browser_that_does_not_start_is_an_error_not_a_hang():
+@pytest.mark.parametrize("command", ["false", "sleep 0.5; exit 3"])
+def test_a_browser_that_does_not_start_is_an_error_not_a_hang(tmp_path, command):
+    # exits before (false) or after (sleep) the first command is written
+    fake = tmp_path / "browser"
+    fake.write_text(f"#!/bin/sh\n{command}\n")
+    fake.chmod(0o755)
     with pytest.raises(RuntimeError, match="closed its pipe"):
-        rc.Browser("false", timeout=30)
+        rc.Browser(str(fake), timeout=30)
+
+
+def test_a_browser_that_never_answers_times_out(tmp_path):
+    fake = tmp_path / "browser"
+    fake.write_text("#!/bin/sh\nexec sleep 30\n")
+    fake.chmod(0o755)
+    with pytest.raises(TimeoutError, match="did not answer within 1 s"):
+        rc.Browser(str(fake), timeout=1)
 
 
 #: A stand-in for the report's app: selecting a result draws it, but draws the table's
