@@ -239,7 +239,6 @@ class Browser:
 
     def __init__(self, browser: str, width: int = 1800, height: int = 1100, timeout: float = 120.0):
         self.timeout = timeout
-        self._errors = open(os.devnull, "w")  # noqa: SIM115 (closed in close())
         flags = "--headless --no-sandbox --disable-gpu --hide-scrollbars --mute-audio --no-first-run"
         flags += " --remote-debugging-pipe about:blank"
         # the shell gives the browser our pipes as its fds 3 and 4, and no stdin/stdout
@@ -247,7 +246,7 @@ class Browser:
             ["sh", "-c", f'exec "$0" {flags} 3<&0 4>&1 0</dev/null 1>/dev/null', browser],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=self._errors,
+            stderr=subprocess.DEVNULL,
         )
         self._buffer = b""
         self._id = 0
@@ -278,7 +277,7 @@ class Browser:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout, self._errors):
+        for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 stream.close()
             except BrokenPipeError:  # unflushed bytes for a browser that is gone
@@ -400,12 +399,12 @@ def blank(png: Path) -> str | None:
     return None
 
 
-def check_browser(browser: str, report: Path, workdir: Path) -> list[str]:
-    """Screenshots of the main page and of each result shown in the report, in one browser."""
+def check_browser(browser: str, report: Path, workdir: Path, results: dict[str, dict]) -> list[str]:
+    """Screenshots of the main page and of each result shown in the report (``results``:
+    its ``results`` variable), in one browser."""
     shots = workdir / "screenshots"
     shots.mkdir(exist_ok=True)
     problems = []
-    results = read_var(report.read_text(), "results")
     with Browser(browser) as page:
         page.open(report)
         settle(page)
@@ -460,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         if shutil.which(args.browser) is None:
             problems.append(f"no browser {args.browser!r} on PATH")
         else:
-            problems += check_browser(args.browser, report, workdir)
+            problems += check_browser(args.browser, report, workdir, results)
     for problem in problems:
         print(f"[report-check] FAIL: {problem}", file=sys.stderr)
     if problems:

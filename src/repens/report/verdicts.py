@@ -105,10 +105,10 @@ class Estimate:
             return (None, None) if _finite(self.se) else (f"{where}: {self.label} has no error bar", "not run")
         if self.scale != "paper":
             return f"{where}: {self.scale or 'unknown'} scale", "not run"
-        if self.n < 2:
-            return f"{where}: {self.label} from {self.n} seed(s), no standard error", TOO_FEW_SEEDS
-        if not _finite(self.se):
-            return f"{where}: {self.label} from {self.n} seed(s), no standard error", "not run"
+        if self.n < 2 or not _finite(self.se):
+            return f"{where}: {self.label} from {self.n} seed(s), no standard error", (
+                TOO_FEW_SEEDS if self.n < 2 else "not run"
+            )
         return None, None
 
     @property
