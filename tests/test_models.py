@@ -47,3 +47,27 @@ def test_build_model_mlp_flattens_images():
     assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     with pytest.raises(ValueError, match="unknown model"):
         build_model({"model": "vgg"}, (1, 28, 28), 10)
+
+
+def test_a_resnets_pull_back_is_the_steps_own_after_the_particles_and_batch_change_in_place():
+    """The function-space rules' pull-back of a network off the MLP path goes through autograd.
+    A step updates the particles in place after it, and a captured step's replay refills its
+    batch buffer in place; the pull-back, called again after that for the log's diagnostic,
+    must neither raise (autograd's in-place check, as it did on a GPU) nor change."""
+    from repens.models.posteriors import NetworkPosterior
+
+    model = StackedModel(resnet(8, 2))
+    g = torch.Generator().manual_seed(0)
+    params = model.sample_he(3, g)
+    x = torch.randn(4, 3, 32, 32, generator=g)
+    outputs, pull_back = NetworkPosterior(model, "categorical", num_train=100).outputs_with_pullback(params, x)
+    v = torch.randn(outputs.shape, generator=g)
+    before = pull_back(v).clone()
+    p0, x0 = params.clone(), x.clone()
+    with torch.no_grad():
+        params.add_(1.0)
+        x.mul_(2.0)
+    assert torch.equal(pull_back(v), before)
+    # and it is the vector-Jacobian product at the particles it was given
+    p = p0.requires_grad_(True)
+    assert torch.equal(before, torch.autograd.grad(model(p, x0), p, grad_outputs=v)[0])

@@ -274,9 +274,12 @@ class NetworkPosterior:
         if self.model.is_mlp:
             outputs, inputs = self.model.forward_saving_inputs(params, x)
             return outputs, lambda v: self.model.backward(params, inputs, v)
-        p = params.requires_grad_(True)
+        # copies of the particles and the batch: the step updates the particles in place, and a
+        # captured step's replay refills its batch buffer in place (repens.training.step_graph),
+        # so the graph's saved tensors would be stale; a copy is the step's own, also after it
+        p = params.clone().requires_grad_(True)
         with torch.enable_grad():
-            outputs = self.model(p, x)
+            outputs = self.model(p, x.clone())
         # retain_graph: the pull-back may be called again for a diagnostic after the step
         # (repens.methods.updates.preconditioned_repulsion_ratio); the graph goes with the update
         return outputs.detach(), lambda v: torch.autograd.grad(outputs, p, grad_outputs=v, retain_graph=True)[0]

@@ -382,8 +382,9 @@ class Progress:
             repulsion.append((done, [significant(float(r)) for r in ratio.flatten()]))
             extra = {**extra, "repulsion": float(ratio.mean())}  # a stack's sets: their mean
             # the same share after Adam's per-coordinate scaling, in weight space (for a
-            # function-space rule the pull-back reads the particles after the step, one step
-            # later than the forces: a diagnostic, not a replay of the step)
+            # function-space rule on the MLP path the pull-back reads the particles after the
+            # step, one step later than the forces: a diagnostic, not a replay of the step;
+            # by autograd, other networks, it reads the step's own copy)
             scale = adam_preconditioner(optimizer, params)
             if scale is not None:
                 extra["repulsion_adam"] = float(preconditioned_repulsion_ratio(result, scale, forces).mean())
