@@ -33,6 +33,7 @@ import yaml
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import repens.training.step_graph
 import repens.training.train
 from repens.experiments.image import _batches
 from repens.jobs.job import ImageJob
@@ -461,6 +462,9 @@ class FakeGraph:
 
     def register_generator_state(self, generator: torch.Generator) -> None:
         assert isinstance(generator, torch.Generator)
+        # torch refuses a registration while another thread's capture is under way ("Cannot
+        # register the state during capturing stage"): it must hold the process's capture turn
+        assert repens.training.step_graph._ONE_CAPTURE.locked(), "a generator registered outside the capture turn"
 
     def capture_begin(self, pool, capture_error_mode: str = "global") -> None:  # noqa: ANN001
         # CUDA's default mode forbids unsafe calls to every thread during a capture: runs on

@@ -194,9 +194,12 @@ class CudaGraphBackend:
         if self._capture_stream is None:
             self._capture_stream = cuda.stream()
         graph, pool = cuda.graph(), cuda.pool()
-        for generator in _streams(generators):  # each replay advances every stream the step draws from
-            graph.register_generator_state(generator)
+        # one capture at a time in a process, its generators' registration included: torch
+        # refuses to register a generator state while another thread's capture is under way
+        # ("Cannot register the state during capturing stage", seen with stacks side by side)
         with _ONE_CAPTURE:
+            for generator in _streams(generators):  # each replay advances every stream the step draws from
+                graph.register_generator_state(generator)
             cuda.before_capture()
             try:
                 with _on_stream(cuda, self._capture_stream):
