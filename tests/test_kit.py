@@ -629,6 +629,12 @@ def test_side_by_side_key_takes_image_training_tasks_of_one_command_line(node):
     assert kit.side_by_side_key(kit._with_option(de["argv"], "--device", "cuda")) != kit.side_by_side_key(de["argv"])
     assert kit.side_by_side_key(node.job("plain", seed=1)["argv"]) is None
     assert kit.side_by_side_key([*de["argv"], "--checkpoint", "x.ckpt"]) is None
+    # the float32 matmul precision is set for the whole process: jobs of another stay apart
+    tf32, fp32 = node.image_job("de", 3, matmul_precision="high"), node.image_job("svgd", 3, matmul_precision="highest")
+    also_tf32 = node.image_job("svgd", 4, matmul_precision="high")
+    keys = {kit.side_by_side_key(j["argv"]) for j in (de, tf32, fp32, also_tf32)}
+    assert len(keys) == 3 and None not in keys
+    assert kit.side_by_side_key(kit.stack_argv([tf32["argv"], fp32["argv"]])) is None
     argv = kit.side_by_side_argv([stack, svgd["argv"]])
     assert kit._option(argv, "--stacks") == "2,1" and kit.command_of(argv) == "train-stack"
     assert kit._spec_out_pairs(argv) == kit._spec_out_pairs(stack) + kit._spec_out_pairs(svgd["argv"])

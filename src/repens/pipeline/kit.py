@@ -590,20 +590,25 @@ def side_by_side_argv(argvs: Sequence[Sequence[str]]) -> list[str]:
 def side_by_side_key(argv: Sequence[str]) -> str | None:
     """What tasks trained side by side in one process share: their command line but the
     command (``train`` or ``train-stack``), ``--spec``, ``--out``, ``--stacks`` and the per-job
-    ``--attempts``; None for a task that cannot join them (another command, a ``--checkpoint``
-    of its own, or not an image job)."""
+    ``--attempts``, and their specs' ``matmul_precision`` (process-wide: ``train-stack``
+    refuses stacks that differ in it); None for a task that cannot join them (another command,
+    a ``--checkpoint`` of its own, not an image job, or specs of more than one precision)."""
     if command_of(argv) not in ("train", "train-stack") or _option(argv, "--checkpoint") is not None:
         return None
     pairs = _spec_out_pairs(argv)
     try:
-        if not pairs or any(json.loads(spec).get("experiment") != "image" for spec, _ in pairs):
+        specs = [json.loads(spec) for spec, _ in pairs]
+        if not specs or any(spec.get("experiment") != "image" for spec in specs):
             return None
     except (json.JSONDecodeError, AttributeError):
+        return None
+    precisions = {spec.get("matmul_precision") for spec in specs}
+    if len(precisions) > 1:
         return None
     base = _with_option(_per_job_removed(argv), "--stacks", None)
     i = _command_index(base)
     assert i is not None
-    return json.dumps(base[:i] + base[i + 1 :])
+    return json.dumps([*base[:i], *base[i + 1 :], "matmul_precision", *precisions])
 
 
 def stack_groups(jobs: Sequence[dict[str, Any]], argvs: Sequence[Sequence[str]] | None = None) -> list[list[int]]:
