@@ -14,8 +14,10 @@ seed-steps/s and minutes at these rates, one job at a time.
 
 ``--paths old new`` times the image network as the pipeline built it before (``Flatten`` then
 the MLP, under ``vmap``) and as it builds it now (the MLP path, inputs flattened first), in
-one run, alternating, and prints their ratio. ``--tf32`` allows TF32 matmuls (a measured
-option, off by default as in torch). ``--profile METHOD`` prints the top kernels of a few
+one run, alternating, and prints their ratio. ``--tf32`` allows TF32 matmuls and cuDNN
+convolutions (a job's ``matmul_precision: high``); without it both run in fp32 (``highest``).
+Torch's own default runs convolutions in TF32, so a ResNet timed without ``--tf32`` here is
+slower than a CIFAR job with ``matmul_precision`` unset. ``--profile METHOD`` prints the top kernels of a few
 replayed steps of one method (torch.profiler), by device time.
 
     python benchmarks/bench_table1.py --device cpu --threads 1 --paths old new --methods de kde-fwgd
@@ -184,7 +186,7 @@ def main() -> None:
     p.add_argument(
         "--peak", type=float, default=67.0, help="the device's nominal fp32 peak, TFLOP/s (H100/H200 SXM: 67)"
     )
-    p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls")
+    p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls and convolutions (default: both fp32)")
     p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (CPU seconds per method)")
     p.add_argument("--profile", choices=MIX, help="profile this method instead")
     p.add_argument(
@@ -202,6 +204,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
     name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU"
     if args.profile:
         profile(args.profile, args.sets, device)
@@ -209,7 +212,8 @@ def main() -> None:
     rate = bench_engine.gemm_rate(torch.get_num_threads(), device) / 1e3  # TFLOP/s (it restores the TF32 flag)
     print(
         f"device: {name}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), TF32 "
-        f"{'on' if args.tf32 else 'off'}; fp32 GEMM (TF32 off) {rate:.1f} TFLOP/s measured in this run; "
+        f"{'on' if args.tf32 else 'off'} (matmuls and convolutions); "
+        f"fp32 GEMM (TF32 off) {rate:.1f} TFLOP/s measured in this run; "
         f"{args.sets} seed(s) stacked",
         flush=True,
     )
