@@ -203,8 +203,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    torch.backends.cudnn.allow_tf32 = args.tf32
+    from repens.experiments.image import set_matmul_precision
+
+    set_matmul_precision("high" if args.tf32 else "highest")
     name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU"
     if args.profile:
         profile(args.profile, args.sets, device)

@@ -379,7 +379,7 @@ def tf32_flags():
 
 
 def test_matmul_precision_is_a_setting_that_sets_tf32_for_matmuls_and_convolutions(tf32_flags):
-    from repens.experiments.image import apply_matmul_precision
+    from repens.experiments.image import apply_matmul_precision, set_matmul_precision
     from repens.jobs.job import ImageJob, SpecError
 
     config = _config()
@@ -398,3 +398,5 @@ def test_matmul_precision_is_a_setting_that_sets_tf32_for_matmuls_and_convolutio
     assert not torch.backends.cuda.matmul.allow_tf32
     with pytest.raises(SpecError, match="matmul_precision"):
         ImageJob.of({**unset, "matmul_precision": "medium"})
+    with pytest.raises(ValueError, match="matmul_precision"):
+        set_matmul_precision("medium")  # the benchmarks' way in checks as the spec does

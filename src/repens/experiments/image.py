@@ -99,16 +99,25 @@ class ImageData:
         return tuple(self.x_train.shape[1:])
 
 
-def apply_matmul_precision(job: ImageJob) -> None:
-    """The job's ``matmul_precision`` for this process's float32 matmuls and cuDNN
-    convolutions: ``highest`` turns TF32 off for both, ``high`` allows it for both (as
-    PyTorch 1.7-1.11 did by default on Ampere GPUs, the authors' code's torch 1.8.1); unset
-    leaves torch's defaults (TF32 matmuls off, TF32 convolutions on). No effect on a CPU."""
-    if job.matmul_precision is None:
-        return
-    allow = job.matmul_precision == "high"
+def set_matmul_precision(precision: str) -> bool:
+    """Set this process's float32 matmuls and cuDNN convolutions together: ``highest`` turns
+    TF32 off for both, ``high`` allows it for both (as PyTorch 1.7-1.11 did by default on
+    Ampere GPUs, the authors' code's torch 1.8.1). Returns whether TF32 is now allowed. No
+    effect on a CPU."""
+    if precision not in ("high", "highest"):
+        raise ValueError(f"matmul_precision: expected 'high' or 'highest', got {precision!r}")
+    allow = precision == "high"
     torch.backends.cuda.matmul.allow_tf32 = allow
     torch.backends.cudnn.allow_tf32 = allow
+    return allow
+
+
+def apply_matmul_precision(job: ImageJob) -> None:
+    """The job's ``matmul_precision`` (:func:`set_matmul_precision`); unset leaves torch's
+    defaults (TF32 matmuls off, TF32 convolutions on)."""
+    if job.matmul_precision is None:
+        return
+    allow = set_matmul_precision(job.matmul_precision)
     log.info(
         "float32 matmuls and convolutions: TF32 %s (matmul_precision %s)",
         "allowed" if allow else "off",
