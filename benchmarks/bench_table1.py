@@ -115,8 +115,9 @@ def count_flops(config: str, method: str, sets: int, device: str) -> float:
 def time_side_by_side(methods: list[str], sets: int, steps: int, device: str) -> float:
     """Seconds per round of steps with every method of ``methods`` (``sets`` seeds stacked each)
     training at once in this process, a thread and a CUDA stream each, as
-    ``train-stack --stacks`` trains them (:func:`repens.experiments.streams.own_stream`): the
-    marginal round, ``(T(10 + steps) - T(10)) / steps`` with all threads started together."""
+    ``train-stack --stacks`` trains them (:func:`repens.experiments.streams.own_stream`, each
+    thread in a shared turn, :mod:`repens.training.turns`): the marginal round,
+    ``(T(10 + steps) - T(10)) / steps`` with all threads started together."""
     import threading
     import time
 
@@ -124,6 +125,7 @@ def time_side_by_side(methods: list[str], sets: int, steps: int, device: str) ->
 
     from repens.experiments.streams import own_stream
     from repens.training.train import TrainSettings
+    from repens.training.turns import GPU_TURNS
 
     dev = torch.device(device)
     setups = [bench_engine._setup(CONFIGS["fashionmnist"], method, sets, device) for method in methods]
@@ -132,7 +134,7 @@ def time_side_by_side(methods: list[str], sets: int, steps: int, device: str) ->
     def run_all(steps_each: int) -> float:
         def one(k: int) -> None:
             settings = TrainSettings(steps=steps_each, lr=1e-4, log_every=10**9, nonfinite_check_every=50)
-            with own_stream(dev):
+            with GPU_TURNS.shared(), own_stream(dev):
                 setups[k].train(settings)
                 sync()
 

@@ -7,7 +7,9 @@ image jobs of a jobs file (``export-jobs``; one ``matmul_precision``, distinct m
 production would side by side (``train-stack --stacks 1,1,...``, a thread and a CUDA stream
 each) but for ``--steps`` steps (hyper-DE's search: 2 trials of half as many), into a
 scratch folder, and prints one line: the jobs, the seconds, and ``ok`` or why not (exit
-status, time-out, each capture that fell back). Its exit status is 0 only for ``ok``.
+status, time-out, each capture that fell back), then, if not ``ok``, the end of the trial's
+output; a trial that hangs is aborted with every thread's Python stack printed (where it
+hung). Its exit status is 0 only for ``ok``.
 
     python benchmarks/side_trial.py data/jobs.json --jobs 9 --steps 600 --timeout 150 [--device cuda]
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,6 +57,29 @@ def trial_argv(jobs: list[dict], count: int, steps: int, scratch: Path, device: 
     return kit.side_by_side_argv(chosen), methods
 
 
+def run_trial(command: list[str], timeout: float) -> tuple[int | None, str]:
+    """``command``'s exit status (None if it ran past ``timeout``) and output. One that hangs
+    is stopped with SIGABRT first, so Python's fault handler (``-X faulthandler``) prints
+    where every thread was, then killed."""
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, output
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            output, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+        return None, output
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("jobs_file", type=Path)
@@ -66,14 +92,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="side-trial-") as scratch:
         argv, methods = trial_argv(jobs, args.jobs, args.steps, Path(scratch), args.device)
         t0 = time.perf_counter()
-        try:
-            done = subprocess.run(
-                [sys.executable, "-m", "repens", *argv], capture_output=True, text=True, timeout=args.timeout
-            )
-            rc, output = done.returncode, done.stdout + done.stderr
-        except subprocess.TimeoutExpired as stopped:
-            rc = None
-            output = "".join(p.decode() if isinstance(p, bytes) else p or "" for p in (stopped.stdout, stopped.stderr))
+        rc, output = run_trial([sys.executable, "-X", "faulthandler", "-m", "repens", *argv], args.timeout)
         seconds = time.perf_counter() - t0
         finished = [m for m in methods if (Path(scratch) / m / "metrics.json").is_file()]
     fallbacks = [line.strip() for line in output.splitlines() if "not replayed from a graph" in line]
@@ -91,7 +110,7 @@ def main() -> int:
         f"{seconds:.0f} s, {verdict}"
     )
     if problems:
-        print("\n".join(output.splitlines()[-40:]))
+        print("\n".join(output.splitlines()[-(150 if rc is None else 40) :]))
     return 0 if not problems else 1
 
 

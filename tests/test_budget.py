@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -471,3 +472,27 @@ def test_budget_command_runs_where_neither_jsonschema_nor_snakemake_imports(tmp_
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "total:" in proc.stdout and "GPU-hours" in proc.stdout
+
+
+def test_a_side_by_side_trial_that_hangs_is_aborted_with_every_threads_stack():
+    """benchmarks/side_trial.py: a hung trial says where each thread waited, then is gone."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "side_trial.py"
+    spec = importlib.util.spec_from_file_location("side_trial", path)
+    side_trial = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(side_trial)
+    run_trial = side_trial.run_trial
+
+    hang = (
+        "import threading, time\n"
+        "def wait_in_a_stack(): time.sleep(60)\n"
+        "threading.Thread(target=wait_in_a_stack, daemon=True).start()\n"
+        "print('started', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    t0 = time.monotonic()
+    rc, output = run_trial([sys.executable, "-X", "faulthandler", "-c", hang], timeout=2)
+    assert rc is None and time.monotonic() - t0 < 30
+    assert "started" in output and "wait_in_a_stack" in output
+    assert "Current thread 0x" in output and output.count("Thread 0x") >= 1  # the main thread and the other
+    rc, output = run_trial([sys.executable, "-c", "print('done')"], timeout=30)
+    assert (rc, output.strip()) == (0, "done")

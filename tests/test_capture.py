@@ -45,6 +45,7 @@ from repens.pipeline.config import resolve_job
 from repens.training.fitting import fit_particles, job_rule, train_settings
 from repens.training.step_graph import CudaCalls, CudaGraphBackend, EagerBackend
 from repens.training.train import TrainSettings
+from repens.training.turns import GPU_TURNS
 
 aten = torch.ops.aten
 ROOT = Path(__file__).resolve().parents[1]
@@ -464,12 +465,13 @@ class FakeGraph:
         assert isinstance(generator, torch.Generator)
         # torch refuses a registration while another thread's capture is under way ("Cannot
         # register the state during capturing stage"): it must hold the process's capture turn
-        assert repens.training.step_graph._ONE_CAPTURE.locked(), "a generator registered outside the capture turn"
+        assert GPU_TURNS.held_exclusively(), "a generator registered outside the capture turn"
 
     def capture_begin(self, pool, capture_error_mode: str = "global") -> None:  # noqa: ANN001
         # CUDA's default mode forbids unsafe calls to every thread during a capture: runs on
         # other threads (several stacks in one process) would break it
         assert capture_error_mode == "thread_local", capture_error_mode
+        assert GPU_TURNS.held_exclusively() and GPU_TURNS.sharing() == 0, "a capture beside other threads' GPU work"
         if self.cuda.current is self.cuda.default:
             raise RuntimeError("CUDA graphs must be captured on a non-default stream.")
         self.stream, self.pool = self.cuda.current, pool

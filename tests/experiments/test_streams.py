@@ -4,8 +4,8 @@ Each stack trains on a thread of its own (on a GPU, a CUDA stream of its own too
 tolerance is zero, as for a stack against its one-seed jobs (test_image_stack.py): on the CPU
 with one torch thread per op, a stack computes the same float operations whatever runs on the
 other threads, so its particles, metrics and predictions equal those of the stack run alone.
-The CUDA parts (a capture per thread, the process's one capture at a time, each thread's
-stream) run here through a stand-in for the CUDA calls, as in test_capture.py.
+The CUDA parts (a capture per thread, the process's one capture at a time with no other
+thread's step beside it, each thread's stream) run here through a stand-in for the CUDA calls, as in test_capture.py.
 """
 
 import json
@@ -165,6 +165,26 @@ class ThreadedCuda(FakeCuda):
         self.lock = threading.Lock()
         self.under_way = self.most_at_once = 0
         self.modes: list[str] = []
+        self.stepping: set[int] = set()  # the threads inside a training step now
+        self.beside: list[set[int]] = []  # for each capture, the other threads inside a step
+
+    def watch_steps(self, monkeypatch) -> None:
+        """Keep :attr:`stepping` up to date: every training step, eager or captured (a thread
+        that waits for its capture's turn is in none)."""
+        real, cuda = train.step, self
+
+        def step(*args, **kwargs):
+            me = threading.get_ident()
+            with cuda.lock:
+                cuda.stepping.add(me)
+            try:
+                time.sleep(0.001)  # a step takes a while too: a capture would fall inside one
+                return real(*args, **kwargs)
+            finally:
+                with cuda.lock:
+                    cuda.stepping.discard(me)
+
+        monkeypatch.setattr(train, "step", step)
 
     @property
     def current(self):
@@ -188,6 +208,8 @@ class ThreadedCuda(FakeCuda):
                     cuda.under_way += 1
                     cuda.most_at_once = max(cuda.most_at_once, cuda.under_way)
                     cuda.modes.append(capture_error_mode)
+                    # what another thread does meanwhile: none may be inside a step
+                    cuda.beside.append(set(cuda.stepping) - {threading.get_ident()})
                 time.sleep(0.01)  # a capture takes a while: another thread's would overlap it
 
             def capture_end(self):
@@ -203,16 +225,19 @@ class ThreadedCuda(FakeCuda):
 def test_stacks_on_threads_capture_one_at_a_time_each_from_its_own_stream(tiny_sets, tmp_path, particles, monkeypatch):
     """Every stack's step is captured (the stand-in records nothing, so each graph fails its
     check against the eager steps and the run goes on eagerly: the results stay exact); the
-    process's captures never overlap, each is begun in the thread-local mode, and each thread
+    process's captures never overlap, no other thread is inside a step while one captures
+    (repens.training.turns), each capture is begun in the thread-local mode, and each thread
     ends on the stream it began on."""
     cuda = ThreadedCuda()
     backend = CudaGraphBackend(cuda)
+    cuda.watch_steps(monkeypatch)
     monkeypatch.setattr(train, "backend_for", lambda device: backend)
     settings = image.train_settings  # the device's finiteness flag, as on a GPU: the step is capturable
     monkeypatch.setattr(image, "train_settings", lambda *a, **k: settings(*a, **{**k, "nonfinite_check_every": 5}))
     stacks = [s for s in _stacks(tmp_path / "together") if len(s[0]) > 1]
     assert run_image_stacks(stacks, inputs=tiny_sets, device="cpu") == [None, None]
     assert len(cuda.graphs) >= len(stacks) and cuda.most_at_once == 1
+    assert len(cuda.beside) == len(cuda.graphs) and all(not others for others in cuda.beside), cuda.beside
     assert set(cuda.modes) == {"thread_local"}
     assert cuda.under_way == 0 and not cuda.capturing and cuda.routing == set()
     monkeypatch.setattr(train, "backend_for", lambda device: None)

@@ -14,8 +14,10 @@ What makes a stack's numbers its own, whatever runs beside it:
   nothing else draws from them; the global RNG that :func:`run_image` seeds only fills the
   network's template weights, which the particles replace;
 * each stack's tensors live on its stream from set-up to results; stacks share no tensor;
-* a capture holds the process's one capture lock and is begun in CUDA's ``thread_local``
-  mode (:data:`repens.training.step_graph._ONE_CAPTURE`), so the others keep replaying;
+* a capture runs alone: each stack's thread holds a shared turn for all its GPU work and
+  offers it between two steps; a capture takes the exclusive turn, so no other thread makes
+  a CUDA call while it records (:mod:`repens.training.turns`), and it is begun in CUDA's
+  ``thread_local`` mode;
 * the float32 matmul precision is process-wide: stacks of different ``matmul_precision``
   are refused before anything starts.
 
@@ -42,6 +44,7 @@ import torch
 from repens.experiments.image import resolve_device, run_image_stack, stack_settings
 from repens.jobs.job import ImageJob, SpecError
 from repens.training.train import stop_signals
+from repens.training.turns import GPU_TURNS
 
 __all__ = ["run_image_stacks", "own_stream", "check_stacks"]
 
@@ -100,7 +103,7 @@ def run_image_stacks(
     def train(k: int) -> None:
         jobs, outs = stacks[k]
         try:
-            with own_stream(dev):
+            with GPU_TURNS.shared(), own_stream(dev):
                 run_image_stack(jobs, outs, inputs=inputs, device=device)
                 if dev.type == "cuda":
                     torch.cuda.current_stream().synchronize()  # its files are written; its work is done

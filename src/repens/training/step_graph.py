@@ -36,15 +36,15 @@ Only a rule that declares itself graph-safe is captured (``graph_safe`` of
 (``tests/test_step_graph.py``); :class:`CudaGraphBackend`'s capture and its fallback with
 a stand-in for :class:`CudaCalls`, and every op of every method's captured step, GPU code
 paths included (:func:`repens.models.kernels.gpu_paths`), in ``tests/test_capture.py``. The CUDA
-calls themselves have not run on a GPU in this project's sessions (none was lent); a
-capture that fails (the stream and the graph's pool are given back) or replays anything but
-the eager step is logged once and the run goes on eagerly.
+calls themselves run on the lent GPUs (docs/gpu.md); a capture that fails (the stream and the
+graph's pool are given back) or replays anything but the eager step is logged once and the
+run goes on eagerly.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import fields, replace
@@ -55,6 +55,7 @@ from torch import Tensor
 
 from repens.methods.updates import Update
 from repens.models.posteriors import Batch
+from repens.training.turns import GPU_TURNS
 
 __all__ = [
     "StepGraphs",
@@ -73,13 +74,6 @@ log = logging.getLogger("repens.step_graph")
 WARMUP_STEPS = 3
 
 Replay = Callable[[], Update]
-
-#: one capture at a time in a process. Runs on other threads, each on its own stream
-#: (:mod:`repens.experiments.streams`), go on replaying and stepping meanwhile: a capture is
-#: begun in CUDA's ``thread_local`` mode, which forbids the unsafe calls (an allocation, a
-#: synchronisation) to the capturing thread only, and the allocator sends to the graph's pool
-#: only what is allocated on the capture's stream
-_ONE_CAPTURE = threading.Lock()
 
 
 class GraphBackend(Protocol):
@@ -113,8 +107,11 @@ class CudaCalls:
 
     def before_capture(self) -> None:
         """What ``torch.cuda.graph`` does before a capture: wait for the device (what the graph
-        reads is written) and give the cached blocks back (memory for the graph's pool)."""
+        reads is written), collect Python's garbage (no tensor is freed by a collection that
+        would fall inside the capture) and give the cached blocks back (memory for the
+        graph's pool)."""
         torch.cuda.synchronize()
+        gc.collect()
         torch.cuda.empty_cache()
 
     def end_allocating_to(self, pool: tuple[int, int]) -> bool:
@@ -194,10 +191,14 @@ class CudaGraphBackend:
         if self._capture_stream is None:
             self._capture_stream = cuda.stream()
         graph, pool = cuda.graph(), cuda.pool()
-        # one capture at a time in a process, its generators' registration included: torch
-        # refuses to register a generator state while another thread's capture is under way
-        # ("Cannot register the state during capturing stage", seen with stacks side by side)
-        with _ONE_CAPTURE:
+        # one capture at a time in a process, and no other CUDA call on the host meanwhile: the
+        # process's exclusive turn (repens.training.turns), so runs on other threads, each on
+        # its stream (repens.experiments.streams), wait for its end. The generators are
+        # registered inside it: torch refuses a registration while another thread's capture
+        # is under way ("Cannot register the state during capturing stage"). The capture is
+        # begun in CUDA's thread_local mode too, and the allocator sends to the graph's pool
+        # only what is allocated on the capture's stream
+        with GPU_TURNS.exclusive():
             for generator in _streams(generators):  # each replay advances every stream the step draws from
                 graph.register_generator_state(generator)
             cuda.before_capture()

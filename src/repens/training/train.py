@@ -48,6 +48,7 @@ from repens.methods.updates import Update, adam_preconditioner, preconditioned_r
 from repens.models.posteriors import Batch
 from repens.training.host_memory import keep_freed_memory
 from repens.training.step_graph import StepGraphs, StepState, backend_for
+from repens.training.turns import GPU_TURNS
 
 __all__ = [
     "TrainSettings",
@@ -484,6 +485,7 @@ def run(
             if checkpointer.path is not None and periodic.due():
                 checkpointer.save(loop, done, repulsion)
                 periodic.restart()
+            GPU_TURNS.pause()  # another thread's capture, if one waits, runs here
         if checkpointer.path is not None and start < settings.steps:
             # the last step's state: a job stopped while it evaluates (a deadline's SIGTERM
             # after the handlers are gone kills it) reruns the evaluation, not the training
