@@ -15,6 +15,8 @@
 #   TF32_SECONDS (0)     DE and kde-fWGD with TF32 matmuls (measured; docs/gpu.md)
 #   RESNET_SECONDS (40)  CIFAR-10's ResNet32 step, DE and kde-fWGD, fp32
 #   PROFILE_SECONDS (0)  the top kernels of a replayed ssge-fWGD step
+#   SOLVE_SECONDS (20)   the profile's two top costs, float64 LU inverse and the median, each
+#                        against a candidate (benchmarks/bench_solve_median.py)
 #   TRIAL_SECONDS (150)  MODE=auto or side only: the lease's first jobs side by side for 600 steps
 #                        (benchmarks/side_trial.py)
 # MODE: how the jobs run. processes: a process each. side: side by side in one process
@@ -49,6 +51,7 @@ bench=(python benchmarks/bench_table1.py --device cuda)
         --methods de kde-wgd ssge-fwgd drle --side-by-side
     part "${TF32_SECONDS:-0}" "${bench[@]}" --rounds 1 --steps 100 --no-flops --methods de kde-fwgd --tf32
     part "${RESNET_SECONDS:-40}" "${bench[@]}" --config resnet32 --methods de kde-fwgd --rounds 1 --steps 20
+    part "${SOLVE_SECONDS:-20}" python benchmarks/bench_solve_median.py --device cuda
 } >"$out/bench.txt" 2>&1
 part "${PROFILE_SECONDS:-0}" "${bench[@]}" --profile ssge-fwgd >"$out/profile.txt" 2>&1
 
