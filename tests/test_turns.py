@@ -123,16 +123,23 @@ def test_threads_that_capture_inside_their_shared_turns_take_the_exclusive_turn_
 
 
 def test_a_thread_without_a_turn_never_waits_and_an_exclusive_turn_is_not_taken_twice():
-    turns = Turns()
-    turns.pause()  # no turn held, nothing waits: returns at once
-    with turns.exclusive():
-        turns.pause()
-        with pytest.raises(RuntimeError, match="exclusive turn already"):
-            with turns.exclusive():
-                pass
-    with turns.shared():
-        assert turns.sharing() == 1
-    assert turns.sharing() == 0 and not turns.held_exclusively()
+    turns, done = Turns(), []
+
+    def alone():
+        turns.pause()  # no turn held, nothing waits: returns at once
+        with turns.exclusive():
+            turns.pause()
+            with turns.shared():  # alone already: takes nothing, waits for nothing
+                assert turns.sharing() == 0
+            with pytest.raises(RuntimeError, match="exclusive turn already"):
+                with turns.exclusive():
+                    pass
+        with turns.shared():
+            assert turns.sharing() == 1
+        done.append(True)
+
+    _join(_start(alone))  # on a thread: a wait that never ends fails the test instead of hanging it
+    assert done == [True] and turns.sharing() == 0 and not turns.held_exclusively()
 
 
 def _wait_for(condition) -> None:

@@ -60,16 +60,18 @@ class Turns:
 
     @contextmanager
     def shared(self) -> Iterator[None]:
-        """Inside, this thread's GPU work goes on beside the others' but never beside a capture."""
+        """Inside, this thread's GPU work goes on beside the others' but never beside a capture
+        (inside this thread's own exclusive turn it is alone already: nothing to take)."""
         depth = self._depth()
-        if depth == 0:
+        take = depth == 0 and self._owner != threading.get_ident()
+        if take:
             self._take_shared()
         self._local.depth = depth + 1
         try:
             yield
         finally:
             self._local.depth = depth
-            if depth == 0:
+            if take:
                 self._let_go()
 
     def pause(self) -> None:
