@@ -39,15 +39,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import torch  # noqa: E402
 
-from repens.models.kernels import median_bandwidth, squared_distances  # noqa: E402
+from repens.models.kernels import _MIN_BANDWIDTH, median_bandwidth, squared_distances  # noqa: E402
+from repens.models.scores import ridge_inverse  # noqa: E402
 
 ETA = 0.01  # the estimators' ridge (the authors' code)
 
 
 def lu_inverse(gram: torch.Tensor) -> torch.Tensor:
-    """Today's: ``(K + eta I)^-1`` by LU in float64 (``repens.models.scores``)."""
-    eye = torch.eye(gram.shape[-1], dtype=torch.float64, device=gram.device)
-    return torch.linalg.inv_ex(gram.double() + ETA * eye).inverse
+    """Today's: ``(K + eta I)^-1`` by LU in float64 (:func:`repens.models.scores.ridge_inverse`)."""
+    return ridge_inverse(gram, ETA)
 
 
 def cholesky_inverse(gram: torch.Tensor) -> torch.Tensor:
@@ -70,7 +70,7 @@ def sorted_median_bandwidth(sq_dists: torch.Tensor, n: int) -> torch.Tensor:
     positive = ordered.gather(-1, at).squeeze(-1)
     fallback = torch.where(positives.squeeze(-1) > 0, positive, torch.full_like(positive, math.log(n + 1)))
     med = torch.where(med > 0, med, fallback)
-    return (med / math.log(n + 1)).clamp_min(torch.finfo(flat.dtype).tiny)[..., None, None]
+    return (med / math.log(n + 1)).clamp_min(_MIN_BANDWIDTH)[..., None, None]
 
 
 def inputs(sets: int, n: int, d: int, device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,7 +24,15 @@ from torch import Tensor
 
 from repens.models.kernels import RBF, gpu_path, kernel_grad_sum, set_matmul, squared_distances
 
-__all__ = ["kde_score", "sge_score", "ssge_score", "all_eigenpairs_weights", "SCORE_ESTIMATORS", "ScoreEstimator"]
+__all__ = [
+    "kde_score",
+    "sge_score",
+    "ssge_score",
+    "all_eigenpairs_weights",
+    "ridge_inverse",
+    "SCORE_ESTIMATORS",
+    "ScoreEstimator",
+]
 
 
 class ScoreEstimator(Protocol):
@@ -49,13 +57,9 @@ def sge_score(x: Tensor, kernel: RBF, eta: float = 0.01) -> Tensor:
     """
     gram, h = kernel.self_gram(x)
     grads = kernel_grad_sum(x, x, gram, h)
-    eye = torch.eye(x.shape[-2], dtype=torch.float64, device=x.device)
     # the n x n system in float64, then one GEMM: solve() with d ~ 1e5 right-hand
     # sides was 4x slower than inverse-times-matrix on a CPU
-    # inv_ex: K + eta I is symmetric positive definite, and skipping the error check keeps
-    # a GPU step free of host round-trips
-    inverse = torch.linalg.inv_ex(gram.double() + eta * eye).inverse.to(x.dtype)
-    return set_matmul(inverse, grads)
+    return set_matmul(ridge_inverse(gram, eta).to(x.dtype), grads)
 
 
 def ssge_score(
@@ -102,9 +106,16 @@ def all_eigenpairs_weights(cross: Tensor, gram: Tensor, eta: float) -> Tensor:
     :func:`sge_score`), without an error check. The GPU path: ``eigh`` checks its result
     on the host, a round-trip that keeps a step from being captured as a CUDA graph
     (:mod:`repens.training.step_graph`); the CPU keeps ``eigh`` (its results stay as they were)."""
-    eye = torch.eye(gram.shape[-1], dtype=torch.float64, device=gram.device)
-    inverse = torch.linalg.inv_ex(gram.double() + eta * eye).inverse
+    inverse = ridge_inverse(gram, eta)
     return ((cross.double() @ inverse) @ inverse).to(cross.dtype)
+
+
+def ridge_inverse(gram: Tensor, eta: float) -> Tensor:
+    """``(K + eta I)^-1`` in float64 (a stack of sets: each set's), by LU without an error
+    check: ``K + eta I`` is symmetric positive definite, and skipping the check keeps a GPU
+    step free of host round-trips (:func:`sge_score`, :func:`all_eigenpairs_weights`)."""
+    eye = torch.eye(gram.shape[-1], dtype=torch.float64, device=gram.device)
+    return torch.linalg.inv_ex(gram.double() + eta * eye).inverse
 
 
 SCORE_ESTIMATORS: dict[str, Callable[..., Tensor]] = {
