@@ -29,7 +29,7 @@ start=$(date +%s)
 total=${1:?usage: lease.sh SECONDS [lease options]}
 shift
 out=${OUT:?OUT: the folder whose files come back}
-export PYTHONPATH=src PYTHONUNBUFFERED=1
+export PYTHONPATH=src PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1  # a fatal signal prints every thread's Python stack
 mode=${MODE:-auto}
 
 part() { # SECONDS COMMAND...: the command, echoed, under a time limit; nothing for 0 seconds
