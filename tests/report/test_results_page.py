@@ -12,6 +12,7 @@ from repens.core.variants import expand_variants
 from repens.pipeline.config import paper_seeds
 from repens.report import results_page
 from repens.report.answers import VERDICT_ORDER
+from repens.report.claims import DIFFERS, FALSE_ON_PAPER
 from repens.report.results_page import check, inventory, publish, write_page
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -414,7 +415,9 @@ def test_page_leads_with_what_held_why_table1_differs_and_what_the_repulsion_doe
     for (group, line), row in zip(seen, claims):
         assert group == row["verdict"], (line, row["verdict"])
         assert (row.get("title") or row["claim"]) in line
-        assert line.endswith(f"· *{row['protocol'].split(' (')[0]}*"), line
+        family = f" · {row['familywise']}" if row.get("familywise") else ""
+        assert line.endswith(f"· *{row['protocol'].split(' (')[0]}*{family}"), line
+        assert bool(family) == (row["verdict"] in ("contradicted", FALSE_ON_PAPER, DIFFERS)), line
     why = text.split("## Why Table 1 differs from the paper", 1)[1].split("\n## ", 1)[0]
     protocols = why.split("A control of the protocol", 1)[0]
     assert protocols.count("\n| ") == 2 + 10  # header, rule, the paper's ten FashionMNIST rows

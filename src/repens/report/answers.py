@@ -112,7 +112,8 @@ def scorecard_lines(claims_csv: Path, link: Path) -> list[str]:
             title = r.get("title") or r["claim"]
             figure = figures / f"{r['id']}.png"
             claim = f"[{title}]({link / 'figures' / 'claims' / figure.name})" if figure.is_file() else title
-            lines.append(f"- {claim} · *{short_protocol(r['protocol'])}*")
+            family = f" · {r['familywise']}" if r.get("familywise") else ""
+            lines.append(f"- {claim} · *{short_protocol(r['protocol'])}*{family}")
         lines.append("")
     return lines
 

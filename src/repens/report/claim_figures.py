@@ -215,6 +215,16 @@ def _legend(fig, rows: pd.DataFrame, ran: pd.Series, stuck: pd.Series) -> None:
         )
 
 
+def _title(rows: pd.DataFrame, claim: str, verdict: str) -> str:
+    """ "claim: verdict (its family-wise reading) (diagnostic)", from the comparisons' rows."""
+    family = str(rows["claim_familywise"].iloc[0]) if "claim_familywise" in rows else ""
+    return (
+        f"{claim}: {verdict}"
+        + (f" ({family})" if family and family != "nan" else "")
+        + (" (diagnostic)" if rows["kind"].iloc[0] == "diagnostic" else "")
+    )
+
+
 def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
     """One claim's forest plot (``rows``: its comparisons, as :func:`read_comparisons`
     reads them) written to ``out_png``."""
@@ -259,7 +269,7 @@ def plot_claim(rows: pd.DataFrame, out_png: Path | str) -> None:
         ax.tick_params(axis="x", labelsize=8)
         sns.despine(ax=ax, left=True)
         ax.grid(axis="x", color="0.92", lw=0.6, zorder=0)
-        title = f"{claim}: {verdict}" + (" (diagnostic)" if rows["kind"].iloc[0] == "diagnostic" else "")
+        title = _title(rows, claim, verdict)
         # across the figure's whole width (an axes title starts right of the row labels)
         fig.suptitle(
             textwrap.fill(title, 100),

@@ -122,6 +122,8 @@ from repens.report.verdicts import (  # noqa: F401 (the scorecard's names, in on
     combine,
     compare,
     detectable_summary,
+    familywise,
+    familywise_text,
     summary,
 )
 from repens.results.statistics import COVERAGE, quantile
@@ -265,9 +267,37 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
                 "kind": "diagnostic" if c.diagnostic else "claim",
                 "margin": c.margin,
                 "detectable": detectable_summary(r.comparisons),
+                "familywise": familywise_reading(r),
+                "familywise_holds": _holds(deciding(r)),
             }
         )
     return rows
+
+
+def deciding(r: Result) -> list[Comparison]:
+    """The comparisons a contradiction-class verdict rests on: the paper's printed values' for
+    :data:`FALSE_ON_PAPER`, the other protocol's for :data:`DIFFERS`, the runs' for
+    contradicted; none for any other verdict."""
+    if r.verdict == FALSE_ON_PAPER:
+        return list(r.source_comparisons)
+    if r.verdict == DIFFERS:
+        return list(r.other_comparisons)
+    return list(r.comparisons) if r.verdict == "contradicted" else []
+
+
+def familywise_reading(r: Result) -> str:
+    """:func:`familywise_text` of the comparisons ``r``'s verdict rests on (:func:`deciding`),
+    saying whose they are where they are not our runs' at the claim's protocol."""
+    text = familywise_text(deciding(r))
+    where = {FALSE_ON_PAPER: "on the paper's printed values, ", DIFFERS: "under the other protocol, "}
+    return f"{where.get(r.verdict, '')}{text}" if text else ""
+
+
+def _holds(comparisons: Sequence[Comparison]) -> str:
+    """ "yes" / "no": whether a contradiction stands at the family-wise level (:func:`familywise`);
+    '' without one."""
+    contradicted, holding, _, _ = familywise(comparisons)
+    return "" if not contradicted else "yes" if holding else "no"
 
 
 def _verdict_reason(r: Result) -> str:
@@ -322,7 +352,13 @@ LEGEND = (
     "...]'; a claim about a method's limit would be **inconclusive (not converged)** there, whatever its figures. "
     "Unknown convergence is shown ('[convergence unknown]') but does not block. A claim is contradicted if any of "
     "its comparisons is, else not run if any is, else too few seeds if any is, else reproduced if all are, else "
-    "inconclusive. 'On the paper's numbers': the same check on the values the source paper prints (n/a where it "
+    "inconclusive. **Family-wise** (beside a contradicted, false-on-the-paper's-numbers or differs verdict): a claim "
+    "of m comparisons is contradicted when any one is, so if it held, its m comparisons could wrongly contradict it "
+    "up to m times as often as one; the contradiction is checked again with every interval at 1 - 0.05/m coverage "
+    "(Bonferroni over all m, those without a verdict yet included) and 'holds' or 'does not hold' there. A "
+    "contradiction that does not hold family-wise leans against the claim but does not decide it at these seeds. "
+    "Reproduced needs every comparison (an intersection-union test) and needs no such correction. "
+    "'On the paper's numbers': the same check on the values the source paper prints (n/a where it "
     "shows a figure only, or where the claim is about matching them). Diagnostics are checks of our own runs, not "
     "claims of a paper: judged the same way, listed apart, not counted among the claims. **not testable**: a claim "
     "whose test the evidence cannot make (the reason in its figures cell); its comparisons are shown, not judged. "
@@ -360,7 +396,7 @@ def _md_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                     r.get("protocol", ""),
                     r["figures"],
                     r.get("detectable", ""),
-                    f"**{r['verdict']}**",
+                    f"**{r['verdict']}**" + (f" ({r['familywise']})" if r.get("familywise") else ""),
                     r["source_verdict"],
                     r.get("other_protocol", ""),
                 )
@@ -373,11 +409,14 @@ def _md_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def headline(rows: Sequence[Mapping[str, Any]]) -> str:
     """ "N claims: x reproduced, ...": the papers' claims only (diagnostics left out)."""
     claims = [r for r in rows if r.get("kind", "claim") != "diagnostic"]
-    counts = ", ".join(
-        f"{sum(r['verdict'] == v for r in claims)} {v}"
-        for v in CLAIM_VERDICTS
-        if v in VERDICTS or any(r["verdict"] == v for r in claims)
-    )
+
+    def count(v: str) -> str:
+        group = [r for r in claims if r["verdict"] == v]
+        judged = [r for r in group if r.get("familywise_holds") in ("yes", "no")]
+        held = sum(r["familywise_holds"] == "yes" for r in judged)
+        return f"{len(group)} {v}" + (f" ({held} of them family-wise)" if judged else "")
+
+    counts = ", ".join(count(v) for v in CLAIM_VERDICTS if v in VERDICTS or any(r["verdict"] == v for r in claims))
     return f"{len(claims)} claims: {counts}"
 
 
@@ -428,6 +467,7 @@ COMPARISON_COLUMNS = (
     "claim",
     "kind",
     "claim_verdict",
+    "claim_familywise",
     "index",
     "a",
     "relation",
@@ -450,17 +490,20 @@ COMPARISON_COLUMNS = (
 
 def comparison_rows(results: Sequence[Result]) -> list[dict[str, Any]]:
     """One row per comparison of each result (:data:`COMPARISON_COLUMNS`): the claim id,
-    claim or diagnostic, the claim's verdict, the comparison's index, both quantities (label, mean, s.e., n),
+    claim or diagnostic, the claim's verdict and its family-wise reading (:func:`familywise_text`),
+    the comparison's index, both quantities (label, mean, s.e., n),
     ``difference`` (a - b), ``detectable`` (the half-width of the interval the rule reads),
     ``margin`` (empty for an ordering), the verdict and its reason (nan: not run)."""
     rows = []
     for r in results:
+        family = familywise_reading(r)
         for i, c in enumerate(r.comparisons, 1):
             rows.append(
                 {
                     "claim": r.claim.id,
                     "kind": "diagnostic" if r.claim.diagnostic else "claim",
                     "claim_verdict": r.verdict,
+                    "claim_familywise": family,
                     "index": i,
                     "a": c.a.label,
                     "relation": c.relation,

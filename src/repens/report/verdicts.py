@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from repens.results.statistics import quantile, welch_dof
+from repens.results.statistics import COVERAGE, quantile, welch_dof
 
 #: a comparison whose quantities all exist, at the paper's scale, but one of which rests on
 #: fewer than two seeds: no standard error, so no verdict until more seeds are in
@@ -118,9 +118,10 @@ class Estimate:
         (a printed error of unknown ``n``, a constant)."""
         return float(self.n - 1) if self.n >= 2 and self.scale != EXACT else math.inf
 
-    def k(self) -> float:
-        """The interval's half-width in standard errors: :func:`quantile` of :attr:`dof`."""
-        return quantile(self.dof)
+    def k(self, coverage: float = COVERAGE) -> float:
+        """The interval's half-width in standard errors: :func:`quantile` of :attr:`dof` at
+        ``coverage``."""
+        return quantile(self.dof, coverage)
 
     def interval(self, k: float | None = None) -> tuple[float, float]:
         """mean ± ``k`` s.e. (default :meth:`k`, a :data:`COVERAGE` interval), widened by
@@ -286,7 +287,12 @@ def as_run(c: Comparison) -> Comparison:
 
 
 def _compare(
-    a: Estimate, relation: str, b: Estimate, k: float | None = None, margin: float | None = None
+    a: Estimate,
+    relation: str,
+    b: Estimate,
+    k: float | None = None,
+    margin: float | None = None,
+    coverage: float = COVERAGE,
 ) -> Comparison:
     """The verdict of the claim ``a <relation> b``.
 
@@ -299,7 +305,8 @@ def _compare(
     inconclusive; ``margin`` is required); ``"<="`` / ``">="`` (not worse, one-sided: that
     interval wholly below ``+margin`` (above ``-margin``): reproduced; wholly above
     (below): contradicted; ``margin`` defaults to 0). A printed value's rounding widens
-    its side. ``k``: one half-width in standard errors for every interval instead (tests).
+    its side. ``k``: one half-width in standard errors for every interval instead (tests);
+    ``coverage``: the intervals' coverage (:func:`family` reads contradictions at a stricter one).
     "not run" when either quantity has a :meth:`Estimate.problem`, :data:`TOO_FEW_SEEDS`
     when every such problem is a quantity's seeds (:meth:`Estimate.too_few_seeds`).
     """
@@ -318,11 +325,11 @@ def _compare(
             return Comparison(a, relation, b, TOO_FEW_SEEDS, reason, margin, a.value - b.value)
         return Comparison(a, relation, b, "not run", reason, margin)
     if k is None and _pairs(a, b):
-        return _paired(a, relation, b, margin)
+        return _paired(a, relation, b, margin, coverage)
     (se_a, r_a), (se_b, r_b) = _half(a), _half(b)
     diff = a.value - b.value
     if margin is None:  # ordering: disjoint intervals
-        k_a, k_b = (a.k(), b.k()) if k is None else (k, k)
+        k_a, k_b = (a.k(coverage), b.k(coverage)) if k is None else (k, k)
         half = k_a * se_a + k_b * se_b + r_a + r_b
         a_lo, a_hi = a.interval(k_a)
         b_lo, b_hi = b.interval(k_b)
@@ -332,7 +339,7 @@ def _compare(
         else:
             verdict = "reproduced" if below else "contradicted" if above else "inconclusive"
         return Comparison(a, relation, b, verdict, "", None, diff, half)
-    k_d = quantile(welch_dof(se_a, a.dof, se_b, b.dof)) if k is None else k
+    k_d = quantile(welch_dof(se_a, a.dof, se_b, b.dof), coverage) if k is None else k
     half = k_d * math.sqrt(se_a**2 + se_b**2) + r_a + r_b
     return Comparison(
         a, relation, b, _interval_verdict(relation, diff - half, diff + half, margin), "", margin, diff, half
@@ -366,7 +373,7 @@ def _pairs(a: Estimate, b: Estimate) -> list[tuple[float, float]]:
     return [(xa[s], xb[s]) for s in sorted(xa)]
 
 
-def _paired(a: Estimate, relation: str, b: Estimate, margin: float | None) -> Comparison:
+def _paired(a: Estimate, relation: str, b: Estimate, margin: float | None, coverage: float = COVERAGE) -> Comparison:
     """``a <relation> b`` on runs that share their seeds (data, target draws, HMC reference):
     the paired test, on the seeds' differences ``d_s = a_s - b_s``: the interval
     ``mean(d) ± t s.e.(d)``, t Student's at ``n - 1`` degrees of freedom. An ordering is
@@ -378,7 +385,7 @@ def _paired(a: Estimate, relation: str, b: Estimate, margin: float | None) -> Co
     n = len(d)
     mean = sum(d) / n
     se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
-    half = quantile(n - 1) * se
+    half = quantile(n - 1, coverage) * se
     verdict = _interval_verdict(relation, mean - half, mean + half, margin)
     return Comparison(a, relation, b, verdict, "", margin, mean, half, paired=n)
 
@@ -428,6 +435,44 @@ def combine(comparisons: Sequence[Comparison]) -> str:
     if TOO_FEW_SEEDS in verdicts:
         return TOO_FEW_SEEDS
     return "reproduced" if all(v == "reproduced" for v in verdicts) else "inconclusive"
+
+
+def familywise(comparisons: Sequence[Comparison]) -> tuple[int, int, int, float]:
+    """How a claim's contradictions fare at the claim's family-wise level: ``(contradicted,
+    holding, m, coverage)``, the comparisons contradicted at :data:`COVERAGE`, how many of them
+    stay contradicted with every interval at ``coverage = 1 - (1 - COVERAGE) / m`` (Bonferroni
+    over the claim's ``m`` comparisons, those without a verdict yet included, so the reading
+    does not loosen as seeds arrive), ``m`` and that coverage.
+
+    A claim is contradicted when any of its comparisons is (:func:`combine`); if the claim
+    holds, each comparison wrongly contradicts it with probability at most (1 - COVERAGE) / 2,
+    so ``m`` of them together may do so up to ``m`` times as often (about 26 % for 12
+    comparisons at the boundary of their claims). A contradiction that holds at the Bonferroni
+    coverage keeps that chance below (1 - COVERAGE) / 2 however many comparisons a claim
+    has. (Reproduced needs every comparison, an intersection-union test, so it needs no
+    correction.) The rule's verdict stays :func:`combine`'s; this is read beside it."""
+    m = len(comparisons)
+    coverage = 1 - (1 - COVERAGE) / max(m, 1)
+    contradicted = [c for c in comparisons if c.verdict == "contradicted"]
+    holding = sum(
+        _compare(c.a, c.relation, c.b, margin=c.margin, coverage=coverage).verdict == "contradicted"
+        for c in contradicted
+    )
+    return len(contradicted), holding, m, coverage
+
+
+def familywise_text(comparisons: Sequence[Comparison]) -> str:
+    """ "family-wise: holds (1 of 1 contradiction at 99.58 % intervals, Bonferroni over 12
+    comparisons)" (or "does not hold"), :func:`familywise` in words; '' without a contradiction."""
+    contradicted, holding, m, coverage = familywise(comparisons)
+    if not contradicted:
+        return ""
+    word = "holds" if holding else "does not hold"
+    noun = "contradiction" if contradicted == 1 else "contradictions"
+    return (
+        f"family-wise: {word} ({holding} of {contradicted} {noun} at {coverage:.2%} intervals, "
+        f"Bonferroni over {m} comparison{'s' if m != 1 else ''})"
+    )
 
 
 _NO_ROW = re.compile(r"^(?P<file>.*): no (?P<block>[\w-]+)/(?P<method>[\w-]+) row$")
