@@ -306,7 +306,7 @@ def _compare(
     interval wholly below ``+margin`` (above ``-margin``): reproduced; wholly above
     (below): contradicted; ``margin`` defaults to 0). A printed value's rounding widens
     its side. ``k``: one half-width in standard errors for every interval instead (tests);
-    ``coverage``: the intervals' coverage (:func:`family` reads contradictions at a stricter one).
+    ``coverage``: the intervals' coverage (:func:`familywise` reads contradictions at a stricter one).
     "not run" when either quantity has a :meth:`Estimate.problem`, :data:`TOO_FEW_SEEDS`
     when every such problem is a quantity's seeds (:meth:`Estimate.too_few_seeds`).
     """
