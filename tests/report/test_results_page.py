@@ -268,6 +268,21 @@ def test_readme_headline_matches_the_published_scorecard():
         counts["too few seeds"],
         counts["not run"],
     ), (stated, dict(counts))
+    # and how many of the contradiction-class claims hold family-wise (the scorecard's familywise_holds)
+    family = re.search(
+        r"of the (\d+) claims contradicted, differing or false on the paper's numbers, (\d+) hold\s+family-wise, "
+        r"and of the (\d+) contradicted, (\d+)\.",
+        head,
+    )
+    assert family, "README's first 30 lines must state how many contradictions hold family-wise"
+    judged = [r for r in rows if r["familywise_holds"]]
+    contradicted = [r for r in judged if r["verdict"] == "contradicted"]
+    assert tuple(int(g) for g in family.groups()) == (
+        len(judged),
+        sum(r["familywise_holds"] == "yes" for r in judged),
+        len(contradicted),
+        sum(r["familywise_holds"] == "yes" for r in contradicted),
+    )
 
 
 def test_page_shows_a_kept_markdown_table_and_links_only_kept_sidecars(tmp_path):
