@@ -556,6 +556,10 @@ def test_cli_writes_csv_and_markdown(tmp_path):
     head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
     verdict_col = re.findall(r'class="col_heading level0 (col\d+)" >verdict<', head)[0]
     assert re.search(rf"#T_repens_row0_{verdict_col}[^{{]*\{{\s*font-weight: bold", css)
+    # each contradiction's family-wise reading beside the verdict (here: the paper's printed values')
+    import html
+
+    assert ">family-wise<" in head and "on the paper's printed values, family-wise: " in html.unescape(page)
 
 
 def test_uci_claims_on_table2(tmp_path):

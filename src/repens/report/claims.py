@@ -631,8 +631,19 @@ def scorecard_html(frame: Any, diag_frame: Any, figures: Path | str | None = Non
     # the verdicts in bold; the legend without its Markdown emphasis; long text wraps
     # (repens.report.tables.to_html), so the verdicts are seen on a 1,500-pixel screen
     def html(table: pd.DataFrame, title: str, note: str) -> str:
-        shown = table[["id", "source", "claim", "margin", "figures", "detectable", "verdict", "source_verdict"]].rename(
-            columns={"source_verdict": "on the paper's numbers"}
+        columns = [
+            "id",
+            "source",
+            "claim",
+            "margin",
+            "figures",
+            "detectable",
+            "verdict",
+            "familywise",
+            "source_verdict",
+        ]
+        shown = table[[c for c in columns if c in table]].rename(
+            columns={"familywise": "family-wise", "source_verdict": "on the paper's numbers"}
         )
         shown = shown.reset_index(drop=True)
         bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
