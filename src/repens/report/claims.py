@@ -617,6 +617,25 @@ def _figure_html(claim_id: str, verdict: str, png: Path) -> str:
     )
 
 
+#: the scorecard page's columns (``claims.csv``'s), in order; the shown names where they differ
+HTML_COLUMNS = ("id", "source", "claim", "margin", "figures", "detectable", "verdict", "familywise", "source_verdict")
+HTML_NAMES = {"familywise": "family-wise", "source_verdict": "on the paper's numbers"}
+
+
+def _scorecard_table_html(table: Any, title: str, note: str) -> str:
+    """One table of the scorecard page (:data:`HTML_COLUMNS`, those ``table`` has): the verdicts
+    in bold, long text wrapped (:func:`repens.report.tables.to_html`), so the verdicts are
+    seen on a 1,500-pixel screen."""
+    import pandas as pd
+
+    from repens.report.tables import plain_table, to_html
+
+    shown = table[[c for c in HTML_COLUMNS if c in table]].rename(columns=HTML_NAMES).reset_index(drop=True)
+    bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
+    bold["verdict"] = True
+    return to_html(plain_table(shown, title=title, note=note, bold=bold, wrap=True))
+
+
 def scorecard_html(frame: Any, diag_frame: Any, figures: Path | str | None = None) -> str:
     """The scorecard page: the claims' table (verdicts in bold, long text wrapped, the
     legend), the diagnostics' apart and, with ``figures`` (the folder of
@@ -624,39 +643,15 @@ def scorecard_html(frame: Any, diag_frame: Any, figures: Path | str | None = Non
     base64 ``<img>`` (a self-contained page; a claim without its PNG is listed as such)."""
     import html as html_text
 
-    import pandas as pd
-
-    from repens.report.tables import plain_table, to_html
-
-    # the verdicts in bold; the legend without its Markdown emphasis; long text wraps
-    # (repens.report.tables.to_html), so the verdicts are seen on a 1,500-pixel screen
-    def html(table: pd.DataFrame, title: str, note: str) -> str:
-        columns = [
-            "id",
-            "source",
-            "claim",
-            "margin",
-            "figures",
-            "detectable",
-            "verdict",
-            "familywise",
-            "source_verdict",
-        ]
-        shown = table[[c for c in columns if c in table]].rename(
-            columns={"familywise": "family-wise", "source_verdict": "on the paper's numbers"}
-        )
-        shown = shown.reset_index(drop=True)
-        bold = pd.DataFrame(False, index=shown.index, columns=shown.columns)
-        bold["verdict"] = True
-        return to_html(plain_table(shown, title=title, note=note, bold=bold, wrap=True))
-
     rows = frame.to_dict("records")
-    page = html(frame, f"Claim scorecard (beyond the paper): {headline(rows)}", LEGEND.replace("**", ""))
+    # the legend without its Markdown emphasis
+    title = f"Claim scorecard (beyond the paper): {headline(rows)}"
+    page = _scorecard_table_html(frame, title, LEGEND.replace("**", ""))
     extra = ""
     if len(diag_frame):  # a section of its own (its styles and table in the same page; ids apart)
-        diag = html(diag_frame, "Diagnostics: checks of our own runs, not claims (not counted above)", "").replace(
-            "T_repens", "T_repens_diagnostics"
-        )
+        diag = _scorecard_table_html(
+            diag_frame, "Diagnostics: checks of our own runs, not claims (not counted above)", ""
+        ).replace("T_repens", "T_repens_diagnostics")
         style = diag.split("<head>", 1)[1].split("</head>", 1)[0]
         body = diag.split("<body>", 1)[1].rsplit("</body>", 1)[0]
         head, rest = page.split("</head>", 1)
