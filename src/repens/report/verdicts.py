@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from repens.results.statistics import COVERAGE, quantile, welch_dof
+from repens.results.statistics import COVERAGE, bonferroni_coverage, quantile, welch_dof
 
 #: a comparison whose quantities all exist, at the paper's scale, but one of which rests on
 #: fewer than two seeds: no standard error, so no verdict until more seeds are in
@@ -440,7 +440,7 @@ def combine(comparisons: Sequence[Comparison]) -> str:
 def familywise(comparisons: Sequence[Comparison]) -> tuple[int, int, int, float]:
     """How a claim's contradictions fare at the claim's family-wise level: ``(contradicted,
     holding, m, coverage)``, the comparisons contradicted at :data:`COVERAGE`, how many of them
-    stay contradicted with every interval at ``coverage = 1 - (1 - COVERAGE) / m`` (Bonferroni
+    stay contradicted with every interval at :func:`~repens.results.statistics.bonferroni_coverage` (Bonferroni
     over the claim's ``m`` comparisons, those without a verdict yet included, so the reading
     does not loosen as seeds arrive), ``m`` and that coverage.
 
@@ -452,7 +452,7 @@ def familywise(comparisons: Sequence[Comparison]) -> tuple[int, int, int, float]
     has. (Reproduced needs every comparison, an intersection-union test, so it needs no
     correction.) The rule's verdict stays :func:`combine`'s; this is read beside it."""
     m = len(comparisons)
-    coverage = 1 - (1 - COVERAGE) / max(m, 1)
+    coverage = bonferroni_coverage(m)
     contradicted = [c for c in comparisons if c.verdict == "contradicted"]
     holding = sum(
         _compare(c.a, c.relation, c.b, margin=c.margin, coverage=coverage).verdict == "contradicted"

@@ -144,7 +144,7 @@ from typing import Any
 import numpy as np
 
 from repens.core.jobkey import attempts_log_path
-from repens.results.statistics import COVERAGE, quantile, satterthwaite_dof
+from repens.results.statistics import bonferroni_coverage, quantile, satterthwaite_dof
 
 __all__ = [
     "ABS_TOL_LOGP",
@@ -891,7 +891,7 @@ def pooled_stability(stabs: Sequence[Mapping[str, Any]], name: str, tests: int =
     drift = sum(st["drift"] for st in known) / n
     se = math.sqrt(sum(st["se"] ** 2 for st in known)) / n
     dof = satterthwaite_dof([(st["se"], st["dof"]) for st in known])
-    k = quantile(dof, coverage=1 - (1 - COVERAGE) / tests)
+    k = quantile(dof, coverage=bonferroni_coverage(tests))
     tol = sum(st["tol"] for st in known) / n
     level = sum(st["level"] for st in known) / n
     moving = abs(drift) > k * se and abs(drift) > tol
