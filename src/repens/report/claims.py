@@ -123,7 +123,7 @@ from repens.report.verdicts import (  # noqa: F401 (the scorecard's names, in on
     compare,
     detectable_summary,
     familywise,
-    familywise_text,
+    familywise_words,
     summary,
 )
 from repens.results.statistics import COVERAGE, quantile
@@ -246,6 +246,7 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
     rows = []
     for r in results:
         c = r.claim
+        family, holds = familywise_reading(r)
         rows.append(
             {
                 "id": c.id,
@@ -267,8 +268,8 @@ def scorecard_rows(results: Sequence[Result], files: Mapping[str, Path | str | N
                 "kind": "diagnostic" if c.diagnostic else "claim",
                 "margin": c.margin,
                 "detectable": detectable_summary(r.comparisons),
-                "familywise": familywise_reading(r),
-                "familywise_holds": _holds(deciding(r)),
+                "familywise": family,
+                "familywise_holds": holds,
             }
         )
     return rows
@@ -285,19 +286,17 @@ def deciding(r: Result) -> list[Comparison]:
     return list(r.comparisons) if r.verdict == "contradicted" else []
 
 
-def familywise_reading(r: Result) -> str:
-    """:func:`familywise_text` of the comparisons ``r``'s verdict rests on (:func:`deciding`),
-    saying whose they are where they are not our runs' at the claim's protocol."""
-    text = familywise_text(deciding(r))
+def familywise_reading(r: Result) -> tuple[str, str]:
+    """``(text, holds)`` of the comparisons ``r``'s verdict rests on (:func:`deciding`), from one
+    :func:`familywise`: the reading in words (:func:`familywise_words`), saying whose the
+    comparisons are where they are not our runs' at the claim's protocol, and "yes" / "no",
+    whether the contradiction stands at the family-wise level ('' and '' without one)."""
+    reading = familywise(deciding(r))
+    contradicted, holding, _, _ = reading
+    if not contradicted:
+        return "", ""
     where = {FALSE_ON_PAPER: "on the paper's printed values, ", DIFFERS: "under the other protocol, "}
-    return f"{where.get(r.verdict, '')}{text}" if text else ""
-
-
-def _holds(comparisons: Sequence[Comparison]) -> str:
-    """ "yes" / "no": whether a contradiction stands at the family-wise level (:func:`familywise`);
-    '' without one."""
-    contradicted, holding, _, _ = familywise(comparisons)
-    return "" if not contradicted else "yes" if holding else "no"
+    return f"{where.get(r.verdict, '')}{familywise_words(reading)}", "yes" if holding else "no"
 
 
 def _verdict_reason(r: Result) -> str:
@@ -490,13 +489,13 @@ COMPARISON_COLUMNS = (
 
 def comparison_rows(results: Sequence[Result]) -> list[dict[str, Any]]:
     """One row per comparison of each result (:data:`COMPARISON_COLUMNS`): the claim id,
-    claim or diagnostic, the claim's verdict and its family-wise reading (:func:`familywise_text`),
+    claim or diagnostic, the claim's verdict and its family-wise reading (:func:`familywise_reading`),
     the comparison's index, both quantities (label, mean, s.e., n),
     ``difference`` (a - b), ``detectable`` (the half-width of the interval the rule reads),
     ``margin`` (empty for an ordering), the verdict and its reason (nan: not run)."""
     rows = []
     for r in results:
-        family = familywise_reading(r)
+        family, _ = familywise_reading(r)
         for i, c in enumerate(r.comparisons, 1):
             rows.append(
                 {

@@ -464,7 +464,12 @@ def familywise(comparisons: Sequence[Comparison]) -> tuple[int, int, int, float]
 def familywise_text(comparisons: Sequence[Comparison]) -> str:
     """ "family-wise: holds (1 of 1 contradiction at 99.58 % intervals, Bonferroni over 12
     comparisons)" (or "does not hold"), :func:`familywise` in words; '' without a contradiction."""
-    contradicted, holding, m, coverage = familywise(comparisons)
+    return familywise_words(familywise(comparisons))
+
+
+def familywise_words(reading: tuple[int, int, int, float]) -> str:
+    """:func:`familywise_text` of a reading :func:`familywise` already made."""
+    contradicted, holding, m, coverage = reading
     if not contradicted:
         return ""
     word = "holds" if holding else "does not hold"
