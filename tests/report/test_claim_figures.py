@@ -190,6 +190,21 @@ def test_a_not_converged_comparison_is_marked_and_labels_are_short(scorecard):
     assert label.startswith("anchored-code RMSE (concrete) ~ Pearce's") and len(label) <= cf.LABEL_WIDTH
 
 
+def test_a_figure_title_carries_the_family_wise_reading_read_from_the_file(tmp_path):
+    """The title shows a contradiction's family-wise reading as the comparisons' file has it
+    and nothing for a claim without one (an empty cell, read as '', not as "nan")."""
+    wrong = compare(est("de acc", 90.0, 0.1), ">", est("sge-wgd acc", 92.0, 0.1))
+    out_csv = tmp_path / "claims.csv"
+    claims = (_claim("wrong", [wrong, ORDER]), _claim("ordered", [ORDER, AGREE]))
+    cl.write_scorecard({}, out_csv, tmp_path / "claims.md", claims=claims, diagnostics=())
+    frame = cf.read_comparisons(cl.comparisons_path(out_csv))
+    wrong_rows, ordered_rows = (frame[frame["claim"] == c] for c in ("wrong", "ordered"))
+    title = cf._title(wrong_rows, "wrong", "contradicted")
+    assert title.startswith("wrong: contradicted (family-wise: holds (1 of 1 contradiction at 97.50% intervals")
+    assert cf._title(ordered_rows, "ordered", "reproduced") == "ordered: reproduced"
+    assert cf._title(ordered_rows.drop(columns="claim_familywise"), "ordered", "reproduced") == "ordered: reproduced"
+
+
 def test_the_figure_module_reads_files_and_never_evaluates():
     tree = ast.parse(Path(cf.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {

@@ -216,11 +216,13 @@ def _legend(fig, rows: pd.DataFrame, ran: pd.Series, stuck: pd.Series) -> None:
 
 
 def _title(rows: pd.DataFrame, claim: str, verdict: str) -> str:
-    """ "claim: verdict (its family-wise reading) (diagnostic)", from the comparisons' rows."""
-    family = str(rows["claim_familywise"].iloc[0]) if "claim_familywise" in rows else ""
+    """ "claim: verdict (its family-wise reading) (diagnostic)", from the comparisons' rows
+    (:func:`read_comparisons`: text columns as read, an empty reading ''; a file written before
+    the reading existed has no ``claim_familywise`` column)."""
+    family = rows["claim_familywise"].iloc[0] if "claim_familywise" in rows else ""
     return (
         f"{claim}: {verdict}"
-        + (f" ({family})" if family and family != "nan" else "")
+        + (f" ({family})" if family else "")
         + (" (diagnostic)" if rows["kind"].iloc[0] == "diagnostic" else "")
     )
 
