@@ -1323,7 +1323,7 @@ def test_a_contradiction_is_read_again_at_its_claims_family_wise_level():
     recomputed here from scipy's t."""
     from scipy import stats
 
-    from repens.report.verdicts import familywise, familywise_text
+    from repens.report.verdicts import familywise, familywise_words
 
     svgd = [91.30, 91.15, 91.28]
     sge = _seeded([x + d for x, d in zip(svgd, (-0.21, -0.10, -0.20))], "sge")
@@ -1333,7 +1333,7 @@ def test_a_contradiction_is_read_again_at_its_claims_family_wise_level():
     assert other.verdict == "inconclusive"
     family = [c] + [other] * 11
     assert familywise(family) == (1, 0, 12, pytest.approx(1 - 0.05 / 12))
-    assert familywise_text(family) == (
+    assert familywise_words(familywise(family)) == (
         "family-wise: does not hold (0 of 1 contradiction at 99.58% intervals, Bonferroni over 12 comparisons)"
     )
     assert familywise([c])[:3] == (1, 1, 1)
@@ -1346,7 +1346,7 @@ def test_a_contradiction_is_read_again_at_its_claims_family_wise_level():
         assert familywise([c] + [other] * (m - 1))[1] == int(holds), m
     strong = compare(_seeded([0.0, 0.1, 0.2]), ">", _seeded([1.0, 1.1, 1.21]))
     assert familywise([strong] + [other] * 11)[:2] == (1, 1)
-    assert familywise([other] * 3)[:2] == (0, 0) and familywise_text([other] * 3) == ""
+    assert familywise([other] * 3)[:2] == (0, 0) and familywise_words(familywise([other] * 3)) == ""
 
 
 def test_family_wise_contradictions_of_a_true_claim_are_rare():

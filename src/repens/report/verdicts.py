@@ -461,14 +461,10 @@ def familywise(comparisons: Sequence[Comparison]) -> tuple[int, int, int, float]
     return len(contradicted), holding, m, coverage
 
 
-def familywise_text(comparisons: Sequence[Comparison]) -> str:
-    """ "family-wise: holds (1 of 1 contradiction at 99.58 % intervals, Bonferroni over 12
-    comparisons)" (or "does not hold"), :func:`familywise` in words; '' without a contradiction."""
-    return familywise_words(familywise(comparisons))
-
-
 def familywise_words(reading: tuple[int, int, int, float]) -> str:
-    """:func:`familywise_text` of a reading :func:`familywise` already made."""
+    """ "family-wise: holds (1 of 1 contradiction at 99.58 % intervals, Bonferroni over 12
+    comparisons)" (or "does not hold"): a :func:`familywise` reading in words; '' without a
+    contradiction."""
     contradicted, holding, m, coverage = reading
     if not contradicted:
         return ""
