@@ -657,6 +657,23 @@ def test_the_papers_ratio_errors_are_no_standard_errors_and_say_so_without_machi
     assert paper.table1("fashionmnist", "de", "accuracy").se == pytest.approx(0.013 * 2.5)
 
 
+def test_a_claim_over_two_datasets_names_the_dataset_in_each_label_and_a_one_dataset_claim_does_not():
+    """table1-improve-over-de compares the same methods on FashionMNIST and CIFAR-10: its
+    labels name the data set, so the paper's CIFAR-10 numbers do not read as FashionMNIST's;
+    the FashionMNIST claims keep the plain labels."""
+    paper = cl.PaperEvidence("table1", {"table1_paper": RESOURCES / "table1_paper.csv"})
+    both = claim_list._table1_improve_over_de(paper)
+    labels = [c.a.label for c in both]
+    assert len(set(labels)) == len(labels) == 24, labels
+    assert sum(label.endswith("(FashionMNIST)") for label in labels) == 12
+    assert sum(label.endswith("(CIFAR10)") for label in labels) == 12
+    # the paper's CIFAR-10 ssge-fWGD accuracy, named as such beside its value
+    cifar = next(c for c in both if c.a.label == "ssge-fwgd accuracy (%) (CIFAR10)")
+    fmnist = next(c for c in both if c.a.label == "ssge-fwgd accuracy (%) (FashionMNIST)")
+    assert cifar.a.value < 88 < fmnist.a.value
+    assert all("(" not in c.a.label.removesuffix("accuracy (%)") for c in claim_list._fmnist_improve(paper))
+
+
 def test_printed_values_count_their_rounding():
     # Pearce prints naval's RMSE as 0.00 +- 0.00: "below 0.005", not exactly 0
     printed = Estimate("Pearce", 0.0, 0.0, 0, cl.PUBLISHED, rounding=evidence._rounding("0.00", "0.00"))

@@ -4,7 +4,7 @@ each diagnostic of our runs, with the check that turns the evidence into compari
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from repens.core import registry
 from repens.report.evidence import (  # noqa: F401
@@ -188,12 +188,22 @@ def _classification_fwgd_closer_far(ev: Evidence) -> list[Comparison]:
 
 
 def _table1(
-    ev: Evidence, dataset: str, pairs: Sequence[tuple[str, str, str]], metric: str, margin: float | None = None
+    ev: Evidence,
+    dataset: str,
+    pairs: Sequence[tuple[str, str, str]],
+    metric: str,
+    margin: float | None = None,
+    name_dataset: bool = False,
 ) -> list[Comparison]:
-    """``(a, relation, b)`` method pairs on one metric of one dataset."""
-    return [
-        compare(ev.table1(dataset, a, metric), rel, ev.table1(dataset, b, metric), margin=margin) for a, rel, b in pairs
-    ]
+    """``(a, relation, b)`` method pairs on one metric of one dataset; ``name_dataset``: each
+    quantity's label names the data set (for a claim over several, whose labels would
+    otherwise read alike)."""
+
+    def cell(method: str) -> Estimate:
+        e = ev.table1(dataset, method, metric)
+        return replace(e, label=f"{e.label} ({registry.dataset(dataset).label})") if name_dataset else e
+
+    return [compare(cell(a), rel, cell(b), margin=margin) for a, rel, b in pairs]
 
 
 def _fmnist_improve(ev: Evidence) -> list[Comparison]:
@@ -254,7 +264,7 @@ def _table1_improve_over_de(ev: Evidence) -> list[Comparison]:
         c
         for ds in ("fashionmnist", "cifar10")
         for metric in ("accuracy", "md_ratio")
-        for c in _table1(ev, ds, pairs, metric)
+        for c in _table1(ev, ds, pairs, metric, name_dataset=True)
     ]
 
 
