@@ -26,6 +26,12 @@ EXACT = "exact"
 NEGLIGIBLE_REPULSION = 0.05
 #: a comparison's reason when its verdict is inconclusive because a run did not converge
 NOT_CONVERGED = "not converged"
+#: a comparison's reason when its verdict is inconclusive because a spread measured over two or
+#: more seeds is exactly zero: every seed gives the same value (or, paired, the same
+#: difference). A metric counted in steps (accuracy: one test image is 0.01 points on 10,000)
+#: does that by chance, with a true spread below its step; a zero-width interval would then
+#: decide any difference at any coverage
+ZERO_SPREAD = "no spread"
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -241,7 +247,7 @@ class Comparison:
         head = f"{self.a.text()} {self.relation} {self.b.text()}"
         if self.verdict == TOO_FEW_SEEDS:
             return f"{head} (a-b {self.difference:+.3g}, no s.e.): {self.verdict}"
-        if self.reason.startswith(NOT_CONVERGED):  # the verdict is not the figures': say why
+        if self.reason.startswith((NOT_CONVERGED, ZERO_SPREAD)):  # the verdict is not the figures': say why
             return f"{head}: {self.verdict} ({self.reason})"
         caveat = f" [caveat, {self.caveat}]" if self.caveat else ""
         pair = f", paired over {self.paired} seeds" if self.paired else ""
@@ -309,6 +315,8 @@ def _compare(
     ``coverage``: the intervals' coverage (:func:`familywise` reads contradictions at a stricter one).
     "not run" when either quantity has a :meth:`Estimate.problem`, :data:`TOO_FEW_SEEDS`
     when every such problem is a quantity's seeds (:meth:`Estimate.too_few_seeds`).
+    Inconclusive (:data:`ZERO_SPREAD`) when a quantity from runs has an s.e. of zero: its
+    seeds all gave the same value, and a zero-width interval reads nothing.
     """
     if relation not in RELATIONS:
         raise ValueError(f"relation must be one of {sorted(RELATIONS)}, got {relation!r}")
@@ -326,8 +334,21 @@ def _compare(
         return Comparison(a, relation, b, "not run", reason, margin)
     if k is None and _pairs(a, b):
         return _paired(a, relation, b, margin, coverage)
+    return _unpaired(a, relation, b, k, margin, coverage)
+
+
+def _unpaired(
+    a: Estimate, relation: str, b: Estimate, k: float | None, margin: float | None, coverage: float
+) -> Comparison:
+    """:func:`_compare` of two quantities that are not paired (both judged, ``margin``
+    normalised): disjoint intervals for an ordering, the interval of the difference for an
+    agreement; inconclusive (:data:`ZERO_SPREAD`) where a quantity from runs has an s.e. of 0."""
     (se_a, r_a), (se_b, r_b) = _half(a), _half(b)
     diff = a.value - b.value
+    flat = [e for e in (a, b) if e.scale == "paper" and e.rounding == 0 and _flat(e.se, e.value)]
+    if flat:
+        why = "; ".join(f"{e.label}: its {e.n} seeds all give {_num(e.value)}" for e in flat)
+        return Comparison(a, relation, b, "inconclusive", f"{ZERO_SPREAD}: {why}", margin, diff)
     if margin is None:  # ordering: disjoint intervals
         k_a, k_b = (a.k(coverage), b.k(coverage)) if k is None else (k, k)
         half = k_a * se_a + k_b * se_b + r_a + r_b
@@ -344,6 +365,12 @@ def _compare(
     return Comparison(
         a, relation, b, _interval_verdict(relation, diff - half, diff + half, margin), "", margin, diff, half
     )
+
+
+def _flat(spread: float, size: float) -> bool:
+    """Whether a spread measured from runs is zero: within float64 rounding (1e-9 of the
+    values' size, far above its 1e-16 and far below any spread a seed makes)."""
+    return spread <= 1e-9 * max(1.0, abs(size))
 
 
 def _interval_verdict(relation: str, lo: float, hi: float, margin: float | None) -> str:
@@ -380,10 +407,15 @@ def _paired(a: Estimate, relation: str, b: Estimate, margin: float | None, cover
     reproduced when the interval lies wholly on the claimed side of 0, contradicted when
     wholly on the other, else inconclusive; an agreement reads it against its margin as the
     unpaired rule does. What the seeds share cancels in ``d``, so the interval is the
-    difference's own, not two intervals side by side."""
-    d = [x - y for x, y in _pairs(a, b)]
+    difference's own, not two intervals side by side. Differences that are all equal give no
+    interval (:data:`ZERO_SPREAD`): inconclusive."""
+    pairs = _pairs(a, b)
+    d = [x - y for x, y in pairs]
     n = len(d)
     mean = sum(d) / n
+    if _flat(max(d) - min(d), max(max(abs(x), abs(y)) for x, y in pairs)):
+        why = f"{ZERO_SPREAD}: the {n} seeds' differences a - b are all {d[0]:+.3g}"
+        return Comparison(a, relation, b, "inconclusive", why, margin, mean, paired=n)
     se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
     half = quantile(n - 1, coverage) * se
     verdict = _interval_verdict(relation, mean - half, mean + half, margin)
