@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from repens.results.statistics import COVERAGE, bonferroni_coverage, quantile, welch_dof
+from repens.results.statistics import COVERAGE, bonferroni_coverage, no_spread, quantile, welch_dof
 
 #: a comparison whose quantities all exist, at the paper's scale, but one of which rests on
 #: fewer than two seeds: no standard error, so no verdict until more seeds are in
@@ -345,7 +345,7 @@ def _unpaired(
     agreement; inconclusive (:data:`ZERO_SPREAD`) where a quantity from runs has an s.e. of 0."""
     (se_a, r_a), (se_b, r_b) = _half(a), _half(b)
     diff = a.value - b.value
-    flat = [e for e in (a, b) if e.scale == "paper" and e.rounding == 0 and _flat(e.se, e.value)]
+    flat = [e for e in (a, b) if e.scale == "paper" and e.rounding == 0 and no_spread(e.se, e.value)]
     if flat:
         why = "; ".join(f"{e.label}: its {e.n} seeds all give {_num(e.value)}" for e in flat)
         return Comparison(a, relation, b, "inconclusive", f"{ZERO_SPREAD}: {why}", margin, diff)
@@ -365,12 +365,6 @@ def _unpaired(
     return Comparison(
         a, relation, b, _interval_verdict(relation, diff - half, diff + half, margin), "", margin, diff, half
     )
-
-
-def _flat(spread: float, size: float) -> bool:
-    """Whether a spread measured from runs is zero: within float64 rounding (1e-9 of the
-    values' size, far above its 1e-16 and far below any spread a seed makes)."""
-    return spread <= 1e-9 * max(1.0, abs(size))
 
 
 def _interval_verdict(relation: str, lo: float, hi: float, margin: float | None) -> str:
@@ -413,7 +407,7 @@ def _paired(a: Estimate, relation: str, b: Estimate, margin: float | None, cover
     d = [x - y for x, y in pairs]
     n = len(d)
     mean = sum(d) / n
-    if _flat(max(d) - min(d), max(max(abs(x), abs(y)) for x, y in pairs)):
+    if no_spread(max(d) - min(d), max(max(abs(x), abs(y)) for x, y in pairs)):
         why = f"{ZERO_SPREAD}: the {n} seeds' differences a - b are all {d[0]:+.3g}"
         return Comparison(a, relation, b, "inconclusive", why, margin, mean, paired=n)
     se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)

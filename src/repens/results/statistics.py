@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from scipy import stats
 
-__all__ = ["COVERAGE", "bonferroni_coverage", "quantile", "satterthwaite_dof", "welch_dof"]
+__all__ = ["COVERAGE", "bonferroni_coverage", "no_spread", "quantile", "satterthwaite_dof", "welch_dof"]
 
 #: two-sided coverage of every interval
 COVERAGE = 0.95
@@ -46,3 +46,11 @@ def welch_dof(se_a: float, dof_a: float, se_b: float, dof_b: float) -> float:
     """Welch-Satterthwaite degrees of freedom of ``a - b``'s standard error
     ``sqrt(se_a^2 + se_b^2)`` (:func:`satterthwaite_dof` of the two)."""
     return satterthwaite_dof(((se_a, dof_a), (se_b, dof_b)))
+
+
+def no_spread(spread: float, size: float) -> bool:
+    """Whether a spread (an s.e., or max - min of values) measured from runs is zero: within
+    float64 rounding of values of ``size`` (1e-9 of it, far above its 1e-16 and far below any
+    spread a seed makes). A metric counted in steps (accuracy: one test image) gives zero by
+    chance, and a zero-width interval built on it would decide any difference."""
+    return spread <= 1e-9 * max(1.0, abs(size))
