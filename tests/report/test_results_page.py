@@ -483,6 +483,12 @@ def test_a_control_of_the_protocol_is_shown_beside_the_row_it_changes():
     assert "fsvgd-code-protocol 83.90 (3): -5.90 (fewer than two seeds in common: no s.e.) |" in page(accuracies)
     accuracies["fsvgd-code-logits"] = {41: 89.9}
     assert "fsvgd-code-protocol 83.90 (3): -6.00 (a single seed: no s.e.) |" in page(accuracies)
+    # seeds 38 and 39 both differ by -5.9 (counted in test images): no spread, no interval
+    accuracies["fsvgd-code-logits"] = {38: 89.7, 39: 89.9}
+    line = next(line for line in page(accuracies).splitlines() if line.startswith("| fsvgd-code-logits |"))
+    assert line.endswith(
+        "| fsvgd-code-protocol 83.90 (3): -5.90 in each of the 2 seeds in common (no spread: no interval) |"
+    ), line
 
 
 def test_a_paired_difference_is_the_mean_of_the_seeds_differences_with_its_standard_error():

@@ -16,7 +16,7 @@ import pandas as pd
 
 from repens.report.claims import CLAIM_VERDICTS, DIFFERS, FALSE_ON_PAPER, NOT_TESTABLE, TOO_FEW_SEEDS
 from repens.report.tables import mean_se
-from repens.results.statistics import quantile
+from repens.results.statistics import no_spread, quantile
 
 #: the page's order of the verdict classes: what held, what did not, then what is not a
 #: verdict on the paper at its protocol
@@ -271,8 +271,10 @@ def control_rows(
     by seed over the seeds both have (runs of one seed on one kind of device start from the
     same particles; the seeds' pairs are independent either way; ``seeds``:
     :func:`seed_accuracies`), ± its s.e.; with fewer than two seeds in common it is the
-    difference of the means, with no s.e. Also, for each paired difference, whether its 95 %
-    interval (Student's t at seeds - 1 degrees of freedom) holds zero."""
+    difference of the means, with no s.e.; where every seed in common differs by the same
+    amount (accuracy is counted in test images), that amount, with no interval
+    (:func:`~repens.results.statistics.no_spread`). Also, for each paired difference with an
+    interval, whether its 95 % interval (Student's t at seeds - 1 degrees of freedom) holds zero."""
     seeds = seeds or {}
     rows, measured = [], []
     for control, compared, what in controls:
@@ -288,6 +290,8 @@ def control_rows(
             if paired is None:
                 why = "a single seed" if min(m[1], c[1]) < 2 else "fewer than two seeds in common"
                 text = f"{m[0] - c[0]:+.2f} ({why}: no s.e.)"
+            elif no_spread(paired[1], max(abs(m[0]), abs(c[0]))):  # a zero-width interval reads nothing
+                text = f"{paired[0]:+.2f} in each of the {paired[2]} seeds in common (no spread: no interval)"
             else:
                 diff, se, k = paired
                 text = f"{diff:+.2f} ± {se:.2f}, paired over {k} seeds"
