@@ -548,3 +548,32 @@ def test_scorecard_counts_every_verdict_class_in_the_page_order():
     from repens.report.claims import CLAIM_VERDICTS
 
     assert sorted(VERDICT_ORDER) == sorted(CLAIM_VERDICTS)
+
+
+def test_readme_table1_sentence_matches_the_published_table():
+    """The README's sentence on Table 1 (how many of the paper's FashionMNIST accuracy rows
+    each protocol lands within 3 and within 6 of the paper's errors, and how far G.4's text
+    falls short) is that of the published table1_vs_paper.csv, so a publish that moves a
+    row across a line must update it."""
+    import re
+
+    import pandas as pd
+
+    table = pd.read_csv(ROOT / "reference" / "results" / "table1_vs_paper.csv")
+    acc = table[(table.dataset == "fashionmnist") & (table.metric == "Accuracy (%)") & table.paper_mean.notna()]
+    by = acc.set_index("method")
+    base = [m for m in by.index if f"{m}-code-protocol" in by.index]
+    code = by.loc[[f"{m}-code-protocol" for m in base], "difference_in_errors"].abs()
+    text = by.loc[base, "difference_in_errors"].abs()
+    short = by.loc[base, "paper_mean"] - by.loc[base, "ours_mean"]
+    words = {"none": 0, "one": 1, "two": 2, "three": 3}
+    head = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(
+        r"in accuracy, (\d+) of the paper's (\d+) rows are within 3 of its errors at the code's protocol "
+        r"\((\d+) within 6[;,][^)]*\), (\w+) at G\.4's text, where every row falls ([\d.]+)-([\d.]+) points short",
+        head,
+    )
+    assert m, "README must state how many of Table 1's accuracy rows land within 3 and 6 of the paper's errors"
+    assert (int(m[1]), int(m[2]), int(m[3])) == (int((code <= 3).sum()), len(base), int((code <= 6).sum()))
+    assert words.get(m[4], -1) == int((text <= 3).sum())
+    assert (m[5], m[6]) == (f"{short.min():.1f}", f"{short.max():.1f}")
