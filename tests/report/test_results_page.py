@@ -577,3 +577,54 @@ def test_readme_table1_sentence_matches_the_published_table():
     assert (int(m[1]), int(m[2]), int(m[3])) == (int((code <= 3).sum()), len(base), int((code <= 6).sum()))
     assert words.get(m[4], -1) == int((text <= 3).sum())
     assert (m[5], m[6]) == (f"{short.min():.1f}", f"{short.max():.1f}")
+
+
+def test_claims_doc_counts_match_the_published_tree():
+    """docs/claims.md's paragraph on the committed reference tree states the scorecard's
+    verdict counts and how many runs and rows converged; they are those of the published
+    claims.csv and convergence.csv, so a publish that moves one must update the paragraph."""
+    import re
+
+    import pandas as pd
+
+    from repens.report.claims import DIFFERS
+
+    claims = pd.read_csv(ROOT / "reference" / "results" / "claims.csv")
+    runs = pd.read_csv(ROOT / "reference" / "results" / "convergence.csv")
+    text = " ".join((ROOT / "docs" / "claims.md").read_text().split())
+    m = re.search(
+        r"(\d+) claims: (\d+) reproduced, (\d+) contradicted \((\d+) of them family-wise\), (\d+) inconclusive, "
+        r"(\d+) too few seeds, (\d+) not run, (\d+) differ under another protocol, (\d+) false on the paper's own "
+        r"numbers \((\d+) family-wise\), (\d+) not testable",
+        text,
+    )
+    assert m, "docs/claims.md must state the reference tree's verdict counts"
+    v = claims.verdict.value_counts()
+    holds = claims[claims.familywise_holds == "yes"].verdict.value_counts()
+    false = "false on the paper's own numbers"
+    assert tuple(int(g) for g in m.groups()) == (
+        len(claims),
+        v.get("reproduced", 0),
+        v.get("contradicted", 0),
+        holds.get("contradicted", 0),
+        v.get("inconclusive", 0),
+        v.get("too few seeds", 0),
+        v.get("not run", 0),
+        v.get(DIFFERS, 0),
+        v.get(false, 0),
+        holds.get(false, 0),
+        v.get("not testable", 0),
+    )
+    m = re.search(
+        r"Of its (\d+) Table 1 / Table 2 runs \([^)]*\), (\d+) converged, (\d+) did not and (\d+) are not judged "
+        r"\(.*?\), and of its (\d+) rows (\d+) converged, (\d+) did not and (\d+) are not judged",
+        text,
+    )
+    assert m, "docs/claims.md must state how many of the tree's runs and rows converged"
+
+    def split(flags: pd.Series) -> tuple[int, int, int, int]:
+        flags = flags.map({True: "y", False: "n", "True": "y", "False": "n"})
+        return len(flags), int((flags == "y").sum()), int((flags == "n").sum()), int(flags.isna().sum())
+
+    rows = runs.drop_duplicates(["experiment", "dataset", "method"])
+    assert tuple(int(g) for g in m.groups()) == split(runs.converged) + split(rows.row_converged)
