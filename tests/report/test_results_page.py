@@ -587,7 +587,7 @@ def test_claims_doc_counts_match_the_published_tree():
 
     import pandas as pd
 
-    from repens.report.claims import DIFFERS
+    from repens.report.claims import DIFFERS, FALSE_ON_PAPER, NOT_TESTABLE, TOO_FEW_SEEDS
 
     claims = pd.read_csv(ROOT / "reference" / "results" / "claims.csv")
     runs = pd.read_csv(ROOT / "reference" / "results" / "convergence.csv")
@@ -601,19 +601,18 @@ def test_claims_doc_counts_match_the_published_tree():
     assert m, "docs/claims.md must state the reference tree's verdict counts"
     v = claims.verdict.value_counts()
     holds = claims[claims.familywise_holds == "yes"].verdict.value_counts()
-    false = "false on the paper's own numbers"
     assert tuple(int(g) for g in m.groups()) == (
         len(claims),
         v.get("reproduced", 0),
         v.get("contradicted", 0),
         holds.get("contradicted", 0),
         v.get("inconclusive", 0),
-        v.get("too few seeds", 0),
+        v.get(TOO_FEW_SEEDS, 0),
         v.get("not run", 0),
         v.get(DIFFERS, 0),
-        v.get(false, 0),
-        holds.get(false, 0),
-        v.get("not testable", 0),
+        v.get(FALSE_ON_PAPER, 0),
+        holds.get(FALSE_ON_PAPER, 0),
+        v.get(NOT_TESTABLE, 0),
     )
     m = re.search(
         r"Of its (\d+) Table 1 / Table 2 runs \([^)]*\), (\d+) converged, (\d+) did not and (\d+) are not judged "
