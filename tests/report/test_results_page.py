@@ -627,3 +627,34 @@ def test_claims_doc_counts_match_the_published_tree():
 
     rows = runs.drop_duplicates(["experiment", "dataset", "method"])
     assert tuple(int(g) for g in m.groups()) == split(runs.converged) + split(rows.row_converged)
+
+
+def test_publish_keeps_a_table_rebuilt_equal_from_the_same_inputs_and_replaces_one_that_changed(tmp_path):
+    results, reference = tmp_path / "results", tmp_path / "reference"
+    table, sidecar = results / "table1_vs_paper.csv", results / "table1_vs_paper.csv.provenance.json"
+    _table1_vs_paper(table)
+    inputs = {"inputs": [{"path": "results/image/x/metrics.json"}], "provenance": {"cpu": "Intel", "git_commit": "a"}}
+    sidecar.write_text(json.dumps(inputs))
+    publish(results, reference)
+    kept = reference / "results" / "table1_vs_paper.csv"
+    first = kept.read_bytes()
+
+    # another CPU: the last digits of one cell and the sidecar's own provenance block move
+    text = table.read_text()
+    table.write_text(text.replace("0.961", repr(0.961 * (1 + results_page.RTOL / 10))))
+    sidecar.write_text(json.dumps({**inputs, "provenance": {"cpu": "AMD", "git_commit": "b"}}))
+    publish(results, reference)
+    assert kept.read_bytes() == first
+    assert json.loads((reference / "results" / sidecar.name).read_text())["provenance"]["cpu"] == "Intel"
+    assert check(results, reference) == []
+
+    # the same cells from other inputs (a run added): the new table and sidecar replace the kept ones
+    sidecar.write_text(json.dumps({"inputs": [*inputs["inputs"], {"path": "y"}], "provenance": {"cpu": "AMD"}}))
+    publish(results, reference)
+    assert kept.read_bytes() == table.read_bytes() != first
+    assert json.loads((reference / "results" / sidecar.name).read_text())["provenance"]["cpu"] == "AMD"
+
+    # the same inputs, a cell beyond the tolerance (a code change): replaced
+    table.write_text(text.replace("0.961", "0.962"))
+    publish(results, reference)
+    assert "0.962" in kept.read_text()

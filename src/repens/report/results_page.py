@@ -215,8 +215,10 @@ def publish(results: Path | str, reference: Path | str, allow_drop: bool = False
     """Replace ``reference/results/`` by the files of :data:`PUBLISHED` that ``results``
     holds (tables with their provenance sidecars) and ``runs.json``: the tree's runs the
     rebuild read (those in ``results`` equal to the tree's copy), with their SHA-256.
-    Returns what was copied. A kept table or figure that ``results`` lacks (a rebuild that
-    failed part way) stops it before anything changes, unless ``allow_drop``."""
+    Returns what was copied. A kept table that the rebuild wrote again from the same inputs
+    and that :func:`check` finds equal stays byte for byte as it was, with its sidecar. A
+    kept table or figure that ``results`` lacks (a rebuild that failed part way) stops it
+    before anything changes, unless ``allow_drop``."""
     results, reference = Path(results), Path(reference)
     dest = reference / "results"
     staged = dest.with_name(dest.name + ".tmp")
@@ -262,6 +264,20 @@ def publish(results: Path | str, reference: Path | str, allow_drop: bool = False
             f"{', ...' if len(dropped) > 3 else ''}): did the rebuild fail? Rebuild into an empty results/ "
             "and publish again, or pass --allow-drop to drop them"
         )
+    # a table the rebuild wrote again from the same inputs, equal within RTOL (another
+    # CPU's summation order), stays as it was kept, with its sidecar: a publish changes
+    # only what the new runs or code changed
+    for table in sorted(staged.rglob("*.csv")):
+        rel = table.relative_to(staged)
+        old, sidecar = dest / rel, Path(str(rel) + ".provenance.json")
+        if (
+            old.is_file()
+            and _same_inputs(dest / sidecar, staged / sidecar)
+            and not _table_differences(old, table)
+        ):
+            shutil.copy2(old, table)
+            if (dest / sidecar).is_file():
+                shutil.copy2(dest / sidecar, staged / sidecar)
     (staged / RUNS).write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
     copied.append(dest / RUNS)
     shutil.rmtree(dest, ignore_errors=True)
@@ -292,6 +308,38 @@ def _read_csv(path: Path) -> list[list[str]]:
         return [row for row in csv.reader(fh)]
 
 
+def _table_differences(kept: Path, built: Path, rtol: float = RTOL) -> list[str]:
+    """Where two CSV tables differ: the same header and rows, each cell the same text or
+    the same number within ``rtol``; one line per difference (empty: they agree)."""
+    a, b = _read_csv(kept), _read_csv(built)
+    if len(a) != len(b) or (a and a[0] != b[0]):
+        return [
+            f"{len(a)} rows kept, {len(b)} built" + ("" if not a or not b or a[0] == b[0] else "; the headers differ")
+        ]
+    header, problems = a[0] if a else [], []
+    for i, (ra, rb) in enumerate(zip(a[1:], b[1:]), 2):
+        for j, (x, y) in enumerate(zip(ra, rb)):
+            if not _cells_equal(x, y, rtol):
+                problems.append(f"line {i}, {header[j] if j < len(header) else j}: kept {x!r}, built {y!r}")
+        if len(ra) != len(rb):
+            problems.append(f"line {i} has {len(ra)} cells kept, {len(rb)} built")
+    return problems
+
+
+def _same_inputs(kept: Path, built: Path) -> bool:
+    """Whether two provenance sidecars name the same inputs: equal but for their own
+    ``provenance`` block (the machine and commit that built the table); both absent counts."""
+    if not kept.is_file() or not built.is_file():
+        return not kept.is_file() and not built.is_file()
+    try:
+        a, b = json.loads(kept.read_text()), json.loads(built.read_text())
+    except ValueError:
+        return False
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return a == b
+    return {k: v for k, v in a.items() if k != "provenance"} == {k: v for k, v in b.items() if k != "provenance"}
+
+
 def check(results: Path | str, reference: Path | str, rtol: float = RTOL) -> list[str]:
     """Every table CSV kept in ``reference/results/`` against the one in ``results``:
     the same header and rows, each cell the same text or the same number within ``rtol``.
@@ -307,20 +355,7 @@ def check(results: Path | str, reference: Path | str, rtol: float = RTOL) -> lis
         if not built.is_file():
             problems.append(f"{rel}: kept in {kept} but not built in {results}")
             continue
-        a, b = _read_csv(table), _read_csv(built)
-        if len(a) != len(b) or (a and a[0] != b[0]):
-            problems.append(
-                f"{rel}: {len(a)} rows kept, {len(b)} built"
-                + ("" if not a or not b or a[0] == b[0] else "; the headers differ")
-            )
-            continue
-        header = a[0] if a else []
-        for i, (ra, rb) in enumerate(zip(a[1:], b[1:]), 2):
-            for j, (x, y) in enumerate(zip(ra, rb)):
-                if not _cells_equal(x, y, rtol):
-                    problems.append(f"{rel}: line {i}, {header[j] if j < len(header) else j}: kept {x!r}, built {y!r}")
-            if len(ra) != len(rb):
-                problems.append(f"{rel}: line {i} has {len(ra)} cells kept, {len(rb)} built")
+        problems += [f"{rel}: {why}" for why in _table_differences(table, built, rtol)]
     return problems
 
 
