@@ -270,11 +270,7 @@ def publish(results: Path | str, reference: Path | str, allow_drop: bool = False
     for table in sorted(staged.rglob("*.csv")):
         rel = table.relative_to(staged)
         old, sidecar = dest / rel, Path(str(rel) + ".provenance.json")
-        if (
-            old.is_file()
-            and _same_inputs(dest / sidecar, staged / sidecar)
-            and not _table_differences(old, table)
-        ):
+        if old.is_file() and _same_inputs(dest / sidecar, staged / sidecar) and not _table_differences(old, table):
             shutil.copy2(old, table)
             if (dest / sidecar).is_file():
                 shutil.copy2(dest / sidecar, staged / sidecar)
