@@ -211,6 +211,19 @@ def changed_runs(reference: Path | str, only: Sequence[str] | None = None) -> li
     return problems
 
 
+def _keep_equal_tables(staged: Path, dest: Path) -> None:
+    """Put back into ``staged`` each table kept in ``dest`` that the rebuild wrote again
+    from the same inputs and that is equal within :data:`RTOL` (another CPU's summation
+    order), with its sidecar: a publish changes only what new runs or code changed."""
+    for table in sorted(staged.rglob("*.csv")):
+        rel = table.relative_to(staged)
+        old, sidecar = dest / rel, Path(str(rel) + ".provenance.json")
+        if old.is_file() and _same_inputs(dest / sidecar, staged / sidecar) and not _table_differences(old, table):
+            shutil.copy2(old, table)
+            if (dest / sidecar).is_file():
+                shutil.copy2(dest / sidecar, staged / sidecar)
+
+
 def publish(results: Path | str, reference: Path | str, allow_drop: bool = False) -> list[Path]:
     """Replace ``reference/results/`` by the files of :data:`PUBLISHED` that ``results``
     holds (tables with their provenance sidecars) and ``runs.json``: the tree's runs the
@@ -264,16 +277,7 @@ def publish(results: Path | str, reference: Path | str, allow_drop: bool = False
             f"{', ...' if len(dropped) > 3 else ''}): did the rebuild fail? Rebuild into an empty results/ "
             "and publish again, or pass --allow-drop to drop them"
         )
-    # a table the rebuild wrote again from the same inputs, equal within RTOL (another
-    # CPU's summation order), stays as it was kept, with its sidecar: a publish changes
-    # only what the new runs or code changed
-    for table in sorted(staged.rglob("*.csv")):
-        rel = table.relative_to(staged)
-        old, sidecar = dest / rel, Path(str(rel) + ".provenance.json")
-        if old.is_file() and _same_inputs(dest / sidecar, staged / sidecar) and not _table_differences(old, table):
-            shutil.copy2(old, table)
-            if (dest / sidecar).is_file():
-                shutil.copy2(dest / sidecar, staged / sidecar)
+    _keep_equal_tables(staged, dest)
     (staged / RUNS).write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
     copied.append(dest / RUNS)
     shutil.rmtree(dest, ignore_errors=True)
