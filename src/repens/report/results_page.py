@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from repens.core.variants import dataset_methods
+from repens.jobs.provenance import sidecar_path
 
 __all__ = [
     "PUBLISHED",
@@ -216,12 +217,15 @@ def _keep_equal_tables(staged: Path, dest: Path) -> None:
     from the same inputs and that is equal within :data:`RTOL` (another CPU's summation
     order), with its sidecar: a publish changes only what new runs or code changed."""
     for table in sorted(staged.rglob("*.csv")):
-        rel = table.relative_to(staged)
-        old, sidecar = dest / rel, Path(str(rel) + ".provenance.json")
-        if old.is_file() and _same_inputs(dest / sidecar, staged / sidecar) and not _table_differences(old, table):
+        old = dest / table.relative_to(staged)
+        if (
+            old.is_file()
+            and _same_inputs(sidecar_path(old), sidecar_path(table))
+            and not _table_differences(old, table)
+        ):
             shutil.copy2(old, table)
-            if (dest / sidecar).is_file():
-                shutil.copy2(dest / sidecar, staged / sidecar)
+            if sidecar_path(old).is_file():
+                shutil.copy2(sidecar_path(old), sidecar_path(table))
 
 
 def publish(results: Path | str, reference: Path | str, allow_drop: bool = False) -> list[Path]:
