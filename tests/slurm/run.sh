@@ -120,6 +120,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ -n "$policy_added" ] && rm -f /usr/sbin/policy-rc.d
 fi
 say "$(dpkg-query -W -f='${Package} ${Version}; ' "${PACKAGES[@]}")"
+# the clients the executor and the checks below call: a PATH that hides one would
+# otherwise surface only later, as a node that never reads idle
+for c in sbatch srun scancel squeue sinfo sacct; do
+    command -v "$c" >/dev/null || fail "SLURM client '$c' is not on PATH although its package is installed (PATH=$PATH)"
+done
 
 # ---------------------------------------------------------------- 2. the cluster
 mkdir -p "$WORK/etc-saved"
