@@ -10,7 +10,8 @@ The question: does the repulsion act at steps the logs do not show, or does a ne
 difference grow?
 
 Both jobs start from the same particles and draw the same batches (the pipeline's job,
-``resolve_job`` at the paper's scale, trained by ``fit_particles``). Every ``--every`` steps
+``resolve_job`` at the paper's scale, made by ``fsvgd_output_scores.start`` and trained by
+``fit_particles``). Every ``--every`` steps
 the training loop's own diagnostics give, for each job, ||repulsion|| / ||drift|| before Adam
 and after Adam's scaling (``repulsion=`` / ``repulsion_adam=`` of the pipeline's progress
 line); this script adds, on a fixed batch of 256 training images, each ensemble's NLL and the
@@ -37,11 +38,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from repens.experiments.image import _batches, _initial, load_image_data  # noqa: E402
+from fsvgd_output_scores import start  # noqa: E402  (the job's posterior and particles, as the pipeline makes them)
+
+from repens.experiments.image import _batches, load_image_data  # noqa: E402
 from repens.jobs.job import ImageJob  # noqa: E402
-from repens.models.networks import build_model  # noqa: E402
-from repens.models.particles import StackedModel  # noqa: E402
-from repens.models.posteriors import Batch, NetworkPosterior  # noqa: E402
+from repens.models.posteriors import Batch  # noqa: E402
 from repens.pipeline.budget import load_config  # noqa: E402
 from repens.pipeline.config import resolve_job  # noqa: E402
 from repens.training.fitting import fit_particles, train_settings  # noqa: E402
@@ -67,11 +68,7 @@ def train(job: ImageJob, data, probe: Batch, every: int, params_every: int) -> t
     """Train ``job`` as the pipeline does; returns {step: (particles or None, members'
     probabilities on ``probe``)} and {step: (ratio before Adam, after)} for every ``every``
     steps (the particles every ``params_every``: 20 MB each)."""
-    torch.manual_seed(job.seed)
-    model = StackedModel(build_model(job, data.input_shape, data.num_classes), input_shape=data.input_shape)
-    generator = torch.Generator().manual_seed(job.seed)
-    init = _initial(model, job, job.particles, job.prior_std, generator)
-    posterior = NetworkPosterior(model, "categorical", num_train=data.x_train.shape[0], prior_std=job.prior_std)
+    posterior, init, generator = start(job, data)
     states: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def on_log(step: int, params: torch.Tensor) -> dict:

@@ -121,14 +121,21 @@ class OwnScoreKernel(RBF):
         return torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device).expand_as(gram), h
 
 
-def run(job: ImageJob, data, probe: Batch, every: int, driving: str = "kernel") -> None:
-    """Train ``job`` as the pipeline does, printing :func:`score_figures` every ``every`` steps;
-    ``driving="own"``: with f-SVGD's Gram matrix replaced by the identity (:class:`OwnScoreKernel`)."""
+def start(job: ImageJob, data) -> tuple[NetworkPosterior, torch.Tensor, torch.Generator]:
+    """``job``'s posterior, first particles and generator, made in the pipeline's order (the
+    global seed, the network, the job's generator, the particles' draw from it)."""
     torch.manual_seed(job.seed)
     model = StackedModel(build_model(job, data.input_shape, data.num_classes), input_shape=data.input_shape)
     generator = torch.Generator().manual_seed(job.seed)
     init = _initial(model, job, job.particles, job.prior_std, generator)
     posterior = NetworkPosterior(model, "categorical", num_train=data.x_train.shape[0], prior_std=job.prior_std)
+    return posterior, init, generator
+
+
+def run(job: ImageJob, data, probe: Batch, every: int, driving: str = "kernel") -> None:
+    """Train ``job`` as the pipeline does, printing :func:`score_figures` every ``every`` steps;
+    ``driving="own"``: with f-SVGD's Gram matrix replaced by the identity (:class:`OwnScoreKernel`)."""
+    posterior, init, generator = start(job, data)
     probe_stream = torch.Generator().manual_seed(0)  # the function prior's draws for the figures
     t0 = time.perf_counter()
 
